@@ -1,0 +1,52 @@
+# kvxfer — prefill-side KV-cache transfer engine.
+# The two commands a user needs: `make demo` (the main job) and `make test` (everything CI runs).
+GO    ?= go
+PKGS  ?= ./...
+BIN   ?= bin
+
+.PHONY: all deps build test unit race vet fmt-check fmt bench fuzz-smoke demo clean
+
+all: build
+
+# Debian packages needed by cgo (pebbe/zmq4). Safe to re-run; skipped when already present.
+deps:
+	@if ! pkg-config --exists libzmq 2>/dev/null; then \
+		apt-get update && apt-get install -y --no-install-recommends libzmq3-dev pkg-config; \
+	fi
+
+build:
+	$(GO) build $(PKGS)
+	$(GO) build -o $(BIN)/ ./cmd/...
+
+vet:
+	$(GO) vet $(PKGS)
+
+fmt:
+	gofmt -w $$(git ls-files '*.go')
+
+fmt-check:
+	@out="$$(gofmt -l $$(git ls-files '*.go'))"; \
+	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+unit:
+	$(GO) test -count=1 -timeout 10m $(PKGS)
+
+race:
+	$(GO) test -race -count=1 -timeout 20m $(PKGS)
+
+# Short runs of every fuzz target over its checked-in corpus plus a few seconds of new inputs.
+fuzz-smoke:
+	@./scripts/fuzz-smoke.sh 5s
+
+# `make test` is what CI runs: formatting, vet, the race-enabled test suite and a fuzz smoke.
+test: fmt-check vet race fuzz-smoke
+
+# Go micro-benchmarks (Step cost, actor throughput, poll latency, ...).
+bench:
+	$(GO) test -run='^$$' -bench=. -benchmem -count=3 $(PKGS)
+
+demo: build
+	$(BIN)/kvxfer-demo
+
+clean:
+	rm -rf $(BIN)
