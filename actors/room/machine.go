@@ -1,0 +1,552 @@
+package room
+
+// The transition table. Rows are phases, columns are messages; "·" means the
+// shared handler named in the legend, "abs" means absorbed (Effects.Ignored).
+//
+//	phase        deadline   Open     Init/Send  TransferInfo  Abort/DecodeAbort/PeerLost/Fail  XferDone        Deadline           Clear
+//	collecting   bootstrap  open     hold       add           fail                             abs             fail(bootstrap)    fail(client)+clear
+//	waiting      waiting    abs      post       abs (dup)     fail                             abs             fail(waiting)      fail(client)+clear
+//	transferring transfer   abs      post       abs (dup)     fail                             done/progress   fail(transfer)     fail(client)+clear
+//	draining     drain      abs      abs        abs           ack later (DecodeAbort)          drain           conclude(expired)  clear
+//	concluded    linger     abs      abs        abs           ack now (DecodeAbort)            abs             retire             retire
+//	retired      none       revive   abs        abs           ack now (DecodeAbort)            abs             abs                abs
+//
+// Poll is answered in every phase. The phase of a live room is derived from its
+// data by advance: collecting until the sender exists and every required
+// transfer info arrived; then transferring while any write is in flight,
+// waiting while the scheduler owes chunks, and Success once the last chunk's
+// writes all completed. A failure moves the room to draining while writes are in
+// flight, else straight to its conclusion. Every phase but retired has exactly
+// one armed deadline, so no room can wait forever.
+
+type phase uint8
+
+const (
+	collecting phase = iota
+	waiting
+	transferring
+	draining
+	concluded
+	retired
+)
+
+var phaseNames = [...]string{"collecting", "waiting", "transferring", "draining", "concluded", "retired"}
+
+func (p phase) String() string { return phaseNames[p] }
+
+var phaseDeadline = [...]DeadlineKind{
+	collecting:   BootstrapDeadline,
+	waiting:      WaitingDeadline,
+	transferring: TransferDeadline,
+	draining:     DrainDeadline,
+	concluded:    LingerDeadline,
+	retired:      NoDeadline,
+}
+
+type info struct {
+	TransferInfo
+}
+
+type chunk struct {
+	id    int
+	start int // index of the chunk's first page among all pages the room sends
+	pages []int32
+	state [][]int32
+	last  bool
+}
+
+// Machine is one room's rules and state. It is not safe for concurrent use; the
+// actor that owns it is the only caller.
+type Machine struct {
+	cfg  *Config
+	room uint64
+
+	phase   phase
+	status  Status
+	reason  Reason
+	opened  bool
+	cleared bool
+
+	// Decode side.
+	infos     []info
+	required  int
+	prefixLen int
+
+	// Scheduler side.
+	inited    bool
+	numPages  int
+	auxIndex  int
+	sentPages int
+	chunks    int
+	lastSent  bool
+	held      []chunk
+	posted    bool
+
+	// Writes in flight, by sequence number.
+	nextSeq  uint32
+	inflight []uint32
+
+	// Decode endpoints that sent ABORT and wait for ABORT_ACK after the drain.
+	ackTo        []Endpoint
+	drainExpired bool
+
+	armGen  uint32
+	armKind DeadlineKind
+
+	fx Effects
+}
+
+// New returns the machine of a room that has just been named by its first
+// message. The caller steps that message next.
+func New(cfg *Config, room uint64) *Machine {
+	return &Machine{cfg: cfg, room: room, status: Bootstrapping}
+}
+
+// Room returns the room id.
+func (m *Machine) Room() uint64 { return m.room }
+
+// Status returns the published status and the failure reason.
+func (m *Machine) Status() (Status, Reason) { return m.status, m.reason }
+
+// Retired reports whether only a tombstone is left of the room.
+func (m *Machine) Retired() bool { return m.phase == retired }
+
+// Armed returns the deadline the room waits under (NoDeadline once retired).
+func (m *Machine) Armed() (DeadlineKind, uint32) { return m.armKind, m.armGen }
+
+// Inflight returns the number of posted writes not yet reported done.
+func (m *Machine) Inflight() int { return len(m.inflight) }
+
+// Phase names the internal phase, for debugging dumps.
+func (m *Machine) Phase() string { return m.phase.String() }
+
+// Agents returns the decode agents of the room's transfer infos.
+func (m *Machine) Agents() []string {
+	out := make([]string, len(m.infos))
+	for i := range m.infos {
+		out[i] = m.infos[i].Agent
+	}
+	return out
+}
+
+// Step applies one message and returns what the wrapper must do. The returned
+// Effects (and its slices) are valid until the next Step.
+func (m *Machine) Step(msg Msg) Effects {
+	m.fx = Effects{}
+	before := m.status
+	if p, ok := msg.(Poll); ok {
+		m.onPoll(p)
+		return m.fx
+	}
+	switch m.phase {
+	case collecting:
+		m.stepCollecting(msg)
+	case waiting, transferring:
+		m.stepReady(msg)
+	case draining:
+		m.stepDraining(msg)
+	case concluded:
+		m.stepConcluded(msg)
+	case retired:
+		m.stepRetired(msg)
+	}
+	if m.phase != retired && m.armKind == NoDeadline {
+		m.arm(phaseDeadline[m.phase]) // a fresh room's first message did not arm one
+	}
+	if m.status != before {
+		m.fx.Published, m.fx.Status, m.fx.Reason = true, m.status, m.reason
+	}
+	return m.fx
+}
+
+// stepCollecting: the sender or some transfer infos are missing.
+func (m *Machine) stepCollecting(msg Msg) {
+	switch msg := msg.(type) {
+	case Open:
+		if m.opened {
+			m.fx.Ignored = true
+			return
+		}
+		m.opened = true
+		m.advance()
+	case Init:
+		m.onInit(msg)
+	case Send:
+		m.onSend(msg)
+	case TransferInfo:
+		m.onTransferInfo(msg)
+	case Deadline:
+		m.onDeadline(msg, ReasonBootstrapTimeout)
+	default:
+		m.stepCommon(msg)
+	}
+}
+
+// stepReady: the sender and all transfer infos are here; chunks are posted as
+// they come (waiting: nothing in flight; transferring: writes in flight).
+func (m *Machine) stepReady(msg Msg) {
+	switch msg := msg.(type) {
+	case Init:
+		m.onInit(msg)
+	case Send:
+		m.onSend(msg)
+	case XferDone:
+		m.onXferDone(msg)
+	case Deadline:
+		if m.phase == waiting {
+			m.onDeadline(msg, ReasonWaitingTimeout)
+		} else {
+			m.onDeadline(msg, ReasonTransferTimeout)
+		}
+	default:
+		m.stepCommon(msg)
+	}
+}
+
+// stepCommon handles what every live, non-failed phase does alike.
+func (m *Machine) stepCommon(msg Msg) {
+	switch msg := msg.(type) {
+	case Abort:
+		m.fail(ReasonClientAbort)
+	case DecodeAbort:
+		m.ackTo = appendEndpoint(m.ackTo, msg.From)
+		m.fail(ReasonDecodeAbort)
+	case PeerLost:
+		if !m.hasAgent(msg.Agent) {
+			m.fx.Ignored = true
+			return
+		}
+		m.fail(ReasonPeerLost)
+	case Fail:
+		m.fail(msg.Reason)
+	case Clear:
+		// A clear before the room concluded is the scheduler giving up on it.
+		m.cleared = true
+		m.fail(ReasonClientAbort)
+	default: // duplicate Open, late TransferInfo, unknown XferDone
+		m.fx.Ignored = true
+	}
+}
+
+// stepDraining: failed, waiting for posted writes before decode may reuse pages.
+func (m *Machine) stepDraining(msg Msg) {
+	switch msg := msg.(type) {
+	case XferDone:
+		if !m.removeInflight(msg.Seq) {
+			m.fx.Ignored = true
+			return
+		}
+		if len(m.inflight) == 0 {
+			m.conclude()
+		}
+	case DecodeAbort:
+		m.ackTo = appendEndpoint(m.ackTo, msg.From)
+	case Clear:
+		m.cleared = true
+	case Deadline:
+		if msg.Gen != m.armGen {
+			m.fx.Ignored = true
+			return
+		}
+		// The writes never completed; the pool quarantines their requests.
+		m.drainExpired = true
+		m.inflight = m.inflight[:0]
+		m.conclude()
+	default:
+		m.fx.Ignored = true
+	}
+}
+
+// stepConcluded: terminal and drained; waiting for the scheduler's Clear.
+func (m *Machine) stepConcluded(msg Msg) {
+	switch msg := msg.(type) {
+	case Clear:
+		m.retire()
+	case DecodeAbort:
+		m.notify(AbortAck, msg.From)
+	case Deadline:
+		if msg.Gen != m.armGen {
+			m.fx.Ignored = true
+			return
+		}
+		m.retire()
+	default:
+		m.fx.Ignored = true
+	}
+}
+
+// stepRetired: a tombstone. Late messages change nothing, with two exceptions:
+// an ABORT still gets its ACK (nothing is outstanding), and an Open revives the
+// room — as Failed if the room concluded before its sender existed (the
+// abort-before-sender race), or as a new incarnation if the old one was opened.
+func (m *Machine) stepRetired(msg Msg) {
+	switch msg := msg.(type) {
+	case DecodeAbort:
+		m.notify(AbortAck, msg.From)
+	case Open:
+		if m.opened {
+			*m = Machine{cfg: m.cfg, room: m.room, status: Bootstrapping}
+			m.opened = true
+			m.fx.Revived = true
+			m.arm(BootstrapDeadline)
+			m.phase = collecting
+			return
+		}
+		m.opened = true
+		m.fx.Revived = true
+		m.enter(concluded)
+	default:
+		m.fx.Ignored = true
+	}
+}
+
+func (m *Machine) onPoll(Poll) {
+	m.fx.Reply = &Reply{Status: m.status, Reason: m.reason, PrefixLen: m.prefixLen}
+}
+
+func (m *Machine) onInit(msg Init) {
+	if !m.opened || m.inited || msg.NumPages < 0 || msg.AuxIndex < 0 {
+		m.fail(ReasonInvalidRequest)
+		return
+	}
+	m.inited, m.numPages, m.auxIndex = true, msg.NumPages, msg.AuxIndex
+}
+
+// onSend applies SGLang's chunk accounting: a chunk id counts only chunks that
+// are sent, and the chunk that brings the pages sent to Init's count is last.
+func (m *Machine) onSend(msg Send) {
+	if !m.opened || !m.inited || m.lastSent || m.sentPages+len(msg.Pages) > m.numPages {
+		m.fail(ReasonInvalidRequest)
+		return
+	}
+	last := m.sentPages+len(msg.Pages) == m.numPages
+	if len(msg.Pages) == 0 && !last {
+		m.fx.Ignored = true // should_send_kv_chunk is false: not a chunk
+		return
+	}
+	c := chunk{id: m.chunks, start: m.sentPages, pages: msg.Pages, last: last}
+	if last {
+		c.state = msg.State
+	}
+	m.chunks++
+	m.sentPages += len(msg.Pages)
+	m.lastSent = last
+	m.held = append(m.held, c)
+	m.advance()
+}
+
+func (m *Machine) onTransferInfo(msg TransferInfo) {
+	if msg.Required <= 0 || (m.required != 0 && msg.Required != m.required) {
+		m.fail(ReasonInvalidRequest)
+		return
+	}
+	m.required = msg.Required
+	if m.prefixLen == 0 {
+		m.prefixLen = msg.PrefixLen
+	}
+	for i := range m.infos {
+		if m.infos[i].Agent == msg.Agent { // a later duplicate overwrites, as upstream
+			m.infos[i] = info{msg}
+			m.advance()
+			return
+		}
+	}
+	m.infos = append(m.infos, info{msg})
+	m.advance()
+}
+
+func (m *Machine) onXferDone(msg XferDone) {
+	if !m.removeInflight(msg.Seq) {
+		m.fx.Ignored = true
+		return
+	}
+	if msg.Fail != ReasonNone {
+		m.fail(msg.Fail)
+		return
+	}
+	m.arm(TransferDeadline) // progress restarts the no-progress deadline
+	m.advance()
+}
+
+func (m *Machine) onDeadline(msg Deadline, why Reason) {
+	if msg.Gen != m.armGen {
+		m.fx.Ignored = true
+		return
+	}
+	m.fail(why)
+}
+
+// advance derives the phase of a live, non-failed room from its data and posts
+// what can be posted.
+func (m *Machine) advance() {
+	if !m.opened || len(m.infos) < m.required || m.required == 0 {
+		m.enter(collecting)
+		return
+	}
+	if m.status < WaitingForInput {
+		m.status = WaitingForInput
+	}
+	for len(m.held) > 0 {
+		c := m.held[0]
+		m.held = m.held[1:]
+		if !m.post(&c) {
+			return
+		}
+	}
+	m.held = nil
+	switch {
+	case len(m.inflight) > 0:
+		m.enter(transferring)
+	case m.lastSent:
+		m.status = Success
+		m.conclude()
+	default:
+		m.enter(waiting)
+	}
+}
+
+// post fans one chunk out to every non-dummy agent. It checks the whole chunk
+// against every agent before emitting anything, so a chunk that cannot be sent
+// fails the room without a single write leaving (nothing is posted for a failed
+// room), and returns false.
+func (m *Machine) post(c *chunk) bool {
+	end := c.start + len(c.pages)
+	for i := range m.infos {
+		in := &m.infos[i]
+		if in.Dummy {
+			continue
+		}
+		// Decode waits for a state notification it was promised; a prefill
+		// without matching state could never satisfy it.
+		badState := c.last && len(in.DstState) > 0 && len(c.state) != len(in.DstState)
+		if end > len(in.DstPages) || badState {
+			m.fail(ReasonInvalidRequest)
+			return false
+		}
+	}
+	for i := range m.infos {
+		in := &m.infos[i]
+		if in.Dummy {
+			continue
+		}
+		t := Transfer{
+			Room: m.room, Seq: m.nextSeq, Agent: in.Agent, Chunk: c.id, Last: c.last,
+			SrcPages: c.pages, DstPages: in.DstPages[c.start:end:end],
+		}
+		if c.last {
+			t.SrcAux, t.DstAux = m.auxIndex, in.DstAux
+			if len(in.DstState) > 0 {
+				t.SrcState, t.DstState = c.state, in.DstState
+			}
+		}
+		m.nextSeq++
+		m.inflight = append(m.inflight, t.Seq)
+		m.fx.Posts = append(m.fx.Posts, t)
+	}
+	m.posted = true
+	if m.status < Transferring {
+		m.status = Transferring
+	}
+	return true
+}
+
+// fail makes the room Failed (once: terminal statuses are absorbing) and either
+// drains its posted writes or concludes it.
+func (m *Machine) fail(why Reason) {
+	if m.status.Terminal() {
+		return
+	}
+	m.status, m.reason = Failed, why
+	m.held = nil
+	if len(m.inflight) > 0 {
+		m.enter(draining)
+		return
+	}
+	m.conclude()
+}
+
+// conclude runs once the room is terminal and nothing it posted is in flight:
+// decode may now reuse its pages, so this is when decode is told.
+func (m *Machine) conclude() {
+	if m.status == Failed {
+		for i := range m.infos {
+			m.notifyOnce(FailureStatus, m.infos[i].From)
+		}
+	}
+	for _, to := range m.ackTo {
+		m.notify(AbortAck, to)
+	}
+	m.ackTo = nil
+	if m.cleared || !m.opened {
+		// Nobody will poll an unopened room; its tombstone remembers the
+		// outcome for the sender that may still come.
+		m.retire()
+		return
+	}
+	m.enter(concluded)
+}
+
+func (m *Machine) retire() {
+	m.phase = retired
+	m.armKind = NoDeadline
+	m.fx.Retire = true
+	m.fx.Arm = Arm{}
+	// Drop what only a live room needs; the tombstone keeps the outcome.
+	m.infos, m.held, m.inflight, m.ackTo = nil, nil, nil, nil
+}
+
+func (m *Machine) notify(kind NoticeKind, to Endpoint) {
+	m.fx.Notices = append(m.fx.Notices, Notice{Kind: kind, To: to, Reason: m.reason, DrainExpired: m.drainExpired})
+}
+
+func (m *Machine) notifyOnce(kind NoticeKind, to Endpoint) {
+	for _, n := range m.fx.Notices {
+		if n.Kind == kind && n.To == to {
+			return
+		}
+	}
+	m.notify(kind, to)
+}
+
+// enter moves to phase p, arming p's deadline when the phase changes.
+func (m *Machine) enter(p phase) {
+	if m.phase == p && m.armKind == phaseDeadline[p] {
+		return
+	}
+	m.phase = p
+	m.arm(phaseDeadline[p])
+}
+
+func (m *Machine) arm(k DeadlineKind) {
+	m.armGen++
+	m.armKind = k
+	m.fx.Arm = Arm{Kind: k, Gen: m.armGen, After: m.cfg.duration(k)}
+}
+
+func (m *Machine) removeInflight(seq uint32) bool {
+	for i, s := range m.inflight {
+		if s == seq {
+			m.inflight = append(m.inflight[:i], m.inflight[i+1:]...)
+			return true
+		}
+	}
+	return false
+}
+
+func (m *Machine) hasAgent(agent string) bool {
+	for i := range m.infos {
+		if m.infos[i].Agent == agent {
+			return true
+		}
+	}
+	return false
+}
+
+func appendEndpoint(list []Endpoint, e Endpoint) []Endpoint {
+	for _, x := range list {
+		if x == e {
+			return list
+		}
+	}
+	return append(list, e)
+}

@@ -1,0 +1,22 @@
+package room
+
+// Tombstone is what is kept of a retired room: enough to absorb late messages of
+// its incarnation, to answer a late poll, and to fail a sender that is opened
+// after the room already failed (an ABORT that came before the sender).
+type Tombstone struct {
+	Room   uint64
+	Status Status
+	Reason Reason
+	Opened bool
+}
+
+// Tombstone returns the compact form of a retired machine.
+func (m *Machine) Tombstone() Tombstone {
+	return Tombstone{Room: m.room, Status: m.status, Reason: m.reason, Opened: m.opened}
+}
+
+// FromTombstone rebuilds a retired machine so that a late message can be
+// stepped through the same rules as a live one.
+func FromTombstone(cfg *Config, t Tombstone) *Machine {
+	return &Machine{cfg: cfg, room: t.Room, phase: retired, status: t.Status, reason: t.Reason, opened: t.Opened}
+}
