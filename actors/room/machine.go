@@ -379,12 +379,16 @@ func (m *Machine) onDeadline(msg Deadline, why Reason) {
 // advance derives the phase of a live, non-failed room from its data and posts
 // what can be posted.
 func (m *Machine) advance() {
-	if !m.opened || len(m.infos) < m.required || m.required == 0 {
+	if len(m.infos) < m.required || m.required == 0 {
 		m.enter(collecting)
 		return
 	}
 	if m.status < WaitingForInput {
-		m.status = WaitingForInput
+		m.status = WaitingForInput // as upstream, even before the sender exists
+	}
+	if !m.opened {
+		m.enter(collecting)
+		return
 	}
 	for len(m.held) > 0 {
 		c := m.held[0]

@@ -57,7 +57,7 @@ const (
 )
 
 var reasonNames = [numReasons]string{
-	ReasonNone:         "",
+	ReasonNone:             "",
 	ReasonDecodeAbort:      "decode_abort",
 	ReasonClientAbort:      "client_abort",
 	ReasonBootstrapTimeout: "bootstrap_timeout",

@@ -1,0 +1,427 @@
+package room
+
+import "testing"
+
+type step struct {
+	msg  Msg
+	want string // summary(Effects), see harness_test.go
+}
+
+// Gen numbers in Deadline messages are the machine's arm generations; each case
+// below lists them as they are produced (a fresh room arms generation 1).
+var transitionCases = []struct {
+	name  string
+	steps []step
+	final Status
+}{
+	{
+		name: "happy path, one agent, one chunk",
+		steps: []step{
+			{Open{}, "arm=bootstrap"},
+			{ti("a", epA, pages(5, 6), 1), "pub=WaitingForInput arm=waiting"},
+			{Poll{}, "reply=WaitingForInput"},
+			{Init{NumPages: 2, AuxIndex: 4}, "-"},
+			{Send{Pages: pages(1, 2)}, "post[a:0c0L] pub=Transferring arm=transfer"},
+			{XferDone{Seq: 0}, "pub=Success arm=linger"},
+			{Poll{}, "reply=Success"},
+			{Clear{}, "retire"},
+			{Poll{}, "reply=Success"},
+		},
+		final: Success,
+	},
+	{
+		name: "transfer info before the sender exists (decode faster than prefill)",
+		steps: []step{
+			{ti("a", epA, pages(5), 1), "pub=WaitingForInput arm=bootstrap"},
+			{Open{}, "arm=waiting"},
+			{Init{NumPages: 1}, "-"},
+			{Send{Pages: pages(9)}, "post[a:0c0L] pub=Transferring arm=transfer"},
+			{XferDone{Seq: 0}, "pub=Success arm=linger"},
+		},
+		final: Success,
+	},
+	{
+		name: "fan-out to two agents, two chunks, pipelined",
+		steps: []step{
+			{Open{}, "arm=bootstrap"},
+			{ti("a", epA, pages(1, 2, 3), 2), "-"},
+			{Poll{}, "reply=Bootstrapping"},
+			{ti("b", epB, pages(4, 5, 6), 2), "pub=WaitingForInput arm=waiting"},
+			{Init{NumPages: 3, AuxIndex: 1}, "-"},
+			{Send{Pages: pages(7, 8)}, "post[a:0c0 b:1c0] pub=Transferring arm=transfer"},
+			{Send{Pages: pages(9)}, "post[a:2c1L b:3c1L]"},
+			{XferDone{Seq: 1}, "arm=transfer"},
+			{XferDone{Seq: 0}, "arm=transfer"},
+			{XferDone{Seq: 3}, "arm=transfer"},
+			{XferDone{Seq: 1}, "ignored"},
+			{XferDone{Seq: 2}, "pub=Success arm=linger"},
+		},
+		final: Success,
+	},
+	{
+		name: "between chunks the room waits for the scheduler under the waiting deadline",
+		steps: []step{
+			{Open{}, "arm=bootstrap"},
+			{ti("a", epA, pages(1, 2), 1), "pub=WaitingForInput arm=waiting"},
+			{Init{NumPages: 2}, "-"},
+			{Send{Pages: pages(7)}, "post[a:0c0] pub=Transferring arm=transfer"},
+			{XferDone{Seq: 0}, "arm=waiting"}, // gen 5: transfer re-armed (4) then waiting (5)
+			{Deadline{Gen: 5}, "pub=Failed/waiting_timeout status->10.0.0.1:7001 arm=linger"},
+		},
+		final: Failed,
+	},
+	{
+		name: "dummy transfer info counts toward required but gets no writes",
+		steps: []step{
+			{Open{}, "arm=bootstrap"},
+			{dummy("d", epB, 2), "-"},
+			{ti("a", epA, pages(1), 2), "pub=WaitingForInput arm=waiting"},
+			{Init{NumPages: 1}, "-"},
+			{Send{Pages: pages(3)}, "post[a:0c0L] pub=Transferring arm=transfer"},
+			{XferDone{Seq: 0}, "pub=Success arm=linger"},
+		},
+		final: Success,
+	},
+	{
+		name: "only dummy infos: success without a write",
+		steps: []step{
+			{Open{}, "arm=bootstrap"},
+			{dummy("d", epB, 1), "pub=WaitingForInput arm=waiting"},
+			{Init{NumPages: 1}, "-"},
+			{Send{Pages: pages(3)}, "pub=Success arm=linger"},
+		},
+		final: Success,
+	},
+	{
+		name: "full decode prefix hit: empty last chunk takes the aux_nokv path",
+		steps: []step{
+			{Open{}, "arm=bootstrap"},
+			{TransferInfo{Agent: "a", From: epA, DstAux: 2, Required: 1, PrefixLen: 64}, "pub=WaitingForInput arm=waiting"},
+			{Init{NumPages: 0, AuxIndex: 5}, "-"},
+			{Send{}, "post[a:0c0Lnokv] pub=Transferring arm=transfer"},
+			{XferDone{Seq: 0}, "pub=Success arm=linger"},
+		},
+		final: Success,
+	},
+	{
+		name: "optimistic prefill: sends before the transfer infos are held, then posted in order",
+		steps: []step{
+			{Open{}, "arm=bootstrap"},
+			{Init{NumPages: 2}, "-"},
+			{Send{Pages: pages(1)}, "-"},
+			{Send{Pages: pages(2)}, "-"},
+			{ti("a", epA, pages(8, 9), 1), "post[a:0c0 a:1c1L] pub=Transferring arm=transfer"},
+			{XferDone{Seq: 0}, "arm=transfer"},
+			{XferDone{Seq: 1}, "pub=Success arm=linger"},
+		},
+		final: Success,
+	},
+	{
+		name: "state is sent with the last chunk when decode asked for it",
+		steps: []step{
+			{Open{}, "arm=bootstrap"},
+			{TransferInfo{Agent: "a", From: epA, DstPages: pages(1), Required: 1, DstState: [][]int32{{4}}}, "pub=WaitingForInput arm=waiting"},
+			{Init{NumPages: 1}, "-"},
+			{Send{Pages: pages(2), State: [][]int32{{7}}}, "post[a:0c0LS] pub=Transferring arm=transfer"},
+		},
+		final: Transferring,
+	},
+	{
+		name: "decode expects state the scheduler did not give: invalid request, nothing posted",
+		steps: []step{
+			{Open{}, "arm=bootstrap"},
+			{TransferInfo{Agent: "a", From: epA, DstPages: pages(1), Required: 1, DstState: [][]int32{{4}}}, "pub=WaitingForInput arm=waiting"},
+			{Init{NumPages: 1}, "-"},
+			{Send{Pages: pages(2)}, "pub=Failed/invalid_request status->10.0.0.1:7001 arm=linger"},
+		},
+		final: Failed,
+	},
+	{
+		name: "ABORT before the sender exists fails the sender when it is opened (race 1)",
+		steps: []step{
+			{DecodeAbort{From: epA}, "pub=Failed/decode_abort ack->10.0.0.1:7001 retire"},
+			{Open{}, "arm=linger revive"},
+			{Poll{}, "reply=Failed"},
+			{Init{NumPages: 1}, "ignored"},
+			{Send{Pages: pages(1)}, "ignored"},
+			{Clear{}, "retire"},
+		},
+		final: Failed,
+	},
+	{
+		name: "client abort before the sender exists is remembered too",
+		steps: []step{
+			{Abort{}, "pub=Failed/client_abort retire"},
+			{Open{}, "arm=linger revive"},
+			{Poll{}, "reply=Failed"},
+		},
+		final: Failed,
+	},
+	{
+		name: "ABORT inside a non-last chunk's transfer window drains, then acks (race 2)",
+		steps: []step{
+			{Open{}, "arm=bootstrap"},
+			{ti("a", epA, pages(1, 2), 1), "pub=WaitingForInput arm=waiting"},
+			{Init{NumPages: 2}, "-"},
+			{Send{Pages: pages(5)}, "post[a:0c0] pub=Transferring arm=transfer"},
+			{DecodeAbort{From: epA}, "pub=Failed/decode_abort arm=drain"},
+			{Poll{}, "reply=Failed"},
+			{Send{Pages: pages(6)}, "ignored"},
+			{XferDone{Seq: 0}, "status->10.0.0.1:7001 ack->10.0.0.1:7001 arm=linger"},
+			{XferDone{Seq: 0}, "ignored"},
+			{Clear{}, "retire"},
+		},
+		final: Failed,
+	},
+	{
+		name: "late updates after clear hit the tombstone (race 3)",
+		steps: []step{
+			{Open{}, "arm=bootstrap"},
+			{ti("a", epA, pages(1), 1), "pub=WaitingForInput arm=waiting"},
+			{Abort{}, "pub=Failed/client_abort status->10.0.0.1:7001 arm=linger"},
+			{Clear{}, "retire"},
+			{ti("a", epA, pages(1), 1), "ignored"},
+			{Send{Pages: pages(1)}, "ignored"},
+			{XferDone{Seq: 0}, "ignored"},
+			{Abort{}, "ignored"},
+			{Deadline{Gen: 3}, "ignored"},
+			{DecodeAbort{From: epA}, "ack->10.0.0.1:7001"},
+			{Poll{}, "reply=Failed"},
+		},
+		final: Failed,
+	},
+	{
+		name: "clear while draining retires only once the writes drained",
+		steps: []step{
+			{Open{}, "arm=bootstrap"},
+			{ti("a", epA, pages(1), 1), "pub=WaitingForInput arm=waiting"},
+			{Init{NumPages: 1}, "-"},
+			{Send{Pages: pages(1)}, "post[a:0c0L] pub=Transferring arm=transfer"},
+			{Abort{}, "pub=Failed/client_abort arm=drain"},
+			{Clear{}, "-"},
+			{XferDone{Seq: 0, Fail: ReasonTransferError}, "status->10.0.0.1:7001 retire"},
+		},
+		final: Failed,
+	},
+	{
+		name: "a write that never completes: transfer deadline, then drain deadline",
+		steps: []step{
+			{Open{}, "arm=bootstrap"},
+			{ti("a", epA, pages(1), 1), "pub=WaitingForInput arm=waiting"},
+			{Init{NumPages: 1}, "-"},
+			{Send{Pages: pages(1)}, "post[a:0c0L] pub=Transferring arm=transfer"},
+			{Deadline{Gen: 2}, "ignored"}, // stale: generation 3 is armed
+			{Deadline{Gen: 3}, "pub=Failed/transfer_timeout arm=drain"},
+			{DecodeAbort{From: epB}, "-"},
+			{Deadline{Gen: 4}, "status->10.0.0.1:7001(expired) ack->10.0.0.2:7002(expired) arm=linger"},
+			{XferDone{Seq: 0}, "ignored"},
+			{Deadline{Gen: 5}, "retire"},
+		},
+		final: Failed,
+	},
+	{
+		name: "bootstrap deadline when decode never sends its transfer info",
+		steps: []step{
+			{Open{}, "arm=bootstrap"},
+			{Init{NumPages: 1}, "-"},
+			{Send{Pages: pages(1)}, "-"},
+			{Deadline{Gen: 1}, "pub=Failed/bootstrap_timeout arm=linger"},
+		},
+		final: Failed,
+	},
+	{
+		name: "bootstrap deadline when the scheduler never opens the sender",
+		steps: []step{
+			{ti("a", epA, pages(1), 1), "pub=WaitingForInput arm=bootstrap"},
+			{Deadline{Gen: 1}, "pub=Failed/bootstrap_timeout status->10.0.0.1:7001 retire"},
+			{Open{}, "arm=linger revive"},
+			{Poll{}, "reply=Failed"},
+		},
+		final: Failed,
+	},
+	{
+		name: "transfer error fails the room, other writes drain",
+		steps: []step{
+			{Open{}, "arm=bootstrap"},
+			{ti("a", epA, pages(1), 2), "-"},
+			{ti("b", epB, pages(2), 2), "pub=WaitingForInput arm=waiting"},
+			{Init{NumPages: 1}, "-"},
+			{Send{Pages: pages(1)}, "post[a:0c0L b:1c0L] pub=Transferring arm=transfer"},
+			{XferDone{Seq: 1, Fail: ReasonPeerLost}, "pub=Failed/peer_lost arm=drain"},
+			{XferDone{Seq: 0}, "status->10.0.0.1:7001 status->10.0.0.2:7002 arm=linger"},
+		},
+		final: Failed,
+	},
+	{
+		name: "peer lost fails rooms that use the agent, others ignore it",
+		steps: []step{
+			{Open{}, "arm=bootstrap"},
+			{ti("a", epA, pages(1), 1), "pub=WaitingForInput arm=waiting"},
+			{PeerLost{Agent: "zz"}, "ignored"},
+			{PeerLost{Agent: "a"}, "pub=Failed/peer_lost status->10.0.0.1:7001 arm=linger"},
+		},
+		final: Failed,
+	},
+	{
+		name: "abort after success changes nothing; decode still gets its ack",
+		steps: []step{
+			{Open{}, "arm=bootstrap"},
+			{dummy("d", epB, 1), "pub=WaitingForInput arm=waiting"},
+			{Init{NumPages: 1}, "-"},
+			{Send{Pages: pages(1)}, "pub=Success arm=linger"},
+			{Abort{}, "ignored"},
+			{DecodeAbort{From: epX}, "ack->10.0.0.9:7009"},
+			{Fail{Reason: ReasonShutdown}, "ignored"},
+			{Poll{}, "reply=Success"},
+		},
+		final: Success,
+	},
+	{
+		name: "duplicate abort: one failure, two acks",
+		steps: []step{
+			{Open{}, "arm=bootstrap"},
+			{DecodeAbort{From: epA}, "pub=Failed/decode_abort ack->10.0.0.1:7001 arm=linger"},
+			{DecodeAbort{From: epA}, "ack->10.0.0.1:7001"},
+		},
+		final: Failed,
+	},
+	{
+		name: "scheduler misuse is an invalid request: send before init",
+		steps: []step{
+			{Open{}, "arm=bootstrap"},
+			{Send{Pages: pages(1)}, "pub=Failed/invalid_request arm=linger"},
+		},
+		final: Failed,
+	},
+	{
+		name: "scheduler misuse: more pages than init announced",
+		steps: []step{
+			{Open{}, "arm=bootstrap"},
+			{Init{NumPages: 1}, "-"},
+			{Send{Pages: pages(1, 2)}, "pub=Failed/invalid_request arm=linger"},
+		},
+		final: Failed,
+	},
+	{
+		name: "decode page list shorter than the chunk: invalid request, nothing posted",
+		steps: []step{
+			{Open{}, "arm=bootstrap"},
+			{ti("a", epA, pages(1), 2), "-"},
+			{ti("b", epB, pages(1, 2), 2), "pub=WaitingForInput arm=waiting"},
+			{Init{NumPages: 2}, "-"},
+			{Send{Pages: pages(1, 2)}, "pub=Failed/invalid_request status->10.0.0.1:7001 status->10.0.0.2:7002 arm=linger"},
+		},
+		final: Failed,
+	},
+	{
+		name: "transfer infos that disagree on required_dst_info_num",
+		steps: []step{
+			{ti("a", epA, pages(1), 2), "arm=bootstrap"},
+			{ti("b", epB, pages(1), 3), "pub=Failed/invalid_request status->10.0.0.1:7001 retire"},
+		},
+		final: Failed,
+	},
+	{
+		name: "empty non-last send is not a chunk",
+		steps: []step{
+			{Open{}, "arm=bootstrap"},
+			{ti("a", epA, pages(1), 1), "pub=WaitingForInput arm=waiting"},
+			{Init{NumPages: 1}, "-"},
+			{Send{}, "ignored"},
+			{Send{Pages: pages(4)}, "post[a:0c0L] pub=Transferring arm=transfer"},
+		},
+		final: Transferring,
+	},
+	{
+		name: "clear before the room concluded is the scheduler giving up",
+		steps: []step{
+			{Open{}, "arm=bootstrap"},
+			{Clear{}, "pub=Failed/client_abort retire"},
+		},
+		final: Failed,
+	},
+	{
+		name: "a concluded room nobody clears retires on the linger deadline; polls still answered",
+		steps: []step{
+			{Open{}, "arm=bootstrap"},
+			{Fail{Reason: ReasonShutdown}, "pub=Failed/shutdown arm=linger"},
+			{Deadline{Gen: 2}, "retire"},
+			{Poll{}, "reply=Failed"},
+		},
+		final: Failed,
+	},
+	{
+		name: "an Open for a cleared, opened room starts a new incarnation",
+		steps: []step{
+			{Open{}, "arm=bootstrap"},
+			{dummy("d", epB, 1), "pub=WaitingForInput arm=waiting"},
+			{Init{NumPages: 1}, "-"},
+			{Send{Pages: pages(1)}, "pub=Success arm=linger"},
+			{Clear{}, "retire"},
+			{Open{}, "pub=Bootstrapping arm=bootstrap revive"},
+			{Poll{}, "reply=Bootstrapping"},
+		},
+		final: Bootstrapping,
+	},
+}
+
+func TestTransitions(t *testing.T) {
+	for _, tc := range transitionCases {
+		t.Run(tc.name, func(t *testing.T) {
+			m := New(&testCfg, 42)
+			for i, s := range tc.steps {
+				if got := summary(m.Step(s.msg)); got != s.want {
+					t.Fatalf("step %d %s:\n got  %s\n want %s", i, msgName(s.msg), got, s.want)
+				}
+			}
+			if st, _ := m.Status(); st != tc.final {
+				t.Fatalf("final status %v, want %v", st, tc.final)
+			}
+		})
+	}
+}
+
+func TestTombstoneRoundTrip(t *testing.T) {
+	m := New(&testCfg, 7)
+	m.Step(DecodeAbort{From: epA})
+	if !m.Retired() {
+		t.Fatal("an abort for an unopened room should retire it at once")
+	}
+	ts := m.Tombstone()
+	if ts != (Tombstone{Room: 7, Status: Failed, Reason: ReasonDecodeAbort}) {
+		t.Fatalf("tombstone %+v", ts)
+	}
+	r := FromTombstone(&testCfg, ts)
+	if got := summary(r.Step(TransferInfo{Agent: "a", Required: 1})); got != "ignored" {
+		t.Fatalf("late transfer info on tombstone: %s", got)
+	}
+	if got := summary(r.Step(Open{})); got != "arm=linger revive" {
+		t.Fatalf("open on abort tombstone: %s", got)
+	}
+	if st, why := r.Status(); st != Failed || why != ReasonDecodeAbort {
+		t.Fatalf("revived status %v/%v", st, why)
+	}
+}
+
+func TestReasonNames(t *testing.T) {
+	for _, r := range Reasons() {
+		got, err := ParseReason(r.String())
+		if err != nil || got != r {
+			t.Fatalf("ParseReason(%q) = %v, %v", r.String(), got, err)
+		}
+	}
+	if _, err := ParseReason("nope"); err == nil {
+		t.Fatal("ParseReason accepted an unknown name")
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	c := DefaultConfig()
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	c.Drain = 0
+	if err := c.Validate(); err == nil {
+		t.Fatal("a zero drain deadline was accepted")
+	}
+}
