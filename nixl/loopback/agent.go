@@ -1,0 +1,402 @@
+package loopback
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"unsafe"
+
+	"github.com/kvxfer/kvxfer/nixl"
+)
+
+// Options tune an agent. The zero value is fine.
+type Options struct {
+	// Workers is the size of the copy worker pool (default 2).
+	Workers int
+	// Dir is where the agent's private directory is created (default /dev/shm,
+	// else os.TempDir()).
+	Dir string
+}
+
+// region is one registered region, local or a peer's, with its bytes located in
+// a mapping of this process: m.data[off : off+len].
+type region struct {
+	kind nixl.MemKind
+	dev  uint64
+	addr uint64 // as the owner sees it
+	len  uint64
+	m    *mapping
+	off  uint64
+	reg  nixl.RegID // local only
+}
+
+func (r *region) covers(d nixl.Desc) bool {
+	a := uint64(d.Addr)
+	return d.DevID == r.dev && a >= r.addr && a+d.Len >= a && a+d.Len <= r.addr+r.len
+}
+
+// peer is a loaded remote agent.
+type peer struct {
+	name     string
+	blob     []byte
+	sock     *net.UnixAddr
+	maps     []*mapping
+	regions  []*region
+	disconnd bool // set when a send failed or a disconnect was injected; guarded by Agent.mu
+}
+
+// Agent is the loopback nixl.Agent. Create it with New; Close it when done.
+type Agent struct {
+	name string
+	dir  string
+	conn *net.UnixConn
+
+	// mu guards everything below except what copyMu and the queue guard.
+	mu       sync.Mutex
+	closed   bool
+	seq      uint64
+	allocs   map[uint64]*mapping // by base address
+	regs     map[nixl.RegID][]*region
+	peers    map[string]*peer
+	lists    map[nixl.ListID]*plist
+	xfers    map[nixl.XferID]*xfer
+	faults   map[string]Fault
+	inflight int
+
+	// copyMu is held for reading while a worker copies bytes, and for writing
+	// while any mapping is unmapped, so a copy never touches unmapped memory.
+	copyMu sync.RWMutex
+
+	q       queue
+	workers sync.WaitGroup
+
+	nmu    sync.Mutex
+	notifs []nixl.Notif
+	reader sync.WaitGroup
+}
+
+var _ nixl.Agent = (*Agent)(nil)
+
+// New creates an agent named name, its directory, its notification socket and
+// its worker pool.
+func New(name string, opt Options) (*Agent, error) {
+	if name == "" || len(name) > maxStr {
+		return nil, nixl.Errorf(nixl.ErrInvalid, "loopback: agent name length %d", len(name))
+	}
+	root := opt.Dir
+	if root == "" {
+		root = shmRoot()
+	}
+	dir, err := os.MkdirTemp(root, "kvxfer-nixl-")
+	if err != nil {
+		return nil, nixl.Errorf(nixl.ErrBackend, "loopback: %v", err)
+	}
+	addr := &net.UnixAddr{Name: filepath.Join(dir, "notif.sock"), Net: "unixgram"}
+	conn, err := net.ListenUnixgram("unixgram", addr)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, nixl.Errorf(nixl.ErrBackend, "loopback: listen %s: %v", addr.Name, err)
+	}
+	a := &Agent{
+		name: name, dir: dir, conn: conn,
+		allocs: map[uint64]*mapping{}, regs: map[nixl.RegID][]*region{},
+		peers: map[string]*peer{}, lists: map[nixl.ListID]*plist{},
+		xfers: map[nixl.XferID]*xfer{}, faults: map[string]Fault{},
+	}
+	a.q.init()
+	n := opt.Workers
+	if n <= 0 {
+		n = 2
+	}
+	a.workers.Add(n)
+	for range n {
+		go a.worker()
+	}
+	a.reader.Add(1)
+	go a.readNotifs()
+	return a, nil
+}
+
+// Name implements nixl.Agent.
+func (a *Agent) Name() string { return a.name }
+
+// Dir is the agent's private directory (region files and socket); removed by Close.
+func (a *Agent) Dir() string { return a.dir }
+
+func (a *Agent) nextID() uint64 { a.seq++; return a.seq }
+
+// Alloc returns n bytes of shared memory (a mapped file in the agent's
+// directory), zeroed, suitable for Register. It stays valid until Free or Close.
+func (a *Agent) Alloc(n int) ([]byte, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return nil, nixl.ErrClosed
+	}
+	m, err := createMapping(filepath.Join(a.dir, fmt.Sprintf("m%d", a.nextID())), n)
+	if err != nil {
+		return nil, err
+	}
+	a.allocs[m.base()] = m
+	return m.data[:n:n], nil
+}
+
+// AllocRegistered is Alloc followed by Register of the whole buffer.
+func (a *Agent) AllocRegistered(kind nixl.MemKind, dev uint64, n int) ([]byte, nixl.RegID, error) {
+	b, err := a.Alloc(n)
+	if err != nil {
+		return nil, 0, err
+	}
+	id, err := a.Register(kind, []nixl.Desc{nixl.DescOf(b, dev)})
+	if err != nil {
+		a.Free(b)
+		return nil, 0, err
+	}
+	return b, id, nil
+}
+
+// Free unmaps and deletes a buffer returned by Alloc. It fails with ErrInvalid
+// while any registration lies inside it.
+func (a *Agent) Free(b []byte) error {
+	if len(b) == 0 {
+		return nixl.Errorf(nixl.ErrInvalid, "loopback: free of empty buffer")
+	}
+	base := uint64(uintptr(unsafe.Pointer(unsafe.SliceData(b))))
+	a.mu.Lock()
+	m := a.allocs[base]
+	switch {
+	case a.closed:
+		a.mu.Unlock()
+		return nixl.ErrClosed
+	case m == nil:
+		a.mu.Unlock()
+		return nixl.Errorf(nixl.ErrInvalid, "loopback: free of %#x: not an allocation", base)
+	case m.regs > 0:
+		a.mu.Unlock()
+		return nixl.Errorf(nixl.ErrInvalid, "loopback: free of %#x: %d registrations inside", base, m.regs)
+	}
+	delete(a.allocs, base)
+	a.mu.Unlock()
+	a.copyMu.Lock()
+	err := m.unmap()
+	a.copyMu.Unlock()
+	os.Remove(m.path)
+	return err
+}
+
+// findAlloc returns the own allocation containing [addr, addr+n).
+func (a *Agent) findAlloc(addr, n uint64) (*mapping, uint64) {
+	for _, m := range a.allocs {
+		if off, ok := m.contains(addr, n); ok {
+			return m, off
+		}
+	}
+	return nil, 0
+}
+
+// Register implements nixl.Agent. Regions must lie inside buffers from Alloc.
+func (a *Agent) Register(kind nixl.MemKind, descs []nixl.Desc) (nixl.RegID, error) {
+	if !kind.Valid() || len(descs) == 0 {
+		return 0, nixl.Errorf(nixl.ErrInvalid, "loopback register: kind %v, %d descriptors", kind, len(descs))
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return 0, nixl.ErrClosed
+	}
+	rs := make([]*region, 0, len(descs))
+	for i, d := range descs {
+		m, off := a.findAlloc(uint64(d.Addr), d.Len)
+		if m == nil || d.Len == 0 {
+			return 0, nixl.Errorf(nixl.ErrInvalid, "loopback register: descriptor %d (%#x,+%d) is not inside loopback shared memory", i, d.Addr, d.Len)
+		}
+		if kind == nixl.DRAM && d.DevID != 0 {
+			return 0, nixl.Errorf(nixl.ErrInvalid, "loopback register: DRAM descriptor %d has device %d", i, d.DevID)
+		}
+		rs = append(rs, &region{kind: kind, dev: d.DevID, addr: uint64(d.Addr), len: d.Len, m: m, off: off})
+	}
+	id := nixl.RegID(a.nextID())
+	for _, r := range rs {
+		r.reg = id
+		r.m.regs++
+	}
+	a.regs[id] = rs
+	return id, nil
+}
+
+// Deregister implements nixl.Agent. Lists and requests already built keep working:
+// the memory stays mapped until Free.
+func (a *Agent) Deregister(id nixl.RegID) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return nixl.ErrClosed
+	}
+	rs, ok := a.regs[id]
+	if !ok {
+		return nixl.Errorf(nixl.ErrInvalid, "loopback deregister: unknown registration %d", id)
+	}
+	for _, r := range rs {
+		r.m.regs--
+	}
+	delete(a.regs, id)
+	return nil
+}
+
+// localRegions lists the registered regions in a stable order (by RegID).
+func (a *Agent) localRegions() []*region {
+	ids := make([]nixl.RegID, 0, len(a.regs))
+	for id := range a.regs {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	var out []*region
+	for _, id := range ids {
+		out = append(out, a.regs[id]...)
+	}
+	return out
+}
+
+// LocalMetadata implements nixl.Agent.
+func (a *Agent) LocalMetadata() ([]byte, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return nil, nixl.ErrClosed
+	}
+	md := metadata{Name: a.name, Socket: a.conn.LocalAddr().String()}
+	fileIdx := map[*mapping]uint16{}
+	for _, r := range a.localRegions() {
+		fi, ok := fileIdx[r.m]
+		if !ok {
+			if len(md.Files) >= maxFiles {
+				return nil, nixl.Errorf(nixl.ErrInvalid, "loopback metadata: more than %d files", maxFiles)
+			}
+			fi = uint16(len(md.Files))
+			fileIdx[r.m] = fi
+			md.Files = append(md.Files, metaFile{Path: r.m.path, Size: uint64(len(r.m.data))})
+		}
+		md.Regions = append(md.Regions, metaRegion{Kind: r.kind, Dev: r.dev, Addr: r.addr, Len: r.len, File: fi, Off: r.off})
+	}
+	return md.encode(), nil
+}
+
+// LoadPeer implements nixl.Agent: it maps the peer's region files into this process.
+func (a *Agent) LoadPeer(blob []byte) (string, error) {
+	md, err := decodeMetadata(blob)
+	if err != nil {
+		return "", err
+	}
+	a.mu.Lock()
+	if a.closed {
+		a.mu.Unlock()
+		return "", nixl.ErrClosed
+	}
+	if p, ok := a.peers[md.Name]; ok {
+		a.mu.Unlock()
+		if bytes.Equal(p.blob, blob) {
+			return md.Name, nil
+		}
+		return "", nixl.Errorf(nixl.ErrInvalid, "loopback load peer %q: already loaded with other metadata; drop it first", md.Name)
+	}
+	a.mu.Unlock()
+
+	p := &peer{name: md.Name, blob: bytes.Clone(blob), sock: &net.UnixAddr{Name: md.Socket, Net: "unixgram"}}
+	for _, f := range md.Files {
+		m, err := openMapping(f.Path, f.Size)
+		if err != nil {
+			for _, m := range p.maps {
+				m.unmap()
+			}
+			return "", fmt.Errorf("loopback load peer %q: %w", md.Name, err)
+		}
+		p.maps = append(p.maps, m)
+	}
+	for _, g := range md.Regions {
+		p.regions = append(p.regions, &region{kind: g.Kind, dev: g.Dev, addr: g.Addr, len: g.Len, m: p.maps[g.File], off: g.Off})
+	}
+
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if _, ok := a.peers[md.Name]; ok || a.closed {
+		for _, m := range p.maps {
+			m.unmap()
+		}
+		if a.closed {
+			return "", nixl.ErrClosed
+		}
+		return "", nixl.Errorf(nixl.ErrInvalid, "loopback load peer %q: loaded concurrently", md.Name)
+	}
+	a.peers[md.Name] = p
+	return md.Name, nil
+}
+
+// DropPeer implements nixl.Agent. In-flight requests to the peer end Failed with
+// ErrPeerUnknown; its mappings are unmapped once no copy uses them.
+func (a *Agent) DropPeer(name string) error {
+	a.mu.Lock()
+	if a.closed {
+		a.mu.Unlock()
+		return nixl.ErrClosed
+	}
+	p, ok := a.peers[name]
+	if !ok {
+		a.mu.Unlock()
+		return nixl.Errorf(nixl.ErrPeerUnknown, "loopback drop peer %q", name)
+	}
+	delete(a.peers, name)
+	a.failInflightLocked(func(x *xfer) bool { return x.peer == p },
+		nixl.Errorf(nixl.ErrPeerUnknown, "loopback: peer %q dropped while the request was in flight", name))
+	a.mu.Unlock()
+	a.copyMu.Lock()
+	for _, m := range p.maps {
+		m.unmap()
+	}
+	a.copyMu.Unlock()
+	return nil
+}
+
+// Close implements nixl.Agent: it stops the workers and the socket reader, unmaps
+// every mapping and removes the agent's directory. It is idempotent.
+func (a *Agent) Close() error {
+	a.mu.Lock()
+	if a.closed {
+		a.mu.Unlock()
+		return nil
+	}
+	a.closed = true
+	for _, x := range a.xfers {
+		if x.timer != nil {
+			x.timer.Stop()
+			x.timer = nil
+		}
+	}
+	a.mu.Unlock()
+	a.q.close()
+	a.workers.Wait()
+	err := a.conn.Close()
+	a.reader.Wait()
+	a.copyMu.Lock()
+	for _, p := range a.peers {
+		for _, m := range p.maps {
+			if e := m.unmap(); e != nil {
+				err = errors.Join(err, e)
+			}
+		}
+	}
+	for _, m := range a.allocs {
+		if e := m.unmap(); e != nil {
+			err = errors.Join(err, e)
+		}
+	}
+	a.copyMu.Unlock()
+	if e := os.RemoveAll(a.dir); e != nil {
+		err = errors.Join(err, e)
+	}
+	return err
+}

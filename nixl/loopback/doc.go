@@ -1,0 +1,22 @@
+// Package loopback is a pure-Go nixl.Agent that moves bytes between agents on one
+// host, in one process or across processes, with NIXL's rules enforced strictly.
+//
+// Design, in one paragraph: every agent owns a private directory (under /dev/shm
+// when it exists). Memory it hands out with Alloc is a file in that directory,
+// mmap'd MAP_SHARED, so it is never Go heap and any process that maps the same
+// file sees the same bytes. The metadata blob names the agent, the path of its
+// unix datagram socket (the notification endpoint) and every registered region
+// (file, offset in the file, address as the owner sees it, length, device, kind).
+// LoadPeer maps the peer's files into this process; a WRITE translates the peer's
+// addresses into that mapping and copies with copy(). The copy runs on a small
+// worker pool, then the notification is sent to the peer's socket, then the
+// request turns Done: the notification never overtakes the bytes.
+//
+// Fault injection (SetFault) is per peer name: added latency, failure, a request
+// that never completes, and disconnect. It exists so that the transfer pool and
+// the conformance suite can exercise every failure path without real hardware.
+//
+// Limits: one host only; VRAM is host memory with a VRAM label; no progress
+// engine is needed because the initiator does the copy (one-sided, like RDMA);
+// notification messages are limited to MaxNotifLen bytes.
+package loopback

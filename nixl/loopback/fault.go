@@ -1,0 +1,58 @@
+package loopback
+
+import (
+	"math/rand/v2"
+	"time"
+
+	"github.com/kvxfer/kvxfer/nixl"
+)
+
+// Fault describes what transfers from this agent to one peer suffer. The zero
+// value is a healthy peer. Faults are keyed by peer name and survive
+// DropPeer/LoadPeer; SetFault(peer, Fault{}) clears them.
+type Fault struct {
+	// Latency, if set, delays each posted request's copy by the returned duration
+	// (see Fixed and Uniform). The request stays InProgress meanwhile.
+	Latency func() time.Duration
+	// Fail makes each posted request end Failed (ErrBackend) without copying or notifying.
+	Fail bool
+	// Hang makes each posted request stay InProgress forever (it can never be
+	// released), like a NIXL transfer to a stalled peer.
+	Hang bool
+	// Disconnect makes posts and SendNotif fail with ErrRemoteDisconnect, and fails
+	// requests in flight to the peer with ErrRemoteDisconnect when it is set.
+	Disconnect bool
+}
+
+func (f Fault) delay() time.Duration {
+	if f.Latency == nil {
+		return 0
+	}
+	return f.Latency()
+}
+
+// Fixed is a constant latency.
+func Fixed(d time.Duration) func() time.Duration { return func() time.Duration { return d } }
+
+// Uniform is a latency drawn uniformly from [min, max].
+func Uniform(min, max time.Duration) func() time.Duration {
+	if max <= min {
+		return Fixed(min)
+	}
+	return func() time.Duration { return min + rand.N(max-min+1) }
+}
+
+// SetFault sets the fault for transfers to peer (loaded or not yet).
+func (a *Agent) SetFault(peer string, f Fault) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if f.Latency == nil && !f.Fail && !f.Hang && !f.Disconnect {
+		delete(a.faults, peer)
+	} else {
+		a.faults[peer] = f
+	}
+	if f.Disconnect {
+		a.failInflightLocked(func(x *xfer) bool { return x.peer.name == peer },
+			nixl.Errorf(nixl.ErrRemoteDisconnect, "loopback: injected disconnect of %q", peer))
+	}
+}

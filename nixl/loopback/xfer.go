@@ -1,0 +1,293 @@
+package loopback
+
+import (
+	"time"
+
+	"github.com/kvxfer/kvxfer/nixl"
+)
+
+// seg is one copy: n bytes from src.data[srcOff:] to dst.data[dstOff:].
+type seg struct {
+	src, dst       *mapping
+	srcOff, dstOff uint64
+	n              uint64
+}
+
+// xfer is a transfer request. Every field is guarded by Agent.mu; workers read
+// segs and notif, which never change after Make.
+type xfer struct {
+	op       nixl.Op
+	peer     *peer
+	segs     []seg
+	notif    []byte
+	hasNotif bool
+	state    nixl.State
+	err      error
+	epoch    uint64      // bumped by each Post, so a stale job cannot finish a new post
+	timer    *time.Timer // pending injected latency
+}
+
+// appendSeg adds a copy, merging it into the previous one when both sides are
+// adjacent in memory (what NIXL's makeXferReq does for consecutive indices).
+func appendSeg(segs []seg, s seg) []seg {
+	if k := len(segs) - 1; k >= 0 {
+		p := &segs[k]
+		if p.src == s.src && p.dst == s.dst && p.srcOff+p.n == s.srcOff && p.dstOff+p.n == s.dstOff {
+			p.n += s.n
+			return segs
+		}
+	}
+	return append(segs, s)
+}
+
+// orient turns (local, remote) into (src, dst) for op.
+func orient(op nixl.Op, lm *mapping, loff uint64, rm *mapping, roff uint64, n uint64) seg {
+	if op == nixl.Read {
+		return seg{src: rm, srcOff: roff, dst: lm, dstOff: loff, n: n}
+	}
+	return seg{src: lm, srcOff: loff, dst: rm, dstOff: roff, n: n}
+}
+
+// Make implements nixl.Agent.
+func (a *Agent) Make(op nixl.Op, local nixl.ListID, li []int32, remote nixl.ListID, ri []int32, notif []byte) (nixl.XferID, error) {
+	if op != nixl.Write && op != nixl.Read {
+		return 0, nixl.Errorf(nixl.ErrInvalid, "loopback make: op %v", op)
+	}
+	if len(li) != len(ri) || len(li) == 0 {
+		return 0, nixl.Errorf(nixl.ErrInvalid, "loopback make: %d local and %d remote indices", len(li), len(ri))
+	}
+	if len(notif) > MaxNotifLen {
+		return 0, nixl.Errorf(nixl.ErrInvalid, "loopback make: notification of %d bytes", len(notif))
+	}
+	a.mu.Lock()
+	if a.closed {
+		a.mu.Unlock()
+		return 0, nixl.ErrClosed
+	}
+	ll, rl := a.lists[local], a.lists[remote]
+	switch {
+	case ll == nil || rl == nil:
+		a.mu.Unlock()
+		return 0, nixl.Errorf(nixl.ErrInvalid, "loopback make: unknown list (local %d, remote %d)", local, remote)
+	case ll.peer != nil:
+		a.mu.Unlock()
+		return 0, nixl.Errorf(nixl.ErrInvalid, "loopback make: list %d is not a local list", local)
+	case rl.peer == nil:
+		a.mu.Unlock()
+		return 0, nixl.Errorf(nixl.ErrInvalid, "loopback make: list %d is not a remote list", remote)
+	case a.peers[rl.peer.name] != rl.peer:
+		a.mu.Unlock()
+		return 0, nixl.Errorf(nixl.ErrPeerUnknown, "loopback make: list %d was prepared for %q, which has been dropped", remote, rl.peer.name)
+	}
+	a.mu.Unlock()
+	// Lists are immutable; resolve without the lock.
+	segs := make([]seg, 0, 16)
+	lh, rh := 0, 0
+	for i := range li {
+		lr, loff, ok1 := ll.at(int(li[i]), &lh)
+		rr, roff, ok2 := rl.at(int(ri[i]), &rh)
+		if !ok1 || !ok2 {
+			return 0, nixl.Errorf(nixl.ErrInvalid, "loopback make: index pair %d (%d of %d local, %d of %d remote) out of range", i, li[i], ll.n, ri[i], rl.n)
+		}
+		if lr.len != rr.len {
+			return 0, nixl.Errorf(nixl.ErrInvalid, "loopback make: index pair %d length %d local vs %d remote", i, lr.len, rr.len)
+		}
+		segs = appendSeg(segs, orient(op, lr.reg.m, loff, rr.reg.m, roff, lr.len))
+	}
+	return a.addXfer(op, rl.peer, segs, notif)
+}
+
+// Create implements nixl.Agent.
+func (a *Agent) Create(op nixl.Op, lkind nixl.MemKind, local []nixl.Desc, peerName string, rkind nixl.MemKind, remote []nixl.Desc, notif []byte) (nixl.XferID, error) {
+	if op != nixl.Write && op != nixl.Read {
+		return 0, nixl.Errorf(nixl.ErrInvalid, "loopback create: op %v", op)
+	}
+	if len(local) != len(remote) || len(local) == 0 {
+		return 0, nixl.Errorf(nixl.ErrInvalid, "loopback create: %d local and %d remote descriptors", len(local), len(remote))
+	}
+	if len(notif) > MaxNotifLen {
+		return 0, nixl.Errorf(nixl.ErrInvalid, "loopback create: notification of %d bytes", len(notif))
+	}
+	a.mu.Lock()
+	if a.closed {
+		a.mu.Unlock()
+		return 0, nixl.ErrClosed
+	}
+	p := a.peers[peerName]
+	if p == nil {
+		a.mu.Unlock()
+		return 0, nixl.Errorf(nixl.ErrPeerUnknown, "loopback create for %q", peerName)
+	}
+	lv := resolver{regions: a.localRegions()}
+	a.mu.Unlock()
+	rv := resolver{regions: p.regions}
+	segs := make([]seg, 0, len(local))
+	for i := range local {
+		l, r := local[i], remote[i]
+		if l.Len != r.Len {
+			return 0, nixl.Errorf(nixl.ErrInvalid, "loopback create: descriptor %d length %d local vs %d remote", i, l.Len, r.Len)
+		}
+		lr, rr := lv.find(lkind, l), rv.find(rkind, r)
+		if lr == nil || rr == nil {
+			return 0, nixl.Errorf(nixl.ErrInvalid, "loopback create: descriptor %d (local %#x,+%d %v; remote %#x,+%d %v) is not inside a registered region", i, l.Addr, l.Len, lkind, r.Addr, r.Len, rkind)
+		}
+		segs = appendSeg(segs, orient(op, lr.m, lr.off+(uint64(l.Addr)-lr.addr), rr.m, rr.off+(uint64(r.Addr)-rr.addr), l.Len))
+	}
+	return a.addXfer(op, p, segs, notif)
+}
+
+func (a *Agent) addXfer(op nixl.Op, p *peer, segs []seg, notif []byte) (nixl.XferID, error) {
+	x := &xfer{op: op, peer: p, segs: segs, state: nixl.Idle}
+	if notif != nil {
+		x.notif, x.hasNotif = encodeNotif(a.name, notif), true
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return 0, nixl.ErrClosed
+	}
+	id := nixl.XferID(a.nextID())
+	a.xfers[id] = x
+	return id, nil
+}
+
+// Post implements nixl.Agent. The copy runs on the worker pool, after the peer's
+// injected latency if any; the result is always InProgress on success.
+func (a *Agent) Post(id nixl.XferID) (nixl.State, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return nixl.Failed, nixl.ErrClosed
+	}
+	x := a.xfers[id]
+	if x == nil {
+		return nixl.Failed, nixl.Errorf(nixl.ErrInvalid, "loopback post: unknown request %d", id)
+	}
+	if x.state == nixl.InProgress {
+		return nixl.InProgress, nixl.Errorf(nixl.ErrRequestActive, "loopback post: request %d is in flight", id)
+	}
+	f := a.faults[x.peer.name]
+	switch {
+	case a.peers[x.peer.name] != x.peer:
+		x.state, x.err = nixl.Failed, nixl.Errorf(nixl.ErrPeerUnknown, "loopback post: request %d targets dropped peer %q", id, x.peer.name)
+		return nixl.Failed, x.err
+	case x.peer.disconnd || f.Disconnect:
+		x.state, x.err = nixl.Failed, nixl.Errorf(nixl.ErrRemoteDisconnect, "loopback post: peer %q", x.peer.name)
+		return nixl.Failed, x.err
+	}
+	x.state, x.err = nixl.InProgress, nil
+	x.epoch++
+	j := job{id: id, x: x, epoch: x.epoch}
+	if f.Hang {
+		return nixl.InProgress, nil
+	}
+	if d := f.delay(); d > 0 {
+		x.timer = time.AfterFunc(d, func() { a.q.push(j) })
+		return nixl.InProgress, nil
+	}
+	a.q.push(j)
+	return nixl.InProgress, nil
+}
+
+// Poll implements nixl.Agent.
+func (a *Agent) Poll(xs []nixl.XferID, out []nixl.Status) error {
+	if len(out) < len(xs) {
+		return nixl.Errorf(nixl.ErrInvalid, "loopback poll: %d results for %d requests", len(out), len(xs))
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return nixl.ErrClosed
+	}
+	for i, id := range xs {
+		x := a.xfers[id]
+		if x == nil {
+			out[i] = nixl.Status{State: nixl.Failed, Err: nixl.Errorf(nixl.ErrInvalid, "loopback poll: unknown request %d", id)}
+			continue
+		}
+		out[i] = nixl.Status{State: x.state, Err: x.err}
+	}
+	return nil
+}
+
+// Release implements nixl.Agent.
+func (a *Agent) Release(id nixl.XferID) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return nixl.ErrClosed
+	}
+	x := a.xfers[id]
+	if x == nil {
+		return nixl.Errorf(nixl.ErrInvalid, "loopback release: unknown request %d", id)
+	}
+	if x.state == nixl.InProgress {
+		return nixl.Errorf(nixl.ErrRequestActive, "loopback release: request %d is in flight", id)
+	}
+	delete(a.xfers, id)
+	return nil
+}
+
+// finish moves a request to a terminal state if it is still the same post.
+func (a *Agent) finish(j job, st nixl.State, err error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if j.x.epoch == j.epoch && j.x.state == nixl.InProgress {
+		j.x.state, j.x.err, j.x.timer = st, err, nil
+	}
+}
+
+// failInflightLocked fails every in-flight request matching pick (a.mu held).
+func (a *Agent) failInflightLocked(pick func(*xfer) bool, err error) {
+	for _, x := range a.xfers {
+		if x.state == nixl.InProgress && pick(x) {
+			if x.timer != nil {
+				x.timer.Stop()
+				x.timer = nil
+			}
+			x.state, x.err = nixl.Failed, err
+		}
+	}
+}
+
+// run executes one posted request on a worker: fault check, copy, notify, Done.
+func (a *Agent) run(j job) {
+	a.mu.Lock()
+	x := j.x
+	if a.closed || x.epoch != j.epoch || x.state != nixl.InProgress {
+		a.mu.Unlock()
+		return
+	}
+	f := a.faults[x.peer.name]
+	p := x.peer
+	a.mu.Unlock()
+	if f.Fail {
+		a.finish(j, nixl.Failed, nixl.Errorf(nixl.ErrBackend, "loopback: injected failure for peer %q", p.name))
+		return
+	}
+	if err := a.copySegs(x.segs); err != nil {
+		a.finish(j, nixl.Failed, err)
+		return
+	}
+	if x.hasNotif {
+		if err := a.sendRaw(p, x.notif); err != nil {
+			a.finish(j, nixl.Failed, err)
+			return
+		}
+	}
+	a.finish(j, nixl.Done, nil)
+}
+
+// copySegs copies every segment while holding copyMu for reading, so no mapping
+// can be unmapped underneath it.
+func (a *Agent) copySegs(segs []seg) error {
+	a.copyMu.RLock()
+	defer a.copyMu.RUnlock()
+	for _, s := range segs {
+		if s.src.unmapped || s.dst.unmapped {
+			return nixl.Errorf(nixl.ErrPeerUnknown, "loopback: memory of the request was unmapped (peer dropped or buffer freed)")
+		}
+		copy(s.dst.data[s.dstOff:s.dstOff+s.n], s.src.data[s.srcOff:s.srcOff+s.n])
+	}
+	return nil
+}
