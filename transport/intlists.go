@@ -87,5 +87,8 @@ func UnpackIntLists[T IntElem](buf []byte) ([][]T, error) {
 	if off != uint64(len(buf)) {
 		return nil, fmt.Errorf("packed int lists: %d trailing bytes after the last list", uint64(len(buf))-off)
 	}
+	if n == 0 {
+		return nil, nil // a zero count means the same as b"" (an empty outer list)
+	}
 	return out, nil
 }
