@@ -134,20 +134,18 @@ func (m *Machine) Agents() []string {
 func (m *Machine) Step(msg Msg) Effects {
 	m.fx = Effects{}
 	before := m.status
-	if p, ok := msg.(Poll); ok {
-		m.onPoll(p)
-		return m.fx
-	}
-	switch m.phase {
-	case collecting:
+	switch {
+	case isPoll(msg):
+		m.onPoll()
+	case m.phase == collecting:
 		m.stepCollecting(msg)
-	case waiting, transferring:
+	case m.phase == waiting, m.phase == transferring:
 		m.stepReady(msg)
-	case draining:
+	case m.phase == draining:
 		m.stepDraining(msg)
-	case concluded:
+	case m.phase == concluded:
 		m.stepConcluded(msg)
-	case retired:
+	default:
 		m.stepRetired(msg)
 	}
 	if m.phase != retired && m.armKind == NoDeadline {
@@ -300,7 +298,9 @@ func (m *Machine) stepRetired(msg Msg) {
 	}
 }
 
-func (m *Machine) onPoll(Poll) {
+func isPoll(msg Msg) bool { _, ok := msg.(Poll); return ok }
+
+func (m *Machine) onPoll() {
 	m.fx.Reply = &Reply{Status: m.status, Reason: m.reason, PrefixLen: m.prefixLen}
 }
 

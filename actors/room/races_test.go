@@ -1,0 +1,65 @@
+package room
+
+import "testing"
+
+// Named regressions for the three races that pin rooms in SGLang's dict-based
+// NIXL prefill (spec §6.3). Each replays the upstream interleaving through the
+// checker, so every invariant is checked at every step, and then asserts the
+// outcome upstream gets wrong.
+
+func replay(t *testing.T, c *checker, m *Machine, msgs ...Msg) {
+	t.Helper()
+	for _, msg := range msgs {
+		if err := c.step(m, msg); err != nil {
+			t.Fatalf("%s: %v", msgName(msg), err)
+		}
+	}
+}
+
+// P2: decode's ABORT arrives before the prefill scheduler created the sender.
+// Upstream drops it (no room in request_status) and the sender then sits in
+// Bootstrapping forever.
+func TestRaceAbortBeforeSender(t *testing.T) {
+	m, c := New(&testCfg, 9), &checker{}
+	replay(t, c, m, DecodeAbort{From: epA}, Open{}, Poll{})
+	if st, why := m.Status(); st != Failed || why != ReasonDecodeAbort {
+		t.Fatalf("sender opened after an ABORT polls %v/%v, want Failed/decode_abort", st, why)
+	}
+	replay(t, c, m, Clear{})
+	if !m.Retired() {
+		t.Fatal("room not retired after clear")
+	}
+}
+
+// P5/P7: ABORT while a non-last chunk's write is in flight. Upstream's worker
+// then writes Transferring (resurrecting Failed before #30352), skips the last
+// chunk because the handler popped transfer_infos, and decode frees pages that a
+// late write may still land in.
+func TestRaceAbortInNonLastChunkWindow(t *testing.T) {
+	m, c := New(&testCfg, 9), &checker{realAgents: []string{"a"}, chunks: 2}
+	replay(t, c, m, Open{}, ti("a", epA, pages(1, 2), 1), Init{NumPages: 2}, Send{Pages: pages(5)})
+	replay(t, c, m, DecodeAbort{From: epA})
+	if fx := c.lastFx; fx.Status != Failed || len(fx.Notices) != 0 {
+		t.Fatalf("abort in the window: %s; want Failed now and no ACK before the drain", summary(fx))
+	}
+	replay(t, c, m, Send{Pages: pages(6)}) // the last chunk: must not be posted
+	replay(t, c, m, XferDone{Seq: 0})      // the late completion of chunk 0
+	fx := c.lastFx
+	if st, _ := m.Status(); st != Failed {
+		t.Fatalf("late completion resurrected the room: %v", st)
+	}
+	if len(fx.Notices) != 2 || fx.Notices[1].Kind != AbortAck {
+		t.Fatalf("after the drain decode must get its status and ACK, got %s", summary(fx))
+	}
+}
+
+// P6: after the scheduler cleared a failed room, a late transfer info, a late
+// completion and a late chunk must neither recreate state nor report success.
+func TestRaceLateUpdatesAfterClear(t *testing.T) {
+	m, c := New(&testCfg, 9), &checker{}
+	replay(t, c, m, Open{}, ti("a", epA, pages(1), 1), Abort{}, Clear{})
+	replay(t, c, m, ti("a", epA, pages(1), 1), XferDone{Seq: 0}, Send{Pages: pages(1)}, Init{NumPages: 1}, Poll{})
+	if st, _ := m.Status(); st != Failed || !m.Retired() || m.Inflight() != 0 || len(m.Agents()) != 0 {
+		t.Fatalf("late updates changed a cleared room: status %v retired %v agents %v", st, m.Retired(), m.Agents())
+	}
+}
