@@ -232,4 +232,3 @@ func (c *checker) posted(seq uint32) bool {
 	}
 	return false
 }
-
