@@ -60,7 +60,8 @@ type Agent interface {
 	// with equal-length index lists (nixl_capi_make_xfer_req). Runs of consecutive
 	// indices that are adjacent in memory on both sides may be merged. notif nil
 	// means no notification; non-nil (even empty) is delivered to the remote agent
-	// after the bytes land.
+	// after the bytes land. The agent copies what it keeps: callers may reuse
+	// the index slices and notif after Make returns (also for Create).
 	Make(op Op, local ListID, localIdx []int32, remote ListID, remoteIdx []int32, notif []byte) (XferID, error)
 	// Create builds a request from explicit descriptor lists without preparing
 	// them (nixl_capi_create_xfer_req); for small, rare transfers (aux, state).

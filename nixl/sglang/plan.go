@@ -1,0 +1,247 @@
+package sglang
+
+import (
+	"github.com/kvxfer/kvxfer/nixl"
+)
+
+// Chunk is one unit of work for one decode peer (SGLang's TransferKVChunk plus
+// the decode TransferInfo fields it needs).
+type Chunk struct {
+	Room    uint64
+	ChunkID int
+	IsLast  bool
+	// SrcPages are prefill page (slot) indices; DstPages the decode ones for the
+	// same chunk (info.dst_kv_indices[index_slice]). A shorter DstPages truncates
+	// the source, as SGLang does (Plan.Truncated reports it); a longer one is an error.
+	SrcPages []int32
+	DstPages []int32
+	// Aux slot indices, used when IsLast.
+	SrcAux, DstAux int
+	// State indices per component, used when IsLast. DstState non-nil means
+	// decode asked for state (it sent state_indices).
+	SrcState, DstState [][]int32
+	// NoKVChunks is the number of earlier KV chunks this sender sent for the
+	// room; it goes into the NoKVWithCount form of aux_nokv.
+	NoKVChunks int
+}
+
+// ReqKind says which part of a room a request carries.
+type ReqKind uint8
+
+const (
+	// ReqKV moves pages through the prepared lists (Make with SrcIdx/DstIdx).
+	ReqKV ReqKind = iota + 1
+	// ReqState moves one state component with explicit descriptors (Create).
+	ReqState
+	// ReqAux moves every aux buffer's slot with explicit descriptors (Create).
+	ReqAux
+)
+
+func (k ReqKind) String() string {
+	switch k {
+	case ReqKV:
+		return "kv"
+	case ReqState:
+		return "state"
+	case ReqAux:
+		return "aux"
+	}
+	return "?"
+}
+
+// Req is one NIXL WRITE to make and post, with its notification.
+type Req struct {
+	Kind      ReqKind
+	Component int // ReqState: the state component
+	// ReqKV: indices into the local and the peer's prepared KV lists.
+	SrcIdx, DstIdx []int32
+	// ReqState, ReqAux: explicit descriptors (local side, peer side).
+	Src, Dst         []nixl.Desc
+	SrcKind, DstKind nixl.MemKind
+	Notif            []byte
+}
+
+// Plan is a reusable output buffer: Planner.Plan overwrites it, keeping the
+// capacity of every slice so steady-state planning does not allocate.
+type Plan struct {
+	Reqs      []Req
+	Truncated int // source pages dropped because DstPages was shorter
+}
+
+// next appends an empty request, reusing the slices of a previous plan.
+func (p *Plan) next(kind ReqKind) *Req {
+	if len(p.Reqs) < cap(p.Reqs) {
+		p.Reqs = p.Reqs[:len(p.Reqs)+1]
+	} else {
+		p.Reqs = append(p.Reqs, Req{})
+	}
+	r := &p.Reqs[len(p.Reqs)-1]
+	*r = Req{Kind: kind, SrcIdx: r.SrcIdx[:0], DstIdx: r.DstIdx[:0], Src: r.Src[:0], Dst: r.Dst[:0], Notif: r.Notif[:0]}
+	return r
+}
+
+// Plan writes into out the requests for chunk c to decode peer p, in SGLang's
+// order: KV (one request for the whole chunk, all layers), then on the last
+// chunk one request per non-empty state component, then aux (or aux_nokv when
+// the last chunk has no pages). Every page, aux and state index is checked
+// against the registered slot counts first: on error out is empty and nothing
+// out of range is ever planned.
+func (l *Local) Plan(out *Plan, p *Peer, c *Chunk) error {
+	out.Reqs, out.Truncated = out.Reqs[:0], 0
+	src, dst := c.SrcPages, c.DstPages
+	if len(dst) > len(src) {
+		return nixl.Errorf(nixl.ErrInvalid, "sglang plan room %d chunk %d: %d decode pages for %d prefill pages", c.Room, c.ChunkID, len(dst), len(src))
+	}
+	if len(dst) < len(src) {
+		out.Truncated = len(src) - len(dst)
+		src = src[:len(dst)]
+	}
+	if err := checkPages(src, l.KV.NumSlots, "prefill page", c); err != nil {
+		return err
+	}
+	if err := checkPages(dst, p.kv.NumSlots, "decode page", c); err != nil {
+		return err
+	}
+	if c.IsLast {
+		if err := l.checkLast(p, c); err != nil {
+			return err
+		}
+	}
+	if len(src) > 0 {
+		r := out.next(ReqKV)
+		r.SrcIdx = repeatOverLayers(r.SrcIdx, src, p.nbuf, l.KV.NumSlots)
+		r.DstIdx = repeatOverLayers(r.DstIdx, dst, p.nbuf, p.kv.NumSlots)
+		r.Notif = AppendKVNotif(r.Notif, c.Room, c.ChunkID, c.IsLast, l.Sender)
+	}
+	if !c.IsLast {
+		return nil
+	}
+	if c.DstState != nil {
+		for i, s := range c.SrcState {
+			if len(s) == 0 {
+				continue
+			}
+			r := out.next(ReqState)
+			r.Component = i
+			st := &l.State[i]
+			r.SrcKind, r.DstKind = st.Kind, st.Kind
+			r.Src, r.Dst = stateDescs(r.Src, r.Dst, st, p.state[i], p.gpu, s, c.DstState[i])
+			r.Notif = AppendStateNotif(r.Notif, c.Room, l.Sender, i)
+		}
+	}
+	if len(l.Aux.Ptrs) > 0 {
+		r := out.next(ReqAux)
+		r.SrcKind, r.DstKind = nixl.DRAM, nixl.DRAM
+		for i, base := range l.Aux.Ptrs {
+			n := l.Aux.ItemLens[i]
+			r.Src = append(r.Src, nixl.Desc{Addr: uintptr(base + n*uint64(c.SrcAux)), Len: n})
+			r.Dst = append(r.Dst, nixl.Desc{Addr: uintptr(p.aux[i] + n*uint64(c.DstAux)), Len: n})
+		}
+		if len(src) == 0 {
+			r.Notif = AppendAuxNoKVNotif(r.Notif, c.Room, l.Sender, l.NoKV, c.NoKVChunks)
+		} else {
+			r.Notif = AppendAuxNotif(r.Notif, c.Room)
+		}
+	}
+	return nil
+}
+
+// checkLast validates the aux and state parts of a last chunk.
+func (l *Local) checkLast(p *Peer, c *Chunk) error {
+	if len(l.Aux.Ptrs) > 0 {
+		if c.SrcAux < 0 || c.SrcAux >= l.Aux.NumSlots || c.DstAux < 0 || c.DstAux >= l.Aux.NumSlots {
+			return nixl.Errorf(nixl.ErrInvalid, "sglang plan room %d: aux index %d→%d outside %d slots", c.Room, c.SrcAux, c.DstAux, l.Aux.NumSlots)
+		}
+	}
+	if c.DstState == nil {
+		return nil
+	}
+	sent := 0
+	for i, s := range c.SrcState {
+		if len(s) == 0 {
+			continue
+		}
+		switch {
+		case i >= len(l.State) || i >= len(p.state) || i >= len(c.DstState):
+			return nixl.Errorf(nixl.ErrInvalid, "sglang plan room %d: state component %d not registered on both sides", c.Room, i)
+		case len(c.DstState[i]) != len(s):
+			return nixl.Errorf(nixl.ErrInvalid, "sglang plan room %d: state component %d has %d prefill and %d decode indices", c.Room, i, len(s), len(c.DstState[i]))
+		case len(p.state[i]) < len(l.State[i].Ptrs):
+			return nixl.Errorf(nixl.ErrInvalid, "sglang plan room %d: state component %d has %d decode buffers, prefill %d", c.Room, i, len(p.state[i]), len(l.State[i].Ptrs))
+		}
+		if err := checkPages(s, l.State[i].NumSlots, "prefill state index", c); err != nil {
+			return err
+		}
+		dslots := 0
+		if i < len(p.stSlots) {
+			dslots = p.stSlots[i]
+		}
+		if dslots > 0 {
+			if err := checkPages(c.DstState[i], dslots, "decode state index", c); err != nil {
+				return err
+			}
+		} else if err := checkPages(c.DstState[i], 1<<31-1, "decode state index", c); err != nil {
+			return err
+		}
+		sent++
+	}
+	if sent == 0 && len(c.DstState) > 0 {
+		return nixl.Errorf(nixl.ErrInvalid, "sglang plan room %d: decode expects state but the chunk carries none", c.Room)
+	}
+	return nil
+}
+
+func checkPages(pages []int32, slots int, what string, c *Chunk) error {
+	for i, pg := range pages {
+		if pg < 0 || int(pg) >= slots {
+			return nixl.Errorf(nixl.ErrInvalid, "sglang plan room %d chunk %d: %s %d at position %d outside %d slots", c.Room, c.ChunkID, what, pg, i, slots)
+		}
+	}
+	return nil
+}
+
+// repeatOverLayers appends layer·slots + page for every layer, then every page
+// (SGLang's repeat_indices_over_layers): layer-major, so consecutive pages of
+// one layer are consecutive indices that the agent can merge.
+func repeatOverLayers(dst, pages []int32, layers, slots int) []int32 {
+	for layer := range layers {
+		off := int32(layer * slots)
+		for _, pg := range pages {
+			dst = append(dst, off+pg)
+		}
+	}
+	return dst
+}
+
+// stateDescs builds the non-prepped descriptors of one state component: for
+// every buffer, one descriptor per run of indices that is contiguous on both
+// sides (group_concurrent_contiguous), length = prefill item len on both sides.
+func stateDescs(src, dst []nixl.Desc, st *Buffers, dstPtrs []uint64, dstDev uint64, si, di []int32) ([]nixl.Desc, []nixl.Desc) {
+	dev := st.DevID
+	if st.Kind == nixl.DRAM {
+		dev, dstDev = 0, 0
+	}
+	for b, base := range st.Ptrs {
+		n := st.ItemLens[b]
+		for start := 0; start < len(si); {
+			end := start + 1
+			for end < len(si) && si[end] == si[end-1]+1 && di[end] == di[end-1]+1 {
+				end++
+			}
+			run := uint64(end - start)
+			src = append(src, nixl.Desc{Addr: uintptr(base + uint64(si[start])*n), Len: run * n, DevID: dev})
+			dst = append(dst, nixl.Desc{Addr: uintptr(dstPtrs[b] + uint64(di[start])*n), Len: run * n, DevID: dstDev})
+			start = end
+		}
+	}
+	return src, dst
+}
+
+// MakeReq makes (does not post) the NIXL request for r: Make over the prepared
+// KV lists for ReqKV, Create with explicit descriptors otherwise.
+func MakeReq(a nixl.Agent, localKV, peerKV nixl.ListID, peer string, r *Req) (nixl.XferID, error) {
+	if r.Kind == ReqKV {
+		return a.Make(nixl.Write, localKV, r.SrcIdx, peerKV, r.DstIdx, r.Notif)
+	}
+	return a.Create(nixl.Write, r.SrcKind, r.Src, peer, r.DstKind, r.Dst, r.Notif)
+}
