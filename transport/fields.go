@@ -137,9 +137,9 @@ func (f *fields) i32s(i int, name string) ([]int32, error) {
 
 // Encoding helpers: Python's str(int).encode("ascii") and struct.pack("<nQ"/"<nI"/np.int32).
 
-func itoa(v int64) []byte   { return strconv.AppendInt(nil, v, 10) }
-func utoa(v uint64) []byte  { return strconv.AppendUint(nil, v, 10) }
-func intb(v int) []byte     { return itoa(int64(v)) }
+func itoa(v int64) []byte  { return strconv.AppendInt(nil, v, 10) }
+func utoa(v uint64) []byte { return strconv.AppendUint(nil, v, 10) }
+func intb(v int) []byte    { return itoa(int64(v)) }
 
 func packU64s(v []uint64) []byte {
 	out := make([]byte, 8*len(v))
