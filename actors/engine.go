@@ -1,0 +1,322 @@
+package actors
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"runtime"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/internal/clock"
+)
+
+// Transfers posts a room's writes. The NIXL transfer pool implements it; Post
+// must not block, and done must be called exactly once per Post, from any
+// goroutine, with room.ReasonNone on success.
+type Transfers interface {
+	Post(t room.Transfer, done func(fail room.Reason))
+}
+
+// Notifier carries a room's notices to decode (KV_STATUS failure, ABORT_ACK).
+// The transport decides whether the decode speaks a protocol that wants them.
+type Notifier interface {
+	Notify(roomID uint64, n room.Notice)
+}
+
+// Observer sees what rooms do, for metrics and tracing. Its methods are called
+// from actor goroutines and must be safe for concurrent use and cheap.
+type Observer interface {
+	RoomCreated(roomID uint64)
+	StatusChanged(roomID uint64, s room.Status, why room.Reason)
+	Posted(t *room.Transfer)
+	RoomRetired(t room.Tombstone)
+	Ignored(roomID uint64, msg room.Msg)
+	TombstoneEvicted(roomID uint64)
+}
+
+// Config configures an Engine. Transfers is required; the rest has defaults.
+type Config struct {
+	Room         room.Config
+	Shards       int           // directory shards; default 4 × GOMAXPROCS
+	TombstoneTTL time.Duration // default 600 s
+	TombstoneCap int           // across all shards; default 262,144
+	Clock        clock.Clock   // default the wall clock
+	Transfers    Transfers
+	Notifier     Notifier
+	Observer     Observer
+	Logger       *slog.Logger
+}
+
+func (c *Config) withDefaults() (Config, error) {
+	out := *c
+	if out.Room == (room.Config{}) {
+		out.Room = room.DefaultConfig()
+	}
+	if err := out.Room.Validate(); err != nil {
+		return out, err
+	}
+	if out.Shards <= 0 {
+		out.Shards = 4 * runtime.GOMAXPROCS(0)
+	}
+	if out.TombstoneTTL <= 0 {
+		out.TombstoneTTL = 600 * time.Second
+	}
+	if out.TombstoneCap <= 0 {
+		out.TombstoneCap = 1 << 18
+	}
+	if out.Clock == nil {
+		out.Clock = clock.Real{}
+	}
+	if out.Transfers == nil {
+		return out, errors.New("actors: Config.Transfers is required")
+	}
+	if out.Notifier == nil {
+		out.Notifier = dropNotices{}
+	}
+	if out.Observer == nil {
+		out.Observer = NopObserver{}
+	}
+	if out.Logger == nil {
+		out.Logger = slog.New(slog.DiscardHandler)
+	}
+	return out, nil
+}
+
+// Engine is the scheduler- and decode-facing API over the room actors. Its
+// methods are safe for concurrent use; messages from one goroutine to one room
+// keep their order.
+type Engine struct {
+	cfg    Config
+	system *actor.ActorSystem
+	shards []*actor.PID
+	closed chan struct{}
+}
+
+// New starts an engine.
+func New(cfg Config) (*Engine, error) {
+	c, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
+		return slog.New(slog.NewTextHandler(io.Discard, nil))
+	}))
+	e := &Engine{cfg: c, system: sys, closed: make(chan struct{})}
+	capPerShard := (c.TombstoneCap + c.Shards - 1) / c.Shards
+	for i := 0; i < c.Shards; i++ {
+		props := actor.PropsFromProducer(func() actor.Actor { return newShard(e, capPerShard) },
+			actor.WithSupervisor(actor.NewOneForOneStrategy(0, 0, func(any) actor.Directive { return actor.StopDirective })))
+		e.shards = append(e.shards, sys.Root.Spawn(props))
+	}
+	return e, nil
+}
+
+func (e *Engine) shardFor(roomID uint64) *actor.PID { return e.shards[e.shardIndex(roomID)] }
+
+func (e *Engine) route(roomID uint64, msg room.Msg) {
+	e.system.Root.Send(e.shardFor(roomID), &envelope{room: roomID, msg: msg})
+}
+
+// Scheduler side.
+
+// Open records that the scheduler created the sender of a room.
+func (e *Engine) Open(roomID uint64) { e.route(roomID, room.Open{}) }
+
+// Init is sender.init(numPages, auxIndex).
+func (e *Engine) Init(roomID uint64, numPages, auxIndex int) {
+	e.route(roomID, room.Init{NumPages: numPages, AuxIndex: auxIndex})
+}
+
+// Send is sender.send(pages, state): one chunk. The engine keeps the slices.
+func (e *Engine) Send(roomID uint64, pages []int32, state [][]int32) {
+	e.route(roomID, room.Send{Pages: pages, State: state})
+}
+
+// Abort is the scheduler's sender.abort() (client abort).
+func (e *Engine) Abort(roomID uint64) { e.route(roomID, room.Abort{}) }
+
+// Clear is sender.clear().
+func (e *Engine) Clear(roomID uint64) { e.route(roomID, room.Clear{}) }
+
+// Poll answers the status of a batch of rooms, each answered by its room (or
+// its tombstone). out is reused when it has the capacity.
+func (e *Engine) Poll(rooms []uint64, out []room.Reply) []room.Reply {
+	out = append(out[:0], make([]room.Reply, len(rooms))...)
+	if len(rooms) == 0 {
+		return out
+	}
+	answers := make(chan pollAnswer, len(rooms))
+	batches := make([]*pollBatch, len(e.shards))
+	for i, r := range rooms {
+		s := e.shardIndex(r)
+		if batches[s] == nil {
+			batches[s] = &pollBatch{answers: answers}
+		}
+		batches[s].rooms = append(batches[s].rooms, r)
+		batches[s].index = append(batches[s].index, i)
+	}
+	for s, b := range batches {
+		if b != nil {
+			e.system.Root.Send(e.shards[s], b)
+		}
+	}
+	for range rooms {
+		a := <-answers
+		out[a.index] = a.reply
+	}
+	return out
+}
+
+func (e *Engine) shardIndex(roomID uint64) int {
+	// Rooms are random 63-bit ids, but mix anyway so sequential ids in tests
+	// and benchmarks spread too.
+	h := roomID * 0x9E3779B97F4A7C15
+	return int((h >> 32) % uint64(len(e.shards)))
+}
+
+// Decode side.
+
+// TransferInfo delivers one decode agent's transfer info for a room.
+func (e *Engine) TransferInfo(roomID uint64, ti room.TransferInfo) { e.route(roomID, ti) }
+
+// DecodeAbort delivers decode's ABORT for a room.
+func (e *Engine) DecodeAbort(roomID uint64, from room.Endpoint) {
+	e.route(roomID, room.DecodeAbort{From: from})
+}
+
+// PeerLost fails every live room that has a transfer info from agent.
+func (e *Engine) PeerLost(agent string) {
+	for _, s := range e.shards {
+		e.system.Root.Send(s, &broadcast{msg: room.PeerLost{Agent: agent}})
+	}
+}
+
+// Stats counts live rooms and tombstones across the shards.
+type Stats struct {
+	LiveRooms  int
+	Tombstones int
+}
+
+// Stats asks every shard for its counts.
+func (e *Engine) Stats() Stats {
+	var st Stats
+	for _, sh := range e.gather(func(reply chan<- any) any { return &statsReq{reply: reply} }) {
+		s := sh.(Stats)
+		st.LiveRooms += s.LiveRooms
+		st.Tombstones += s.Tombstones
+	}
+	return st
+}
+
+// RoomInfo describes one live room for the /debug/rooms dump.
+type RoomInfo struct {
+	Room     uint64 `json:"room"`
+	Status   string `json:"status"`
+	Reason   string `json:"reason,omitempty"`
+	Phase    string `json:"phase"`
+	Inflight int    `json:"inflight"`
+	Agents   []string
+	Age      time.Duration `json:"age_ns"`
+}
+
+// Rooms returns up to limit live rooms that are not yet terminal (the silent
+// pins, if any), for the /debug/rooms dump. Each room describes itself.
+func (e *Engine) Rooms(limit int) []RoomInfo {
+	var out []RoomInfo
+	for _, r := range e.describe(limit) {
+		if r.Status != room.Success.String() && r.Status != room.Failed.String() && len(out) < limit {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// describe has up to limit rooms per shard describe themselves.
+func (e *Engine) describe(limit int) []RoomInfo {
+	reply := make(chan any, 256)
+	for _, s := range e.shards {
+		e.system.Root.Send(s, &dumpReq{limit: limit, reply: reply})
+	}
+	var out []RoomInfo
+	counts, want := 0, 0
+	for counts < len(e.shards) || len(out) < want {
+		switch v := (<-reply).(type) {
+		case dumpCount:
+			counts++
+			want += int(v)
+		case RoomInfo:
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+func (e *Engine) gather(req func(chan<- any) any) []any {
+	reply := make(chan any, len(e.shards))
+	for _, s := range e.shards {
+		e.system.Root.Send(s, req(reply))
+	}
+	out := make([]any, 0, len(e.shards))
+	for range e.shards {
+		out = append(out, <-reply)
+	}
+	return out
+}
+
+// Close fails every live room with reason shutdown, waits until no room has a
+// write in flight (or ctx ends), then stops every actor and timer.
+func (e *Engine) Close(ctx context.Context) error {
+	select {
+	case <-e.closed:
+		return errors.New("actors: engine already closed")
+	default:
+	}
+	close(e.closed)
+	for _, s := range e.shards {
+		e.system.Root.Send(s, &broadcast{msg: room.Fail{Reason: room.ReasonShutdown}})
+	}
+	var waitErr error
+	for {
+		busy := 0
+		for _, r := range e.describe(math.MaxInt) {
+			busy += r.Inflight
+		}
+		if busy == 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			waitErr = fmt.Errorf("actors: closing with %d writes still in flight: %w", busy, ctx.Err())
+		case <-time.After(time.Millisecond):
+			continue
+		}
+		break
+	}
+	for _, s := range e.shards {
+		if err := e.system.Root.StopFuture(s).Wait(); err != nil && waitErr == nil {
+			waitErr = err
+		}
+	}
+	e.system.Shutdown()
+	return waitErr
+}
+
+// NopObserver ignores everything.
+type NopObserver struct{}
+
+func (NopObserver) RoomCreated(uint64)                             {}
+func (NopObserver) StatusChanged(uint64, room.Status, room.Reason) {}
+func (NopObserver) Posted(*room.Transfer)                          {}
+func (NopObserver) RoomRetired(room.Tombstone)                     {}
+func (NopObserver) Ignored(uint64, room.Msg)                       {}
+func (NopObserver) TombstoneEvicted(uint64)                        {}
+
+type dropNotices struct{}
+
+func (dropNotices) Notify(uint64, room.Notice) {}

@@ -1,0 +1,337 @@
+package actors
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/internal/clock"
+)
+
+// transfersDouble completes every posted transfer through its outcome function.
+// It is a test double of the NIXL pool: never wired outside tests.
+type transfersDouble struct {
+	outcome func(t room.Transfer) room.Reason // ReasonNone: success
+	never   func(t room.Transfer) bool        // the write never completes
+	async   bool
+	posted  atomic.Int64
+	panicOn func(t room.Transfer) bool
+	wg      sync.WaitGroup
+}
+
+func (d *transfersDouble) Post(t room.Transfer, done func(room.Reason)) {
+	d.posted.Add(1)
+	if d.panicOn != nil && d.panicOn(t) {
+		panic("transfer layer bug")
+	}
+	if d.never != nil && d.never(t) {
+		return
+	}
+	fail := room.ReasonNone
+	if d.outcome != nil {
+		fail = d.outcome(t)
+	}
+	if !d.async {
+		done(fail)
+		return
+	}
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		done(fail)
+	}()
+}
+
+// recorder is an Observer that keeps per-room terminal counts.
+type recorder struct {
+	NopObserver
+	mu        sync.Mutex
+	terminals map[uint64][]room.Status
+	reasons   map[uint64]room.Reason
+	ignored   atomic.Int64
+	evicted   atomic.Int64
+}
+
+func newRecorder() *recorder {
+	return &recorder{terminals: map[uint64][]room.Status{}, reasons: map[uint64]room.Reason{}}
+}
+
+func (r *recorder) StatusChanged(id uint64, s room.Status, why room.Reason) {
+	if !s.Terminal() {
+		return
+	}
+	r.mu.Lock()
+	r.terminals[id] = append(r.terminals[id], s)
+	r.reasons[id] = why
+	r.mu.Unlock()
+}
+func (r *recorder) Ignored(uint64, room.Msg) { r.ignored.Add(1) }
+func (r *recorder) TombstoneEvicted(uint64)  { r.evicted.Add(1) }
+func (r *recorder) terminal(id uint64) []room.Status {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]room.Status(nil), r.terminals[id]...)
+}
+
+type noticeLog struct {
+	mu sync.Mutex
+	by map[uint64][]room.Notice
+}
+
+func (n *noticeLog) Notify(id uint64, no room.Notice) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.by == nil {
+		n.by = map[uint64][]room.Notice{}
+	}
+	n.by[id] = append(n.by[id], no)
+}
+
+func (n *noticeLog) of(id uint64) []room.Notice {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return append([]room.Notice(nil), n.by[id]...)
+}
+
+type fixture struct {
+	t       *testing.T
+	eng     *Engine
+	clk     *clock.Fake
+	xfer    *transfersDouble
+	obs     *recorder
+	notices *noticeLog
+}
+
+func newFixture(t *testing.T, xfer *transfersDouble, mod func(*Config)) *fixture {
+	t.Helper()
+	f := &fixture{t: t, clk: clock.NewFake(time.Unix(1000, 0)), xfer: xfer, obs: newRecorder(), notices: &noticeLog{}}
+	cfg := Config{Clock: f.clk, Transfers: xfer, Observer: f.obs, Notifier: f.notices, Shards: 4}
+	if mod != nil {
+		mod(&cfg)
+	}
+	eng, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.eng = eng
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = f.eng.Close(ctx)
+	})
+	return f
+}
+
+func (f *fixture) poll(id uint64) room.Reply { return f.eng.Poll([]uint64{id}, nil)[0] }
+
+// waitStatus polls until the room reports want. Polling is how the scheduler
+// observes the engine; the bound only turns a hang into a failure.
+func (f *fixture) waitStatus(id uint64, want room.Status) room.Reply {
+	f.t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		r := f.poll(id)
+		if r.Status == want {
+			return r
+		}
+		if time.Now().After(deadline) {
+			f.t.Fatalf("room %d: status %v/%v, want %v", id, r.Status, r.Reason, want)
+		}
+		time.Sleep(50 * time.Microsecond)
+	}
+}
+
+// settle waits until every message sent so far has been handled: a poll of a
+// room travels the same shard and room mailboxes as the messages before it.
+func (f *fixture) settle(ids ...uint64) { f.eng.Poll(ids, nil) }
+
+func info(agent string, n int, required int) room.TransferInfo {
+	ps := make([]int32, n)
+	for i := range ps {
+		ps[i] = int32(100 + i)
+	}
+	return room.TransferInfo{Agent: agent, From: room.Endpoint{IP: "127.0.0.1", Port: 9000}, DstPages: ps, DstAux: 1, Required: required}
+}
+
+func TestEngineHappyPathTwoAgents(t *testing.T) {
+	f := newFixture(t, &transfersDouble{}, nil)
+	const id = 77
+	f.eng.Open(id)
+	f.eng.TransferInfo(id, info("a", 4, 2))
+	if r := f.poll(id); r.Status != room.Bootstrapping {
+		t.Fatalf("one of two infos: %v", r.Status)
+	}
+	ti := info("b", 4, 2)
+	ti.PrefixLen = 16
+	f.eng.TransferInfo(id, ti)
+	if r := f.poll(id); r.Status != room.WaitingForInput || r.PrefixLen != 16 {
+		t.Fatalf("all infos: %+v", r)
+	}
+	f.eng.Init(id, 4, 2)
+	f.eng.Send(id, []int32{1, 2}, nil)
+	f.eng.Send(id, []int32{3, 4}, nil)
+	f.waitStatus(id, room.Success)
+	if got := f.xfer.posted.Load(); got != 4 {
+		t.Fatalf("posted %d transfers, want 2 chunks × 2 agents", got)
+	}
+	f.eng.Clear(id)
+	f.settle(id)
+	if st := f.eng.Stats(); st.LiveRooms != 0 || st.Tombstones != 1 {
+		t.Fatalf("after clear: %+v", st)
+	}
+	if got := f.obs.terminal(id); len(got) != 1 || got[0] != room.Success {
+		t.Fatalf("terminal answers %v", got)
+	}
+}
+
+func TestEngineAbortBeforeSender(t *testing.T) {
+	f := newFixture(t, &transfersDouble{}, nil)
+	const id = 5
+	f.eng.DecodeAbort(id, room.Endpoint{IP: "10.1.1.1", Port: 4242})
+	f.settle(id)
+	if st := f.eng.Stats(); st.LiveRooms != 0 || st.Tombstones != 1 {
+		t.Fatalf("an abort for an unknown room should leave only a tombstone: %+v", st)
+	}
+	if n := f.notices.of(id); len(n) != 1 || n[0].Kind != room.AbortAck {
+		t.Fatalf("decode should get its ABORT_ACK at once: %+v", n)
+	}
+	f.eng.Open(id)
+	r := f.poll(id)
+	if r.Status != room.Failed || r.Reason != room.ReasonDecodeAbort {
+		t.Fatalf("sender opened after the abort polls %+v", r)
+	}
+	f.eng.TransferInfo(id, info("a", 1, 1)) // late: absorbed
+	f.eng.Clear(id)
+	f.settle(id)
+	if st := f.eng.Stats(); st.LiveRooms != 0 {
+		t.Fatalf("live rooms after clear: %+v", st)
+	}
+}
+
+func TestEnginePollUnknownRoomIsFailed(t *testing.T) {
+	f := newFixture(t, &transfersDouble{}, nil)
+	if r := f.poll(123); r.Status != room.Failed || r.Reason != room.ReasonInvalidRequest {
+		t.Fatalf("unknown room polls %+v; upstream's WaitingForInput default is the bug", r)
+	}
+	f.eng.Send(123, []int32{1}, nil) // no room: counted, dropped
+	f.settle(123)
+	if f.obs.ignored.Load() != 1 || f.eng.Stats().LiveRooms != 0 {
+		t.Fatalf("a send for an unknown room created state")
+	}
+}
+
+func TestEngineDeadlinesUseTheInjectedClock(t *testing.T) {
+	f := newFixture(t, &transfersDouble{never: func(room.Transfer) bool { return true }}, nil)
+	const id = 9
+	f.eng.Open(id)
+	f.eng.TransferInfo(id, info("a", 1, 1))
+	f.eng.Init(id, 1, 0)
+	f.eng.Send(id, []int32{1}, nil)
+	if r := f.poll(id); r.Status != room.Transferring {
+		t.Fatalf("status %v", r.Status)
+	}
+	f.clk.Advance(59 * time.Second)
+	if r := f.poll(id); r.Status != room.Transferring {
+		t.Fatalf("failed before the transfer deadline: %v", r.Status)
+	}
+	f.clk.Advance(2 * time.Second)
+	r := f.waitStatus(id, room.Failed)
+	if r.Reason != room.ReasonTransferTimeout {
+		t.Fatalf("reason %v", r.Reason)
+	}
+	if n := f.notices.of(id); len(n) != 0 {
+		t.Fatalf("decode told before the drain deadline: %+v", n)
+	}
+	f.clk.Advance(11 * time.Second) // drain deadline
+	f.settle(id)
+	if n := f.notices.of(id); len(n) != 1 || !n[0].DrainExpired {
+		t.Fatalf("after the drain deadline: %+v", n)
+	}
+	f.clk.Advance(301 * time.Second) // linger: the scheduler never cleared
+	f.settle(id)
+	if st := f.eng.Stats(); st.LiveRooms != 0 {
+		t.Fatalf("room still live after linger: %+v", st)
+	}
+	if r := f.poll(id); r.Status != room.Failed {
+		t.Fatalf("tombstone polls %v", r.Status)
+	}
+}
+
+func TestEnginePanicFailsOnlyThatRoom(t *testing.T) {
+	x := &transfersDouble{panicOn: func(t room.Transfer) bool { return t.Room == 13 }}
+	f := newFixture(t, x, nil)
+	for _, id := range []uint64{12, 13, 14} {
+		f.eng.Open(id)
+		f.eng.TransferInfo(id, info("a", 1, 1))
+		f.eng.Init(id, 1, 0)
+		f.eng.Send(id, []int32{1}, nil)
+	}
+	f.waitStatus(12, room.Success)
+	f.waitStatus(14, room.Success)
+	r := f.waitStatus(13, room.Failed)
+	if r.Reason != room.ReasonInternalError {
+		t.Fatalf("panicking room failed with %v", r.Reason)
+	}
+	// The write whose Post panicked never reports back: the drain deadline
+	// ends the wait, and decode hears about it with the reason.
+	f.clk.Advance(11 * time.Second)
+	f.settle(13)
+	if n := f.notices.of(13); len(n) != 1 || n[0].Reason != room.ReasonInternalError || !n[0].DrainExpired {
+		t.Fatalf("notices after the drain deadline: %+v", n)
+	}
+}
+
+func TestEngineTombstoneTTLAndCap(t *testing.T) {
+	f := newFixture(t, &transfersDouble{}, func(c *Config) {
+		c.Shards = 1
+		c.TombstoneCap = 3
+		c.TombstoneTTL = 100 * time.Second
+	})
+	for id := uint64(1); id <= 5; id++ {
+		f.eng.Abort(id) // client abort of unknown rooms: tombstones only
+	}
+	f.settle(1)
+	if st := f.eng.Stats(); st.Tombstones != 3 || f.obs.evicted.Load() != 2 {
+		t.Fatalf("cap 3: %+v, evicted %d", st, f.obs.evicted.Load())
+	}
+	f.clk.Advance(101 * time.Second)
+	f.settle(1)
+	if st := f.eng.Stats(); st.Tombstones != 0 {
+		t.Fatalf("after TTL: %+v", st)
+	}
+}
+
+func TestEnginePeerLost(t *testing.T) {
+	f := newFixture(t, &transfersDouble{}, nil)
+	f.eng.Open(1)
+	f.eng.TransferInfo(1, info("a", 1, 1))
+	f.eng.Open(2)
+	f.eng.TransferInfo(2, info("b", 1, 1))
+	f.settle(1, 2)
+	f.eng.PeerLost("a")
+	if r := f.waitStatus(1, room.Failed); r.Reason != room.ReasonPeerLost {
+		t.Fatalf("reason %v", r.Reason)
+	}
+	if r := f.poll(2); r.Status != room.WaitingForInput {
+		t.Fatalf("room of another agent: %v", r.Status)
+	}
+}
+
+func TestEngineRoomsDump(t *testing.T) {
+	f := newFixture(t, &transfersDouble{}, nil)
+	for id := uint64(1); id <= 10; id++ {
+		f.eng.Open(id)
+	}
+	f.eng.Abort(3)
+	f.settle(1, 3)
+	rooms := f.eng.Rooms(100)
+	if len(rooms) != 9 {
+		t.Fatalf("dump has %d non-terminal rooms, want 9", len(rooms))
+	}
+	if got := f.eng.Rooms(4); len(got) != 4 {
+		t.Fatalf("limit 4 gave %d", len(got))
+	}
+}

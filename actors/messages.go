@@ -1,0 +1,62 @@
+package actors
+
+import (
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/kvxfer/kvxfer/actors/room"
+)
+
+// Messages between the Engine, the directory shards and the room actors.
+
+// envelope carries one room message; answers, when the message is a Poll, go
+// to answers[index].
+type envelope struct {
+	room    uint64
+	msg     room.Msg
+	answers chan<- pollAnswer
+	index   int
+}
+
+type pollBatch struct {
+	rooms   []uint64
+	index   []int
+	answers chan<- pollAnswer
+}
+
+type pollAnswer struct {
+	index int
+	reply room.Reply
+}
+
+// broadcast goes to every live room of a shard (PeerLost, shutdown).
+type broadcast struct{ msg room.Msg }
+
+// retired is a room actor telling its shard that only a tombstone is left.
+type retired struct {
+	tomb room.Tombstone
+	pid  *actor.PID
+}
+
+// xferDone and deadline go straight from the pool and the timers to a room.
+type xferDone struct {
+	seq  uint32
+	fail room.Reason
+}
+
+type deadline struct{ gen uint32 }
+
+type sweep struct{}
+
+type statsReq struct{ reply chan<- any }
+
+// dumpReq asks a shard to have up to limit rooms describe themselves (a
+// RoomInfo each) on reply; the shard also sends how many it asked (dumpCount).
+type dumpReq struct {
+	limit int
+	reply chan<- any
+}
+
+type dumpCount int
+
+// describe asks a room for its RoomInfo; the room answers on reply.
+type describe struct{ reply chan<- any }

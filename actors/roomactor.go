@@ -1,0 +1,156 @@
+package actors
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/internal/clock"
+)
+
+// roomActor owns one room.Machine and executes its effects: it posts transfers,
+// answers polls, sends notices, arms the one deadline and retires. It holds no
+// rule of its own.
+type roomActor struct {
+	eng   *Engine
+	m     *room.Machine
+	shard *actor.PID
+	self  *actor.PID
+	born  time.Time
+	timer clock.Timer
+	gone  bool // retired: routed messages go back to the shard
+
+	first    room.Effects // the shard stepped the first message
+	firstEnv *envelope
+}
+
+func newRoomActor(e *Engine, m *room.Machine, first room.Effects, env *envelope, shard *actor.PID) *roomActor {
+	return &roomActor{eng: e, m: m, shard: shard, first: first, firstEnv: env, born: e.cfg.Clock.Now()}
+}
+
+func (a *roomActor) Receive(ctx actor.Context) {
+	switch msg := ctx.Message().(type) {
+	case *actor.Started:
+		a.self = ctx.Self()
+		a.safely(ctx, a.firstEnv, func() room.Effects { return a.first })
+		a.first, a.firstEnv = room.Effects{}, nil
+	case *envelope:
+		if a.gone {
+			// Retired while this was queued: the shard, which has seen our
+			// retirement by now, routes it to the tombstone.
+			ctx.Send(a.shard, msg)
+			return
+		}
+		a.safely(ctx, msg, func() room.Effects { return a.m.Step(msg.msg) })
+	case xferDone:
+		a.stepDirect(ctx, room.XferDone{Seq: msg.seq, Fail: msg.fail})
+	case deadline:
+		a.stepDirect(ctx, room.Deadline{Gen: msg.gen})
+	case *describe:
+		st, why := a.m.Status()
+		msg.reply <- RoomInfo{Room: a.m.Room(), Status: st.String(), Reason: why.String(), Phase: a.m.Phase(),
+			Inflight: a.m.Inflight(), Agents: a.m.Agents(), Age: a.eng.cfg.Clock.Now().Sub(a.born)}
+	case *actor.Stopping:
+		if a.timer != nil {
+			a.timer.Stop()
+		}
+	}
+}
+
+func (a *roomActor) stepDirect(ctx actor.Context, msg room.Msg) {
+	if a.gone {
+		a.eng.cfg.Observer.Ignored(a.m.Room(), msg)
+		return
+	}
+	a.safely(ctx, nil, func() room.Effects { return a.m.Step(msg) })
+}
+
+// safely steps and executes; a panic anywhere in that fails this room with
+// internal_error and touches nothing else.
+func (a *roomActor) safely(ctx actor.Context, env *envelope, step func() room.Effects) {
+	defer func() {
+		if r := recover(); r != nil {
+			a.onPanic(ctx, env, r)
+		}
+	}()
+	a.exec(ctx, env, step())
+}
+
+func (a *roomActor) onPanic(ctx actor.Context, env *envelope, r any) {
+	a.eng.cfg.Logger.Error("room handler panicked; failing the room", "room", a.m.Room(), "panic", fmt.Sprint(r))
+	defer func() {
+		if r2 := recover(); r2 != nil {
+			// The machine itself is broken: keep only a Failed tombstone.
+			a.m = room.FromTombstone(&a.eng.cfg.Room, room.Tombstone{Room: a.m.Room(), Status: room.Failed, Reason: room.ReasonInternalError, Opened: true})
+			a.eng.cfg.Observer.StatusChanged(a.m.Room(), room.Failed, room.ReasonInternalError)
+			a.retire(ctx)
+		}
+		if env != nil && env.answers != nil {
+			st, why := a.m.Status()
+			answer(env, room.Reply{Status: st, Reason: why})
+		}
+	}()
+	a.exec(ctx, nil, a.m.Step(room.Fail{Reason: room.ReasonInternalError}))
+}
+
+func (a *roomActor) exec(ctx actor.Context, env *envelope, fx room.Effects) {
+	obs := a.eng.cfg.Observer
+	for i := range fx.Posts {
+		t := fx.Posts[i]
+		obs.Posted(&t)
+		self, root, seq := a.self, a.eng.system.Root, t.Seq
+		a.eng.cfg.Transfers.Post(t, func(fail room.Reason) { root.Send(self, xferDone{seq: seq, fail: fail}) })
+	}
+	execStateless(a.eng, env, a.m, fx)
+	if fx.Arm.Kind != room.NoDeadline {
+		if a.timer != nil {
+			a.timer.Stop()
+		}
+		self, root, gen := a.self, a.eng.system.Root, fx.Arm.Gen
+		a.timer = a.eng.cfg.Clock.AfterFunc(fx.Arm.After, func() { root.Send(self, deadline{gen: gen}) })
+	}
+	if fx.Retire {
+		a.retire(ctx)
+	}
+}
+
+func (a *roomActor) retire(ctx actor.Context) {
+	if a.timer != nil {
+		a.timer.Stop()
+	}
+	a.gone = true
+	ctx.Send(a.shard, &retired{tomb: a.m.Tombstone(), pid: a.self})
+}
+
+// execStateless runs the effects that need neither an actor nor a timer; the
+// shard uses it for rooms that are only a tombstone.
+func execStateless(e *Engine, env *envelope, m *room.Machine, fx room.Effects) {
+	id := m.Room()
+	if fx.Published {
+		e.cfg.Observer.StatusChanged(id, fx.Status, fx.Reason)
+	}
+	if fx.Reply != nil && env != nil {
+		answer(env, *fx.Reply)
+	}
+	for _, n := range fx.Notices {
+		e.cfg.Notifier.Notify(id, n)
+	}
+	if fx.Ignored {
+		var msg room.Msg
+		if env != nil {
+			msg = env.msg
+		}
+		e.cfg.Observer.Ignored(id, msg)
+	}
+	if fx.Retire {
+		e.cfg.Observer.RoomRetired(m.Tombstone())
+	}
+}
+
+func answer(env *envelope, r room.Reply) {
+	if env.answers != nil {
+		env.answers <- pollAnswer{index: env.index, reply: r}
+	}
+}

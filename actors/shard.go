@@ -1,0 +1,198 @@
+package actors
+
+import (
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/internal/clock"
+)
+
+// shard is one directory actor: it routes room messages to room actors, spawns
+// a room on the first message that names it, and keeps the tombstones of
+// retired rooms. It owns its maps; nothing else touches them.
+type shard struct {
+	eng      *Engine
+	capacity int // tombstones kept before the oldest is evicted
+
+	rooms map[uint64]*actor.PID
+	tombs map[uint64]tombEntry
+	queue []tombRef // insertion order == expiry order (one TTL for all)
+	head  int
+
+	self  *actor.PID
+	timer clock.Timer
+}
+
+type tombEntry struct {
+	t       room.Tombstone
+	expires time.Time
+}
+
+type tombRef struct {
+	room    uint64
+	expires time.Time
+}
+
+func newShard(e *Engine, capacity int) *shard {
+	return &shard{eng: e, capacity: capacity, rooms: map[uint64]*actor.PID{}, tombs: map[uint64]tombEntry{}}
+}
+
+func (s *shard) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *actor.Started:
+		s.self = ctx.Self()
+		s.armSweep()
+	case *envelope:
+		s.route(ctx, m)
+	case *pollBatch:
+		for i, r := range m.rooms {
+			s.route(ctx, &envelope{room: r, msg: room.Poll{}, answers: m.answers, index: m.index[i]})
+		}
+	case *broadcast:
+		for id, pid := range s.rooms {
+			ctx.Send(pid, &envelope{room: id, msg: m.msg})
+		}
+	case *retired:
+		s.onRetired(ctx, m)
+	case sweep:
+		s.expire(s.eng.cfg.Clock.Now())
+		s.armSweep()
+	case *statsReq:
+		m.reply <- Stats{LiveRooms: len(s.rooms), Tombstones: len(s.tombs)}
+	case *dumpReq:
+		n := 0
+		for _, pid := range s.rooms {
+			if n == m.limit {
+				break
+			}
+			ctx.Send(pid, &describe{reply: m.reply})
+			n++
+		}
+		m.reply <- dumpCount(n)
+	case *actor.Stopping:
+		if s.timer != nil {
+			s.timer.Stop()
+		}
+	}
+}
+
+// route delivers a room message to the room's actor, or steps it through the
+// room's tombstone, or creates the room if the message may name a new one.
+func (s *shard) route(ctx actor.Context, env *envelope) {
+	if pid, ok := s.rooms[env.room]; ok {
+		ctx.Send(pid, env)
+		return
+	}
+	var m *room.Machine
+	if te, ok := s.tombs[env.room]; ok {
+		m = room.FromTombstone(&s.eng.cfg.Room, te.t)
+	} else if createsRoom(env.msg) {
+		m = room.New(&s.eng.cfg.Room, env.room)
+		s.eng.cfg.Observer.RoomCreated(env.room)
+	} else {
+		s.unknownRoom(env)
+		return
+	}
+	fx := m.Step(env.msg)
+	if !m.Retired() {
+		// The room is (again) alive: it gets an actor, which executes this
+		// first step's effects once it runs.
+		delete(s.tombs, env.room)
+		pid := ctx.Spawn(actor.PropsFromProducer(func() actor.Actor {
+			return newRoomActor(s.eng, m, fx, env, ctx.Self())
+		}))
+		s.rooms[env.room] = pid
+		return
+	}
+	// Still (or at once) a tombstone: nothing here can post or arm.
+	execStateless(s.eng, env, m, fx)
+	s.keepTombstone(m.Tombstone())
+}
+
+// createsRoom: the first message naming a room from any side creates it, so an
+// ABORT that comes before the sender is remembered.
+func createsRoom(msg room.Msg) bool {
+	switch msg.(type) {
+	case room.Open, room.TransferInfo, room.DecodeAbort, room.Abort:
+		return true
+	}
+	return false
+}
+
+// unknownRoom answers messages for a room nobody named: a poll gets Failed
+// (upstream's default of WaitingForInput is what let cleared rooms look live),
+// the rest is counted and dropped.
+func (s *shard) unknownRoom(env *envelope) {
+	if _, ok := env.msg.(room.Poll); ok {
+		answer(env, room.Reply{Status: room.Failed, Reason: room.ReasonInvalidRequest})
+		return
+	}
+	s.eng.cfg.Observer.Ignored(env.room, env.msg)
+}
+
+func (s *shard) onRetired(ctx actor.Context, m *retired) {
+	id := m.tomb.Room
+	pid, ok := s.rooms[id]
+	if !ok || !pid.Equal(m.pid) {
+		return
+	}
+	delete(s.rooms, id)
+	s.keepTombstone(m.tomb)
+	// Poison, not Stop: whatever was routed to the room before this point is
+	// still handled (bounced back here, to the tombstone) before it stops.
+	ctx.Poison(pid)
+}
+
+func (s *shard) keepTombstone(t room.Tombstone) {
+	now := s.eng.cfg.Clock.Now()
+	exp := now.Add(s.eng.cfg.TombstoneTTL)
+	if _, ok := s.tombs[t.Room]; !ok && len(s.tombs) >= s.capacity {
+		s.evictOldest()
+	}
+	s.tombs[t.Room] = tombEntry{t: t, expires: exp}
+	s.queue = append(s.queue, tombRef{room: t.Room, expires: exp})
+}
+
+// expire drops tombstones whose TTL passed. Queue entries whose tombstone was
+// revived or refreshed since are skipped (their expiry no longer matches).
+func (s *shard) expire(now time.Time) {
+	for s.head < len(s.queue) && !s.queue[s.head].expires.After(now) {
+		ref := s.queue[s.head]
+		s.head++
+		if te, ok := s.tombs[ref.room]; ok && te.expires.Equal(ref.expires) {
+			delete(s.tombs, ref.room)
+		}
+	}
+	s.compact()
+}
+
+func (s *shard) evictOldest() {
+	for s.head < len(s.queue) {
+		ref := s.queue[s.head]
+		s.head++
+		if te, ok := s.tombs[ref.room]; ok && te.expires.Equal(ref.expires) {
+			delete(s.tombs, ref.room)
+			s.eng.cfg.Observer.TombstoneEvicted(ref.room)
+			return
+		}
+	}
+}
+
+// compact reclaims the consumed head of the queue once it is half of it.
+func (s *shard) compact() {
+	if s.head > 1024 && s.head*2 > len(s.queue) {
+		s.queue = append(s.queue[:0], s.queue[s.head:]...)
+		s.head = 0
+	}
+}
+
+func (s *shard) armSweep() {
+	every := s.eng.cfg.TombstoneTTL / 8
+	if every < time.Second {
+		every = time.Second
+	}
+	self, root := s.self, s.eng.system.Root
+	s.timer = s.eng.cfg.Clock.AfterFunc(every, func() { root.Send(self, sweep{}) })
+}

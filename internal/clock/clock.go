@@ -1,0 +1,127 @@
+// Package clock lets time enter kvxfer through one small interface, so that the
+// code that arms deadlines runs on the real clock in production and on a
+// manually advanced clock in tests (no sleeps, no flakes).
+package clock
+
+import (
+	"container/heap"
+	"sync"
+	"time"
+)
+
+// Clock is the time source of the engine.
+type Clock interface {
+	Now() time.Time
+	// AfterFunc calls f in its own goroutine (Real) or in the goroutine that
+	// advances the clock (Fake) once d has passed.
+	AfterFunc(d time.Duration, f func()) Timer
+}
+
+// Timer is a pending AfterFunc.
+type Timer interface {
+	// Stop prevents the call if it has not happened; it reports whether it did.
+	Stop() bool
+}
+
+// Real is the wall clock.
+type Real struct{}
+
+func (Real) Now() time.Time                            { return time.Now() }
+func (Real) AfterFunc(d time.Duration, f func()) Timer { return time.AfterFunc(d, f) }
+
+// Fake is a clock that moves only when Advance is called. It is safe for
+// concurrent use.
+type Fake struct {
+	mu     sync.Mutex
+	now    time.Time
+	seq    uint64
+	timers timerHeap
+}
+
+// NewFake returns a fake clock set to start.
+func NewFake(start time.Time) *Fake { return &Fake{now: start} }
+
+func (f *Fake) Now() time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.now
+}
+
+func (f *Fake) AfterFunc(d time.Duration, fn func()) Timer {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.seq++
+	t := &fakeTimer{clock: f, at: f.now.Add(d), seq: f.seq, fn: fn, index: -1}
+	heap.Push(&f.timers, t)
+	return t
+}
+
+// Advance moves the clock forward by d and runs every timer that came due, in
+// due order, in the caller's goroutine.
+func (f *Fake) Advance(d time.Duration) {
+	f.mu.Lock()
+	target := f.now.Add(d)
+	for len(f.timers) > 0 && !f.timers[0].at.After(target) {
+		t := heap.Pop(&f.timers).(*fakeTimer)
+		if t.at.After(f.now) {
+			f.now = t.at
+		}
+		f.mu.Unlock()
+		t.fn()
+		f.mu.Lock()
+	}
+	f.now = target
+	f.mu.Unlock()
+}
+
+// Pending returns the number of armed timers.
+func (f *Fake) Pending() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.timers)
+}
+
+type fakeTimer struct {
+	clock *Fake
+	at    time.Time
+	seq   uint64
+	fn    func()
+	index int
+}
+
+func (t *fakeTimer) Stop() bool {
+	t.clock.mu.Lock()
+	defer t.clock.mu.Unlock()
+	if t.index < 0 {
+		return false
+	}
+	heap.Remove(&t.clock.timers, t.index)
+	return true
+}
+
+type timerHeap []*fakeTimer
+
+func (h timerHeap) Len() int { return len(h) }
+func (h timerHeap) Less(i, j int) bool {
+	if h[i].at.Equal(h[j].at) {
+		return h[i].seq < h[j].seq
+	}
+	return h[i].at.Before(h[j].at)
+}
+func (h timerHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index, h[j].index = i, j
+}
+func (h *timerHeap) Push(x any) {
+	t := x.(*fakeTimer)
+	t.index = len(*h)
+	*h = append(*h, t)
+}
+func (h *timerHeap) Pop() any {
+	old := *h
+	t := old[len(old)-1]
+	old[len(old)-1] = nil
+	t.index = -1
+	*h = old[:len(old)-1]
+	return t
+}
