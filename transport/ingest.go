@@ -1,0 +1,304 @@
+package transport
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	zmq "github.com/pebbe/zmq4"
+)
+
+// Sink receives what the ingest loop decodes. Every method is called from the ingest
+// goroutine, one message at a time, in arrival order; it must not block (hand the message
+// to an actor mailbox and return). A panic in a Sink method is recovered, counted and
+// logged, and the loop goes on.
+type Sink interface {
+	Registration(*Registration)
+	TransferInfo(*TransferInfo)
+	Abort(*Abort)
+	// Staging gets WATERMARK and STAGING_RSP (*Watermark, *StagingRsp). kvxfer does not do
+	// staging, so callers drop them; they are passed on only to be counted or logged.
+	Staging(Inbound)
+	// BadFrame gets every message that failed to decode: a *FrameError, errors.Is
+	// ErrUnknownTag for an unknown tag. FrameError.HasRoom tells when the room is known.
+	BadFrame(err error)
+}
+
+// IngestConfig configures the prefill-side PULL socket.
+type IngestConfig struct {
+	// Context to create the socket in; nil: the ingest creates (and terminates) its own.
+	Context *zmq.Context
+	// Host is the IP to bind (the rank IP published via PUT /route). IPv6 literals are
+	// fine; "" or "*" binds every interface.
+	Host string
+	// Port to bind; 0 picks a random free port (upstream bind_to_random_port). See Port().
+	Port int
+	// PollInterval bounds how long Stop waits for the loop: 0 means 50 ms.
+	PollInterval time.Duration
+	// RcvBuf sets SO_RCVBUF when > 0 (upstream uses 512 MiB on large hosts).
+	RcvBuf int
+	// Logger for bad frames and socket errors; nil discards. Bad-frame lines are rate
+	// limited to one per LogEvery (0: 1 s), with a count of the suppressed ones.
+	Logger   *slog.Logger
+	LogEvery time.Duration
+}
+
+// IngestStats are cumulative counters; read them from any goroutine.
+type IngestStats struct {
+	Messages      uint64 // every multipart message received
+	Registrations uint64
+	TransferInfos uint64
+	Aborts        uint64
+	Staging       uint64 // WATERMARK + STAGING_RSP, accepted and dropped
+	BadFrames     uint64 // failed to decode, unknown tags included
+	UnknownTags   uint64
+	SinkPanics    uint64
+	RecvErrors    uint64 // socket errors other than EAGAIN/EINTR
+}
+
+// drainBatch bounds how many messages are drained between stop checks.
+const drainBatch = 4096
+
+// Ingest owns the PULL socket: one goroutine creates, binds, reads and closes it (zmq
+// sockets are not goroutine safe). It decodes every message with DecodeInbound and hands
+// the result to the Sink; no input can stop it, only Stop.
+type Ingest struct {
+	cfg      IngestConfig
+	sink     Sink
+	log      *slog.Logger
+	endpoint string
+	port     int
+
+	stop     chan struct{}
+	done     chan struct{}
+	stopOnce sync.Once
+
+	messages, registrations, transferInfos, aborts, staging atomic.Uint64
+	badFrames, unknownTags, sinkPanics, recvErrors          atomic.Uint64
+
+	limiter logLimiter // owner goroutine only
+}
+
+// StartIngest binds the PULL socket and starts the loop. It returns once the socket is
+// bound (or failed to), so Port() is valid on return.
+func StartIngest(cfg IngestConfig, sink Sink) (*Ingest, error) {
+	if sink == nil {
+		return nil, errors.New("transport: StartIngest needs a Sink")
+	}
+	if cfg.PollInterval <= 0 {
+		cfg.PollInterval = 50 * time.Millisecond
+	}
+	if cfg.LogEvery <= 0 {
+		cfg.LogEvery = time.Second
+	}
+	in := &Ingest{cfg: cfg, sink: sink, log: cfg.Logger, stop: make(chan struct{}), done: make(chan struct{})}
+	if in.log == nil {
+		in.log = slog.New(slog.DiscardHandler)
+	}
+	in.limiter = logLimiter{every: cfg.LogEvery, now: time.Now}
+	ready := make(chan error, 1)
+	go in.run(ready)
+	if err := <-ready; err != nil {
+		<-in.done
+		return nil, err
+	}
+	return in, nil
+}
+
+// Endpoint is the bound endpoint as ZMQ reports it, e.g. tcp://10.0.0.7:41235.
+func (in *Ingest) Endpoint() string { return in.endpoint }
+
+// Port is the bound TCP port: the rank_port to publish with PUT /route.
+func (in *Ingest) Port() int { return in.port }
+
+// Done is closed when the loop has exited and the socket is closed.
+func (in *Ingest) Done() <-chan struct{} { return in.done }
+
+// Stop ends the loop, closes the socket (in its owner goroutine) and waits for that. It is
+// idempotent and returns within about one PollInterval.
+func (in *Ingest) Stop() {
+	in.stopOnce.Do(func() { close(in.stop) })
+	<-in.done
+}
+
+// Stats returns a snapshot of the counters.
+func (in *Ingest) Stats() IngestStats {
+	return IngestStats{
+		Messages: in.messages.Load(), Registrations: in.registrations.Load(),
+		TransferInfos: in.transferInfos.Load(), Aborts: in.aborts.Load(), Staging: in.staging.Load(),
+		BadFrames: in.badFrames.Load(), UnknownTags: in.unknownTags.Load(),
+		SinkPanics: in.sinkPanics.Load(), RecvErrors: in.recvErrors.Load(),
+	}
+}
+
+func (in *Ingest) run(ready chan<- error) {
+	defer close(in.done)
+	zctx := in.cfg.Context
+	if zctx == nil {
+		c, err := zmq.NewContext()
+		if err != nil {
+			ready <- fmt.Errorf("transport: zmq context: %w", err)
+			return
+		}
+		zctx = c
+		defer func() { _ = c.Term() }() // runs after the socket is closed below
+	}
+	sock, err := in.open(zctx)
+	if err != nil {
+		ready <- err
+		return
+	}
+	defer func() { _ = sock.Close() }()
+	ready <- nil
+	in.loop(sock)
+}
+
+func (in *Ingest) open(zctx *zmq.Context) (*zmq.Socket, error) {
+	sock, err := zctx.NewSocket(zmq.PULL)
+	if err != nil {
+		return nil, fmt.Errorf("transport: PULL socket: %w", err)
+	}
+	host := in.cfg.Host
+	if host == "" {
+		host = "*"
+	}
+	fail := func(what string, err error) (*zmq.Socket, error) {
+		_ = sock.Close()
+		return nil, fmt.Errorf("transport: PULL %s: %w", what, err)
+	}
+	// RCVHWM 0 (unlimited) as upstream: decode must never block on us; linger 0 so a Stop
+	// never waits on the network.
+	if err := sock.SetRcvhwm(0); err != nil {
+		return fail("set RCVHWM", err)
+	}
+	if err := sock.SetLinger(0); err != nil {
+		return fail("set LINGER", err)
+	}
+	if isIPv6(host) {
+		if err := sock.SetIpv6(true); err != nil {
+			return fail("set IPV6", err)
+		}
+	}
+	if in.cfg.RcvBuf > 0 {
+		if err := sock.SetRcvbuf(in.cfg.RcvBuf); err != nil {
+			return fail("set RCVBUF", err)
+		}
+	}
+	bindTo := TCPEndpoint(host, in.cfg.Port)
+	if host == "*" {
+		bindTo = fmt.Sprintf("tcp://*:%d", in.cfg.Port)
+	}
+	if err := sock.Bind(bindTo); err != nil {
+		return fail("bind "+bindTo, err)
+	}
+	ep, err := sock.GetLastEndpoint()
+	if err != nil {
+		return fail("last endpoint", err)
+	}
+	port, err := endpointPort(ep)
+	if err != nil {
+		return fail("last endpoint", err)
+	}
+	in.endpoint, in.port = ep, port
+	in.log.Info("transport: PULL bound", "endpoint", ep)
+	return sock, nil
+}
+
+func (in *Ingest) stopping() bool {
+	select {
+	case <-in.stop:
+		return true
+	default:
+		return false
+	}
+}
+
+func (in *Ingest) loop(sock *zmq.Socket) {
+	poller := zmq.NewPoller()
+	poller.Add(sock, zmq.POLLIN)
+	for !in.stopping() {
+		polled, err := poller.Poll(in.cfg.PollInterval)
+		if err != nil {
+			if in.fatal(err, "poll") {
+				return
+			}
+			continue
+		}
+		if len(polled) == 0 {
+			continue
+		}
+		for range drainBatch {
+			frames, err := sock.RecvMessageBytes(zmq.DONTWAIT)
+			if err != nil {
+				if zmq.AsErrno(err) != zmq.Errno(syscall.EAGAIN) && in.fatal(err, "recv") {
+					return
+				}
+				break
+			}
+			in.handle(frames)
+		}
+	}
+}
+
+// fatal logs a socket error and reports whether the loop must end (context terminated).
+// Other errors are counted and retried after a pause, so a broken socket cannot spin.
+func (in *Ingest) fatal(err error, op string) bool {
+	switch zmq.AsErrno(err) {
+	case zmq.ETERM:
+		return true
+	case zmq.Errno(syscall.EINTR):
+		return false
+	}
+	in.recvErrors.Add(1)
+	if ok, n := in.limiter.allow(); ok {
+		in.log.Warn("transport: PULL socket error", "op", op, "err", err, "suppressed", n)
+	}
+	select {
+	case <-in.stop:
+	case <-time.After(in.cfg.PollInterval):
+	}
+	return false
+}
+
+// handle decodes and dispatches one message; nothing it receives can escape as a panic.
+func (in *Ingest) handle(frames [][]byte) {
+	in.messages.Add(1)
+	defer func() {
+		if r := recover(); r != nil {
+			in.sinkPanics.Add(1)
+			if ok, n := in.limiter.allow(); ok {
+				in.log.Error("transport: panic while handling a message; continuing", "panic", r, "suppressed", n)
+			}
+		}
+	}()
+	msg, err := DecodeInbound(frames)
+	if err != nil {
+		in.badFrames.Add(1)
+		if errors.Is(err, ErrUnknownTag) {
+			in.unknownTags.Add(1)
+		}
+		if ok, n := in.limiter.allow(); ok {
+			in.log.Warn("transport: dropped malformed message", "err", err, "frames", len(frames), "suppressed", n)
+		}
+		in.sink.BadFrame(err)
+		return
+	}
+	switch m := msg.(type) {
+	case *Registration:
+		in.registrations.Add(1)
+		in.sink.Registration(m)
+	case *TransferInfo:
+		in.transferInfos.Add(1)
+		in.sink.TransferInfo(m)
+	case *Abort:
+		in.aborts.Add(1)
+		in.sink.Abort(m)
+	default:
+		in.staging.Add(1)
+		in.sink.Staging(m)
+	}
+}

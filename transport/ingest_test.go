@@ -1,0 +1,282 @@
+package transport
+
+import (
+	"bytes"
+	"errors"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	zmq "github.com/pebbe/zmq4"
+)
+
+// recSink records everything and signals each delivery on a channel.
+type recSink struct {
+	mu          sync.Mutex
+	got         []any
+	events      chan struct{}
+	panicOnRoom uint64
+}
+
+func newRecSink() *recSink { return &recSink{events: make(chan struct{}, 1024)} }
+
+func (s *recSink) add(v any) {
+	s.mu.Lock()
+	s.got = append(s.got, v)
+	s.mu.Unlock()
+	s.events <- struct{}{}
+}
+func (s *recSink) Registration(r *Registration) { s.add(r) }
+func (s *recSink) TransferInfo(t *TransferInfo) {
+	if s.panicOnRoom != 0 && t.Room == s.panicOnRoom {
+		s.events <- struct{}{}
+		panic("sink bug")
+	}
+	s.add(t)
+}
+func (s *recSink) Abort(a *Abort)     { s.add(a) }
+func (s *recSink) Staging(m Inbound)  { s.add(m) }
+func (s *recSink) BadFrame(err error) { s.add(err) }
+
+// wait blocks until n deliveries happened. The timeout only turns a hang into a failure;
+// the test does not depend on timing.
+func (s *recSink) wait(t *testing.T, n int) []any {
+	t.Helper()
+	deadline := time.After(20 * time.Second)
+	for range n {
+		select {
+		case <-s.events:
+		case <-deadline:
+			t.Fatalf("timed out waiting for %d deliveries", n)
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]any(nil), s.got...)
+}
+
+// testPush is a decode-side PUSH peer, owned by the test goroutine.
+func testPush(t *testing.T, zctx *zmq.Context, endpoint string) *zmq.Socket {
+	t.Helper()
+	sock, err := zctx.NewSocket(zmq.PUSH)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sock.SetLinger(0); err != nil {
+		t.Fatal(err)
+	}
+	if err := sock.Connect(endpoint); err != nil {
+		t.Fatal(err)
+	}
+	return sock
+}
+
+func sendFrames(t *testing.T, sock *zmq.Socket, frames [][]byte) {
+	t.Helper()
+	if _, err := sock.SendMessage(frames); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestIngestOverTCP(t *testing.T) {
+	before := runtime.NumGoroutine()
+	sink := newRecSink()
+	sink.panicOnRoom = 666
+	in, err := StartIngest(IngestConfig{Host: "127.0.0.1", PollInterval: 10 * time.Millisecond}, sink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in.Port() <= 0 || in.Endpoint() != TCPEndpoint("127.0.0.1", in.Port()) {
+		t.Fatalf("endpoint %q port %d", in.Endpoint(), in.Port())
+	}
+	zctx, err := zmq.NewContext()
+	if err != nil {
+		t.Fatal(err)
+	}
+	push := testPush(t, zctx, in.Endpoint())
+
+	panicky := goldenTransferInfoFrames()
+	panicky[1] = []byte("666")
+	msgs := [][][]byte{
+		goldenRegistrationFrames(),
+		fr("garbage"),           // unknown tag
+		{{}},                    // one empty frame
+		fr("NixlMsgGuard", "x"), // bad room
+		panicky,                 // sink panics: recovered, loop goes on
+		fr("WATERMARK", "1", "2", "s"),
+		goldenTransferInfoFrames(),
+		fr("ABORT", "42", "10.0.0.7", "41235"),
+	}
+	for _, m := range msgs {
+		sendFrames(t, push, m)
+	}
+	got := sink.wait(t, len(msgs))
+	if r, ok := got[0].(*Registration); !ok || r.AgentName != agentUUID {
+		t.Fatalf("got[0] = %#v", got[0])
+	}
+	for i := 1; i <= 3; i++ {
+		if _, ok := got[i].(error); !ok {
+			t.Fatalf("got[%d] = %#v, want error", i, got[i])
+		}
+	}
+	if !errors.Is(got[1].(error), ErrUnknownTag) || !errors.Is(got[2].(error), ErrUnknownTag) {
+		t.Fatalf("unknown tags: %v / %v", got[1], got[2])
+	}
+	if _, ok := got[4].(*Watermark); !ok {
+		t.Fatalf("got[4] = %#v", got[4])
+	}
+	if ti, ok := got[5].(*TransferInfo); !ok || ti.Room != 12345678901234 {
+		t.Fatalf("got[5] = %#v", got[5])
+	}
+	if a, ok := got[6].(*Abort); !ok || a.Room != 42 {
+		t.Fatalf("got[6] = %#v", got[6])
+	}
+	st := in.Stats()
+	want := IngestStats{Messages: 8, Registrations: 1, TransferInfos: 2, Aborts: 1, Staging: 1,
+		BadFrames: 3, UnknownTags: 2, SinkPanics: 1}
+	if st != want {
+		t.Fatalf("stats %+v\nwant  %+v", st, want)
+	}
+
+	_ = push.Close()
+	_ = zctx.Term()
+	in.Stop()
+	in.Stop() // idempotent
+	select {
+	case <-in.Done():
+	default:
+		t.Fatal("Done not closed after Stop")
+	}
+	waitGoroutines(t, before)
+}
+
+// waitGoroutines checks for leaks with a bounded poll: goroutines of a stopped ingest may
+// take a scheduler tick to disappear.
+func waitGoroutines(t *testing.T, want int) {
+	t.Helper()
+	for range 200 {
+		if runtime.NumGoroutine() <= want {
+			return
+		}
+		runtime.Gosched()
+		time.Sleep(time.Millisecond)
+	}
+	t.Fatalf("goroutine leak: %d > %d", runtime.NumGoroutine(), want)
+}
+
+func TestIngestSharedContextAndFixedPortConflict(t *testing.T) {
+	zctx, err := zmq.NewContext()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = zctx.Term() }()
+	a, err := StartIngest(IngestConfig{Context: zctx, Host: "127.0.0.1"}, newRecSink())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Stop()
+	// Binding the same port again fails cleanly, without leaking the goroutine.
+	if _, err := StartIngest(IngestConfig{Context: zctx, Host: "127.0.0.1", Port: a.Port()}, newRecSink()); err == nil {
+		t.Fatal("second bind on the same port succeeded")
+	}
+	if _, err := StartIngest(IngestConfig{}, nil); err == nil {
+		t.Fatal("nil sink accepted")
+	}
+}
+
+func TestPushLinkToPull(t *testing.T) {
+	zctx, err := zmq.NewContext()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Decode's PULL socket, owned by the test goroutine.
+	pull, err := zctx.NewSocket(zmq.PULL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = pull.SetLinger(0)
+	if err := pull.Bind("tcp://127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	ep, _ := pull.GetLastEndpoint()
+	port, err := endpointPort(ep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	link, err := DialPush(PushConfig{Endpoint: TCPEndpoint("127.0.0.1", port), SendTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Outbound{
+		&KVStatus{Room: 42, Status: KVPollFailed, PrefillRank: 1, Reason: "boom"},
+		&AbortAck{Room: 42, PrefillRank: 1},
+	}
+	for _, m := range want {
+		if err := link.Send(m.Encode()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_ = pull.SetRcvtimeo(20 * time.Second) // a hang guard, not a timing assumption
+	for _, w := range want {
+		frames, err := pull.RecvMessageBytes(0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := DecodeOutbound(frames)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(joinFrames(got.Encode()), joinFrames(w.Encode())) {
+			t.Fatalf("got %+v want %+v", got, w)
+		}
+	}
+	link.Close()
+	link.Close()
+	if err := link.Send(fr("x")); !errors.Is(err, ErrLinkClosed) {
+		t.Fatalf("send after close: %v", err)
+	}
+	if st := link.Stats(); st.Sent != 2 || st.Failed != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+	_ = pull.Close()
+	_ = zctx.Term()
+}
+
+func TestPushLinkQueueFull(t *testing.T) {
+	// Nobody listens on the endpoint and the queue holds one message, so a burst overflows
+	// it. Which sends are refused depends on scheduling, so the test only checks that Send
+	// never blocks and that every message is accounted for exactly once.
+	link, err := DialPush(PushConfig{Endpoint: "tcp://127.0.0.1:1", QueueSize: 1, SendTimeout: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var full int
+	for range 5000 {
+		if err := link.Send(fr("KV_STATUS", "1", "0", "0", "")); errors.Is(err, ErrLinkFull) {
+			full++
+		}
+	}
+	link.Close()
+	st := link.Stats()
+	if int(st.Dropped) < full || st.Sent+st.Dropped+st.Failed != 5000 {
+		t.Fatalf("full=%d stats=%+v", full, st)
+	}
+}
+
+func TestLogLimiter(t *testing.T) {
+	now := time.Unix(0, 0)
+	l := logLimiter{every: time.Second, now: func() time.Time { return now }}
+	if ok, n := l.allow(); !ok || n != 0 {
+		t.Fatal("first line must pass")
+	}
+	for range 3 {
+		if ok, _ := l.allow(); ok {
+			t.Fatal("must be suppressed")
+		}
+	}
+	now = now.Add(time.Second)
+	if ok, n := l.allow(); !ok || n != 3 {
+		t.Fatalf("ok=%v suppressed=%d", ok, n)
+	}
+}

@@ -1,0 +1,202 @@
+package transport
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	zmq "github.com/pebbe/zmq4"
+)
+
+// Errors returned by PushLink.Send.
+var (
+	ErrLinkFull   = errors.New("transport: push link queue full")
+	ErrLinkClosed = errors.New("transport: push link closed")
+)
+
+// PushConfig configures a prefill->decode PUSH link (upstream CommonKVManager._connect).
+type PushConfig struct {
+	// Context to create the socket in; nil: the link creates (and terminates) its own.
+	Context *zmq.Context
+	// Endpoint of decode's PULL socket, e.g. TCPEndpoint(info.DecodeIP, info.DecodePort).
+	Endpoint string
+	// SendTimeout bounds one blocking send (upstream SNDTIMEO 30 s): 0 means 30 s.
+	SendTimeout time.Duration
+	// QueueSize is the number of messages Send may queue ahead of the socket: 0 means 1024.
+	QueueSize int
+	Logger    *slog.Logger
+}
+
+// PushStats are cumulative counters; read them from any goroutine.
+type PushStats struct {
+	Sent    uint64 // handed to libzmq
+	Dropped uint64 // refused by Send (queue full) or discarded at Close
+	Failed  uint64 // libzmq send errors (timeout, ...)
+}
+
+// PushLink sends multipart messages to one decode PULL socket. One goroutine owns the
+// socket; Send only enqueues, so callers (actors) never block on the network.
+//
+// Delivery is best effort, as upstream: linger is 0, so messages still queued in libzmq
+// when the link closes are dropped. Unlike upstream (RECONNECT_IVL -1 plus a disconnect
+// monitor that rebuilds the socket) the link relies on libzmq's own reconnection.
+type PushLink struct {
+	cfg   PushConfig
+	log   *slog.Logger
+	queue chan [][]byte
+
+	stop     chan struct{}
+	done     chan struct{}
+	stopOnce sync.Once
+
+	sent, dropped, failed atomic.Uint64
+}
+
+// DialPush creates the socket and connects it (connect is asynchronous in ZMQ: it succeeds
+// whether or not decode is listening yet).
+func DialPush(cfg PushConfig) (*PushLink, error) {
+	if cfg.SendTimeout <= 0 {
+		cfg.SendTimeout = 30 * time.Second
+	}
+	if cfg.QueueSize <= 0 {
+		cfg.QueueSize = 1024
+	}
+	l := &PushLink{cfg: cfg, log: cfg.Logger, queue: make(chan [][]byte, cfg.QueueSize),
+		stop: make(chan struct{}), done: make(chan struct{})}
+	if l.log == nil {
+		l.log = slog.New(slog.DiscardHandler)
+	}
+	ready := make(chan error, 1)
+	go l.run(ready)
+	if err := <-ready; err != nil {
+		<-l.done
+		return nil, err
+	}
+	return l, nil
+}
+
+// Send queues one multipart message. It never blocks: ErrLinkFull when the queue is full,
+// ErrLinkClosed after Close. The frames must not be modified afterwards.
+func (l *PushLink) Send(frames [][]byte) error {
+	select {
+	case <-l.stop:
+		return ErrLinkClosed
+	default:
+	}
+	select {
+	case l.queue <- frames:
+		return nil
+	default:
+		l.dropped.Add(1)
+		return ErrLinkFull
+	}
+}
+
+// Close stops the link: messages already queued are handed to libzmq without waiting,
+// then the socket is closed with linger 0. Idempotent.
+func (l *PushLink) Close() {
+	l.stopOnce.Do(func() { close(l.stop) })
+	<-l.done
+}
+
+// Stats returns a snapshot of the counters.
+func (l *PushLink) Stats() PushStats {
+	return PushStats{Sent: l.sent.Load(), Dropped: l.dropped.Load(), Failed: l.failed.Load()}
+}
+
+func (l *PushLink) run(ready chan<- error) {
+	defer close(l.done)
+	zctx := l.cfg.Context
+	if zctx == nil {
+		c, err := zmq.NewContext()
+		if err != nil {
+			ready <- fmt.Errorf("transport: zmq context: %w", err)
+			return
+		}
+		zctx = c
+		defer func() { _ = c.Term() }()
+	}
+	sock, err := l.open(zctx)
+	if err != nil {
+		ready <- err
+		return
+	}
+	defer func() { _ = sock.Close() }()
+	ready <- nil
+	for {
+		select {
+		case frames := <-l.queue:
+			l.send(sock, frames, 0)
+		case <-l.stop:
+			for {
+				select {
+				case frames := <-l.queue:
+					l.send(sock, frames, zmq.DONTWAIT)
+				default:
+					return
+				}
+			}
+		}
+	}
+}
+
+func (l *PushLink) open(zctx *zmq.Context) (*zmq.Socket, error) {
+	sock, err := zctx.NewSocket(zmq.PUSH)
+	if err != nil {
+		return nil, fmt.Errorf("transport: PUSH socket: %w", err)
+	}
+	opts := []struct {
+		name string
+		set  func() error
+	}{
+		{"LINGER", func() error { return sock.SetLinger(0) }},
+		{"SNDTIMEO", func() error { return sock.SetSndtimeo(l.cfg.SendTimeout) }},
+		{"TCP_KEEPALIVE", func() error { return sock.SetTcpKeepalive(1) }},
+		{"TCP_KEEPALIVE_IDLE", func() error { return sock.SetTcpKeepaliveIdle(30) }},
+		{"TCP_KEEPALIVE_INTVL", func() error { return sock.SetTcpKeepaliveIntvl(5) }},
+		{"TCP_KEEPALIVE_CNT", func() error { return sock.SetTcpKeepaliveCnt(3) }},
+	}
+	if strings.Contains(l.cfg.Endpoint, "[") { // tcp://[v6]:port
+		opts = append(opts, struct {
+			name string
+			set  func() error
+		}{"IPV6", func() error { return sock.SetIpv6(true) }})
+	}
+	for _, o := range opts {
+		if err := o.set(); err != nil {
+			_ = sock.Close()
+			return nil, fmt.Errorf("transport: PUSH set %s: %w", o.name, err)
+		}
+	}
+	if err := sock.Connect(l.cfg.Endpoint); err != nil {
+		_ = sock.Close()
+		return nil, fmt.Errorf("transport: PUSH connect %s: %w", l.cfg.Endpoint, err)
+	}
+	return sock, nil
+}
+
+func (l *PushLink) send(sock *zmq.Socket, frames [][]byte, flags zmq.Flag) {
+	if len(frames) == 0 {
+		return
+	}
+	var err error
+	if flags&zmq.DONTWAIT != 0 {
+		_, err = sock.SendMessageDontwait(frames)
+	} else {
+		_, err = sock.SendMessage(frames)
+	}
+	if err != nil {
+		if flags&zmq.DONTWAIT != 0 {
+			l.dropped.Add(1)
+		} else {
+			l.failed.Add(1)
+		}
+		l.log.Warn("transport: PUSH send failed", "endpoint", l.cfg.Endpoint, "err", err)
+		return
+	}
+	l.sent.Add(1)
+}

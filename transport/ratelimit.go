@@ -1,0 +1,27 @@
+package transport
+
+import "time"
+
+// logLimiter lets one log line through per interval and counts what it suppressed, so a
+// peer that floods us with garbage cannot flood the log. Not safe for concurrent use: each
+// socket owner has its own.
+type logLimiter struct {
+	every      time.Duration
+	now        func() time.Time
+	last       time.Time
+	suppressed int
+	started    bool
+}
+
+// allow reports whether to log now and, if so, how many lines were suppressed since the
+// last one that was let through.
+func (l *logLimiter) allow() (bool, int) {
+	t := l.now()
+	if l.started && t.Sub(l.last) < l.every {
+		l.suppressed++
+		return false, 0
+	}
+	n := l.suppressed
+	l.started, l.last, l.suppressed = true, t, 0
+	return true, n
+}
