@@ -280,3 +280,26 @@ func TestLogLimiter(t *testing.T) {
 		t.Fatalf("ok=%v suppressed=%d", ok, n)
 	}
 }
+
+func TestIngestIPv6(t *testing.T) {
+	sink := newRecSink()
+	in, err := StartIngest(IngestConfig{Host: "::1"}, sink)
+	if err != nil {
+		t.Skipf("no IPv6 loopback here: %v", err)
+	}
+	defer in.Stop()
+	if in.Endpoint() != TCPEndpoint("::1", in.Port()) || in.Endpoint()[:7] != "tcp://[" {
+		t.Fatalf("endpoint %q", in.Endpoint())
+	}
+	link, err := DialPush(PushConfig{Endpoint: in.Endpoint()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer link.Close()
+	if err := link.Send(fr("ABORT", "7")); err != nil {
+		t.Fatal(err)
+	}
+	if got := sink.wait(t, 1); got[0].(*Abort).Room != 7 {
+		t.Fatalf("got %#v", got[0])
+	}
+}
