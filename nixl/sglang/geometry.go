@@ -58,6 +58,12 @@ type Local struct {
 	Sender int
 	// NoKV selects the aux_nokv notification form.
 	NoKV NoKVForm
+	// TPSize is the prefill attention TP size and MLA says whether KV is MLA
+	// (one buffer per layer, replicated across TP). Page-per-descriptor
+	// transfers are only correct for MLA or equal TP; NewPeer rejects other
+	// peers (SGLang's send_kvcache_slice head slicing is not implemented).
+	TPSize int
+	MLA    bool
 }
 
 // Validate checks the local geometry once, at startup.
@@ -101,6 +107,8 @@ type PeerGeometry struct {
 	AuxPtrs []uint64
 	// StatePtrs ([7]), one list per state component.
 	StatePtrs [][]uint64
+	// TPSize is decode's attn_tp_size ([9]); 0 skips the equal-TP check.
+	TPSize int
 	// StateSlots optionally bounds destination state indices per component
 	// (0 or absent: only the agent's region check applies).
 	StateSlots []int
@@ -129,6 +137,9 @@ func NewPeer(l *Local, g PeerGeometry) (*Peer, error) {
 	}
 	if len(g.KVPtrs) < n {
 		return nil, nixl.Errorf(nixl.ErrInvalid, "sglang peer %s: %d KV buffers, prefill has %d", g.Agent, len(g.KVPtrs), n)
+	}
+	if !l.MLA && l.TPSize > 0 && g.TPSize > 0 && l.TPSize != g.TPSize {
+		return nil, nixl.Errorf(nixl.ErrInvalid, "sglang peer %s: heterogeneous TP (prefill %d, decode %d) needs head slicing, which is not supported", g.Agent, l.TPSize, g.TPSize)
 	}
 	p := &Peer{Agent: g.Agent, nbuf: n, kvKind: nixl.VRAM, gpu: g.GPU}
 	if len(g.KVKinds) > 0 {
@@ -234,7 +245,7 @@ func RegisterBuffers(a nixl.Agent, sets ...*Buffers) ([]nixl.RegID, error) {
 func (l *Local) AsPeer(agent string) PeerGeometry {
 	g := PeerGeometry{
 		Agent: agent, KVPtrs: l.KV.Ptrs, KVItemLens: l.KV.ItemLens, DstNumSlots: l.KV.NumSlots,
-		GPU: l.KV.DevID, AuxPtrs: l.Aux.Ptrs,
+		GPU: l.KV.DevID, AuxPtrs: l.Aux.Ptrs, TPSize: l.TPSize,
 	}
 	if len(l.KV.ItemLens) > 0 {
 		g.DstKVItemLen = l.KV.ItemLens[0]

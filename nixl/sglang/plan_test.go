@@ -182,6 +182,7 @@ func TestPlanBounds(t *testing.T) {
 
 func TestNewPeerRejects(t *testing.T) {
 	l := fakeLocal(4, 8, 256)
+	l.TPSize = 2
 	good := sglang.PeerGeometry{Agent: "d", KVPtrs: []uint64{1 << 40, 2 << 40, 3 << 40, 4 << 40}, DstKVItemLen: 256, AuxPtrs: []uint64{1, 2}}
 	if _, err := sglang.NewPeer(l, good); err != nil {
 		t.Fatal(err)
@@ -195,6 +196,7 @@ func TestNewPeerRejects(t *testing.T) {
 		"kind count":       func(g *sglang.PeerGeometry) { g.KVKinds = []nixl.MemKind{nixl.VRAM} },
 		"fewer aux":        func(g *sglang.PeerGeometry) { g.AuxPtrs = g.AuxPtrs[:1] },
 		"zero ptr":         func(g *sglang.PeerGeometry) { g.KVPtrs = []uint64{0, 1, 2, 3} },
+		"hetero TP":        func(g *sglang.PeerGeometry) { g.TPSize = 4 },
 	} {
 		g := good
 		g.KVPtrs = slices.Clone(good.KVPtrs)
@@ -202,6 +204,10 @@ func TestNewPeerRejects(t *testing.T) {
 		if _, err := sglang.NewPeer(l, g); !errors.Is(err, nixl.ErrInvalid) {
 			t.Errorf("%s: %v", name, err)
 		}
+	}
+	l.MLA = true // MLA replicates KV: any TP pairing is fine
+	if _, err := sglang.NewPeer(l, sglang.PeerGeometry{Agent: "d", KVPtrs: good.KVPtrs, DstKVItemLen: 256, AuxPtrs: good.AuxPtrs, TPSize: 8}); err != nil {
+		t.Fatalf("MLA with other TP: %v", err)
 	}
 	bad := fakeLocal(2, 8, 256)
 	bad.Aux.Kind = nixl.VRAM
