@@ -85,7 +85,8 @@ func (p *Plan) next(kind ReqKind) *Req {
 // chunk one request per non-empty state component, then aux (or aux_nokv when
 // the last chunk has no pages). Every page, aux and state index is checked
 // against the registered slot counts first: on error out is empty and nothing
-// out of range is ever planned.
+// out of range is ever planned. The slices inside out stay valid until the next
+// Plan into the same out, so make every request before planning the next chunk.
 func (l *Local) Plan(out *Plan, p *Peer, c *Chunk) error {
 	out.Reqs, out.Truncated = out.Reqs[:0], 0
 	src, dst := c.SrcPages, c.DstPages
@@ -129,29 +130,31 @@ func (l *Local) Plan(out *Plan, p *Peer, c *Chunk) error {
 			r.Notif = AppendStateNotif(r.Notif, c.Room, l.Sender, i)
 		}
 	}
-	if len(l.Aux.Ptrs) > 0 {
-		r := out.next(ReqAux)
-		r.SrcKind, r.DstKind = nixl.DRAM, nixl.DRAM
-		for i, base := range l.Aux.Ptrs {
-			n := l.Aux.ItemLens[i]
-			r.Src = append(r.Src, nixl.Desc{Addr: uintptr(base + n*uint64(c.SrcAux)), Len: n})
-			r.Dst = append(r.Dst, nixl.Desc{Addr: uintptr(p.aux[i] + n*uint64(c.DstAux)), Len: n})
-		}
-		if len(src) == 0 {
-			r.Notif = AppendAuxNoKVNotif(r.Notif, c.Room, l.Sender, l.NoKV, c.NoKVChunks)
-		} else {
-			r.Notif = AppendAuxNotif(r.Notif, c.Room)
-		}
+	// Decode needs aux (or aux_nokv) from at least one sender; one request
+	// carries the slot of every aux buffer.
+	r := out.next(ReqAux)
+	r.SrcKind, r.DstKind = nixl.DRAM, nixl.DRAM
+	for i, base := range l.Aux.Ptrs {
+		n := l.Aux.ItemLens[i]
+		r.Src = append(r.Src, nixl.Desc{Addr: uintptr(base + n*uint64(c.SrcAux)), Len: n})
+		r.Dst = append(r.Dst, nixl.Desc{Addr: uintptr(p.aux[i] + n*uint64(c.DstAux)), Len: n})
+	}
+	if len(src) == 0 {
+		r.Notif = AppendAuxNoKVNotif(r.Notif, c.Room, l.Sender, l.NoKV, c.NoKVChunks)
+	} else {
+		r.Notif = AppendAuxNotif(r.Notif, c.Room)
 	}
 	return nil
 }
 
 // checkLast validates the aux and state parts of a last chunk.
 func (l *Local) checkLast(p *Peer, c *Chunk) error {
-	if len(l.Aux.Ptrs) > 0 {
-		if c.SrcAux < 0 || c.SrcAux >= l.Aux.NumSlots || c.DstAux < 0 || c.DstAux >= l.Aux.NumSlots {
-			return nixl.Errorf(nixl.ErrInvalid, "sglang plan room %d: aux index %d→%d outside %d slots", c.Room, c.SrcAux, c.DstAux, l.Aux.NumSlots)
-		}
+	if len(l.Aux.Ptrs) == 0 {
+		// Decode completes a room only after an aux (or aux_nokv) notification.
+		return nixl.Errorf(nixl.ErrInvalid, "sglang plan room %d: last chunk but no aux buffers registered", c.Room)
+	}
+	if c.SrcAux < 0 || c.SrcAux >= l.Aux.NumSlots || c.DstAux < 0 || c.DstAux >= l.Aux.NumSlots {
+		return nixl.Errorf(nixl.ErrInvalid, "sglang plan room %d: aux index %d→%d outside %d slots", c.Room, c.SrcAux, c.DstAux, l.Aux.NumSlots)
 	}
 	if c.DstState == nil {
 		return nil

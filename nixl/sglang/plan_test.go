@@ -178,6 +178,10 @@ func TestPlanBounds(t *testing.T) {
 	if err := l.Plan(&sglang.Plan{}, p, &ok); err != nil {
 		t.Fatalf("base chunk: %v", err)
 	}
+	l.Aux = sglang.Buffers{}
+	if err := l.Plan(&sglang.Plan{}, p, &ok); !errors.Is(err, nixl.ErrInvalid) {
+		t.Fatalf("last chunk without aux buffers: %v", err)
+	}
 }
 
 func TestNewPeerRejects(t *testing.T) {
