@@ -69,6 +69,7 @@ const drainBatch = 4096
 type Ingest struct {
 	cfg      IngestConfig
 	sink     Sink
+	raw      func(frames [][]byte) // StartPull: frames go here undecoded
 	log      *slog.Logger
 	endpoint string
 	port     int
@@ -89,13 +90,28 @@ func StartIngest(cfg IngestConfig, sink Sink) (*Ingest, error) {
 	if sink == nil {
 		return nil, errors.New("transport: StartIngest needs a Sink")
 	}
+	return start(cfg, &Ingest{sink: sink})
+}
+
+// StartPull is StartIngest without the decoding: every multipart message goes to h as it
+// was received. The decode emulator uses it for its own PULL socket (prefill->decode
+// messages, see DecodeOutbound). h runs on the socket's goroutine and must not block; a
+// panic in h is recovered and counted. Only Messages and SinkPanics are counted.
+func StartPull(cfg IngestConfig, h func(frames [][]byte)) (*Ingest, error) {
+	if h == nil {
+		return nil, errors.New("transport: StartPull needs a handler")
+	}
+	return start(cfg, &Ingest{raw: h})
+}
+
+func start(cfg IngestConfig, in *Ingest) (*Ingest, error) {
 	if cfg.PollInterval <= 0 {
 		cfg.PollInterval = 50 * time.Millisecond
 	}
 	if cfg.LogEvery <= 0 {
 		cfg.LogEvery = time.Second
 	}
-	in := &Ingest{cfg: cfg, sink: sink, log: cfg.Logger, stop: make(chan struct{}), done: make(chan struct{})}
+	in.cfg, in.log, in.stop, in.done = cfg, cfg.Logger, make(chan struct{}), make(chan struct{})
 	if in.log == nil {
 		in.log = slog.New(slog.DiscardHandler)
 	}
@@ -275,6 +291,10 @@ func (in *Ingest) handle(frames [][]byte) {
 			}
 		}
 	}()
+	if in.raw != nil {
+		in.raw(frames)
+		return
+	}
 	msg, err := DecodeInbound(frames)
 	if err != nil {
 		in.badFrames.Add(1)

@@ -303,3 +303,57 @@ func TestIngestIPv6(t *testing.T) {
 		t.Fatalf("got %#v", got[0])
 	}
 }
+
+// The decode emulator's side: a raw PULL loop receiving what a PushLink sends.
+func TestStartPullWithPushLink(t *testing.T) {
+	got := make(chan [][]byte, 4)
+	pull, err := StartPull(IngestConfig{Host: "127.0.0.1"}, func(f [][]byte) {
+		if string(f[0]) == "boom" {
+			panic("handler bug")
+		}
+		got <- f
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pull.Stop()
+	link, err := DialPush(PushConfig{Endpoint: pull.Endpoint()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer link.Close()
+	for _, m := range [][][]byte{fr("boom"), (&AbortAck{Room: 9, PrefillRank: 2}).Encode()} {
+		if err := link.Send(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case f := <-got:
+		m, err := DecodeOutbound(f)
+		if err != nil || *m.(*AbortAck) != (AbortAck{Room: 9, PrefillRank: 2}) {
+			t.Fatalf("%+v %v", m, err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("timed out")
+	}
+	if st := pull.Stats(); st.Messages != 2 || st.SinkPanics != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+	if _, err := StartPull(IngestConfig{}, nil); err == nil {
+		t.Fatal("nil handler accepted")
+	}
+}
+
+func TestSinkFuncs(t *testing.T) {
+	var n int
+	s := SinkFuncs{OnAbort: func(*Abort) { n++ }, OnBadFrame: func(error) { n++ }}
+	s.Abort(&Abort{})
+	s.BadFrame(nil)
+	s.Registration(&Registration{}) // nil field: dropped
+	s.TransferInfo(&TransferInfo{})
+	s.Staging(&Watermark{})
+	if n != 2 {
+		t.Fatal(n)
+	}
+	var _ Sink = SinkFuncs{}
+}
