@@ -1,0 +1,103 @@
+package actors
+
+import (
+	"context"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/internal/clock"
+)
+
+func benchEngine(b *testing.B) *Engine {
+	eng, err := New(Config{Clock: clock.NewFake(time.Unix(0, 0)), Transfers: &transfersDouble{}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = eng.Close(ctx)
+	})
+	return eng
+}
+
+// BenchmarkRoomLifecycle drives whole rooms through the actors: Open, a
+// transfer info, Init, two chunks (writes complete at once), Clear. It reports
+// room messages per second through directory and room mailboxes.
+func BenchmarkRoomLifecycle(b *testing.B) {
+	eng := benchEngine(b)
+	const batch = 1000
+	ids := make([]uint64, batch)
+	ti := room.TransferInfo{Agent: "a", DstPages: []int32{1, 2, 3, 4}, Required: 1}
+	p1, p2 := []int32{1, 2}, []int32{3, 4}
+	next := uint64(1)
+	msgs := 0
+	b.ResetTimer()
+	for done := 0; done < b.N; done += batch {
+		for i := range ids {
+			ids[i] = next
+			next++
+			eng.Open(ids[i])
+			eng.TransferInfo(ids[i], ti)
+			eng.Init(ids[i], 4, 0)
+			eng.Send(ids[i], p1, nil)
+			eng.Send(ids[i], p2, nil)
+		}
+		for {
+			all := true
+			for _, r := range eng.Poll(ids, nil) {
+				all = all && r.Status == room.Success
+			}
+			if all {
+				break
+			}
+		}
+		for _, id := range ids {
+			eng.Clear(id)
+		}
+		msgs += batch * 8 // 6 sent + 2 completions per room, polls not counted
+	}
+	b.ReportMetric(float64(msgs)/b.Elapsed().Seconds(), "room-msgs/s")
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/room")
+}
+
+// BenchmarkPoll1000 is the latency of one batched poll of 1,000 live rooms.
+func BenchmarkPoll1000(b *testing.B) {
+	eng := benchEngine(b)
+	ids := make([]uint64, 1000)
+	for i := range ids {
+		ids[i] = uint64(i + 1)
+		eng.Open(ids[i])
+	}
+	out := eng.Poll(ids, nil)
+	b.ResetTimer()
+	for b.Loop() {
+		out = eng.Poll(ids, out)
+	}
+}
+
+// BenchmarkBytesPerLiveRoom measures the heap held per live, opened room with
+// one transfer info (waiting for the scheduler), actor included. Each
+// iteration adds one room, so -benchtime=20000x measures 20,000 rooms.
+func BenchmarkBytesPerLiveRoom(b *testing.B) {
+	eng := benchEngine(b)
+	ti := room.TransferInfo{Agent: "a", DstPages: make([]int32, 16), Required: 1}
+	ids := make([]uint64, b.N)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	b.ResetTimer()
+	for i := range ids {
+		ids[i] = uint64(i + 1)
+		eng.Open(ids[i])
+		eng.TransferInfo(ids[i], ti)
+	}
+	eng.Poll(ids, nil)
+	b.StopTimer()
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	b.ReportMetric(float64(int64(after.HeapAlloc)-int64(before.HeapAlloc))/float64(b.N), "B/room")
+	runtime.KeepAlive(ids)
+}
