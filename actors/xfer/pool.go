@@ -1,0 +1,134 @@
+package xfer
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/nixl"
+	"github.com/kvxfer/kvxfer/nixl/sglang"
+)
+
+// Config configures a Pool.
+type Config struct {
+	Agent nixl.Agent
+	Local *sglang.Local
+	// Actors is the pool size (SGLANG_DISAGGREGATION_QUEUE_SIZE, default 4).
+	Actors int
+	// QuarantineAfter moves a job still in flight after this long to the
+	// quarantine list (default 75 s: past the default transfer and drain deadlines).
+	QuarantineAfter time.Duration
+	Logger          *slog.Logger
+}
+
+// Stats are the pool's counters.
+type Stats struct {
+	Posted      int64 // transfers accepted
+	Requests    int64 // NIXL requests posted
+	Failed      int64 // transfers that ended with a failure
+	InFlight    int64 // transfers not yet reported done (the queue depth)
+	Quarantined int64 // transfers whose requests never completed in time
+}
+
+// Pool implements actors.Transfers over a NIXL agent.
+type Pool struct {
+	cfg    Config
+	system *actor.ActorSystem
+	pids   []*actor.PID
+	localL nixl.ListID
+
+	posted, requests, failed, inflight, quarantined atomic.Int64
+}
+
+// New starts a pool in its own actor system. The local KV descriptors are
+// prepared once here.
+func New(cfg Config) (*Pool, error) {
+	if cfg.Agent == nil || cfg.Local == nil {
+		return nil, errors.New("xfer: Config.Agent and Config.Local are required")
+	}
+	if cfg.Actors <= 0 {
+		cfg.Actors = 4
+	}
+	if cfg.QuarantineAfter <= 0 {
+		cfg.QuarantineAfter = 75 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	l, err := sglang.PrepLocalKV(cfg.Agent, cfg.Local)
+	if err != nil {
+		return nil, fmt.Errorf("xfer: preparing local KV descriptors: %w", err)
+	}
+	system := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
+		return slog.New(slog.DiscardHandler)
+	}))
+	p := &Pool{cfg: cfg, system: system, localL: l}
+	for range cfg.Actors {
+		p.pids = append(p.pids, system.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return newWorker(p) })))
+	}
+	return p, nil
+}
+
+// AddPeer validates a decode peer against the local geometry, prepares its KV
+// descriptors once and hands it to every pool actor. The peer's metadata must
+// already be loaded into the agent. Transfers posted after AddPeer returns see it.
+func (p *Pool) AddPeer(g sglang.PeerGeometry) error {
+	peer, err := sglang.NewPeer(p.cfg.Local, g)
+	if err != nil {
+		return err
+	}
+	list, err := sglang.PrepPeerKV(p.cfg.Agent, p.cfg.Local, peer)
+	if err != nil {
+		return fmt.Errorf("xfer: preparing KV descriptors of %s: %w", g.Agent, err)
+	}
+	for _, pid := range p.pids {
+		p.system.Root.Send(pid, &addPeer{peer: peer, list: list})
+	}
+	return nil
+}
+
+// RemovePeer forgets a peer in every pool actor; its later transfers fail as
+// an unknown agent.
+func (p *Pool) RemovePeer(agent string) {
+	for _, pid := range p.pids {
+		p.system.Root.Send(pid, &removePeer{agent: agent})
+	}
+}
+
+// Post implements actors.Transfers. A room's transfers all go to one actor, so
+// they are posted in the order the room emitted them.
+func (p *Pool) Post(t room.Transfer, done func(room.Reason)) {
+	p.posted.Add(1)
+	p.inflight.Add(1)
+	p.system.Root.Send(p.pids[int((t.Room*0x9E3779B97F4A7C15)>>33)%len(p.pids)], &job{t: t, done: done})
+}
+
+// Stats returns the counters.
+func (p *Pool) Stats() Stats {
+	return Stats{Posted: p.posted.Load(), Requests: p.requests.Load(), Failed: p.failed.Load(),
+		InFlight: p.inflight.Load(), Quarantined: p.quarantined.Load()}
+}
+
+// Close stops the pool actors. Requests still in flight are abandoned to the
+// agent (which keeps their memory valid until it closes).
+func (p *Pool) Close() {
+	for _, pid := range p.pids {
+		_ = p.system.Root.StopFuture(pid).Wait()
+	}
+}
+
+// classify maps a NIXL error to the room's failure reason.
+func classify(err error) room.Reason {
+	switch {
+	case errors.Is(err, nixl.ErrRemoteDisconnect), errors.Is(err, nixl.ErrPeerUnknown):
+		return room.ReasonPeerLost
+	case errors.Is(err, nixl.ErrInvalid):
+		return room.ReasonInvalidRequest
+	}
+	return room.ReasonTransferError
+}

@@ -1,0 +1,233 @@
+package xfer
+
+import (
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/nixl"
+	"github.com/kvxfer/kvxfer/nixl/sglang"
+)
+
+type job struct {
+	t       room.Transfer
+	done    func(room.Reason)
+	reqs    []nixl.XferID // posted and not yet terminal
+	fail    room.Reason
+	started time.Time
+}
+
+type addPeer struct {
+	peer *sglang.Peer
+	list nixl.ListID
+}
+
+type removePeer struct{ agent string }
+
+type peerEntry struct {
+	peer *sglang.Peer
+	list nixl.ListID
+}
+
+// tick asks a worker to poll its requests.
+type tick struct{}
+
+const (
+	spinTicks       = 4 // polls through the mailbox before backing off to a timer
+	minBackoff      = 20 * time.Microsecond
+	maxBackoff      = time.Millisecond
+	quarantinePoll  = time.Second
+	quarantineBatch = 256
+)
+
+// worker is one pool actor. It owns its peer table, its plan buffer and the
+// requests of the jobs it posted; the agent is shared (NIXL STRICT mode).
+type worker struct {
+	p     *Pool
+	self  *actor.PID
+	peers map[string]peerEntry
+	plan  sglang.Plan
+
+	active     []*job
+	quarantine []*job
+	lastQuar   time.Time
+
+	ids     []nixl.XferID
+	st      []nixl.Status
+	idle    int
+	pending bool // a tick is queued or a timer armed
+	timer   *time.Timer
+}
+
+func newWorker(p *Pool) *worker { return &worker{p: p, peers: map[string]peerEntry{}} }
+
+func (w *worker) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *actor.Started:
+		w.self = ctx.Self()
+	case *addPeer:
+		w.peers[m.peer.Agent] = peerEntry{peer: m.peer, list: m.list}
+	case *removePeer:
+		delete(w.peers, m.agent)
+	case *job:
+		w.start(m)
+		w.idle = 0
+		w.schedule(ctx)
+	case tick:
+		w.pending = false
+		if w.poll() {
+			w.idle = 0
+		} else {
+			w.idle++
+		}
+		w.schedule(ctx)
+	case *actor.Stopping:
+		if w.timer != nil {
+			w.timer.Stop()
+		}
+	}
+}
+
+// start plans the transfer and posts its requests. A failure to plan or post
+// still waits for the requests already posted before the job reports done.
+func (w *worker) start(j *job) {
+	j.started = time.Now()
+	pe, ok := w.peers[j.t.Agent]
+	if !ok {
+		w.p.cfg.Logger.Warn("transfer for an unregistered decode agent", "room", j.t.Room, "agent", j.t.Agent)
+		j.fail = room.ReasonInvalidRequest
+		w.finish(j)
+		return
+	}
+	c := sglang.Chunk{
+		Room: j.t.Room, ChunkID: j.t.Chunk, IsLast: j.t.Last, SrcPages: j.t.SrcPages, DstPages: j.t.DstPages,
+		SrcAux: j.t.SrcAux, DstAux: j.t.DstAux, SrcState: j.t.SrcState, DstState: j.t.DstState, NoKVChunks: j.t.Chunk,
+	}
+	if err := w.p.cfg.Local.Plan(&w.plan, pe.peer, &c); err != nil {
+		w.p.cfg.Logger.Warn("transfer rejected", "room", j.t.Room, "agent", j.t.Agent, "err", err)
+		j.fail = classify(err)
+		w.finish(j)
+		return
+	}
+	ag := w.p.cfg.Agent
+	for i := range w.plan.Reqs {
+		x, err := sglang.MakeReq(ag, w.p.localL, pe.list, pe.peer.Agent, &w.plan.Reqs[i])
+		if err != nil {
+			j.fail = classify(err)
+			break
+		}
+		st, err := ag.Post(x)
+		w.p.requests.Add(1)
+		if err != nil {
+			_ = ag.Release(x) // a request whose post failed is not in flight
+			j.fail = classify(err)
+			break
+		}
+		if st == nixl.Done {
+			_ = ag.Release(x)
+			continue
+		}
+		j.reqs = append(j.reqs, x)
+	}
+	if len(j.reqs) == 0 {
+		w.finish(j)
+		return
+	}
+	w.active = append(w.active, j)
+}
+
+// poll checks every request of the active jobs in one batched call (and the
+// quarantined ones once a second). It reports whether anything completed.
+func (w *worker) poll() bool {
+	progress := w.pollJobs(&w.active, true)
+	if len(w.quarantine) > 0 && time.Since(w.lastQuar) >= quarantinePoll {
+		w.lastQuar = time.Now()
+		w.pollJobs(&w.quarantine, false)
+	}
+	return progress
+}
+
+func (w *worker) pollJobs(list *[]*job, mayQuarantine bool) bool {
+	jobs := *list
+	if len(jobs) == 0 {
+		return false
+	}
+	w.ids = w.ids[:0]
+	for _, j := range jobs {
+		w.ids = append(w.ids, j.reqs...)
+	}
+	if cap(w.st) < len(w.ids) {
+		w.st = make([]nixl.Status, len(w.ids))
+	}
+	st := w.st[:len(w.ids)]
+	if err := w.p.cfg.Agent.Poll(w.ids, st); err != nil {
+		w.p.cfg.Logger.Error("polling transfers", "err", err)
+		return false
+	}
+	progress := false
+	now := time.Now()
+	kept := jobs[:0]
+	k := 0
+	for _, j := range jobs {
+		left := j.reqs[:0]
+		for _, x := range j.reqs {
+			s := st[k]
+			k++
+			switch s.State {
+			case nixl.Done, nixl.Failed:
+				progress = true
+				if s.State == nixl.Failed && j.fail == room.ReasonNone {
+					j.fail = classify(s.Err)
+				}
+				_ = w.p.cfg.Agent.Release(x)
+			default:
+				left = append(left, x)
+			}
+		}
+		j.reqs = left
+		switch {
+		case len(j.reqs) == 0:
+			w.finish(j)
+		case mayQuarantine && now.Sub(j.started) > w.p.cfg.QuarantineAfter:
+			w.p.quarantined.Add(1)
+			w.p.cfg.Logger.Warn("transfer never completed; quarantined, not released", "room", j.t.Room, "agent", j.t.Agent, "requests", len(j.reqs))
+			w.quarantine = append(w.quarantine, j)
+		default:
+			kept = append(kept, j)
+		}
+	}
+	clear(jobs[len(kept):])
+	*list = kept
+	return progress
+}
+
+func (w *worker) finish(j *job) {
+	if j.fail != room.ReasonNone {
+		w.p.failed.Add(1)
+	}
+	w.p.inflight.Add(-1)
+	j.done(j.fail)
+}
+
+// schedule arranges the next poll: through the mailbox while completions are
+// likely (spinning yields to other messages), then on a timer that backs off
+// to maxBackoff so idle polling does not starve the transfer itself.
+func (w *worker) schedule(ctx actor.Context) {
+	if w.pending || len(w.active)+len(w.quarantine) == 0 {
+		return
+	}
+	w.pending = true
+	if len(w.active) > 0 && w.idle < spinTicks {
+		ctx.Send(w.self, tick{})
+		return
+	}
+	d := maxBackoff
+	if len(w.active) == 0 {
+		d = quarantinePoll
+	} else if shift := w.idle - spinTicks; shift < 6 {
+		d = min(minBackoff<<shift, maxBackoff)
+	}
+	self, root := w.self, w.p.system.Root
+	w.timer = time.AfterFunc(d, func() { root.Send(self, tick{}) })
+}

@@ -1,0 +1,177 @@
+// Package kvmem allocates SGLang-shaped KV, aux and state buffers in loopback
+// shared memory and registers them with a loopback agent. The demo, the decode
+// and scheduler emulators and the end-to-end tests use it to stand up a prefill
+// or decode rank whose memory looks like SGLang's KVArgs.
+package kvmem
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/kvxfer/kvxfer/nixl"
+	"github.com/kvxfer/kvxfer/nixl/loopback"
+	"github.com/kvxfer/kvxfer/nixl/sglang"
+)
+
+// Shape is a rank's memory layout.
+type Shape struct {
+	Layers     int      // KV buffers = 2*Layers (K of every layer, then V)
+	Slots      int      // pages per KV buffer
+	Item       int      // bytes of one page of one layer buffer
+	AuxSlots   int      // metadata buffer slots
+	AuxItems   []uint64 // aux item sizes in SGLang order; the last is bootstrap_room
+	StateSlots int      // 0: no hybrid state
+	StateItem  int
+	StateBufs  int
+}
+
+// DefaultShape is small enough for tests and demos and shaped like SGLang's.
+func DefaultShape() Shape {
+	return Shape{
+		Layers: 4, Slots: 256, Item: 4096, AuxSlots: 64,
+		AuxItems: []uint64{16 * 4, 16 * 4, 16 * 4, 16 * 4, 128 * 4, 128 * 4, sglang.AuxRoomItemLen},
+	}
+}
+
+// Node is one agent with its registered geometry and the bytes behind it.
+type Node struct {
+	Agent *loopback.Agent
+	Geo   sglang.Local
+	Shape Shape
+	KV    [][]byte
+	Aux   [][]byte
+	State [][]byte
+}
+
+// New creates a loopback agent named name and allocates and registers sh.
+func New(name string, sh Shape, sender int, opts loopback.Options) (*Node, error) {
+	ag, err := loopback.New(name, opts)
+	if err != nil {
+		return nil, err
+	}
+	n := &Node{Agent: ag, Shape: sh}
+	if err := n.alloc(sender); err != nil {
+		ag.Close()
+		return nil, err
+	}
+	return n, nil
+}
+
+func (n *Node) alloc(sender int) error {
+	sh := n.Shape
+	var err error
+	buf := func(size int) (b []byte, ptr uint64) {
+		if err != nil {
+			return nil, 0
+		}
+		b, err = n.Agent.Alloc(size)
+		if err != nil {
+			return nil, 0
+		}
+		return b, uint64(nixl.DescOf(b, 0).Addr)
+	}
+	n.Geo = sglang.Local{Sender: sender, KV: sglang.Buffers{NumSlots: sh.Slots, Kind: nixl.DRAM}}
+	for range 2 * sh.Layers {
+		b, p := buf(sh.Slots * sh.Item)
+		n.KV = append(n.KV, b)
+		n.Geo.KV.Ptrs = append(n.Geo.KV.Ptrs, p)
+		n.Geo.KV.ItemLens = append(n.Geo.KV.ItemLens, uint64(sh.Item))
+	}
+	n.Geo.Aux = sglang.Buffers{NumSlots: sh.AuxSlots, Kind: nixl.DRAM}
+	for _, it := range sh.AuxItems {
+		b, p := buf(sh.AuxSlots * int(it))
+		n.Aux = append(n.Aux, b)
+		n.Geo.Aux.Ptrs = append(n.Geo.Aux.Ptrs, p)
+		n.Geo.Aux.ItemLens = append(n.Geo.Aux.ItemLens, it)
+	}
+	if sh.StateSlots > 0 {
+		st := sglang.Buffers{NumSlots: sh.StateSlots, Kind: nixl.DRAM}
+		for range max(sh.StateBufs, 1) {
+			b, p := buf(sh.StateSlots * sh.StateItem)
+			n.State = append(n.State, b)
+			st.Ptrs = append(st.Ptrs, p)
+			st.ItemLens = append(st.ItemLens, uint64(sh.StateItem))
+		}
+		n.Geo.State = []sglang.Buffers{st}
+	}
+	if err != nil {
+		return fmt.Errorf("kvmem: allocating %s: %w", n.Agent.Name(), err)
+	}
+	if err := n.Geo.Validate(); err != nil {
+		return err
+	}
+	sets := []*sglang.Buffers{&n.Geo.KV, &n.Geo.Aux}
+	for i := range n.Geo.State {
+		sets = append(sets, &n.Geo.State[i])
+	}
+	_, err = sglang.RegisterBuffers(n.Agent, sets...)
+	return err
+}
+
+// Close closes the agent and unmaps its memory.
+func (n *Node) Close() error { return n.Agent.Close() }
+
+// Peer is the geometry a decode node announces in its registration frame.
+func (n *Node) Peer() sglang.PeerGeometry { return n.Geo.AsPeer(n.Agent.Name()) }
+
+// Pattern is the byte a prefill node holds at offset k of page slot of buffer b
+// for room r: decode checks every received byte against it.
+func Pattern(r uint64, b, slot, k int) byte { return byte(int(r%251)*7 + b*37 + slot*11 + k*3 + 1) }
+
+// FillPage writes room r's pattern into page slot of every KV buffer.
+func (n *Node) FillPage(r uint64, slot int) {
+	it := n.Shape.Item
+	for b, buf := range n.KV {
+		page := buf[slot*it : (slot+1)*it]
+		for k := range page {
+			page[k] = Pattern(r, b, slot, k)
+		}
+	}
+}
+
+// CheckPage verifies that decode page dst holds prefill page src of room r.
+func (n *Node) CheckPage(r uint64, dst, src int) error {
+	it := n.Shape.Item
+	for b, buf := range n.KV {
+		page := buf[dst*it : (dst+1)*it]
+		for k, got := range page {
+			if want := Pattern(r, b, src, k); got != want {
+				return fmt.Errorf("room %d: decode buffer %d page %d byte %d is %d, want %d (prefill page %d)", r, b, dst, k, got, want, src)
+			}
+		}
+	}
+	return nil
+}
+
+// WriteAux fills the aux slot of room r as the scheduler's set_buf would: a
+// room-derived pattern, and the room itself in the bootstrap_room buffer.
+func (n *Node) WriteAux(slot int, r uint64) {
+	for i, buf := range n.Aux {
+		it := int(n.Shape.AuxItems[i])
+		item := buf[slot*it : (slot+1)*it]
+		for k := range item {
+			item[k] = byte(r) + byte(i) + byte(k)
+		}
+	}
+	last := n.Aux[len(n.Aux)-1]
+	binary.LittleEndian.PutUint64(last[slot*sglang.AuxRoomItemLen:], r)
+}
+
+// CheckAux verifies decode aux slot for room r (including the room check decode
+// itself makes before committing a request).
+func (n *Node) CheckAux(slot int, r uint64) error {
+	last := n.Aux[len(n.Aux)-1]
+	if err := sglang.CheckAuxRoom(last, sglang.AuxRoomItemLen, slot, r); err != nil {
+		return err
+	}
+	for i := 0; i < len(n.Aux)-1; i++ {
+		it := int(n.Shape.AuxItems[i])
+		item := n.Aux[i][slot*it : (slot+1)*it]
+		for k, got := range item {
+			if want := byte(r) + byte(i) + byte(k); got != want {
+				return fmt.Errorf("room %d: aux buffer %d slot %d byte %d is %d, want %d", r, i, slot, k, got, want)
+			}
+		}
+	}
+	return nil
+}
