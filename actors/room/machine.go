@@ -7,11 +7,12 @@ package room
 //	collecting   bootstrap  open     hold       add           fail                             abs             fail(bootstrap)    fail(client)+clear
 //	waiting      waiting    abs      post       abs (dup)     fail                             abs             fail(waiting)      fail(client)+clear
 //	transferring transfer   abs      post       abs (dup)     fail                             done/progress   fail(transfer)     fail(client)+clear
-//	draining     drain      abs      abs        abs           ack later (DecodeAbort)          drain           conclude(expired)  clear
-//	concluded    linger     abs      abs        abs           ack now (DecodeAbort)            abs             retire             retire
-//	retired      none       revive   abs        abs           ack now (DecodeAbort)            abs             abs                abs
+//	draining     drain      abs      abs        tell later    ack later (DecodeAbort)          drain           conclude(expired)  clear
+//	concluded    linger     abs      abs        tell now      ack now (DecodeAbort)            abs             retire             retire
+//	retired      none       revive   abs        tell now      ack now (DecodeAbort)            abs             abs                abs
 //
-// Poll is answered in every phase. The phase of a live room is derived from its
+// "tell" sends a failed room's status to a decode whose transfer info came too
+// late, so it frees the pages it allocated. Poll is answered in every phase. The phase of a live room is derived from its
 // data by advance: collecting until the sender exists and every required
 // transfer info arrived; then transferring while any write is in flight,
 // waiting while the scheduler owes chunks, and Success once the last chunk's
@@ -88,6 +89,7 @@ type Machine struct {
 
 	// Decode endpoints that sent ABORT and wait for ABORT_ACK after the drain.
 	ackTo        []Endpoint
+	lateTo       []Endpoint // transfer infos that came while draining
 	drainExpired bool
 
 	armGen  uint32
@@ -239,6 +241,11 @@ func (m *Machine) stepDraining(msg Msg) {
 		}
 	case DecodeAbort:
 		m.ackTo = appendEndpoint(m.ackTo, msg.From)
+	case TransferInfo:
+		// Too late to be used, but decode has allocated pages for it: it
+		// hears the failure with the others once the drain is over.
+		m.lateTo = appendEndpoint(m.lateTo, msg.From)
+		m.fx.Ignored = true
 	case Clear:
 		m.cleared = true
 	case Deadline:
@@ -262,6 +269,8 @@ func (m *Machine) stepConcluded(msg Msg) {
 		m.retire()
 	case DecodeAbort:
 		m.notify(AbortAck, msg.From)
+	case TransferInfo:
+		m.onLateInfo(msg)
 	case Deadline:
 		if msg.Gen != m.armGen {
 			m.fx.Ignored = true
@@ -281,6 +290,8 @@ func (m *Machine) stepRetired(msg Msg) {
 	switch msg := msg.(type) {
 	case DecodeAbort:
 		m.notify(AbortAck, msg.From)
+	case TransferInfo:
+		m.onLateInfo(msg)
 	case Open:
 		if m.opened {
 			*m = Machine{cfg: m.cfg, room: m.room, status: Bootstrapping}
@@ -353,6 +364,16 @@ func (m *Machine) onTransferInfo(msg TransferInfo) {
 	}
 	m.infos = append(m.infos, info{msg})
 	m.advance()
+}
+
+// onLateInfo absorbs a transfer info for a room that already concluded. If
+// the room failed, decode is told at once so it frees the pages it allocated
+// for it (upstream leaks them until decode's own timeout).
+func (m *Machine) onLateInfo(msg TransferInfo) {
+	m.fx.Ignored = true
+	if m.status == Failed {
+		m.notify(FailureStatus, msg.From)
+	}
 }
 
 func (m *Machine) onXferDone(msg XferDone) {
@@ -477,10 +498,13 @@ func (m *Machine) conclude() {
 			m.notifyOnce(FailureStatus, m.infos[i].From)
 		}
 	}
+	for _, to := range m.lateTo {
+		m.notifyOnce(FailureStatus, to)
+	}
 	for _, to := range m.ackTo {
 		m.notify(AbortAck, to)
 	}
-	m.ackTo = nil
+	m.ackTo, m.lateTo = nil, nil
 	if m.cleared || !m.opened {
 		// Nobody will poll an unopened room; its tombstone remembers the
 		// outcome for the sender that may still come.
@@ -496,7 +520,7 @@ func (m *Machine) retire() {
 	m.fx.Retire = true
 	m.fx.Arm = Arm{}
 	// Drop what only a live room needs; the tombstone keeps the outcome.
-	m.infos, m.held, m.inflight, m.ackTo = nil, nil, nil, nil
+	m.infos, m.held, m.inflight, m.ackTo, m.lateTo = nil, nil, nil, nil, nil
 }
 
 func (m *Machine) notify(kind NoticeKind, to Endpoint) {

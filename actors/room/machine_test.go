@@ -174,13 +174,29 @@ var transitionCases = []struct {
 		final: Failed,
 	},
 	{
+		name: "a transfer info that comes while draining is told the failure after the drain",
+		steps: []step{
+			{Open{}, "arm=bootstrap"},
+			{ti("a", epA, pages(1), 2), "-"},
+			{ti("b", epB, pages(1), 2), "pub=WaitingForInput arm=waiting"},
+			{Init{NumPages: 1}, "-"},
+			{Send{Pages: pages(1)}, "post[a:0c0L b:1c0L] pub=Transferring arm=transfer"},
+			{Abort{}, "pub=Failed/client_abort arm=drain"},
+			{ti("c", epX, pages(1), 2), "ignored"},
+			{XferDone{Seq: 0}, "-"},
+			{XferDone{Seq: 1}, "status->10.0.0.1:7001 status->10.0.0.2:7002 status->10.0.0.9:7009 arm=linger"},
+			{ti("d", epX, pages(1), 2), "status->10.0.0.9:7009 ignored"},
+		},
+		final: Failed,
+	},
+	{
 		name: "late updates after clear hit the tombstone (race 3)",
 		steps: []step{
 			{Open{}, "arm=bootstrap"},
 			{ti("a", epA, pages(1), 1), "pub=WaitingForInput arm=waiting"},
 			{Abort{}, "pub=Failed/client_abort status->10.0.0.1:7001 arm=linger"},
 			{Clear{}, "retire"},
-			{ti("a", epA, pages(1), 1), "ignored"},
+			{ti("a", epA, pages(1), 1), "status->10.0.0.1:7001 ignored"},
 			{Send{Pages: pages(1)}, "ignored"},
 			{XferDone{Seq: 0}, "ignored"},
 			{Abort{}, "ignored"},
@@ -392,7 +408,7 @@ func TestTombstoneRoundTrip(t *testing.T) {
 		t.Fatalf("tombstone %+v", ts)
 	}
 	r := FromTombstone(&testCfg, ts)
-	if got := summary(r.Step(TransferInfo{Agent: "a", Required: 1})); got != "ignored" {
+	if got := summary(r.Step(TransferInfo{Agent: "a", From: epB, Required: 1})); got != "status->10.0.0.2:7002 ignored" {
 		t.Fatalf("late transfer info on tombstone: %s", got)
 	}
 	if got := summary(r.Step(Open{})); got != "arm=linger revive" {
