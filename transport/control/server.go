@@ -1,0 +1,279 @@
+package control
+
+import (
+	"errors"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	zmq "github.com/pebbe/zmq4"
+
+	"github.com/kvxfer/kvxfer/actors/room"
+)
+
+// Config configures a Server. Engine is required.
+type Config struct {
+	// Endpoint is ipc:///abs/path (default DefaultEndpoint(Identity.Rank)) or
+	// tcp://127.0.0.1:port (a loopback address; port 0 picks one, see Endpoint()).
+	// The API has no authentication: the ipc socket file is made 0600 and tcp is
+	// restricted to loopback.
+	Endpoint string
+	Identity Identity
+	Engine   Engine
+	Memory   MemoryFunc // nil: register_memory answers CodeUnsupported
+	// PollInterval bounds how long Stop waits for the loop; 0 means 20 ms.
+	PollInterval time.Duration
+	// MaxMessage caps one request (ZMQ_MAXMSGSIZE); libzmq disconnects a client that
+	// sends more, without a reply. 0 means 64 MiB.
+	MaxMessage int64
+	// Context to create the socket in; nil: the server creates and terminates its own.
+	Context *zmq.Context
+	Logger  *slog.Logger
+}
+
+// Stats are cumulative counters, readable from any goroutine.
+type Stats struct {
+	Messages   uint64 // multipart messages received
+	Errors     uint64 // error replies (batch sub-replies included)
+	Dropped    uint64 // messages that could not be framed, so got no reply
+	SendErrors uint64 // replies that could not be sent (client gone, HWM)
+	RecvErrors uint64 // socket errors other than EAGAIN
+	Panics     uint64 // recovered panics in the engine or the memory callback
+}
+
+// drainBatch bounds how many messages are served between stop checks.
+const drainBatch = 1024
+
+// Server owns the ROUTER socket of one kvxferd: a single goroutine creates, binds,
+// reads, writes and closes it (zmq sockets are not goroutine safe), so requests are
+// served one at a time in arrival order. No input stops it; only Stop does.
+type Server struct {
+	cfg      Config
+	log      *slog.Logger
+	endpoint string
+	ipc      *ipcFile
+
+	stop     chan struct{}
+	done     chan struct{}
+	stopOnce sync.Once
+
+	messages, errors, dropped, sendErrors, recvErrors, panics atomic.Uint64
+
+	// Owned by the loop goroutine, reused across requests.
+	out     []byte
+	replies []room.Reply
+	parts   []any
+}
+
+// Start binds the socket and starts serving. It returns once the socket is bound (or
+// failed to bind), so Endpoint is valid on return.
+func Start(cfg Config) (*Server, error) {
+	if cfg.Engine == nil {
+		return nil, errors.New("control: Config.Engine is required")
+	}
+	if cfg.Endpoint == "" {
+		cfg.Endpoint = DefaultEndpoint(cfg.Identity.Rank)
+	}
+	if cfg.PollInterval <= 0 {
+		cfg.PollInterval = 20 * time.Millisecond
+	}
+	if cfg.MaxMessage <= 0 {
+		cfg.MaxMessage = 64 << 20
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, stop: make(chan struct{}), done: make(chan struct{})}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	ep, err := parseEndpoint(cfg.Endpoint)
+	if err != nil {
+		return nil, err
+	}
+	ready := make(chan error, 1)
+	go s.run(ep, ready)
+	if err := <-ready; err != nil {
+		<-s.done
+		return nil, err
+	}
+	return s, nil
+}
+
+// Endpoint is where clients connect: the ipc endpoint as configured, or the tcp
+// endpoint with the port that was picked.
+func (s *Server) Endpoint() string { return s.endpoint }
+
+// Done is closed once the loop has exited, the socket is closed and the ipc file is
+// gone.
+func (s *Server) Done() <-chan struct{} { return s.done }
+
+// Stop ends the loop and waits for it (at most about one PollInterval plus the
+// request being served). It is idempotent. Stop the server before closing the Engine:
+// a poll against a closed engine would never be answered.
+func (s *Server) Stop() {
+	s.stopOnce.Do(func() { close(s.stop) })
+	<-s.done
+}
+
+// Stats returns a snapshot of the counters.
+func (s *Server) Stats() Stats {
+	return Stats{
+		Messages: s.messages.Load(), Errors: s.errors.Load(), Dropped: s.dropped.Load(),
+		SendErrors: s.sendErrors.Load(), RecvErrors: s.recvErrors.Load(), Panics: s.panics.Load(),
+	}
+}
+
+func (s *Server) run(ep endpoint, ready chan<- error) {
+	defer close(s.done)
+	// Deferred in reverse: close the socket, terminate our context (which waits for
+	// libzmq to let go of the listener), then remove the ipc file.
+	defer func() {
+		if s.ipc != nil {
+			s.ipc.remove()
+		}
+	}()
+	zctx := s.cfg.Context
+	if zctx == nil {
+		var err error
+		if zctx, err = zmq.NewContext(); err != nil {
+			ready <- err
+			return
+		}
+		defer zctx.Term()
+	}
+	sock, err := zctx.NewSocket(zmq.ROUTER)
+	if err != nil {
+		ready <- err
+		return
+	}
+	defer sock.Close()
+	if err := s.setup(sock, ep); err != nil {
+		ready <- err
+		return
+	}
+	ready <- nil
+	s.loop(sock)
+}
+
+func (s *Server) setup(sock *zmq.Socket, ep endpoint) error {
+	// Linger 0: replies to a client that went away must not hold up Term. Router
+	// mandatory: such replies fail (and are counted) instead of vanishing silently.
+	if err := sock.SetLinger(0); err != nil {
+		return err
+	}
+	if err := sock.SetRouterMandatory(1); err != nil {
+		return err
+	}
+	if err := sock.SetMaxmsgsize(s.cfg.MaxMessage); err != nil {
+		return err
+	}
+	if ep.ipcPath != "" {
+		f, err := bindIPC(sock, ep.ipcPath)
+		if err != nil {
+			return err
+		}
+		s.ipc, s.endpoint = f, "ipc://"+ep.ipcPath
+		return nil
+	}
+	if ep.ipv6 {
+		if err := sock.SetIpv6(true); err != nil {
+			return err
+		}
+	}
+	if err := sock.Bind(ep.zmq); err != nil {
+		return err
+	}
+	s.endpoint, _ = sock.GetLastEndpoint()
+	return nil
+}
+
+func (s *Server) loop(sock *zmq.Socket) {
+	p := zmq.NewPoller()
+	p.Add(sock, zmq.POLLIN)
+	for {
+		select {
+		case <-s.stop:
+			return
+		default:
+		}
+		polled, err := p.Poll(s.cfg.PollInterval)
+		if err != nil {
+			if zmq.AsErrno(err) == zmq.ETERM {
+				return
+			}
+			s.recvErrors.Add(1)
+			continue
+		}
+		if len(polled) == 0 {
+			continue
+		}
+	drain:
+		for i := 0; i < drainBatch; i++ {
+			frames, err := sock.RecvMessageBytes(zmq.DONTWAIT)
+			if err != nil {
+				switch zmq.AsErrno(err) {
+				case zmq.Errno(syscall.EAGAIN):
+				case zmq.ETERM:
+					return
+				default:
+					s.recvErrors.Add(1)
+				}
+				break drain
+			}
+			s.serve(sock, frames)
+		}
+	}
+}
+
+// serve answers one message. A ROUTER message is [identity, (empty delimiter from a
+// REQ or a DEALER that mimics one), body]; the reply goes back with the same envelope.
+func (s *Server) serve(sock *zmq.Socket, frames [][]byte) {
+	s.messages.Add(1)
+	if len(frames) < 2 {
+		s.dropped.Add(1)
+		return
+	}
+	env := 1
+	if len(frames) >= 3 && len(frames[1]) == 0 {
+		env = 2
+	}
+	body := frames[env:]
+	var q *request
+	if len(body) != 1 {
+		q = &request{err: errorf(CodeBadRequest, "want one body frame, got %d", len(body))}
+	} else if dq, err := decodeRequest(body[0]); err != nil {
+		q = &request{err: errorf(CodeBadRequest, "undecodable request: %v", err)}
+	} else {
+		q = dq
+	}
+	if q.err != nil {
+		s.log.Debug("control: bad request", "err", q.err.Message)
+	}
+	s.out = s.handle(s.out[:0], q, true)
+	s.parts = s.parts[:0]
+	for _, f := range frames[:env] {
+		s.parts = append(s.parts, f)
+	}
+	s.parts = append(s.parts, s.out)
+	if _, err := sock.SendMessageDontwait(s.parts...); err != nil {
+		s.sendErrors.Add(1)
+		s.log.Debug("control: reply not sent", "err", err)
+	}
+	if cap(s.out) > 1<<20 {
+		s.out = nil // do not pin one huge reply's buffer forever
+	}
+}
+
+// DefaultEndpoint is the ipc endpoint of a rank's daemon: in $XDG_RUNTIME_DIR (a
+// per-user 0700 directory) when set, else the temp directory, named by uid and rank
+// so that several users and ranks share a host.
+func DefaultEndpoint(rank int) string {
+	dir := os.Getenv("XDG_RUNTIME_DIR")
+	if dir == "" {
+		dir = os.TempDir()
+	}
+	return "ipc://" + filepath.Join(dir, "kvxfer-"+strconv.Itoa(os.Getuid())+"-rank"+strconv.Itoa(rank)+".sock")
+}
