@@ -1,0 +1,476 @@
+package dict
+
+import (
+	"context"
+	"errors"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/kvxfer/kvxfer/actors"
+	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/internal/clock"
+)
+
+// Variant selects the rules.
+type Variant uint8
+
+const (
+	// Upstream is SGLang's NIXL prefill at the spec baseline, bugs included.
+	Upstream Variant = iota
+	// Fixed is the best repair that keeps the shared dicts.
+	Fixed
+)
+
+func (v Variant) String() string {
+	if v == Fixed {
+		return "fixed"
+	}
+	return "upstream"
+}
+
+// Config configures an Engine. Transfers is required; the rest has defaults.
+type Config struct {
+	Variant   Variant
+	Transfers actors.Transfers
+	// Notifier tells decode of failures and ABORT_ACKs. Only Fixed uses it:
+	// upstream never tells decode anything (spec §6.3 P4).
+	Notifier actors.Notifier
+	Clock    clock.Clock // default the wall clock
+	Hooks    *Hooks      // nil: no hooks
+	// Workers is SGLANG_DISAGGREGATION_QUEUE_SIZE, default 4.
+	Workers int
+	// Inbox is the capacity of the channel standing in for the PULL socket
+	// (upstream's is unbounded, RCVHWM=0); default 4096.
+	Inbox int
+	// NonStickyFailed restores the status rule from before #30352 (spec §6.3
+	// P7), where a later Transferring or Success overwrote Failed. Upstream only.
+	NonStickyFailed bool
+	// RequireRegistration makes a transfer to a decode agent that never sent
+	// its registration frame fail the room, as upstream's KeyError on
+	// decode_kv_args_table does. Off by default: the transfer layer owns peers.
+	RequireRegistration bool
+	// Fixed only.
+	BootstrapTimeout time.Duration // SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT, default 300 s
+	TombstoneTTL     time.Duration // default 600 s, as the actor engine's
+	SweepInterval    time.Duration // expiry of tombstones and orphan infos, default 10 s
+}
+
+func (c Config) withDefaults() (Config, error) {
+	if c.Transfers == nil {
+		return c, errors.New("dict: Config.Transfers is required")
+	}
+	if c.Clock == nil {
+		c.Clock = clock.Real{}
+	}
+	if c.Workers <= 0 {
+		c.Workers = 4
+	}
+	if c.Inbox <= 0 {
+		c.Inbox = 4096
+	}
+	if c.BootstrapTimeout <= 0 {
+		c.BootstrapTimeout = 300 * time.Second
+	}
+	if c.TombstoneTTL <= 0 {
+		c.TombstoneTTL = 600 * time.Second
+	}
+	if c.SweepInterval <= 0 {
+		c.SweepInterval = 10 * time.Second
+	}
+	if c.Notifier == nil {
+		c.Notifier = dropNotices{}
+	}
+	return c, nil
+}
+
+type dropNotices struct{}
+
+func (dropNotices) Notify(uint64, room.Notice) {}
+
+// failure is a failure_records entry: upstream keeps the message; the reason
+// is kept beside it so Poll can answer with a room.Reason.
+type failure struct {
+	reason room.Reason
+	msg    string
+}
+
+// infoEntry is one transfer_infos[room][agent] value; n keeps the insertion
+// order Python dicts have (the first prefix length wins).
+type infoEntry struct {
+	ti room.TransferInfo
+	n  int
+}
+
+// sender is a NixlKVSender: owned by the scheduler upstream, so it is not one
+// of the shared dicts; smu only makes the Go API safe for concurrent callers.
+type sender struct {
+	numPages int // -1 until init
+	auxIndex int
+	curr     int
+	chunkID  int
+	failed   bool // _send_failed, latched by failure_exception
+	born     time.Time
+}
+
+// Engine is the dict-based prefill manager with its senders. Its methods are
+// safe for concurrent use; each scheduler method runs in the caller's
+// goroutine, as upstream's scheduler thread calls the sender directly.
+type Engine struct {
+	cfg   Config
+	fixed bool
+	hooks *Hooks
+	clk   clock.Clock
+
+	// Upstream's shared dicts (spec §7).
+	status     *table[uint64, room.Status]               // request_status
+	infos      *table[uint64, *table[string, infoEntry]] // transfer_infos
+	prefix     *table[uint64, int]                       // req_to_decode_prefix_len
+	failures   *table[uint64, failure]                   // failure_records
+	exceptions *table[uint64, error]                     // exceptions
+	peers      *table[string, struct{}]                  // decode_kv_args_table
+	infoSeq    atomic.Int64
+
+	smu     sync.Mutex
+	senders map[uint64]*sender
+
+	inbox  chan inbound
+	queues []*fifo
+	seq    atomic.Uint32
+
+	// Fixed only.
+	tombs   *table[uint64, tomb]
+	dmu     sync.Mutex
+	drains  map[uint64]*drain
+	omu     sync.Mutex
+	orphans map[uint64]time.Time // first seen without a status, by the sweeper
+	sweeper clock.Timer
+
+	closeOnce sync.Once
+	stopped   atomic.Bool
+	wg        sync.WaitGroup
+}
+
+// New starts an engine: the bootstrap goroutine, the workers and (Fixed) the
+// sweeper.
+func New(cfg Config) (*Engine, error) {
+	c, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	e := &Engine{
+		cfg: c, fixed: c.Variant == Fixed, hooks: c.Hooks, clk: c.Clock,
+		status: newTable[uint64, room.Status](), infos: newTable[uint64, *table[string, infoEntry]](),
+		prefix: newTable[uint64, int](), failures: newTable[uint64, failure](),
+		exceptions: newTable[uint64, error](), peers: newTable[string, struct{}](),
+		senders: map[uint64]*sender{}, inbox: make(chan inbound, c.Inbox),
+		tombs: newTable[uint64, tomb](), drains: map[uint64]*drain{}, orphans: map[uint64]time.Time{},
+	}
+	e.wg.Add(1)
+	go e.bootstrapLoop()
+	for i := 0; i < c.Workers; i++ {
+		q := newFifo()
+		e.queues = append(e.queues, q)
+		e.wg.Add(1)
+		go e.workerLoop(q)
+	}
+	if e.fixed {
+		e.armSweep()
+	}
+	return e, nil
+}
+
+// Variant returns the engine's rules.
+func (e *Engine) Variant() Variant { return e.cfg.Variant }
+
+// Hooks returns the engine's hooks (nil when it has none).
+func (e *Engine) Hooks() *Hooks { return e.hooks }
+
+// Scheduler side: the NixlKVSender methods, keyed by room.
+
+// Open is the sender's constructor (rule 3): update(room, Bootstrapping).
+// Dummy CP ranks and DP-rank conflicts do not arise: one rank, no CP or DP.
+func (e *Engine) Open(id uint64) {
+	e.smu.Lock()
+	e.senders[id] = &sender{numPages: -1, auxIndex: -1, born: e.clk.Now()}
+	e.smu.Unlock()
+	if e.fixed {
+		e.openFixed(id)
+		return
+	}
+	e.update(id, room.Bootstrapping, bySender)
+}
+
+// Init is sender.init(num_kv_indices, aux_index) (rule 7).
+func (e *Engine) Init(id uint64, numPages, auxIndex int) {
+	e.smu.Lock()
+	defer e.smu.Unlock()
+	if s := e.senders[id]; s != nil {
+		s.numPages, s.auxIndex = numPages, auxIndex
+	}
+}
+
+// Send is sender.send(pages, state) (rule 7): it slices, decides whether this
+// is the last chunk, and enqueues it to queue[room % N]. The scheduler calls it
+// only when should_send_kv_chunk holds (pages, or the last chunk), so an empty
+// non-last chunk is not a call. The engine keeps the slices.
+func (e *Engine) Send(id uint64, pages []int32, state [][]int32) {
+	if e.fixed && !e.mayEnqueue(id) {
+		return
+	}
+	e.smu.Lock()
+	s := e.senders[id]
+	if s == nil || s.failed {
+		e.smu.Unlock()
+		return
+	}
+	start := s.curr
+	last := s.curr+len(pages) == s.numPages // never true before init, as in Python
+	if len(pages) == 0 && !last {
+		e.smu.Unlock()
+		return
+	}
+	s.curr += len(pages)
+	c := &chunk{room: id, id: s.chunkID, start: start, pages: pages, last: last, aux: s.auxIndex}
+	if last {
+		c.state = state
+	}
+	s.chunkID++
+	e.smu.Unlock()
+	e.queues[id%uint64(len(e.queues))].push(item{chunk: c})
+}
+
+// Abort is sender.abort() (rule 12): record, update(Failed). Upstream does not
+// tell decode; Fixed does, once the room's writes drained.
+func (e *Engine) Abort(id uint64) {
+	if e.fixed {
+		e.fail(id, room.ReasonClientAbort, "Aborted by AbortReq.", nil, nil)
+		return
+	}
+	e.record(id, room.ReasonClientAbort, "Aborted by AbortReq.")
+	e.update(id, room.Failed, bySender)
+}
+
+// Clear is what the scheduler does once a room is terminal (spec §2.4): after
+// Failed it calls failure_exception, which clears; after Success, clear. Then
+// it drops the sender.
+func (e *Engine) Clear(id uint64) {
+	e.smu.Lock()
+	s := e.senders[id]
+	failed := s != nil && s.failed
+	e.smu.Unlock()
+	if st, ok := e.status.get(id); failed || (ok && st == room.Failed) {
+		_ = e.FailureException(id)
+	} else {
+		e.clear(id)
+	}
+	e.smu.Lock()
+	if e.senders[id] == s {
+		delete(e.senders, id)
+	}
+	e.smu.Unlock()
+}
+
+// FailureException is sender.failure_exception() (rule 10): pop the exception
+// and the failure record, latch the sender failed, clear, and return the error
+// upstream would raise.
+func (e *Engine) FailureException(id uint64) error {
+	var exc error
+	var rec failure
+	var hasRec bool
+	if !e.fixed {
+		exc, _ = e.exceptions.pop(id)
+		rec, hasRec = e.failures.pop(id)
+	} else {
+		// Fixed pops after clear's status pop, so a worker that records an
+		// error for a room it still saw present cannot leave it behind (see fail).
+		rec, hasRec = e.failures.get(id)
+		exc, _ = e.exceptions.get(id)
+	}
+	e.smu.Lock()
+	if s := e.senders[id]; s != nil {
+		s.failed = true
+	}
+	e.smu.Unlock()
+	e.clear(id)
+	switch {
+	case exc != nil:
+		return exc
+	case hasRec:
+		return &TransferError{Room: id, Reason: rec.reason, Msg: rec.msg}
+	}
+	return &TransferError{Room: id, Msg: "NIXL KVSender Exception", FromAnotherRank: true}
+}
+
+// clear is sender.clear() (rule 11).
+func (e *Engine) clear(id uint64) {
+	if e.fixed {
+		e.clearFixed(id)
+		return
+	}
+	e.status.pop(id)
+	e.prefix.pop(id)
+	e.infos.pop(id)
+}
+
+// Poll answers each room the way its sender's poll() does (rule 9): Failed if
+// the sender latched failure, else check_status. Upstream has no bootstrap
+// timeout; Fixed fails a room Bootstrapping past it.
+func (e *Engine) Poll(rooms []uint64, out []room.Reply) []room.Reply {
+	out = out[:0]
+	for _, id := range rooms {
+		out = append(out, e.poll(id))
+	}
+	return out
+}
+
+func (e *Engine) poll(id uint64) room.Reply {
+	e.smu.Lock()
+	s := e.senders[id]
+	latched := s != nil && s.failed
+	var born time.Time
+	if s != nil {
+		born = s.born
+	}
+	e.smu.Unlock()
+	if latched {
+		return e.reply(id, room.Failed)
+	}
+	if e.fixed {
+		return e.pollFixed(id, s != nil, born)
+	}
+	return e.reply(id, e.check(id))
+}
+
+func (e *Engine) reply(id uint64, st room.Status) room.Reply {
+	r := room.Reply{Status: st}
+	if st == room.Failed {
+		if f, ok := e.failures.get(id); ok {
+			r.Reason = f.reason
+		}
+	}
+	r.PrefixLen, _ = e.prefix.get(id)
+	return r
+}
+
+// Decode side: both go through the bootstrap goroutine, as frames on the PULL
+// socket do.
+
+// TransferInfo delivers one decode agent's transfer info (rule 5).
+func (e *Engine) TransferInfo(id uint64, ti room.TransferInfo) {
+	e.deliver(inbound{room: id, ti: &ti})
+}
+
+// DecodeAbort delivers decode's ABORT (rule 6).
+func (e *Engine) DecodeAbort(id uint64, from room.Endpoint) {
+	e.deliver(inbound{room: id, abort: &from})
+}
+
+// Register delivers a decode agent's registration frame (rule 4: first wins).
+func (e *Engine) Register(agent string) { e.deliver(inbound{register: agent}) }
+
+func (e *Engine) deliver(m inbound) {
+	if e.stopped.Load() {
+		return
+	}
+	defer func() { _ = recover() }() // a send racing Close: the socket is gone
+	e.inbox <- m
+}
+
+// SettleBootstrap returns once the bootstrap goroutine handled every message
+// delivered before the call.
+func (e *Engine) SettleBootstrap() {
+	done := make(chan struct{})
+	e.deliver(inbound{barrier: done})
+	<-done
+}
+
+// SettleWorkers returns once every worker handled every chunk enqueued before
+// the call. A worker waiting on a write that never completes blocks it.
+func (e *Engine) SettleWorkers() {
+	var dones []chan struct{}
+	for _, q := range e.queues {
+		d := make(chan struct{})
+		q.push(item{barrier: d})
+		dones = append(dones, d)
+	}
+	for _, d := range dones {
+		<-d
+	}
+}
+
+// Settle is SettleBootstrap then SettleWorkers.
+func (e *Engine) Settle() {
+	e.SettleBootstrap()
+	e.SettleWorkers()
+}
+
+// Close stops the bootstrap goroutine, the workers and the sweeper, and waits
+// for them until ctx ends. A worker blocked on a write that never completes
+// keeps Close waiting, as upstream's would.
+func (e *Engine) Close(ctx context.Context) error {
+	first := false
+	e.closeOnce.Do(func() {
+		first = true
+		e.stopped.Store(true)
+		close(e.inbox)
+		for _, q := range e.queues {
+			q.close()
+		}
+		e.omu.Lock()
+		if e.sweeper != nil {
+			e.sweeper.Stop()
+		}
+		e.omu.Unlock()
+	})
+	if !first {
+		return errors.New("dict: engine already closed")
+	}
+	done := make(chan struct{})
+	go func() { e.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// TransferError is upstream's KVTransferError.
+type TransferError struct {
+	Room            uint64
+	Reason          room.Reason
+	Msg             string
+	FromAnotherRank bool
+}
+
+func (t *TransferError) Error() string { return "KVTransferError(room=" + utoa(t.Room) + "): " + t.Msg }
+
+func utoa(v uint64) string {
+	var b [20]byte
+	i := len(b)
+	for {
+		i--
+		b[i] = byte('0' + v%10)
+		v /= 10
+		if v == 0 {
+			return string(b[i:])
+		}
+	}
+}
+
+// sortedInfos returns a room's transfer infos in insertion order.
+func sortedInfos(t *table[string, infoEntry]) []room.TransferInfo {
+	snap := t.snapshot()
+	es := make([]infoEntry, 0, len(snap))
+	for _, v := range snap {
+		es = append(es, v)
+	}
+	sort.Slice(es, func(i, j int) bool { return es[i].n < es[j].n })
+	out := make([]room.TransferInfo, len(es))
+	for i := range es {
+		out[i] = es[i].ti
+	}
+	return out
+}

@@ -1,0 +1,338 @@
+package dict
+
+import (
+	"time"
+
+	"github.com/kvxfer/kvxfer/actors/room"
+)
+
+// The fixed variant's repairs (spec §7 "fixed"). Several of them race a write
+// from one goroutine against a read from another; each such pair is ordered
+// write-then-read on both sides (a store-buffer pattern over mutexes, which are
+// sequentially consistent), so at least one side sees the other.
+
+// tomb remembers a room that is gone (cleared) or was never there (ABORT
+// before its sender), until its TTL.
+type tomb struct {
+	until   time.Time
+	aborted bool // a decode ABORT for a room not yet opened: fail its Open
+	status  room.Status
+	reason  room.Reason
+}
+
+func (e *Engine) tombstoned(id uint64) bool {
+	t, ok := e.tombs.get(id)
+	return ok && e.clk.Now().Before(t.until)
+}
+
+// openFixed inserts Bootstrapping, then reads the tombstone (the ABORT handler
+// writes it, then reads the status), then promotes the room if every transfer
+// info came before the sender (the bootstrap goroutine stored them, then read
+// the status).
+func (e *Engine) openFixed(id uint64) {
+	if t, ok := e.tombs.get(id); ok && !t.aborted {
+		e.tombs.pop(id) // a new incarnation of a cleared room id
+	}
+	e.update(id, room.Bootstrapping, bySender)
+	if t, ok := e.tombs.get(id); ok && t.aborted {
+		e.tombs.pop(id)
+		e.fail(id, room.ReasonDecodeAbort, "Aborted by decode-side abort notification.", nil, nil)
+		return
+	}
+	if inner, ok := e.infos.get(id); ok && complete(inner) {
+		e.update(id, room.WaitingForInput, bySender)
+	}
+}
+
+// mayEnqueue refuses chunks for absent or failed rooms (mooncake's
+// add_transfer_request).
+func (e *Engine) mayEnqueue(id uint64) bool {
+	st, ok := e.status.get(id)
+	return ok && st != room.Failed
+}
+
+// clearFixed pops the status first (so a worker recording an error for a room
+// it still saw present finds it gone and cleans up after itself), then the
+// rest, and leaves a tombstone that absorbs late transfer infos.
+func (e *Engine) clearFixed(id uint64) {
+	st, had := e.status.pop(id)
+	f, _ := e.failures.pop(id)
+	e.exceptions.pop(id)
+	e.prefix.pop(id)
+	e.infos.pop(id)
+	if t, ok := e.tombs.get(id); ok && t.aborted {
+		return
+	}
+	if !had {
+		st = room.Failed
+	}
+	e.tombs.set(id, tomb{until: e.clk.Now().Add(e.cfg.TombstoneTTL), status: st, reason: f.reason})
+}
+
+// pollFixed: the bootstrap timeout for a sender still Bootstrapping (as
+// mooncake's poll), and Failed rather than a live-looking default for a room
+// with no status (a tombstone answers with the room's outcome).
+func (e *Engine) pollFixed(id uint64, hasSender bool, born time.Time) room.Reply {
+	st, ok := e.status.get(id)
+	if !ok {
+		if t, ok := e.tombs.get(id); ok && !t.aborted {
+			return room.Reply{Status: t.status, Reason: t.reason}
+		}
+		return room.Reply{Status: room.Failed, Reason: room.ReasonInvalidRequest}
+	}
+	if st == room.Bootstrapping && hasSender && e.clk.Now().Sub(born) >= e.cfg.BootstrapTimeout {
+		e.fail(id, room.ReasonBootstrapTimeout, "Bootstrap timeout", nil, nil)
+		st, _ = e.status.get(id)
+	}
+	return e.reply(id, st)
+}
+
+// decodeAbortFixed: a known room that is not terminal fails, and decode gets
+// its ABORT_ACK once the room's writes drained; a Success or Failed room acks
+// as soon as nothing is in flight; an unknown room gets a tombstone (its Open
+// will fail) and an ACK at once.
+func (e *Engine) decodeAbortFixed(id uint64, from room.Endpoint) {
+	if _, ok := e.status.get(id); !ok {
+		e.tombs.set(id, tomb{until: e.clk.Now().Add(e.cfg.TombstoneTTL), aborted: true,
+			status: room.Failed, reason: room.ReasonDecodeAbort})
+		if _, ok := e.status.get(id); !ok {
+			e.ackWhenDrained(id, from)
+			return
+		}
+		// Open inserted the room meanwhile; it may or may not have seen the
+		// tombstone, so fail it here too (fail is idempotent).
+	}
+	e.fail(id, room.ReasonDecodeAbort, "Aborted by decode-side abort notification.", nil, &from)
+}
+
+// fail is the fixed variant's one way to fail a room: an atomic transition to
+// Failed (never from Success, never inserting), then the records, then the
+// drain bookkeeping that tells decode once nothing is in flight.
+func (e *Engine) fail(id uint64, why room.Reason, msg string, err error, ackTo *room.Endpoint) {
+	changed := false
+	e.status.apply(id, func(cur room.Status, ok bool) (room.Status, bool) {
+		if !ok || cur.Terminal() {
+			return cur, false
+		}
+		changed = true
+		return room.Failed, true
+	})
+	if !changed {
+		if ackTo != nil {
+			e.ackWhenDrained(id, *ackTo)
+		}
+		return
+	}
+	if err != nil {
+		e.exceptions.set(id, err)
+	}
+	e.record(id, why, msg)
+	if !e.status.has(id) { // cleared meanwhile: nobody will pop these
+		e.exceptions.pop(id)
+		e.failures.pop(id)
+	}
+	e.markFailed(id, why, ackTo)
+}
+
+// drain tracks a room's chunks in flight and what decode is owed once they
+// all completed. An entry exists only while a chunk is in flight or until a
+// failure with nothing in flight has been told.
+type drain struct {
+	inflight int
+	failed   bool
+	reason   room.Reason
+	to       []room.Endpoint // transfer-info endpoints: KV_STATUS failure
+	acks     []room.Endpoint // ABORT senders: ABORT_ACK
+}
+
+func (e *Engine) drainOf(id uint64) *drain {
+	d := e.drains[id]
+	if d == nil {
+		d = &drain{}
+		e.drains[id] = d
+	}
+	return d
+}
+
+func (e *Engine) beginChunk(id uint64) {
+	e.dmu.Lock()
+	e.drainOf(id).inflight++
+	e.dmu.Unlock()
+}
+
+func (e *Engine) endChunk(id uint64) {
+	e.dmu.Lock()
+	d := e.drains[id]
+	d.inflight--
+	var out []room.Notice
+	if d.inflight == 0 {
+		if d.failed {
+			out = d.notices()
+		}
+		delete(e.drains, id)
+	}
+	e.dmu.Unlock()
+	e.send(id, out)
+}
+
+// markFailed runs after the status became Failed: with nothing in flight decode
+// is told now, else by the chunk that drains last.
+func (e *Engine) markFailed(id uint64, why room.Reason, ackTo *room.Endpoint) {
+	var to []room.Endpoint
+	if inner, ok := e.infos.get(id); ok {
+		for _, ti := range sortedInfos(inner) {
+			to = appendEndpoint(to, ti.From)
+		}
+	}
+	e.dmu.Lock()
+	d := e.drainOf(id)
+	d.failed, d.reason = true, why
+	for _, x := range to {
+		d.to = appendEndpoint(d.to, x)
+	}
+	if ackTo != nil {
+		d.acks = appendEndpoint(d.acks, *ackTo)
+	}
+	var out []room.Notice
+	if d.inflight == 0 {
+		out = d.notices()
+		delete(e.drains, id)
+	}
+	e.dmu.Unlock()
+	e.send(id, out)
+}
+
+// ackWhenDrained acknowledges an ABORT for a room that is already terminal or
+// unknown: now, or after its in-flight chunk.
+func (e *Engine) ackWhenDrained(id uint64, from room.Endpoint) {
+	e.dmu.Lock()
+	if d := e.drains[id]; d != nil && d.inflight > 0 {
+		d.acks = appendEndpoint(d.acks, from)
+		if !d.failed {
+			d.failed, d.reason = true, room.ReasonDecodeAbort
+		}
+		e.dmu.Unlock()
+		return
+	}
+	e.dmu.Unlock()
+	e.send(id, []room.Notice{{Kind: room.AbortAck, To: from, Reason: room.ReasonDecodeAbort}})
+}
+
+func (d *drain) notices() []room.Notice {
+	var out []room.Notice
+	for _, to := range d.to {
+		out = append(out, room.Notice{Kind: room.FailureStatus, To: to, Reason: d.reason})
+	}
+	for _, to := range d.acks {
+		out = append(out, room.Notice{Kind: room.AbortAck, To: to, Reason: d.reason})
+	}
+	return out
+}
+
+func (e *Engine) send(id uint64, ns []room.Notice) {
+	for _, n := range ns {
+		e.cfg.Notifier.Notify(id, n)
+	}
+}
+
+func appendEndpoint(list []room.Endpoint, x room.Endpoint) []room.Endpoint {
+	for _, y := range list {
+		if y == x {
+			return list
+		}
+	}
+	return append(list, x)
+}
+
+// dropOrphan: a worker found no status for its room (mooncake pops
+// transfer_infos for an absent room).
+func (e *Engine) dropOrphan(id uint64) {
+	e.infos.pop(id)
+	e.prefix.pop(id)
+}
+
+// armSweep schedules the sweeper: it expires tombstones, and transfer infos
+// whose room never got a sender within the bootstrap timeout (the decode came
+// but the request never reached this prefill, or a late info slipped past a
+// clear's tombstone).
+func (e *Engine) armSweep() {
+	e.omu.Lock()
+	defer e.omu.Unlock()
+	if e.stopped.Load() {
+		return
+	}
+	e.sweeper = e.clk.AfterFunc(e.cfg.SweepInterval, func() {
+		e.sweep()
+		e.armSweep()
+	})
+}
+
+func (e *Engine) sweep() {
+	now := e.clk.Now()
+	e.tombs.deleteIf(func(_ uint64, t tomb) bool { return !now.Before(t.until) })
+	for id := range e.infos.snapshot() {
+		e.sweepOrphan(id, now)
+	}
+	for id := range e.prefix.snapshot() {
+		e.sweepOrphan(id, now)
+	}
+	e.omu.Lock()
+	for id := range e.orphans {
+		if e.status.has(id) || (!e.infos.has(id) && !e.prefix.has(id)) {
+			delete(e.orphans, id)
+		}
+	}
+	e.omu.Unlock()
+}
+
+func (e *Engine) sweepOrphan(id uint64, now time.Time) {
+	if e.status.has(id) {
+		return
+	}
+	e.omu.Lock()
+	seen, ok := e.orphans[id]
+	if !ok {
+		e.orphans[id] = now
+	}
+	e.omu.Unlock()
+	if ok && now.Sub(seen) >= e.cfg.BootstrapTimeout && !e.status.has(id) {
+		e.dropOrphan(id)
+		e.omu.Lock()
+		delete(e.orphans, id)
+		e.omu.Unlock()
+	}
+}
+
+// Leaks counts the entries left in each map. Once every room was cleared (or
+// never opened), every count but Tombstones should be zero; Tombstones expire
+// after their TTL.
+type Leaks struct {
+	RequestStatus  int
+	TransferInfos  int
+	PrefixLen      int
+	FailureRecords int
+	Exceptions     int
+	Senders        int
+	Drains         int // Fixed: rooms with a chunk in flight or decode still owed a notice
+	Tombstones     int // Fixed
+}
+
+// Total is every count but Tombstones.
+func (l Leaks) Total() int {
+	return l.RequestStatus + l.TransferInfos + l.PrefixLen + l.FailureRecords + l.Exceptions + l.Senders + l.Drains
+}
+
+// Leaks counts the entries now.
+func (e *Engine) Leaks() Leaks {
+	e.smu.Lock()
+	senders := len(e.senders)
+	e.smu.Unlock()
+	e.dmu.Lock()
+	drains := len(e.drains)
+	e.dmu.Unlock()
+	return Leaks{
+		RequestStatus: e.status.len(), TransferInfos: e.infos.len(), PrefixLen: e.prefix.len(),
+		FailureRecords: e.failures.len(), Exceptions: e.exceptions.len(), Senders: senders,
+		Drains: drains, Tombstones: e.tombs.len(),
+	}
+}
