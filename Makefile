@@ -14,7 +14,7 @@ deps:
 		apt-get update && apt-get install -y --no-install-recommends libzmq3-dev pkg-config; \
 	fi
 
-build:
+build: deps
 	$(GO) build $(PKGS)
 	$(GO) build -o $(BIN)/ ./cmd/...
 
@@ -45,7 +45,8 @@ test: fmt-check vet race fuzz-smoke
 bench:
 	$(GO) test -run='^$$' -bench=. -benchmem -count=3 $(PKGS)
 
-demo: build
+demo: deps
+	$(GO) build -o $(BIN)/ ./cmd/kvxfer-demo
 	$(BIN)/kvxfer-demo
 
 clean:

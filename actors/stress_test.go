@@ -148,11 +148,20 @@ func TestEngineTenThousandRoomsConcurrently(t *testing.T) {
 		}(w)
 	}
 	wg.Wait()
-	x.wg.Wait() // every completed write has reported back
-
 	ids := make([]uint64, n)
 	for i, p := range plans {
 		ids[i] = p.id
+	}
+	// Quiesce without time passing: a poll of every room is handled after
+	// everything queued before it (so every Post has happened), then every
+	// completed write reports back; repeat until nothing new was posted.
+	for {
+		before := x.posted.Load()
+		eng.Poll(ids, nil)
+		x.wg.Wait()
+		if x.posted.Load() == before {
+			break
+		}
 	}
 	replies := eng.Poll(ids, nil)
 	for i, p := range plans {
