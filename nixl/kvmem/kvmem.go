@@ -118,25 +118,36 @@ func (n *Node) Peer() sglang.PeerGeometry { return n.Geo.AsPeer(n.Agent.Name()) 
 // for room r: decode checks every received byte against it.
 func Pattern(r uint64, b, slot, k int) byte { return byte(int(r%251)*7 + b*37 + slot*11 + k*3 + 1) }
 
-// FillPage writes room r's pattern into page slot of every KV buffer.
-func (n *Node) FillPage(r uint64, slot int) {
+// FillPage writes room r's pattern into page slot of every KV buffer, keyed by
+// the slot itself.
+func (n *Node) FillPage(r uint64, slot int) { n.FillPageAt(r, slot, slot) }
+
+// FillPageAt writes into page slot the pattern of the room's j-th page. Keying
+// by the page's position in the request (not by the prefill slot) lets a decode
+// in another process check bytes without knowing prefill's page numbers.
+func (n *Node) FillPageAt(r uint64, slot, j int) {
 	it := n.Shape.Item
 	for b, buf := range n.KV {
 		page := buf[slot*it : (slot+1)*it]
 		for k := range page {
-			page[k] = Pattern(r, b, slot, k)
+			page[k] = Pattern(r, b, j, k)
 		}
 	}
 }
 
-// CheckPage verifies that decode page dst holds prefill page src of room r.
-func (n *Node) CheckPage(r uint64, dst, src int) error {
+// CheckPage verifies that decode page dst holds prefill page src of room r
+// (filled with FillPage).
+func (n *Node) CheckPage(r uint64, dst, src int) error { return n.CheckPageAt(r, dst, src) }
+
+// CheckPageAt verifies that decode page dst holds the room's j-th page
+// (filled with FillPageAt).
+func (n *Node) CheckPageAt(r uint64, dst, j int) error {
 	it := n.Shape.Item
 	for b, buf := range n.KV {
 		page := buf[dst*it : (dst+1)*it]
 		for k, got := range page {
-			if want := Pattern(r, b, src, k); got != want {
-				return fmt.Errorf("room %d: decode buffer %d page %d byte %d is %d, want %d (prefill page %d)", r, b, dst, k, got, want, src)
+			if want := Pattern(r, b, j, k); got != want {
+				return fmt.Errorf("room %d: decode buffer %d page %d byte %d is %d, want %d (request page %d)", r, b, dst, k, got, want, j)
 			}
 		}
 	}

@@ -146,6 +146,28 @@ func (a *Agent) Alloc(n int) ([]byte, error) {
 	return m.data[:n:n], nil
 }
 
+// Attach maps an existing shared-memory file that another process created (the
+// prefill scheduler's KV pool, named over the control API) so that it can be
+// registered like an allocation; peers map the same file. Free unmaps it but
+// leaves the file to its owner.
+func (a *Agent) Attach(path string) ([]byte, error) {
+	m, err := openMapping(path, 1)
+	if err != nil {
+		return nil, err
+	}
+	m.attached = true
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		a.copyMu.Lock()
+		m.unmap()
+		a.copyMu.Unlock()
+		return nil, nixl.ErrClosed
+	}
+	a.allocs[m.base()] = m
+	return m.data, nil
+}
+
 // AllocRegistered is Alloc followed by Register of the whole buffer.
 func (a *Agent) AllocRegistered(kind nixl.MemKind, dev uint64, n int) ([]byte, nixl.RegID, error) {
 	b, err := a.Alloc(n)
@@ -185,7 +207,9 @@ func (a *Agent) Free(b []byte) error {
 	a.copyMu.Lock()
 	err := m.unmap()
 	a.copyMu.Unlock()
-	os.Remove(m.path)
+	if !m.attached {
+		os.Remove(m.path)
+	}
 	return err
 }
 

@@ -20,6 +20,8 @@ type mapping struct {
 	unmapped bool
 	// regs counts local registrations inside this mapping (own allocations only).
 	regs int
+	// attached: another process's file mapped by Attach; never deleted here.
+	attached bool
 }
 
 func (m *mapping) base() uint64 { return uint64(uintptr(unsafe.Pointer(unsafe.SliceData(m.data)))) }
