@@ -246,7 +246,7 @@ func randValue(rng *rand.Rand, depth int) any {
 
 func TestRoundTripRandom(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
-	for i := 0; i < 2000; i++ {
+	for i := 0; i < 500; i++ {
 		v := randValue(rng, 0)
 		b, ok := appendValue(nil, v)
 		if !ok {

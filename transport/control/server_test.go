@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -330,17 +331,28 @@ func TestBadRequests(t *testing.T) {
 
 // TestRegisterMemory covers validation, the callback's errors and a panic in it.
 func TestRegisterMemory(t *testing.T) {
-	var got []*MemoryRegistration
-	var fail error
+	var (
+		mu   sync.Mutex
+		got  []*MemoryRegistration
+		fail error
+	)
 	s := startServer(t, newStub(), func(c *Config) {
 		c.Memory = func(reg *MemoryRegistration) error {
 			if reg.StateType == "boom" {
 				panic("callback bug")
 			}
-			got = append(got, reg) // the loop goroutine only; read after replies
+			mu.Lock()
+			defer mu.Unlock()
+			got = append(got, reg)
 			return fail
 		}
 	})
+	setFail := func(err error) { mu.Lock(); fail = err; mu.Unlock() }
+	snapshot := func() []*MemoryRegistration {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]*MemoryRegistration(nil), got...)
+	}
 	c := dial(t, s.Endpoint())
 	kv := &MemoryRegistration{Kind: KindKV, Buffers: []Region{
 		{Shm: "psm_k0", Length: 4096, ItemLen: 256, Mem: nixl.DRAM},
@@ -350,13 +362,16 @@ func TestRegisterMemory(t *testing.T) {
 	if err != nil || slots != 16 {
 		t.Fatalf("register kv: %d, %v", slots, err)
 	}
-	if len(got) != 1 || !reflect.DeepEqual(got[0], kv) || got[0].Buffers[0].Path() != "/dev/shm/psm_k0" || got[0].Buffers[1].Path() != "/dev/shm/kv/v0" {
+	if got := snapshot(); len(got) != 1 || !reflect.DeepEqual(got[0], kv) || got[0].Buffers[0].Path() != "/dev/shm/psm_k0" || got[0].Buffers[1].Path() != "/dev/shm/kv/v0" {
 		t.Fatalf("callback got %+v", got)
 	}
 	ipc := &MemoryRegistration{Kind: KindState, Component: 1, StateType: "mamba",
 		Buffers: []Region{{CUDAIPC: make([]byte, 64), Length: 64, ItemLen: 64, Mem: nixl.VRAM, Dev: 2}}}
-	if _, err := c.RegisterMemory(ipc); err != nil || !reflect.DeepEqual(got[1], ipc) {
+	if _, err := c.RegisterMemory(ipc); err != nil {
 		t.Fatalf("register state with a cuda ipc handle: %v", err)
+	}
+	if got := snapshot(); len(got) != 2 || !reflect.DeepEqual(got[1], ipc) {
+		t.Fatalf("callback got %+v", got)
 	}
 	bad := map[string]*MemoryRegistration{
 		"kind":         {Kind: "weights", Buffers: kv.Buffers},
@@ -379,11 +394,11 @@ func TestRegisterMemory(t *testing.T) {
 			t.Errorf("%s: %v, want %s", name, err, CodeInvalidMemory)
 		}
 	}
-	fail = errors.New("no such file")
+	setFail(errors.New("no such file"))
 	if _, err := c.RegisterMemory(kv); err == nil || err.(*Error).Code != CodeRejected {
 		t.Errorf("callback error: %v", err)
 	}
-	fail = errorf(CodeUnsupported, "cuda ipc not yet")
+	setFail(errorf(CodeUnsupported, "cuda ipc not yet"))
 	if _, err := c.RegisterMemory(kv); err == nil || err.(*Error).Code != CodeUnsupported {
 		t.Errorf("callback *Error: %v", err)
 	}
@@ -441,13 +456,11 @@ func TestStaleSocketReplaced(t *testing.T) {
 	ep := ipcEndpoint(t)
 	path := strings.TrimPrefix(ep, "ipc://")
 	s1 := startServer(t, newStub(), func(c *Config) { c.Endpoint = ep })
-	info := s1.ipc.info
 	s1.ipc = nil // simulate a crash: the file stays behind
 	s1.Stop()
 	if _, err := os.Lstat(path); err != nil {
 		t.Fatalf("stale file should remain: %v", err)
 	}
-	_ = info
 	s2 := startServer(t, newStub(), func(c *Config) { c.Endpoint = ep })
 	if _, err := dial(t, s2.Endpoint()).Hello(nil); err != nil {
 		t.Fatal(err)
@@ -559,4 +572,3 @@ func TestStopNoLeak(t *testing.T) {
 		t.Fatalf("%d goroutines before, %d after", before, n)
 	}
 }
-
