@@ -1,0 +1,177 @@
+"""Minimal Python client for kvxferd's control API (protocol version 1).
+
+This is the reference for an SGLang adapter (a KVSender that forwards to kvxferd):
+pyzmq + msgpack only, no numpy needed (numpy int32 arrays are accepted as is).
+See docs/control-api.md for every op and field.
+
+    c = ControlClient("ipc:///run/user/1000/kvxfer-1000-rank0.sock")
+    c.hello(rank=0)
+    c.open(room)
+    statuses, reasons, prefix_lens = c.poll([room, ...])
+
+Run as a script (python3 kvxfer_control.py ENDPOINT) it plays the scenario that
+transport/control's Go interop test checks, and prints the results as JSON.
+"""
+
+import itertools
+import json
+import struct
+import sys
+import time
+
+import msgpack
+import zmq
+
+PROTOCOL_VERSION = 1
+
+# KVPoll values; the numbers are the contract (the scheduler all-reduces with MIN).
+FAILED, BOOTSTRAPPING, WAITING_FOR_INPUT, TRANSFERRING, SUCCESS = range(5)
+
+
+class ControlError(Exception):
+    """An error reply: code is one of the protocol's error codes."""
+
+    def __init__(self, code, message):
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+
+
+def pack_int32(indices):
+    """Page or state indices as packed little-endian int32 (what send expects)."""
+    if hasattr(indices, "astype"):  # numpy
+        return indices.astype("<i4", copy=False).tobytes()
+    return struct.pack(f"<{len(indices)}i", *indices)
+
+
+class ControlClient:
+    """One DEALER socket to one kvxferd. Not thread safe: use it from the scheduler
+    thread only. A DEALER (not REQ) so that a timeout leaves the socket usable: a late
+    reply is recognised by its id and dropped."""
+
+    def __init__(self, endpoint, timeout_ms=10000, ctx=None):
+        self._ctx = ctx or zmq.Context.instance()
+        self._sock = self._ctx.socket(zmq.DEALER)
+        self._sock.setsockopt(zmq.LINGER, 0)
+        self._sock.connect(endpoint)
+        self._ids = itertools.count(1)
+        self.timeout_ms = timeout_ms
+
+    def close(self):
+        self._sock.close(linger=0)
+
+    def call(self, op, **fields):
+        rid = next(self._ids)
+        req = {"id": rid, "op": op}
+        req.update(fields)
+        self._sock.send_multipart([b"", msgpack.packb(req, use_bin_type=True)])
+        deadline = time.monotonic() + self.timeout_ms / 1000
+        while True:
+            left = int((deadline - time.monotonic()) * 1000)
+            if left <= 0 or not self._sock.poll(left):
+                raise TimeoutError(f"kvxferd did not answer {op} in {self.timeout_ms} ms")
+            rep = msgpack.unpackb(self._sock.recv_multipart()[-1], raw=False)
+            if rep.get("id") != rid:
+                continue  # late reply to an earlier call that timed out
+            if not rep["ok"]:
+                raise ControlError(rep["code"], rep["error"])
+            return rep["result"]
+
+    # Setup.
+
+    def hello(self, rank=None, pp_rank=None, dp_rank=None):
+        fields = {"version": PROTOCOL_VERSION}
+        for k, v in (("rank", rank), ("pp_rank", pp_rank), ("dp_rank", dp_rank)):
+            if v is not None:
+                fields[k] = v
+        return self.call("hello", **fields)
+
+    def register_memory(self, kind, buffers, component=0, state_type=None):
+        """kind: "kv" | "aux" | "state"; buffers: dicts with shm (a /dev/shm name or an
+        absolute path), offset, length (data_len), item_len, mem ("DRAM"|"VRAM"), dev,
+        and optionally cuda_ipc (bytes)."""
+        return self.call("register_memory", kind=kind, buffers=buffers,
+                         component=component, state_type=state_type)
+
+    # One room (BaseKVSender).
+
+    def open(self, room, traceparent=None):
+        fields = {"room": room}
+        if traceparent:
+            fields["traceparent"] = traceparent
+        return self.call("open", **fields)["traced"]
+
+    def init(self, room, num_pages, aux_index):
+        self.call("init", room=room, num_pages=num_pages, aux_index=aux_index)
+
+    def send(self, room, pages, state=None):
+        fields = {"room": room, "pages": pack_int32(pages)}
+        if state is not None:
+            fields["state"] = [None if s is None else pack_int32(s) for s in state]
+        self.call("send", **fields)
+
+    # Many rooms per call: the scheduler's per-iteration work.
+
+    def poll(self, rooms):
+        r = self.call("poll", rooms=list(rooms))
+        return r["status"], r["reason"], r["prefix_len"]
+
+    def failure(self, rooms, clear=True):
+        """(status, reason, message) per room; clear=True also clears, as
+        failure_exception does."""
+        r = self.call("failure", rooms=list(rooms), clear=clear)
+        return list(zip(r["status"], r["reason"], r["message"]))
+
+    def pop_decode_prefix_len(self, rooms):
+        return self.call("pop_decode_prefix_len", rooms=list(rooms))["prefix_len"]
+
+    def abort(self, *rooms):
+        self.call("abort", rooms=list(rooms))
+
+    def clear(self, *rooms):
+        self.call("clear", rooms=list(rooms))
+
+    def batch(self, reqs):
+        """reqs: dicts with op and fields (no id). Returns one reply dict per request,
+        each {"ok": True, "result": ...} or {"ok": False, "code": ..., "error": ...}."""
+        return self.call("batch", reqs=reqs)["replies"]
+
+
+def _scenario(endpoint):
+    c = ControlClient(endpoint)
+    out = {}
+    out["hello"] = c.hello(rank=3, dp_rank=1)
+    try:
+        c.hello(rank=4)
+    except ControlError as e:
+        out["wrong_rank"] = e.code
+    out["register"] = c.register_memory("kv", [
+        {"shm": "psm_abc", "offset": 0, "length": 1 << 20, "item_len": 4096, "mem": "DRAM", "dev": 0},
+        {"shm": "/dev/shm/v0", "offset": 4096, "length": 1 << 20, "item_len": 4096, "mem": "DRAM", "dev": 0},
+    ])
+    big = (1 << 63) + 5  # rooms are unsigned 64-bit
+    out["traced"] = c.open(big, "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+    c.init(big, 3, 7)
+    c.send(big, [1, 2, -3], state=[[4, 5], None])
+    c.send(big, [])
+    out["poll"] = c.poll([big, 1, 2])
+    out["failure"] = c.failure([1], clear=True)
+    out["prefix"] = c.pop_decode_prefix_len([big])
+    c.abort(1, 2)
+    out["batch"] = c.batch([{"op": "clear", "rooms": [big]}, {"op": "bogus"}])
+    try:
+        c.call("send", room=1, pages=b"\x01\x02\x03")
+    except ControlError as e:
+        out["bad_pages"] = e.code
+    rooms = list(range(1000, 2000))
+    t0 = time.perf_counter()
+    n = 200
+    for _ in range(n):
+        c.poll(rooms)
+    out["poll1000_us"] = (time.perf_counter() - t0) / n * 1e6
+    c.close()
+    json.dump(out, sys.stdout)
+
+
+if __name__ == "__main__":
+    _scenario(sys.argv[1])
