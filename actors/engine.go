@@ -53,13 +53,22 @@ type Config struct {
 	Logger       *slog.Logger
 }
 
+// withDefaults fills zero fields with the documented defaults and validates.
 func (c *Config) withDefaults() (Config, error) {
+	out := c.defaulted()
+	if err := out.Room.Validate(); err != nil {
+		return out, err
+	}
+	if out.Transfers == nil {
+		return out, errors.New("actors: Config.Transfers is required")
+	}
+	return out, nil
+}
+
+func (c *Config) defaulted() Config {
 	out := *c
 	if out.Room == (room.Config{}) {
 		out.Room = room.DefaultConfig()
-	}
-	if err := out.Room.Validate(); err != nil {
-		return out, err
 	}
 	if out.Shards <= 0 {
 		out.Shards = 4 * runtime.GOMAXPROCS(0)
@@ -73,9 +82,6 @@ func (c *Config) withDefaults() (Config, error) {
 	if out.Clock == nil {
 		out.Clock = clock.Real{}
 	}
-	if out.Transfers == nil {
-		return out, errors.New("actors: Config.Transfers is required")
-	}
 	if out.Notifier == nil {
 		out.Notifier = dropNotices{}
 	}
@@ -85,7 +91,7 @@ func (c *Config) withDefaults() (Config, error) {
 	if out.Logger == nil {
 		out.Logger = slog.New(slog.DiscardHandler)
 	}
-	return out, nil
+	return out
 }
 
 // Engine is the scheduler- and decode-facing API over the room actors. Its
@@ -189,6 +195,10 @@ func (e *Engine) TransferInfo(roomID uint64, ti room.TransferInfo) { e.route(roo
 func (e *Engine) DecodeAbort(roomID uint64, from room.Endpoint) {
 	e.route(roomID, room.DecodeAbort{From: from})
 }
+
+// Fail fails one room from outside its rules, e.g. a malformed frame that named
+// it. A room nobody opened yet is created failed, so its sender fails when opened.
+func (e *Engine) Fail(roomID uint64, why room.Reason) { e.route(roomID, room.Fail{Reason: why}) }
 
 // PeerLost fails every live room that has a transfer info from agent.
 func (e *Engine) PeerLost(agent string) {

@@ -24,10 +24,7 @@ const (
 // (fractions allowed) or counts; a malformed value is an error, not a silent
 // default.
 func ConfigFromEnv(cfg Config, getenv func(string) string) (Config, error) {
-	c, err := cfg.withDefaults()
-	if err != nil {
-		return cfg, err
-	}
+	c := cfg.defaulted()
 	durations := []struct {
 		name string
 		dst  *time.Duration

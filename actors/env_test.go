@@ -11,7 +11,7 @@ func TestConfigFromEnv(t *testing.T) {
 		EnvDrainTimeout:     "3",
 		EnvTombstoneCap:     "99",
 	}
-	c, err := ConfigFromEnv(Config{Transfers: &transfersDouble{}}, func(k string) string { return env[k] })
+	c, err := ConfigFromEnv(Config{}, func(k string) string { return env[k] })
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -115,7 +115,7 @@ func (s *shard) route(ctx actor.Context, env *envelope) {
 // ABORT that comes before the sender is remembered.
 func createsRoom(msg room.Msg) bool {
 	switch msg.(type) {
-	case room.Open, room.TransferInfo, room.DecodeAbort, room.Abort:
+	case room.Open, room.TransferInfo, room.DecodeAbort, room.Abort, room.Fail:
 		return true
 	}
 	return false

@@ -1,0 +1,115 @@
+// Command kvxferd is one SGLang prefill rank's KV-transfer process: the actor
+// engine and NIXL transfer pool behind SGLang's decode-facing protocol
+// (bootstrap HTTP, ZMQ frames, NIXL notifications) and a local control API for
+// the prefill scheduler. See docs/kvxferd.md.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/kvxfer/kvxfer/actors"
+	"github.com/kvxfer/kvxfer/daemon"
+	"github.com/kvxfer/kvxfer/nixl/sglang"
+	"github.com/kvxfer/kvxfer/transport"
+)
+
+func main() {
+	if err := run(os.Args[1:], os.Getenv); err != nil {
+		fmt.Fprintln(os.Stderr, "kvxferd:", err)
+		os.Exit(1)
+	}
+}
+
+func envInt(getenv func(string) string, name string, def int) int {
+	if v, err := strconv.Atoi(getenv(name)); err == nil {
+		return v
+	}
+	return def
+}
+
+func run(args []string, getenv func(string) string) error {
+	fs := flag.NewFlagSet("kvxferd", flag.ContinueOnError)
+	var c daemon.Config
+	host := transport.HostIPFromEnv(getenv)
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	fs.StringVar(&c.HostIP, "host", host, "rank IP published to decode (SGLANG_HOST_IP / HOST_IP)")
+	fs.IntVar(&c.Rank.TPSize, "tp-size", 1, "prefill attention TP size")
+	fs.IntVar(&c.Rank.TPRank, "tp-rank", 0, "this rank's TP rank (engine_rank)")
+	fs.IntVar(&c.Rank.PPSize, "pp-size", 1, "pipeline parallel size")
+	fs.IntVar(&c.Rank.PPRank, "pp-rank", 0, "pipeline parallel rank")
+	fs.IntVar(&c.Rank.CPSize, "cp-size", 1, "context parallel size")
+	fs.IntVar(&c.Rank.CPRank, "cp-rank", 0, "context parallel rank")
+	fs.IntVar(&c.Rank.DPSize, "dp-size", 1, "data parallel size")
+	fs.IntVar(&c.Rank.DPRank, "dp-rank", 0, "data parallel rank")
+	fs.IntVar(&c.PageSize, "page-size", 1, "tokens per KV page (--page-size)")
+	fs.StringVar(&c.KVCacheDtype, "kv-cache-dtype", "auto", "KV cache dtype decode must match (--kv-cache-dtype)")
+	fs.BoolVar(&c.MLA, "mla", false, "MLA model: one KV buffer per layer, replicated across TP")
+	fs.IntVar(&c.PullPort, "zmq-port", 0, "ZMQ PULL port for decode frames (0: random)")
+	fs.BoolVar(&c.ServeBootstrap, "serve-bootstrap", true, "host the bootstrap HTTP server (the instance's rank 0 does)")
+	fs.IntVar(&c.BootstrapPort, "disaggregation-bootstrap-port", 8998, "bootstrap HTTP port")
+	fs.StringVar(&c.BootstrapURL, "bootstrap-url", "", "register into this bootstrap server (http://host:port) instead of the hosted one")
+	fs.StringVar(&c.AuthToken, "bootstrap-auth-token", getenv(transport.EnvBootstrapAuthToken), "bearer token for PUT/POST (SGLANG_DISAGGREGATION_BOOTSTRAP_AUTH_TOKEN)")
+	fs.StringVar(&c.ControlEndpoint, "control", "", "control API endpoint (default ipc:///tmp/kvxferd-<tp-rank>.sock)")
+	fs.StringVar(&c.DebugAddr, "debug-addr", "127.0.0.1:0", "HTTP address for /debug/rooms and /healthz (empty: off)")
+	proto := fs.String("decode-protocol", "baseline", "what decode understands: baseline (NIXL notifications only) or ack (KV_STATUS and ABORT_ACK after the drain)")
+	nokv := fs.String("aux-nokv", "count", "aux_nokv notification form: baseline ({room}_aux_nokv_{sender}) or count (…_{n})")
+	fs.IntVar(&c.QueueSize, "queue-size", envInt(getenv, "SGLANG_DISAGGREGATION_QUEUE_SIZE", 4), "transfer pool actors (SGLANG_DISAGGREGATION_QUEUE_SIZE)")
+	fs.IntVar(&c.StateComponents, "state-components", 0, "state lists the scheduler registers before the rank goes live")
+	logJSON := fs.Bool("log-json", false, "JSON logs")
+	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	backend := fs.String("nixl-backend", "loopback", "NIXL backend: loopback (SGLANG_DISAGGREGATION_NIXL_BACKEND names the plugin of a real NIXL backend)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	c.Protocol = daemon.Protocol(*proto)
+	switch *nokv {
+	case "baseline":
+		c.NoKV = sglang.NoKVBaseline
+	case "count":
+		c.NoKV = sglang.NoKVWithCount
+	default:
+		return fmt.Errorf("-aux-nokv %q: want baseline or count", *nokv)
+	}
+	if *backend != "loopback" {
+		return fmt.Errorf("-nixl-backend %q: only the loopback backend is built in so far", *backend)
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+		return err
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	var h slog.Handler = slog.NewTextHandler(os.Stderr, opts)
+	if *logJSON {
+		h = slog.NewJSONHandler(os.Stderr, opts)
+	}
+	c.Logger = slog.New(h).With("rank", c.Rank.TPRank, "pp", c.Rank.PPRank)
+	ec, err := actors.ConfigFromEnv(actors.Config{}, getenv)
+	if err != nil {
+		return err
+	}
+	c.Engine = ec
+
+	d, err := daemon.Start(c)
+	if err != nil {
+		return err
+	}
+	c.Logger.Info("kvxferd started; waiting for the scheduler to register memory",
+		"control", d.ControlEndpoint(), "bootstrap", d.BootstrapAddr(), "debug", d.DebugAddr())
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	<-ctx.Done()
+	c.Logger.Info("shutting down: stopping ingest, failing live rooms (reason shutdown), draining writes")
+	sctx, cancel := context.WithTimeout(context.Background(), ec.Room.Drain+5*time.Second)
+	defer cancel()
+	return d.Shutdown(sctx)
+}

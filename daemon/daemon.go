@@ -1,0 +1,349 @@
+// Package daemon is kvxferd: one prefill rank's transfer process. It wires the
+// actor engine, the NIXL transfer pool, the decode-facing transport (bootstrap
+// registration, the ZMQ PULL socket, PUSH links for KV_STATUS and ABORT_ACK)
+// and the scheduler-facing control API, and shuts them down in order.
+//
+// Lifecycle: Start brings up the engine, the control API and (when hosted) the
+// bootstrap HTTP server. The rank goes live — ZMQ socket bound, PUT /route
+// sent — once the scheduler has registered its KV and aux memory over the
+// control API (or a Go caller called Activate): a decode can only register
+// after the route exists, so no registration can arrive before the memory it
+// targets is known.
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/kvxfer/kvxfer/actors"
+	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/actors/xfer"
+	"github.com/kvxfer/kvxfer/nixl"
+	"github.com/kvxfer/kvxfer/nixl/sglang"
+	"github.com/kvxfer/kvxfer/transport"
+	"github.com/kvxfer/kvxfer/transport/control"
+)
+
+// Protocol is the decode protocol version kvxferd speaks back to decode.
+type Protocol string
+
+const (
+	// Baseline sends nothing to decode over ZMQ (SGLang main at 8905cbd).
+	Baseline Protocol = "baseline"
+	// Ack sends a failure KV_STATUS and ABORT_ACK after the drain (spec §9.2).
+	Ack Protocol = "ack"
+)
+
+// Rank is this prefill rank's place in the parallel layout.
+type Rank struct {
+	TPSize, TPRank int
+	PPSize, PPRank int
+	CPSize, CPRank int
+	DPSize, DPRank int
+}
+
+// Sender is the notification sender id: pp_rank*tp_size + tp_rank (unique
+// across PP stages, which upstream's plain tp_rank is not).
+func (r Rank) Sender() int { return sglang.SenderID(r.PPRank, r.TPSize, r.TPRank) }
+
+// Config configures a Daemon.
+type Config struct {
+	Rank         Rank
+	HostIP       string // the rank IP published in PUT /route
+	PullPort     int    // 0: random
+	PageSize     int
+	KVCacheDtype string
+
+	// ServeBootstrap hosts a bootstrap HTTP server on BootstrapPort (the
+	// prefill instance's rank 0 does this in SGLang).
+	ServeBootstrap bool
+	BootstrapPort  int
+	// BootstrapURL is where PUT /route goes; empty means the hosted server.
+	BootstrapURL string
+	AuthToken    string
+
+	ControlEndpoint string // default control.DefaultEndpoint(tp rank)
+	DebugAddr       string // /debug/rooms and /healthz; empty: off
+
+	Protocol        Protocol
+	NoKV            sglang.NoKVForm
+	QueueSize       int // transfer pool actors
+	StateComponents int // state lists the scheduler will register before going live
+	MLA             bool
+
+	Engine actors.Config // deadlines, tombstones, clock (Transfers is set here)
+	Logger *slog.Logger
+
+	// NewAgent creates the NIXL agent when memory is registered (loopback by default).
+	NewAgent func(name string) (Agent, error)
+}
+
+// Agent is a NIXL agent that can also map the scheduler's shared memory.
+type Agent interface {
+	nixl.Agent
+	Attach(path string) ([]byte, error)
+}
+
+// Daemon is a running kvxferd.
+type Daemon struct {
+	cfg Config
+	log *slog.Logger
+
+	eng     *actors.Engine
+	xfers   lazyTransfers
+	control *control.Server
+	boot    *transport.BootstrapServer
+	bootLn  net.Listener
+	bootSrv *http.Server
+	debug   *http.Server
+	debugLn net.Listener
+
+	mu       sync.Mutex // guards memory registration and activation
+	agent    Agent
+	mem      memory
+	pool     *xfer.Pool
+	ingest   *transport.Ingest
+	live     atomic.Bool
+	links    *links
+	peers    *peers
+	counters counters
+}
+
+// Start brings the daemon up (not yet live; see the package comment).
+func Start(cfg Config) (*Daemon, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Rank.TPSize <= 0 {
+		cfg.Rank.TPSize = 1
+	}
+	if cfg.Rank.PPSize <= 0 {
+		cfg.Rank.PPSize = 1
+	}
+	if cfg.Rank.CPSize <= 0 {
+		cfg.Rank.CPSize = 1
+	}
+	if cfg.Rank.DPSize <= 0 {
+		cfg.Rank.DPSize = 1
+	}
+	if cfg.PageSize <= 0 {
+		cfg.PageSize = 1
+	}
+	if cfg.Protocol == "" {
+		cfg.Protocol = Baseline
+	}
+	if cfg.Protocol != Baseline && cfg.Protocol != Ack {
+		return nil, fmt.Errorf("daemon: decode protocol %q: want baseline or ack", cfg.Protocol)
+	}
+	d := &Daemon{cfg: cfg, log: cfg.Logger}
+	d.links = newLinks(cfg.Logger)
+	d.peers = newPeers(d)
+	ec := cfg.Engine
+	ec.Transfers = &d.xfers
+	ec.Notifier = d
+	if ec.Logger == nil {
+		ec.Logger = cfg.Logger
+	}
+	eng, err := actors.New(ec)
+	if err != nil {
+		return nil, err
+	}
+	d.eng = eng
+	if err := d.startBootstrap(); err != nil {
+		d.Shutdown(context.Background())
+		return nil, err
+	}
+	ep := cfg.ControlEndpoint
+	if ep == "" {
+		ep = control.DefaultEndpoint(cfg.Rank.TPRank)
+	}
+	d.control, err = control.Start(control.Config{
+		Endpoint: ep, Engine: eng, Memory: d.registerMemory, Logger: cfg.Logger,
+		Identity: control.Identity{Rank: cfg.Rank.TPRank, PPRank: cfg.Rank.PPRank, DPRank: cfg.Rank.DPRank, Name: "kvxferd"},
+	})
+	if err != nil {
+		d.Shutdown(context.Background())
+		return nil, fmt.Errorf("daemon: control API: %w", err)
+	}
+	if cfg.DebugAddr != "" {
+		if err := d.startDebug(); err != nil {
+			d.Shutdown(context.Background())
+			return nil, err
+		}
+	}
+	return d, nil
+}
+
+// Engine is the daemon's engine (for tests and embedding).
+func (d *Daemon) Engine() *actors.Engine { return d.eng }
+
+// ControlEndpoint is where the control API listens.
+func (d *Daemon) ControlEndpoint() string { return d.control.Endpoint() }
+
+// BootstrapAddr is the hosted bootstrap server's address ("" if not hosted).
+func (d *Daemon) BootstrapAddr() string {
+	if d.bootLn == nil {
+		return ""
+	}
+	return d.bootLn.Addr().String()
+}
+
+// DebugAddr is the /debug/rooms server's address ("" if off).
+func (d *Daemon) DebugAddr() string {
+	if d.debugLn == nil {
+		return ""
+	}
+	return d.debugLn.Addr().String()
+}
+
+// PullPort is the bound ZMQ port once live (0 before).
+func (d *Daemon) PullPort() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.ingest == nil {
+		return 0
+	}
+	return d.ingest.Port()
+}
+
+// Live reports whether the rank is registered and accepting decode frames.
+func (d *Daemon) Live() bool { return d.live.Load() }
+
+func (d *Daemon) startBootstrap() error {
+	if !d.cfg.ServeBootstrap {
+		return nil
+	}
+	bc := transport.BootstrapConfig{Logger: d.log}
+	if d.cfg.AuthToken != "" {
+		bc.RequireAuth, bc.AuthToken = true, d.cfg.AuthToken
+	}
+	d.boot = transport.NewBootstrapServer(bc)
+	ln, err := net.Listen("tcp", net.JoinHostPort(d.cfg.HostIP, strconv.Itoa(d.cfg.BootstrapPort)))
+	if err != nil {
+		return fmt.Errorf("daemon: bootstrap server: %w", err)
+	}
+	d.bootLn = ln
+	d.bootSrv = &http.Server{Handler: d.boot.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	go d.bootSrv.Serve(ln)
+	return nil
+}
+
+func (d *Daemon) startDebug() error {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/rooms", func(w http.ResponseWriter, r *http.Request) {
+		limit := 100
+		if v, err := strconv.Atoi(r.URL.Query().Get("limit")); err == nil && v > 0 {
+			limit = min(v, 10000)
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]any{"stats": d.eng.Stats(), "counters": d.counters.snapshot(), "rooms": d.eng.Rooms(limit)})
+	})
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		if !d.Live() {
+			http.Error(w, "not live: waiting for memory registration", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	ln, err := net.Listen("tcp", d.cfg.DebugAddr)
+	if err != nil {
+		return fmt.Errorf("daemon: debug server: %w", err)
+	}
+	d.debugLn = ln
+	d.debug = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go d.debug.Serve(ln)
+	return nil
+}
+
+// Shutdown stops ingest first (no new decode input), fails every live room with
+// reason shutdown and waits for in-flight writes (bounded by ctx), then stops
+// the pool, the control API, the links and the servers.
+func (d *Daemon) Shutdown(ctx context.Context) error {
+	d.mu.Lock()
+	in := d.ingest
+	d.mu.Unlock()
+	if in != nil {
+		in.Stop()
+	}
+	var errs []error
+	if d.eng != nil {
+		errs = append(errs, d.eng.Close(ctx))
+	}
+	if d.control != nil {
+		d.control.Stop()
+	}
+	d.mu.Lock()
+	if d.pool != nil {
+		d.pool.Close()
+	}
+	if d.agent != nil {
+		errs = append(errs, d.agent.Close())
+	}
+	d.mu.Unlock()
+	d.links.closeAll()
+	for _, s := range []*http.Server{d.bootSrv, d.debug} {
+		if s != nil {
+			errs = append(errs, s.Shutdown(ctx))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Notify implements actors.Notifier: in the ack protocol, a failure becomes
+// KV_STATUS and an abort acknowledgement ABORT_ACK on decode's PULL socket.
+func (d *Daemon) Notify(roomID uint64, n room.Notice) {
+	if d.cfg.Protocol != Ack || n.To.Port <= 0 {
+		return
+	}
+	var frames [][]byte
+	switch n.Kind {
+	case room.FailureStatus:
+		reason := n.Reason.String()
+		if n.DrainExpired {
+			reason += " (writes still in flight after the drain deadline)"
+		}
+		frames = (&transport.KVStatus{Room: roomID, Status: transport.KVPollFailed, PrefillRank: d.cfg.Rank.Sender(), Reason: reason}).Encode()
+	case room.AbortAck:
+		frames = (&transport.AbortAck{Room: roomID, PrefillRank: d.cfg.Rank.Sender()}).Encode()
+	default:
+		return
+	}
+	if err := d.links.send(transport.TCPEndpoint(n.To.IP, n.To.Port), frames); err != nil {
+		d.counters.noticeDropped.Add(1)
+		d.log.Warn("notice to decode dropped", "room", roomID, "to", n.To.String(), "err", err)
+	}
+}
+
+// lazyTransfers forwards to the pool once memory is registered; before that a
+// transfer cannot be planned (no local memory), so it fails its room.
+type lazyTransfers struct{ pool atomic.Pointer[xfer.Pool] }
+
+func (l *lazyTransfers) Post(t room.Transfer, done func(room.Reason)) {
+	if p := l.pool.Load(); p != nil {
+		p.Post(t, done)
+		return
+	}
+	done(room.ReasonInvalidRequest)
+}
+
+type counters struct {
+	registrations, duplicateRegistrations, badRegistrations atomic.Int64
+	badFrames, staging, noticeDropped                       atomic.Int64
+}
+
+func (c *counters) snapshot() map[string]int64 {
+	return map[string]int64{
+		"registrations": c.registrations.Load(), "duplicate_registrations": c.duplicateRegistrations.Load(),
+		"bad_registrations": c.badRegistrations.Load(), "bad_frames": c.badFrames.Load(),
+		"staging_frames_dropped": c.staging.Load(), "notices_dropped": c.noticeDropped.Load(),
+	}
+}

@@ -1,0 +1,170 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+
+	"github.com/kvxfer/kvxfer/actors/xfer"
+	"github.com/kvxfer/kvxfer/nixl"
+	"github.com/kvxfer/kvxfer/nixl/loopback"
+	"github.com/kvxfer/kvxfer/nixl/sglang"
+	"github.com/kvxfer/kvxfer/transport"
+	"github.com/kvxfer/kvxfer/transport/control"
+)
+
+// memory is what the scheduler registered so far.
+type memory struct {
+	kv, aux  *sglang.Buffers
+	state    map[int]*sglang.Buffers
+	attached map[string][]byte // shm file -> its mapping
+}
+
+// registerMemory is the control API's register_memory: map the scheduler's
+// shared memory, and go live once KV, aux and every expected state list are in.
+func (d *Daemon) registerMemory(reg *control.MemoryRegistration) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.live.Load() {
+		return fmt.Errorf("memory is already registered and the rank is live; restart kvxferd to change it")
+	}
+	if err := d.ensureAgent(); err != nil {
+		return err
+	}
+	buf, err := d.mapRegions(reg)
+	if err != nil {
+		return err
+	}
+	switch reg.Kind {
+	case control.KindKV:
+		d.mem.kv = buf
+	case control.KindAux:
+		d.mem.aux = buf
+	default:
+		if d.mem.state == nil {
+			d.mem.state = map[int]*sglang.Buffers{}
+		}
+		d.mem.state[reg.Component] = buf
+	}
+	if d.mem.kv == nil || d.mem.aux == nil || len(d.mem.state) < d.cfg.StateComponents {
+		return nil
+	}
+	local := sglang.Local{KV: *d.mem.kv, Aux: *d.mem.aux}
+	for i := range len(d.mem.state) {
+		s, ok := d.mem.state[i]
+		if !ok {
+			return fmt.Errorf("state components must be numbered 0..%d; %d is missing", len(d.mem.state)-1, i)
+		}
+		local.State = append(local.State, *s)
+	}
+	return d.activateLocked(local)
+}
+
+func (d *Daemon) ensureAgent() error {
+	if d.agent != nil {
+		return nil
+	}
+	name := "kvxferd-" + strconv.Itoa(os.Getpid()) + "-r" + strconv.Itoa(d.cfg.Rank.Sender())
+	newAgent := d.cfg.NewAgent
+	if newAgent == nil {
+		newAgent = func(name string) (Agent, error) { return loopback.New(name, loopback.Options{}) }
+	}
+	a, err := newAgent(name)
+	if err != nil {
+		return fmt.Errorf("creating the NIXL agent: %w", err)
+	}
+	d.agent = a
+	return nil
+}
+
+func (d *Daemon) mapRegions(reg *control.MemoryRegistration) (*sglang.Buffers, error) {
+	if err := reg.Validate(); err != nil {
+		return nil, err
+	}
+	if d.mem.attached == nil {
+		d.mem.attached = map[string][]byte{}
+	}
+	b := &sglang.Buffers{NumSlots: reg.NumSlots(), Kind: reg.Buffers[0].Mem, DevID: reg.Buffers[0].Dev}
+	for i, r := range reg.Buffers {
+		if len(r.CUDAIPC) > 0 {
+			return nil, fmt.Errorf("buffer %d: CUDA IPC handles need a GPU NIXL backend; the loopback backend maps shared memory only", i)
+		}
+		path := r.Path()
+		data, ok := d.mem.attached[path]
+		if !ok {
+			var err error
+			if data, err = d.agent.Attach(path); err != nil {
+				return nil, fmt.Errorf("buffer %d: %w", i, err)
+			}
+			d.mem.attached[path] = data
+		}
+		if r.Offset+r.Length > uint64(len(data)) || r.Offset+r.Length < r.Offset {
+			return nil, fmt.Errorf("buffer %d: offset %d + length %d is past the end of %s (%d bytes)", i, r.Offset, r.Length, path, len(data))
+		}
+		base := uint64(nixl.DescOf(data, 0).Addr)
+		b.Ptrs = append(b.Ptrs, base+r.Offset)
+		b.ItemLens = append(b.ItemLens, r.ItemLen)
+	}
+	return b, nil
+}
+
+// Activate makes the rank live with memory a Go caller already holds (tests,
+// embedding): agent must own or have attached every buffer of local.
+func (d *Daemon) Activate(agent Agent, local sglang.Local) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.live.Load() {
+		return fmt.Errorf("daemon: already live")
+	}
+	if d.agent != nil && d.agent != agent {
+		return fmt.Errorf("daemon: a different agent was already created by register_memory")
+	}
+	d.agent = agent
+	return d.activateLocked(local)
+}
+
+func (d *Daemon) activateLocked(local sglang.Local) error {
+	local.Sender, local.NoKV, local.TPSize, local.MLA = d.cfg.Rank.Sender(), d.cfg.NoKV, d.cfg.Rank.TPSize, d.cfg.MLA
+	if err := local.Validate(); err != nil {
+		return err
+	}
+	sets := []*sglang.Buffers{&local.KV, &local.Aux}
+	for i := range local.State {
+		sets = append(sets, &local.State[i])
+	}
+	if _, err := sglang.RegisterBuffers(d.agent, sets...); err != nil {
+		return fmt.Errorf("registering memory with NIXL: %w", err)
+	}
+	pool, err := xfer.New(xfer.Config{Agent: d.agent, Local: &local, Actors: d.cfg.QueueSize, Logger: d.log})
+	if err != nil {
+		return err
+	}
+	d.pool = pool
+	d.xfers.pool.Store(pool)
+	in, err := transport.StartIngest(transport.IngestConfig{Host: d.cfg.HostIP, Port: d.cfg.PullPort, Logger: d.log}, d.peers)
+	if err != nil {
+		return fmt.Errorf("binding the ZMQ PULL socket: %w", err)
+	}
+	d.ingest = in
+	url := d.cfg.BootstrapURL
+	if url == "" && d.bootLn != nil {
+		url = "http://" + d.bootLn.Addr().String()
+	}
+	if url != "" {
+		r := d.cfg.Rank
+		reg := transport.RankRegistration{
+			AttnTPSize: r.TPSize, AttnTPRank: r.TPRank, AttnCPSize: r.CPSize, AttnCPRank: r.CPRank,
+			AttnDPSize: r.DPSize, AttnDPRank: r.DPRank, PPSize: r.PPSize, PPRank: r.PPRank,
+			SystemDPSize: r.DPSize, SystemDPRank: r.DPRank, RankIP: d.cfg.HostIP, RankPort: in.Port(),
+			PageSize: d.cfg.PageSize, KVCacheDtype: d.cfg.KVCacheDtype,
+		}
+		if err := transport.RegisterRank(context.Background(), url, reg, transport.RegisterOptions{Token: d.cfg.AuthToken}); err != nil {
+			return fmt.Errorf("registering the rank with the bootstrap server %s: %w", url, err)
+		}
+	}
+	d.live.Store(true)
+	d.log.Info("rank live", "zmq", in.Endpoint(), "bootstrap", url, "sender", local.Sender,
+		"kv_buffers", len(local.KV.Ptrs), "slots", local.KV.NumSlots, "protocol", string(d.cfg.Protocol))
+	return nil
+}
