@@ -1,0 +1,409 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/nixl"
+	"github.com/kvxfer/kvxfer/nixl/kvmem"
+	"github.com/kvxfer/kvxfer/nixl/loopback"
+	"github.com/kvxfer/kvxfer/nixl/sglang"
+	"github.com/kvxfer/kvxfer/transport"
+	"github.com/kvxfer/kvxfer/transport/control"
+)
+
+var seq atomic.Int64
+
+const (
+	layers, slots, item = 2, 64, 512
+	auxSlots            = 16
+)
+
+// scheduler plays the SGLang prefill scheduler: it owns the KV and aux memory
+// (files another process maps) and drives kvxferd over the control API.
+type scheduler struct {
+	kv, aux []byte
+	cli     *control.Client
+}
+
+func newScheduler(t *testing.T, d *Daemon) *scheduler {
+	t.Helper()
+	dir := t.TempDir()
+	kvPath, auxPath := filepath.Join(dir, "kv"), filepath.Join(dir, "aux")
+	auxItems := kvmem.DefaultShape().AuxItems
+	auxLen := 0
+	for _, it := range auxItems {
+		auxLen += int(it) * auxSlots
+	}
+	for path, n := range map[string]int{kvPath: 2 * layers * slots * item, auxPath: auxLen} {
+		if err := os.WriteFile(path, make([]byte, n), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	view, err := loopback.New(fmt.Sprintf("sched-view-%d", seq.Add(1)), loopback.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { view.Close() })
+	s := &scheduler{}
+	if s.kv, err = view.Attach(kvPath); err != nil {
+		t.Fatal(err)
+	}
+	if s.aux, err = view.Attach(auxPath); err != nil {
+		t.Fatal(err)
+	}
+	if s.cli, err = control.Dial(d.ControlEndpoint()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.cli.Close() })
+	kv := &control.MemoryRegistration{Kind: control.KindKV}
+	for b := range 2 * layers {
+		kv.Buffers = append(kv.Buffers, control.Region{Shm: kvPath, Offset: uint64(b * slots * item), Length: slots * item, ItemLen: item, Mem: nixl.DRAM})
+	}
+	aux := &control.MemoryRegistration{Kind: control.KindAux}
+	off := uint64(0)
+	for _, it := range auxItems {
+		aux.Buffers = append(aux.Buffers, control.Region{Shm: auxPath, Offset: off, Length: it * auxSlots, ItemLen: it, Mem: nixl.DRAM})
+		off += it * auxSlots
+	}
+	if _, err := s.cli.RegisterMemory(kv); err != nil {
+		t.Fatal(err)
+	}
+	if d.Live() {
+		t.Fatal("live before the aux memory was registered")
+	}
+	if _, err := s.cli.RegisterMemory(aux); err != nil {
+		t.Fatal(err)
+	}
+	if !d.Live() {
+		t.Fatal("not live after KV and aux were registered")
+	}
+	return s
+}
+
+// fill writes request page j of room r into prefill slot, and the aux slot.
+func (s *scheduler) fill(r uint64, slot, j int) {
+	for b := range 2 * layers {
+		page := s.kv[(b*slots+slot)*item : (b*slots+slot+1)*item]
+		for k := range page {
+			page[k] = kvmem.Pattern(r, b, j, k)
+		}
+	}
+}
+
+// writeAux mirrors kvmem.Node.WriteAux on the scheduler's raw aux file.
+func (s *scheduler) writeAux(slot int, r uint64) {
+	off := 0
+	items := kvmem.DefaultShape().AuxItems
+	for i, it := range items {
+		buf := s.aux[off : off+int(it)*auxSlots]
+		itemBytes := buf[slot*int(it) : (slot+1)*int(it)]
+		for k := range itemBytes {
+			itemBytes[k] = byte(r) + byte(i) + byte(k)
+		}
+		if i == len(items)-1 {
+			for k := range 8 {
+				itemBytes[k] = byte(r >> (8 * k))
+			}
+		}
+		off += int(it) * auxSlots
+	}
+}
+
+func (s *scheduler) waitTerminal(t *testing.T, id uint64) room.Reply {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		reps, err := s.cli.Poll([]uint64{id}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if reps[0].Status.Terminal() {
+			return reps[0]
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("room %d still %v", id, reps[0].Status)
+		}
+		time.Sleep(200 * time.Microsecond)
+	}
+}
+
+// decodeRank plays one SGLang decode rank with raw frames.
+type decodeRank struct {
+	node    *kvmem.Node
+	push    *transport.PushLink
+	pull    *transport.Ingest
+	checker *sglang.Checker
+	mu      sync.Mutex
+	got     [][][]byte // frames received on decode's PULL socket
+}
+
+func newDecode(t *testing.T, d *Daemon) *decodeRank {
+	t.Helper()
+	sh := kvmem.DefaultShape()
+	sh.Layers, sh.Slots, sh.Item, sh.AuxSlots = layers, slots, item, auxSlots
+	n, err := kvmem.New(fmt.Sprintf("dec-%d", seq.Add(1)), sh, 0, loopback.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close() })
+	r := &decodeRank{node: n, checker: sglang.NewChecker()}
+	r.pull, err = transport.StartPull(transport.IngestConfig{Host: "127.0.0.1"}, func(f [][]byte) {
+		r.mu.Lock()
+		r.got = append(r.got, f)
+		r.mu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.pull.Stop)
+	r.push, err = transport.DialPush(transport.PushConfig{Endpoint: transport.TCPEndpoint("127.0.0.1", d.PullPort())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.push.Close)
+	md, err := n.Agent.LocalMetadata()
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := n.Peer()
+	reg := &transport.Registration{
+		DecodeIP: "127.0.0.1", DecodePort: r.pull.Port(), AgentName: n.Agent.Name(), AgentMetadata: md,
+		KVDataPtrs: g.KVPtrs, AuxDataPtrs: g.AuxPtrs, DecodeTPSize: 1, DstKVItemLen: item,
+		DstNumSlots: slots, HasDstNumSlots: true, KVItemLens: g.KVItemLens,
+	}
+	for range g.KVPtrs {
+		reg.KVMemKinds = append(reg.KVMemKinds, transport.MemDRAM)
+	}
+	r.send(t, reg.Encode())
+	return r
+}
+
+func (r *decodeRank) send(t *testing.T, frames [][]byte) {
+	t.Helper()
+	if err := r.push.Send(frames); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (r *decodeRank) info(id uint64, dst []int32, aux, required int) [][]byte {
+	ti := &transport.TransferInfo{Room: id, DecodeIP: "127.0.0.1", DecodePort: r.pull.Port(), AgentName: r.node.Agent.Name(),
+		DstKVIndices: dst, DstAuxIndex: aux, RequiredDstInfoNum: required, HasDecodePrefixLen: true}
+	return ti.Encode()
+}
+
+func (r *decodeRank) waitDone(t *testing.T, id uint64) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !r.checker.Done(id) {
+		ns, err := r.node.Agent.Notifs(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range ns {
+			if _, err := r.checker.Feed(n.Msg); err != nil {
+				t.Fatalf("notif %q: %v", n.Msg, err)
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("decode: room %d not done: %+v", id, r.checker.Status(id))
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+}
+
+// waitFrame waits until decode's PULL socket got a frame for which match holds.
+func (r *decodeRank) waitFrame(t *testing.T, match func(transport.Outbound) bool) transport.Outbound {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		r.mu.Lock()
+		for _, f := range r.got {
+			if m, err := transport.DecodeOutbound(f); err == nil && match(m) {
+				r.mu.Unlock()
+				return m
+			}
+		}
+		r.mu.Unlock()
+		if time.Now().After(deadline) {
+			t.Fatal("expected frame never reached decode")
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+}
+
+func startDaemon(t *testing.T, proto Protocol) *Daemon {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "kvx") // short: ipc paths are limited to 107 bytes
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	d, err := Start(Config{
+		HostIP: "127.0.0.1", ServeBootstrap: true, Protocol: proto, DebugAddr: "127.0.0.1:0",
+		ControlEndpoint: "ipc://" + filepath.Join(dir, "ctl.sock"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		d.Shutdown(ctx)
+	})
+	return d
+}
+
+func TestDaemonMovesARoomEndToEnd(t *testing.T) {
+	d := startDaemon(t, Ack)
+	s := newScheduler(t, d)
+	dec := newDecode(t, d)
+
+	// The bootstrap server publishes the rank as decode expects.
+	resp, err := http.Get("http://" + d.BootstrapAddr() + "/route?prefill_dp_rank=0&prefill_cp_rank=0&target_tp_rank=0&target_pp_rank=0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ep struct {
+		RankIP   string `json:"rank_ip"`
+		RankPort int    `json:"rank_port"`
+	}
+	json.NewDecoder(resp.Body).Decode(&ep)
+	resp.Body.Close()
+	if ep.RankIP != "127.0.0.1" || ep.RankPort != d.PullPort() {
+		t.Fatalf("GET /route gave %+v, want 127.0.0.1:%d", ep, d.PullPort())
+	}
+
+	const id = 1001
+	src, dst := []int32{3, 4, 5, 6, 7}, []int32{20, 21, 22, 23, 24}
+	for j, slot := range src {
+		s.fill(id, int(slot), j)
+	}
+	s.writeAux(2, id)
+	dec.checker.Expect(id, 1, false)
+	dec.send(t, dec.info(id, dst, 5, 1))
+	if _, err := s.cli.Open(id, ""); err != nil {
+		t.Fatal(err)
+	}
+	s.cli.Init(id, len(src), 2)
+	s.cli.Send(id, src[:3], nil)
+	s.cli.Send(id, src[3:], nil)
+	if rep := s.waitTerminal(t, id); rep.Status != room.Success {
+		t.Fatalf("room ended %v/%v", rep.Status, rep.Reason)
+	}
+	dec.waitDone(t, id)
+	for j, p := range dst {
+		if err := dec.node.CheckPageAt(id, int(p), j); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := dec.node.CheckAux(5, id); err != nil {
+		t.Fatal(err)
+	}
+	s.cli.Clear(id)
+}
+
+func TestDaemonDecodeAbortIsAckedAfterDrainAndBadFramesTouchNothingElse(t *testing.T) {
+	d := startDaemon(t, Ack)
+	s := newScheduler(t, d)
+	dec := newDecode(t, d)
+
+	// A malformed transfer info for room 7 fails room 7 only.
+	bad := dec.info(7, []int32{1}, 1, 1)
+	bad[6] = []byte("not-a-number")
+	dec.send(t, bad)
+	dec.send(t, [][]byte{[]byte("GARBAGE")})
+	const id = 2002
+	dec.send(t, dec.info(id, []int32{1, 2}, 1, 1))
+	s.cli.Open(id, "")
+	s.cli.Open(7, "")
+	if rep := s.waitTerminal(t, 7); rep.Status != room.Failed || rep.Reason != room.ReasonInvalidRequest {
+		t.Fatalf("room named by a malformed frame: %v/%v", rep.Status, rep.Reason)
+	}
+	dec.send(t, (&transport.Abort{Room: id, DecodeIP: "127.0.0.1", DecodePort: dec.pull.Port(), HasEndpoint: true}).Encode())
+	if rep := s.waitTerminal(t, id); rep.Status != room.Failed || rep.Reason != room.ReasonDecodeAbort {
+		t.Fatalf("aborted room: %v/%v", rep.Status, rep.Reason)
+	}
+	ack := dec.waitFrame(t, func(m transport.Outbound) bool {
+		a, ok := m.(*transport.AbortAck)
+		return ok && a.Room == id
+	})
+	if a := ack.(*transport.AbortAck); a.PrefillRank != 0 {
+		t.Fatalf("ABORT_ACK from sender %d", a.PrefillRank)
+	}
+	fails, err := s.cli.Failure([]uint64{id}, true)
+	if err != nil || fails[0].Reason != room.ReasonDecodeAbort || fails[0].Message == "" {
+		t.Fatalf("failure_exception: %+v %v", fails, err)
+	}
+	// The loop survived both bad frames: another room still succeeds.
+	const ok = 2003
+	for j := range 2 {
+		s.fill(ok, 10+j, j)
+	}
+	s.writeAux(3, ok)
+	dec.checker.Expect(ok, 1, false)
+	dec.send(t, dec.info(ok, []int32{30, 31}, 3, 1))
+	s.cli.Open(ok, "")
+	s.cli.Init(ok, 2, 3)
+	s.cli.Send(ok, []int32{10, 11}, nil)
+	if rep := s.waitTerminal(t, ok); rep.Status != room.Success {
+		t.Fatalf("room after bad frames: %v/%v", rep.Status, rep.Reason)
+	}
+	dec.waitDone(t, ok)
+
+	resp, err := http.Get("http://" + d.DebugAddr() + "/debug/rooms")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dump struct {
+		Counters map[string]int64 `json:"counters"`
+	}
+	json.NewDecoder(resp.Body).Decode(&dump)
+	resp.Body.Close()
+	if dump.Counters["bad_frames"] != 2 || dump.Counters["registrations"] != 1 {
+		t.Fatalf("counters %+v", dump.Counters)
+	}
+}
+
+func TestDaemonShutdownFailsLiveRoomsAndTellsDecode(t *testing.T) {
+	d := startDaemon(t, Ack)
+	s := newScheduler(t, d)
+	dec := newDecode(t, d)
+	const id = 4004
+	dec.send(t, dec.info(id, []int32{1}, 1, 1))
+	s.cli.Open(id, "")
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		reps, err := s.cli.Poll([]uint64{id}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if reps[0].Status == room.WaitingForInput {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("room %d is %v", id, reps[0].Status)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := d.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st := dec.waitFrame(t, func(m transport.Outbound) bool {
+		k, ok := m.(*transport.KVStatus)
+		return ok && k.Room == id
+	}).(*transport.KVStatus)
+	if st.Status != transport.KVPollFailed || st.Reason != "shutdown" {
+		t.Fatalf("decode heard %+v, want Failed/shutdown", st)
+	}
+}
