@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	zmq "github.com/pebbe/zmq4"
+
 	"github.com/kvxfer/kvxfer/actors/room"
 	"github.com/kvxfer/kvxfer/nixl"
 )
@@ -570,5 +572,37 @@ func TestStopNoLeak(t *testing.T) {
 	}
 	if n := runtime.NumGoroutine(); n > before {
 		t.Fatalf("%d goroutines before, %d after", before, n)
+	}
+}
+
+// TestREQClient: a plain REQ socket (what a minimal Python client might use) works.
+func TestREQClient(t *testing.T) {
+	s := startServer(t, newStub(), nil)
+	zctx, err := zmq.NewContext()
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := zctx.NewSocket(zmq.REQ)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { req.Close(); zctx.Term() }()
+	req.SetLinger(0)
+	req.SetRcvtimeo(10 * time.Second)
+	if err := req.Connect(s.Endpoint()); err != nil {
+		t.Fatal(err)
+	}
+	for id := int64(1); id <= 2; id++ {
+		if _, err := req.SendBytes(enc(t, map[string]any{"id": id, "op": "hello"}), 0); err != nil {
+			t.Fatal(err)
+		}
+		frames, err := req.RecvMessageBytes(0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, err := decodeValue(frames[len(frames)-1])
+		if m, _ := v.(map[string]any); err != nil || len(frames) != 1 || m["ok"] != true || m["id"] != id {
+			t.Fatalf("REQ reply %v (%d frames), %v", v, len(frames), err)
+		}
 	}
 }
