@@ -31,10 +31,18 @@ type Notifier interface {
 
 // Observer sees what rooms do, for metrics and tracing. Its methods are called
 // from actor goroutines and must be safe for concurrent use and cheap.
+//
+// A room's story, in order: RoomCreated (first message naming it, from any
+// side), Traceparent (only if the scheduler opened it with one; may come
+// before or after RoomCreated), StatusChanged for every published change,
+// Posted and TransferDone for every transfer, RoomRetired. A retired room
+// revived by an Open is created again.
 type Observer interface {
 	RoomCreated(roomID uint64)
+	Traceparent(roomID uint64, traceparent string)
 	StatusChanged(roomID uint64, s room.Status, why room.Reason)
 	Posted(t *room.Transfer)
+	TransferDone(roomID uint64, seq uint32, fail room.Reason)
 	RoomRetired(t room.Tombstone)
 	Ignored(roomID uint64, msg room.Msg)
 	TombstoneEvicted(roomID uint64)
@@ -133,6 +141,15 @@ func (e *Engine) route(roomID uint64, msg room.Msg) {
 
 // Open records that the scheduler created the sender of a room.
 func (e *Engine) Open(roomID uint64) { e.route(roomID, room.Open{}) }
+
+// OpenTraced is Open with the scheduler's W3C traceparent: the room's span
+// joins that trace.
+func (e *Engine) OpenTraced(roomID uint64, traceparent string) {
+	if traceparent != "" {
+		e.cfg.Observer.Traceparent(roomID, traceparent)
+	}
+	e.route(roomID, room.Open{})
+}
 
 // Init is sender.init(numPages, auxIndex).
 func (e *Engine) Init(roomID uint64, numPages, auxIndex int) {
@@ -321,6 +338,8 @@ func (e *Engine) Close(ctx context.Context) error {
 type NopObserver struct{}
 
 func (NopObserver) RoomCreated(uint64)                             {}
+func (NopObserver) Traceparent(uint64, string)                     {}
+func (NopObserver) TransferDone(uint64, uint32, room.Reason)       {}
 func (NopObserver) StatusChanged(uint64, room.Status, room.Reason) {}
 func (NopObserver) Posted(*room.Transfer)                          {}
 func (NopObserver) RoomRetired(room.Tombstone)                     {}

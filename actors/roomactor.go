@@ -45,6 +45,7 @@ func (a *roomActor) Receive(ctx actor.Context) {
 		}
 		a.safely(ctx, msg, func() room.Effects { return a.m.Step(msg.msg) })
 	case xferDone:
+		a.eng.cfg.Observer.TransferDone(a.m.Room(), msg.seq, msg.fail)
 		a.stepDirect(ctx, room.XferDone{Seq: msg.seq, Fail: msg.fail})
 	case deadline:
 		a.stepDirect(ctx, room.Deadline{Gen: msg.gen})

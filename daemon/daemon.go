@@ -72,7 +72,10 @@ type Config struct {
 	AuthToken    string
 
 	ControlEndpoint string // default control.DefaultEndpoint(tp rank)
-	DebugAddr       string // /debug/rooms and /healthz; empty: off
+	DebugAddr       string // /debug/rooms, /healthz and /metrics; empty: off
+	// Metrics, when set, is served at /metrics on DebugAddr (the Prometheus
+	// exporter's handler).
+	Metrics http.Handler
 
 	Protocol        Protocol
 	NoKV            sglang.NoKVForm
@@ -254,6 +257,9 @@ func (d *Daemon) startDebug() error {
 		}
 		fmt.Fprintln(w, "ok")
 	})
+	if d.cfg.Metrics != nil {
+		mux.Handle("/metrics", d.cfg.Metrics)
+	}
 	ln, err := net.Listen("tcp", d.cfg.DebugAddr)
 	if err != nil {
 		return fmt.Errorf("daemon: debug server: %w", err)
@@ -334,6 +340,17 @@ func (l *lazyTransfers) Post(t room.Transfer, done func(room.Reason)) {
 	}
 	done(room.ReasonInvalidRequest)
 }
+
+// PoolStats returns the transfer pool's counters (zero before the rank is live).
+func (d *Daemon) PoolStats() xfer.Stats {
+	if p := d.xfers.pool.Load(); p != nil {
+		return p.Stats()
+	}
+	return xfer.Stats{}
+}
+
+// Counters returns the daemon's frame and registration counters by name.
+func (d *Daemon) Counters() map[string]int64 { return d.counters.snapshot() }
 
 type counters struct {
 	registrations, duplicateRegistrations, badRegistrations atomic.Int64
