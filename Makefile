@@ -47,7 +47,7 @@ bench:
 
 demo: deps
 	$(GO) build -o $(BIN)/ ./cmd/kvxfer-demo
-	$(BIN)/kvxfer-demo
+	$(BIN)/kvxfer-demo -inprocess
 
 clean:
 	rm -rf $(BIN)
