@@ -28,7 +28,10 @@ type TracedOpener interface {
 
 // MemoryFunc receives every register_memory that passed Validate, on the socket's
 // goroutine: it may map files (fast) but must not wait on the network. An error with
-// a *Error is sent as is; any other error is sent with CodeRejected.
+// a *Error is sent as is; any other error is sent with CodeRejected. Validate only
+// checks the form of the paths: which directories the daemon is willing to map from is
+// the callback's policy (the scheduler runs as the same user, so a 0600 socket makes
+// this a guard against mistakes, not against an attacker).
 type MemoryFunc func(reg *MemoryRegistration) error
 
 // Identity is who this daemon is, reported by hello and checked against what the

@@ -14,8 +14,11 @@ import (
 	"github.com/kvxfer/kvxfer/internal/clock"
 )
 
-// The control server must be able to drive the real engine.
-var _ Engine = (*actors.Engine)(nil)
+// The control server must be able to drive the real engine, traces included.
+var (
+	_ Engine       = (*actors.Engine)(nil)
+	_ TracedOpener = (*actors.Engine)(nil)
+)
 
 // instantTransfers completes every posted write at once: a test double of the NIXL
 // pool, as in actors/engine_test.go.

@@ -67,25 +67,30 @@ type request struct {
 	err   *Error // first field error
 
 	// hello
-	version                int64
-	hasVersion             bool
-	rank, ppRank, dpRank   int64
-	hasRank, hasPP, hasDP  bool
+	version               int64
+	rank, ppRank, dpRank  int64
+	hasVersion            bool
+	hasRank, hasPP, hasDP bool
+
+	// room ops
 	room                   uint64
-	hasRoom                bool
 	rooms                  []uint64
-	hasRooms               bool
 	numPages, auxIndex     int64
-	hasNumPages, hasAuxIdx bool
 	pages                  []int32
-	hasPages               bool
 	state                  [][]int32
 	traceparent            string
 	clear                  bool
-	mem                    MemoryRegistration
-	hasMem                 bool
-	reqs                   []*request
-	hasReqs                bool
+	hasRoom, hasRooms      bool
+	hasNumPages, hasAuxIdx bool
+	hasPages               bool
+
+	// register_memory
+	mem    MemoryRegistration
+	hasMem bool
+
+	// batch
+	reqs    []*request
+	hasReqs bool
 }
 
 func (q *request) fail(e *Error) {

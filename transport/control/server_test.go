@@ -57,8 +57,8 @@ func TestRoomLifecycle(t *testing.T) {
 
 	const id = 1<<62 + 7
 	traced, err := c.Open(id, "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
-	if err != nil || traced {
-		t.Fatalf("open: traced %v, %v (actors.Engine has no OpenTraced)", traced, err)
+	if err != nil || !traced {
+		t.Fatalf("open: traced %v, %v (actors.Engine has OpenTraced)", traced, err)
 	}
 	if r := pollUntil(t, c, id, room.Bootstrapping); r.Reason != room.ReasonNone {
 		t.Fatalf("bootstrapping room: %+v", r)
