@@ -1,0 +1,112 @@
+package decode
+
+import (
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/kvxfer/kvxfer/emul/workload"
+	"github.com/kvxfer/kvxfer/internal/clock"
+	"github.com/kvxfer/kvxfer/nixl/kvmem"
+)
+
+// Config configures an Emulator. DefaultConfig fills every field; Bootstrap
+// is the only one without a usable default.
+type Config struct {
+	// Bootstrap is the prefill bootstrap server, "host:port" or "http://host:port".
+	Bootstrap string
+	// Host is the IP decode binds its PULL socket to and advertises in its
+	// frames (SGLang's local_ip).
+	Host string
+	// PageSize and KVCacheDtype are decode's own settings; the topology reply
+	// must match them, as decode raises on a mismatch. 0 / "" skip the check.
+	PageSize     int
+	KVCacheDtype string
+	// TPSize, TPRank are decode's attn_tp_size and engine_rank; PPSize its
+	// pipeline size (1: pull from every prefill stage). MLA selects the MLA
+	// fan-in rule (dummy transfer infos) when decode TP < prefill TP.
+	TPSize, TPRank, PPSize int
+	MLA                    bool
+	GPU                    int
+	// Shape is decode's memory. State selects hybrid-model state indices
+	// (Shape.StateSlots must be > 0; the prefill must send state too).
+	Shape kvmem.Shape
+	State bool
+
+	Workload    workload.Config
+	Rooms       int     // rooms Run plays
+	Concurrency int     // rooms in flight at once
+	Rate        float64 // rooms started per second; 0: as fast as Concurrency allows
+
+	// WaitingTimeout is SGLANG_DISAGGREGATION_WAITING_TIMEOUT: time after the
+	// transfer info before decode gives up and sends ABORT.
+	WaitingTimeout time.Duration
+	// HeartbeatInterval / HeartbeatMaxFailure / HeartbeatTimeout: GET /health
+	// cadence, consecutive failures that declare the prefill lost, per-try limit.
+	HeartbeatInterval   time.Duration
+	HeartbeatMaxFailure int
+	HeartbeatTimeout    time.Duration
+
+	// AckMode: decode runs the later variant's listener (spec §9.2). It reads
+	// KV_STATUS / ABORT_ACK and keeps an aborted room's pages until every target
+	// prefill rank acknowledged or ReleaseTimeout passed. Off: baseline decode,
+	// which frees at once and never reads its PULL socket (anything arriving
+	// there is counted as unsolicited).
+	AckMode        bool
+	ReleaseTimeout time.Duration
+	// LaterFrames sends the later variant's frames: 23-field registration and
+	// 10-frame transfer info with is_dummy.
+	LaterFrames bool
+
+	// TopologyAttempts / TopologyRetry: GET /route topology retries while 503
+	// (upstream 15 × ≥1 s). 0 attempts: retry until the context ends.
+	TopologyAttempts int
+	TopologyRetry    time.Duration
+
+	// Name prefixes the NIXL agent names (made unique per emulator).
+	Name string
+	// LoopbackDir is where the loopback agents keep their shared memory ("": /dev/shm).
+	LoopbackDir string
+
+	Clock      clock.Clock  // timers: waiting, abort delay, release, heartbeat
+	HTTPClient *http.Client // nil: a default client
+	Logger     *slog.Logger // nil: discard
+	// Progress, when set, gets a line every second while Run runs.
+	Progress io.Writer
+}
+
+// DefaultConfig returns SGLang's defaults (300 s waiting timeout, 5 s
+// heartbeat, 2 failures) with a small demo-sized memory and the default
+// workload rule.
+func DefaultConfig() Config {
+	sh := kvmem.DefaultShape()
+	sh.Slots, sh.Item, sh.AuxSlots = 2048, 1024, 512
+	return Config{
+		Host: "127.0.0.1", TPSize: 1, PPSize: 1, Shape: sh,
+		Workload: workload.Default(1), Rooms: 1000, Concurrency: 32,
+		WaitingTimeout: 300 * time.Second, HeartbeatInterval: 5 * time.Second, HeartbeatMaxFailure: 2,
+		HeartbeatTimeout: 3 * time.Second, ReleaseTimeout: 30 * time.Second,
+		TopologyAttempts: 15, TopologyRetry: time.Second, Name: "kvxfer-decode",
+	}
+}
+
+func (c *Config) validate() error {
+	switch {
+	case c.Bootstrap == "":
+		return errors.New("decode: no bootstrap address")
+	case c.Concurrency < 1:
+		return errors.New("decode: concurrency must be ≥ 1")
+	case c.WaitingTimeout <= 0, c.HeartbeatInterval <= 0, c.ReleaseTimeout <= 0, c.HeartbeatTimeout <= 0:
+		return errors.New("decode: timeouts and intervals must be > 0")
+	case c.State && c.Shape.StateSlots == 0:
+		return errors.New("decode: state needs Shape.StateSlots > 0")
+	case c.Shape.Slots < c.Workload.MaxPages:
+		return errors.New("decode: fewer KV pages than one room needs")
+	}
+	if c.HeartbeatMaxFailure < 1 {
+		c.HeartbeatMaxFailure = 1
+	}
+	return c.Workload.Validate()
+}

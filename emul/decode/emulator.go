@@ -1,0 +1,406 @@
+package decode
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/kvxfer/kvxfer/internal/clock"
+	"github.com/kvxfer/kvxfer/nixl"
+	"github.com/kvxfer/kvxfer/nixl/sglang"
+	"github.com/kvxfer/kvxfer/transport"
+)
+
+// Emulator is one decode rank (plus its optional dummy sibling). Create it with
+// New, call Start once, then Run or RunRoom, then Close.
+type Emulator struct {
+	cfg Config
+	clk clock.Clock
+	log *slog.Logger
+	bc  *bootstrapClient
+
+	primary, dummy *rank
+	pages, aux     *freeList
+	state          *freeList // nil without state
+
+	info    *ServerInfo
+	mapping Mapping
+
+	mu       sync.Mutex
+	rooms    map[uint64]*roomState
+	checker  *sglang.Checker
+	targets  map[int][]Target // dp group -> resolved targets; dropped on heartbeat loss
+	hbFails  int
+	hbTimer  clock.Timer
+	closed   bool
+	quit     chan struct{}
+	pollDone chan struct{}
+
+	c counters
+}
+
+// counters are the emulator-wide figures that do not belong to one room.
+type counters struct {
+	registrations   atomic.Int64
+	heartbeatLosses atomic.Int64
+	lateNotices     atomic.Int64 // KV_STATUS / ABORT_ACK for a room no longer tracked
+	unsolicited     atomic.Int64 // anything on the PULL socket in baseline mode
+	badOutbound     atomic.Int64 // undecodable prefill->decode messages
+	successStatus   atomic.Int64 // KV_STATUS with a non-failure status (ignored)
+	badNotifs       atomic.Int64 // NIXL notifications decode could not parse
+	dummyNotifs     atomic.Int64 // NIXL notifications that reached the dummy rank (must be 0)
+	pushErrors      atomic.Int64
+}
+
+// New creates the decode ranks (agents, memory, PULL sockets). It does not
+// touch the network beyond binding.
+func New(cfg Config) (*Emulator, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	e := &Emulator{cfg: cfg, clk: cfg.Clock, log: cfg.Logger, rooms: map[uint64]*roomState{},
+		checker: sglang.NewChecker(), targets: map[int][]Target{}, quit: make(chan struct{}), pollDone: make(chan struct{})}
+	if e.clk == nil {
+		e.clk = clock.Real{}
+	}
+	if e.log == nil {
+		e.log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	hc := cfg.HTTPClient
+	if hc == nil {
+		hc = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
+	}
+	e.bc = newBootstrapClient(cfg.Bootstrap, hc)
+	var err error
+	if e.primary, err = newRank(&e.cfg, "r0", e.onPrimaryMsg); err != nil {
+		return nil, err
+	}
+	if cfg.Workload.DummyShare > 0 {
+		if e.dummy, err = newRank(&e.cfg, "dummy", e.onDummyMsg); err != nil {
+			e.primary.close()
+			return nil, err
+		}
+	}
+	e.pages = newFreeList(cfg.Shape.Slots)
+	e.aux = newFreeList(cfg.Shape.AuxSlots)
+	if cfg.State {
+		e.state = newFreeList(cfg.Shape.StateSlots)
+	}
+	return e, nil
+}
+
+// Port is the primary rank's PULL port (where KV_STATUS / ABORT_ACK arrive).
+func (e *Emulator) Port() int { return e.primary.pull.Port() }
+
+// AgentName is the primary rank's NIXL agent name.
+func (e *Emulator) AgentName() string { return e.primary.node.Agent.Name() }
+
+// Info returns the topology read by Start, and the resolved mapping.
+func (e *Emulator) Info() (ServerInfo, Mapping) { return *e.info, e.mapping }
+
+// Start queries the topology (retrying while the prefill is not fully
+// registered), checks it against decode's settings, resolves the rank mapping,
+// and starts the notification poller and the heartbeat.
+func (e *Emulator) Start(ctx context.Context) error {
+	si, err := e.bc.waitTopology(ctx, e.cfg.TopologyAttempts, e.cfg.TopologyRetry)
+	if err != nil {
+		return err
+	}
+	if e.cfg.PageSize > 0 && (si.PageSize == nil || *si.PageSize != e.cfg.PageSize) {
+		return fmt.Errorf("decode: prefill page_size %v does not match decode's %d", deref(si.PageSize), e.cfg.PageSize)
+	}
+	if e.cfg.KVCacheDtype != "" && (si.KVCacheDtype == nil || *si.KVCacheDtype != e.cfg.KVCacheDtype) {
+		return fmt.Errorf("decode: prefill kv_cache_dtype %v does not match decode's %q", deref(si.KVCacheDtype), e.cfg.KVCacheDtype)
+	}
+	m, err := ResolveMapping(si, e.cfg.TPSize, e.cfg.TPRank, e.cfg.PPSize, e.cfg.MLA)
+	if err != nil {
+		return err
+	}
+	e.info, e.mapping = si, m
+	go e.pollNotifs()
+	e.mu.Lock()
+	e.hbTimer = e.clk.AfterFunc(e.cfg.HeartbeatInterval, e.heartbeat)
+	e.mu.Unlock()
+	return nil
+}
+
+func deref[T any](p *T) any {
+	if p == nil {
+		return nil
+	}
+	return *p
+}
+
+// Close stops the heartbeat, the poller and the sockets and frees the memory.
+// Rooms still running see their sends fail; call it after Run returns.
+func (e *Emulator) Close() {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return
+	}
+	e.closed = true
+	if e.hbTimer != nil {
+		e.hbTimer.Stop()
+	}
+	close(e.quit)
+	started := e.info != nil
+	e.mu.Unlock()
+	if started {
+		<-e.pollDone
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.primary.close()
+	if e.dummy != nil {
+		e.dummy.close()
+	}
+}
+
+// targetsFor resolves (once per DP group, and again after a heartbeat loss)
+// the prefill ranks a room is pulled from, and makes sure r has a PUSH link to
+// each of them with its registration sent first (ZMQ keeps the order, so the
+// registration precedes every transfer info on that link).
+func (e *Emulator) targetsFor(ctx context.Context, r *rank, room uint64) ([]Target, error) {
+	dp, err := DPRank(e.info, room)
+	if err != nil {
+		return nil, err
+	}
+	e.mu.Lock()
+	ts, ok := e.targets[dp]
+	e.mu.Unlock()
+	if !ok {
+		m := e.mapping
+		for _, cp := range m.CPRanks {
+			for _, tp := range m.TPRanks {
+				for i := len(m.PPRanks) - 1; i >= 0; i-- { // upstream iterates reversed(pp ranks)
+					pp := m.PPRanks[i]
+					ip, port, err := e.bc.rankEndpoint(ctx, dp, cp, tp, pp)
+					if err != nil {
+						return nil, err
+					}
+					ts = append(ts, Target{DP: dp, CP: cp, TP: tp, PP: pp, Dummy: m.DummyTP[tp], IP: ip, Port: port})
+				}
+			}
+		}
+		e.mu.Lock()
+		if cur, ok := e.targets[dp]; ok {
+			ts = cur
+		} else {
+			e.targets[dp] = ts
+		}
+		e.mu.Unlock()
+	}
+	for _, t := range ts {
+		if _, err := e.link(r, t); err != nil {
+			return nil, err
+		}
+	}
+	return ts, nil
+}
+
+// link returns r's PUSH link to t, creating it and sending the registration.
+func (e *Emulator) link(r *rank, t Target) (*transport.PushLink, error) {
+	ep := transport.TCPEndpoint(t.IP, t.Port)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return nil, transport.ErrLinkClosed
+	}
+	if l, ok := r.links[ep]; ok {
+		return l, nil
+	}
+	reg, err := r.registration(&e.cfg)
+	if err != nil {
+		return nil, err
+	}
+	l, err := transport.DialPush(transport.PushConfig{Endpoint: ep, Logger: e.cfg.Logger})
+	if err != nil {
+		return nil, err
+	}
+	if err := l.Send(reg.Encode()); err != nil {
+		l.Close()
+		return nil, err
+	}
+	e.c.registrations.Add(1)
+	r.links[ep] = l
+	return l, nil
+}
+
+// send queues frames to t on r's link; failures are counted, as decode's
+// sends are best effort.
+func (e *Emulator) send(r *rank, t Target, frames [][]byte) {
+	l, err := e.link(r, t)
+	if err == nil {
+		err = l.Send(frames)
+	}
+	if err != nil {
+		e.c.pushErrors.Add(1)
+		e.log.Warn("decode: send to prefill failed", "endpoint", transport.TCPEndpoint(t.IP, t.Port), "err", err)
+	}
+}
+
+// onPrimaryMsg is the primary rank's PULL listener (later variant's decode
+// listener thread). It runs on the socket goroutine and only records.
+func (e *Emulator) onPrimaryMsg(frames [][]byte) {
+	if !e.cfg.AckMode {
+		e.c.unsolicited.Add(1)
+		return
+	}
+	m, err := transport.DecodeOutbound(frames)
+	if err != nil {
+		e.c.badOutbound.Add(1)
+		return
+	}
+	var room uint64
+	var prank int
+	reason, failure := "", false
+	switch m := m.(type) {
+	case *transport.KVStatus:
+		if m.Status != transport.KVPollFailed {
+			e.c.successStatus.Add(1)
+			return
+		}
+		room, prank, reason, failure = m.Room, m.PrefillRank, m.Reason, true
+	case *transport.AbortAck:
+		room, prank = m.Room, m.PrefillRank
+	default:
+		e.c.unsolicited.Add(1)
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	rs, ok := e.rooms[room]
+	if !ok {
+		e.c.lateNotices.Add(1)
+		return
+	}
+	rs.drained[prank] = true
+	if failure && !rs.failed {
+		rs.failed, rs.failReason = true, reason
+	}
+	rs.poke()
+}
+
+// onDummyMsg: the dummy rank holds no pages for anyone; it only counts.
+func (e *Emulator) onDummyMsg(frames [][]byte) {
+	if !e.cfg.AckMode {
+		e.c.unsolicited.Add(1)
+	}
+}
+
+// pollNotifs is decode's poll(): decode has no NIXL progress thread, it drains
+// get_new_notifs() and applies update_transfer_status. Here that runs in one
+// goroutine that backs off when idle.
+func (e *Emulator) pollNotifs() {
+	defer close(e.pollDone)
+	var buf []nixl.Notif
+	idle := 20 * time.Microsecond
+	for {
+		select {
+		case <-e.quit:
+			return
+		default:
+		}
+		ns, err := e.primary.node.Agent.Notifs(buf[:0])
+		if err != nil {
+			return
+		}
+		buf = ns
+		if e.dummy != nil {
+			if dn, err := e.dummy.node.Agent.Notifs(nil); err == nil && len(dn) > 0 {
+				e.c.dummyNotifs.Add(int64(len(dn)))
+			}
+		}
+		if len(ns) == 0 {
+			time.Sleep(idle)
+			idle = min(2*idle, time.Millisecond)
+			continue
+		}
+		idle = 20 * time.Microsecond
+		e.mu.Lock()
+		for _, n := range ns {
+			nn, err := e.checker.Feed(n.Msg)
+			if err != nil {
+				e.c.badNotifs.Add(1)
+				continue
+			}
+			if rs, ok := e.rooms[nn.Room]; ok && !rs.complete && rs.infoSent && e.checker.Done(nn.Room) {
+				rs.complete = true
+				rs.poke()
+			}
+		}
+		e.mu.Unlock()
+	}
+}
+
+// heartbeat is one GET /health; it re-arms itself. After HeartbeatMaxFailure
+// consecutive failures it does upstream's _handle_node_failure.
+func (e *Emulator) heartbeat() {
+	select {
+	case <-e.quit:
+		return
+	default:
+	}
+	err := e.bc.health(context.Background(), e.cfg.HeartbeatTimeout)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return
+	}
+	if err == nil {
+		e.hbFails = 0
+	} else if e.hbFails++; e.hbFails >= e.cfg.HeartbeatMaxFailure {
+		e.hbFails = 0
+		e.nodeFailureLocked(err)
+	}
+	e.hbTimer = e.clk.AfterFunc(e.cfg.HeartbeatInterval, e.heartbeat)
+}
+
+// nodeFailureLocked fails every room not yet complete ("Lost connection with
+// prefill instance"), closes the PUSH links and forgets the resolved targets,
+// so the next room looks them up and registers again.
+func (e *Emulator) nodeFailureLocked(cause error) {
+	e.c.heartbeatLosses.Add(1)
+	e.log.Warn("decode: lost connection with prefill instance", "bootstrap", e.cfg.Bootstrap, "err", cause)
+	for _, rs := range e.rooms {
+		if !rs.complete {
+			rs.lost = true
+			rs.poke()
+		}
+	}
+	for _, r := range []*rank{e.primary, e.dummy} {
+		if r == nil {
+			continue
+		}
+		for ep, l := range r.links {
+			l.Close()
+			delete(r.links, ep)
+		}
+	}
+	clear(e.targets)
+}
+
+// Abort is an injected client abort of a running room (decode's
+// receiver.abort()); false if the room is not running.
+func (e *Emulator) Abort(room uint64) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	rs, ok := e.rooms[room]
+	if ok {
+		rs.abortReq = true
+		rs.poke()
+	}
+	return ok
+}
+
+// Held returns the KV pages and aux slots currently taken by rooms.
+func (e *Emulator) Held() (pages, aux int) { return e.pages.held(), e.aux.held() }
+
+// Registrations is the number of registration frames sent.
+func (e *Emulator) Registrations() int64 { return e.c.registrations.Load() }

@@ -1,0 +1,263 @@
+package decode
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/kvxfer/kvxfer/actors"
+	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/actors/xfer"
+	"github.com/kvxfer/kvxfer/emul/workload"
+	"github.com/kvxfer/kvxfer/internal/clock"
+	"github.com/kvxfer/kvxfer/nixl"
+	"github.com/kvxfer/kvxfer/nixl/kvmem"
+	"github.com/kvxfer/kvxfer/nixl/loopback"
+	"github.com/kvxfer/kvxfer/nixl/sglang"
+	"github.com/kvxfer/kvxfer/transport"
+)
+
+// testShape is the memory of both sides in tests: small, so poisoning and
+// verification stay cheap.
+func testShape() kvmem.Shape {
+	sh := kvmem.DefaultShape()
+	sh.Layers, sh.Slots, sh.Item, sh.AuxSlots = 2, 128, 256, 32
+	return sh
+}
+
+var prefillSeq atomic.Int64
+
+// prefill is a minimal prefill rank built from kvxfer's own pieces: the
+// bootstrap server, a ZMQ ingest feeding an actors.Engine with the NIXL
+// transfer pool, and (in ack mode) PUSH links back to decode for the engine's
+// notices. The test plays the prefill scheduler with serve.
+type prefill struct {
+	t      *testing.T
+	node   *kvmem.Node
+	pool   *xfer.Pool
+	eng    *actors.Engine
+	ingest *transport.Ingest
+	boot   *transport.BootstrapServer
+	http   *httptest.Server
+
+	healthDown atomic.Bool
+	regs       atomic.Int64
+	infos      atomic.Int64
+	ack        bool
+
+	mu     sync.Mutex
+	aborts map[uint64]int
+	links  map[string]*transport.PushLink
+	free   []int32 // prefill pages
+	auxes  []int
+}
+
+func newPrefill(t *testing.T, ack bool) *prefill {
+	t.Helper()
+	p := &prefill{t: t, ack: ack, aborts: map[uint64]int{}, links: map[string]*transport.PushLink{}}
+	node, err := kvmem.New(fmt.Sprintf("emul-prefill-%d", prefillSeq.Add(1)), testShape(), 0, loopback.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.node = node
+	t.Cleanup(func() { node.Close() })
+	for i := node.Shape.Slots - 1; i >= 0; i-- {
+		p.free = append(p.free, int32(i))
+	}
+	for i := node.Shape.AuxSlots - 1; i >= 0; i-- {
+		p.auxes = append(p.auxes, i)
+	}
+	if p.pool, err = xfer.New(xfer.Config{Agent: node.Agent, Local: &node.Geo}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := actors.Config{Transfers: p.pool, Clock: clock.Real{}, Room: room.DefaultConfig()}
+	if ack {
+		cfg.Notifier = p
+	}
+	if p.eng, err = actors.New(cfg); err != nil {
+		t.Fatal(err)
+	}
+	sink := transport.SinkFuncs{
+		OnRegistration: p.register,
+		OnTransferInfo: func(ti *transport.TransferInfo) {
+			p.infos.Add(1)
+			p.eng.TransferInfo(ti.Room, room.TransferInfo{Agent: ti.AgentName,
+				From:     room.Endpoint{IP: ti.DecodeIP, Port: ti.DecodePort},
+				DstPages: ti.DstKVIndices, DstAux: ti.DstAuxIndex, Required: ti.RequiredDstInfoNum,
+				DstState: ti.DstStateIndices, PrefixLen: ti.DecodePrefixLen, Dummy: ti.IsDummy()})
+		},
+		OnAbort: func(a *transport.Abort) {
+			p.mu.Lock()
+			p.aborts[a.Room]++
+			p.mu.Unlock()
+			p.eng.DecodeAbort(a.Room, room.Endpoint{IP: a.DecodeIP, Port: a.DecodePort})
+		},
+		OnBadFrame: func(err error) { t.Errorf("prefill: bad frame: %v", err) },
+	}
+	if p.ingest, err = transport.StartIngest(transport.IngestConfig{Host: "127.0.0.1"}, sink); err != nil {
+		t.Fatal(err)
+	}
+	p.boot = transport.NewBootstrapServer(transport.BootstrapConfig{})
+	h := p.boot.Handler()
+	p.http = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/health" && p.healthDown.Load() {
+			http.Error(w, "down", http.StatusServiceUnavailable)
+			return
+		}
+		h.ServeHTTP(w, r)
+	}))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = p.eng.Close(ctx)
+		p.pool.Close()
+		p.ingest.Stop()
+		p.http.Close()
+		p.mu.Lock()
+		for _, l := range p.links {
+			l.Close()
+		}
+		p.mu.Unlock()
+	})
+	err = transport.RegisterRank(context.Background(), p.http.URL, transport.RankRegistration{
+		AttnTPSize: 1, AttnCPSize: 1, AttnDPSize: 1, PPSize: 1, SystemDPSize: 1,
+		RankIP: "127.0.0.1", RankPort: p.ingest.Port(), PageSize: 16, KVCacheDtype: "auto",
+	}, transport.RegisterOptions{Attempts: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// register is what kvxferd does with a registration: load the agent, then
+// hand the peer geometry to the transfer pool.
+func (p *prefill) register(reg *transport.Registration) {
+	p.regs.Add(1)
+	if _, err := p.node.Agent.LoadPeer(reg.AgentMetadata); err != nil {
+		p.t.Errorf("prefill: LoadPeer: %v", err)
+		return
+	}
+	g := sglang.PeerGeometry{Agent: reg.AgentName, KVPtrs: reg.KVDataPtrs, KVItemLens: reg.KVItemLens,
+		DstKVItemLen: uint64(reg.DstKVItemLen), GPU: uint64(reg.GPUID), AuxPtrs: reg.AuxDataPtrs,
+		StatePtrs: reg.StateDataPtrs, TPSize: reg.DecodeTPSize}
+	if reg.HasDstNumSlots {
+		g.DstNumSlots = reg.DstNumSlots
+	}
+	for _, k := range reg.KVMemKinds {
+		if k == transport.MemVRAM {
+			g.KVKinds = append(g.KVKinds, nixl.VRAM)
+		} else {
+			g.KVKinds = append(g.KVKinds, nixl.DRAM)
+		}
+	}
+	if err := p.pool.AddPeer(g); err != nil {
+		p.t.Errorf("prefill: AddPeer: %v", err)
+	}
+}
+
+// Notify sends the engine's notices to decode's PULL socket (ack mode).
+func (p *prefill) Notify(id uint64, n room.Notice) {
+	ep := transport.TCPEndpoint(n.To.IP, n.To.Port)
+	p.mu.Lock()
+	l, ok := p.links[ep]
+	if !ok {
+		var err error
+		if l, err = transport.DialPush(transport.PushConfig{Endpoint: ep}); err != nil {
+			p.mu.Unlock()
+			p.t.Errorf("prefill: dial %s: %v", ep, err)
+			return
+		}
+		p.links[ep] = l
+	}
+	p.mu.Unlock()
+	var m transport.Outbound = &transport.AbortAck{Room: id, PrefillRank: p.node.Geo.Sender}
+	if n.Kind == room.FailureStatus {
+		m = &transport.KVStatus{Room: id, Status: transport.KVPollFailed, PrefillRank: p.node.Geo.Sender, Reason: n.Reason.String()}
+	}
+	_ = l.Send(m.Encode())
+}
+
+func (p *prefill) takePages(n int) ([]int32, int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if n > len(p.free) || len(p.auxes) == 0 {
+		p.t.Fatalf("prefill out of pages")
+	}
+	out := append([]int32(nil), p.free[len(p.free)-n:]...)
+	p.free = p.free[:len(p.free)-n]
+	a := p.auxes[len(p.auxes)-1]
+	p.auxes = p.auxes[:len(p.auxes)-1]
+	return out, a
+}
+
+func (p *prefill) putPages(ps []int32, a int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.free = append(p.free, ps...)
+	p.auxes = append(p.auxes, a)
+}
+
+// serve plays SGLang's prefill scheduler for one plan: open the sender, init,
+// fill and send the chunks (aborting where the plan says), poll until terminal,
+// clear. Prefill fills request page j with FillPageAt(room, slot, j).
+func (p *prefill) serve(pl workload.Plan) room.Reply {
+	src, aux := p.takePages(pl.Pages)
+	defer p.putPages(src, aux)
+	for j, s := range src {
+		p.node.FillPageAt(pl.Room, int(s), j)
+	}
+	p.node.WriteAux(aux, pl.Room)
+	p.eng.Open(pl.Room)
+	p.eng.Init(pl.Room, pl.Pages, aux)
+	if pl.Abort == workload.AbortPrefillClient {
+		p.eng.Abort(pl.Room)
+	} else {
+		next := 0
+		for i, k := range pl.Chunks {
+			p.eng.Send(pl.Room, src[next:next+k], nil)
+			next += k
+			if i == 0 && pl.Abort == workload.AbortPrefillMidTransfer {
+				p.eng.Abort(pl.Room)
+				break
+			}
+		}
+	}
+	rep := p.waitTerminal(pl.Room, 20*time.Second)
+	p.eng.Clear(pl.Room)
+	return rep
+}
+
+// waitTerminal polls the engine like the scheduler's inflight queue.
+func (p *prefill) waitTerminal(id uint64, limit time.Duration) room.Reply {
+	deadline := time.Now().Add(limit)
+	for {
+		rep := p.eng.Poll([]uint64{id}, nil)[0]
+		if rep.Status.Terminal() || time.Now().After(deadline) {
+			return rep
+		}
+		time.Sleep(200 * time.Microsecond)
+	}
+}
+
+func (p *prefill) abortsOf(id uint64) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.aborts[id]
+}
+
+// eventually polls cond (bounded), failing the test with what after limit.
+func eventually(t *testing.T, limit time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(200 * time.Microsecond)
+	}
+}

@@ -1,0 +1,86 @@
+package decode
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+
+	"github.com/kvxfer/kvxfer/nixl"
+	"github.com/kvxfer/kvxfer/nixl/kvmem"
+	"github.com/kvxfer/kvxfer/nixl/loopback"
+	"github.com/kvxfer/kvxfer/transport"
+)
+
+// rank is one emulated decode rank: its NIXL agent and memory, its PULL socket,
+// and its PUSH links to prefill ranks (guarded by Emulator.mu). The emulator
+// has a primary rank and, for workload rooms with a dummy transfer info, a
+// second rank that only ever sends dummy infos.
+type rank struct {
+	node  *kvmem.Node
+	pull  *transport.Ingest
+	links map[string]*transport.PushLink // prefill endpoint -> link; registration sent on creation
+}
+
+func newRank(cfg *Config, role string, onMsg func([][]byte)) (*rank, error) {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	name := fmt.Sprintf("%s-%s-%s", cfg.Name, role, hex.EncodeToString(b[:]))
+	n, err := kvmem.New(name, cfg.Shape, 0, loopback.Options{Dir: cfg.LoopbackDir})
+	if err != nil {
+		return nil, err
+	}
+	pull, err := transport.StartPull(transport.IngestConfig{Host: cfg.Host, Logger: cfg.Logger}, onMsg)
+	if err != nil {
+		n.Close()
+		return nil, fmt.Errorf("decode %s: PULL socket: %w", role, err)
+	}
+	return &rank{node: n, pull: pull, links: map[string]*transport.PushLink{}}, nil
+}
+
+// registration is the KV-args frame (spec §4.3a) this rank sends once per
+// target prefill rank.
+func (r *rank) registration(cfg *Config) (*transport.Registration, error) {
+	md, err := r.node.Agent.LocalMetadata()
+	if err != nil {
+		return nil, err
+	}
+	g := r.node.Peer()
+	reg := &transport.Registration{
+		DecodeIP: cfg.Host, DecodePort: r.pull.Port(), AgentName: r.node.Agent.Name(), AgentMetadata: md,
+		KVDataPtrs: g.KVPtrs, AuxDataPtrs: g.AuxPtrs, StateDataPtrs: g.StatePtrs,
+		GPUID: cfg.GPU, DecodeTPSize: max(cfg.TPSize, 1), DecodeTPRank: cfg.TPRank,
+		DstKVItemLen: int(g.DstKVItemLen), DstNumSlots: g.DstNumSlots, HasDstNumSlots: true,
+		KVItemLens: g.KVItemLens,
+	}
+	for _, k := range g.KVKinds {
+		if k == nixl.VRAM {
+			reg.KVMemKinds = append(reg.KVMemKinds, transport.MemVRAM)
+		} else {
+			reg.KVMemKinds = append(reg.KVMemKinds, transport.MemDRAM)
+		}
+	}
+	for _, s := range r.node.Geo.State {
+		lens := make([]uint32, len(s.ItemLens))
+		for i, l := range s.ItemLens {
+			lens[i] = uint32(l)
+		}
+		reg.StateItemLens = append(reg.StateItemLens, lens)
+	}
+	if cfg.LaterFrames {
+		reg.HasLayerInfo, reg.DCPSize = true, 1
+		// K and V of layer ℓ are buffers ℓ and L+ℓ: both carry layer id ℓ.
+		layers := len(g.KVPtrs) / 2
+		for i := range g.KVPtrs {
+			reg.KVLayerIDs = append(reg.KVLayerIDs, uint32(i%max(layers, 1)))
+		}
+	}
+	return reg, nil
+}
+
+func (r *rank) close() {
+	for _, l := range r.links {
+		l.Close()
+	}
+	r.pull.Stop()
+	r.node.Close()
+}

@@ -1,0 +1,82 @@
+package decode
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Run plays cfg.Rooms rooms of the workload: room i is Workload.Plan(i),
+// started in index order at cfg.Rate rooms/s (0: as fast as cfg.Concurrency
+// allows), at most cfg.Concurrency at once. It returns when every room is done
+// on decode (or ctx ends: the rooms still running then end as errors).
+func (e *Emulator) Run(ctx context.Context) *Summary {
+	results := make([]Result, e.cfg.Rooms)
+	sem := make(chan struct{}, e.cfg.Concurrency)
+	var wg sync.WaitGroup
+	var done, ok atomic.Int64
+	start := time.Now()
+	stopProgress := e.progress(&done, &ok)
+	for i := range e.cfg.Rooms {
+		if e.cfg.Rate > 0 {
+			due := start.Add(time.Duration(float64(i) / e.cfg.Rate * float64(time.Second)))
+			if d := time.Until(due); d > 0 {
+				t := time.NewTimer(d)
+				select {
+				case <-t.C:
+				case <-ctx.Done():
+					t.Stop()
+				}
+			}
+		}
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+		}
+		p := e.cfg.Workload.Plan(i)
+		if ctx.Err() != nil {
+			results[i] = Result{Plan: p, Outcome: OutcomeError, Reason: ctx.Err().Error()}
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			results[i] = e.RunRoom(ctx, p)
+			if results[i].Outcome == OutcomeSuccess {
+				ok.Add(1)
+			}
+			done.Add(1)
+		}()
+	}
+	wg.Wait()
+	stopProgress()
+	return e.summarize(results, time.Since(start))
+}
+
+// progress prints a line a second to cfg.Progress while rooms run.
+func (e *Emulator) progress(done, ok *atomic.Int64) func() {
+	if e.cfg.Progress == nil {
+		return func() {}
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				pages, aux := e.Held()
+				fmt.Fprintf(e.cfg.Progress, "  … %d/%d rooms done, %d succeeded, %d pages / %d aux slots held\n",
+					done.Load(), e.cfg.Rooms, ok.Load(), pages, aux)
+			}
+		}
+	}()
+	return func() { close(stop); wg.Wait() }
+}
