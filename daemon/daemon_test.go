@@ -24,18 +24,24 @@ import (
 var seq atomic.Int64
 
 const (
-	layers, slots, item = 2, 64, 512
-	auxSlots            = 16
+	layers, slots, item   = 2, 64, 512
+	auxSlots              = 16
+	stateSlots, stateItem = 8, 256
 )
 
 // scheduler plays the SGLang prefill scheduler: it owns the KV and aux memory
 // (files another process maps) and drives kvxferd over the control API.
 type scheduler struct {
 	kv, aux []byte
+	state   []byte
 	cli     *control.Client
 }
 
-func newScheduler(t *testing.T, d *Daemon) *scheduler {
+func newScheduler(t *testing.T, d *Daemon) *scheduler { return newSchedulerState(t, d, false) }
+
+// newSchedulerState also registers one state list (one buffer of stateSlots
+// items) when state is set; the daemon must expect it (StateComponents 1).
+func newSchedulerState(t *testing.T, d *Daemon, state bool) *scheduler {
 	t.Helper()
 	dir := t.TempDir()
 	kvPath, auxPath := filepath.Join(dir, "kv"), filepath.Join(dir, "aux")
@@ -77,6 +83,19 @@ func newScheduler(t *testing.T, d *Daemon) *scheduler {
 	}
 	if _, err := s.cli.RegisterMemory(kv); err != nil {
 		t.Fatal(err)
+	}
+	if state {
+		stPath := filepath.Join(dir, "state")
+		if err := os.WriteFile(stPath, make([]byte, stateSlots*stateItem), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if s.state, err = view.Attach(stPath); err != nil {
+			t.Fatal(err)
+		}
+		st := &control.MemoryRegistration{Kind: control.KindState, Buffers: []control.Region{{Shm: stPath, Length: stateSlots * stateItem, ItemLen: stateItem, Mem: nixl.DRAM}}}
+		if _, err := s.cli.RegisterMemory(st); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if d.Live() {
 		t.Fatal("live before the aux memory was registered")
@@ -137,20 +156,32 @@ func (s *scheduler) waitTerminal(t *testing.T, id uint64) room.Reply {
 	}
 }
 
-// decodeRank plays one SGLang decode rank with raw frames.
+// decodeRank plays one SGLang decode rank with raw frames. It registers with
+// every prefill rank it targets and sends each frame to all of them, as a
+// decode does.
 type decodeRank struct {
 	node    *kvmem.Node
-	push    *transport.PushLink
+	pushes  []*transport.PushLink
 	pull    *transport.Ingest
 	checker *sglang.Checker
+	reg     *transport.Registration
 	mu      sync.Mutex
 	got     [][][]byte // frames received on decode's PULL socket
 }
 
-func newDecode(t *testing.T, d *Daemon) *decodeRank {
-	t.Helper()
+func decodeShape(state bool) kvmem.Shape {
 	sh := kvmem.DefaultShape()
 	sh.Layers, sh.Slots, sh.Item, sh.AuxSlots = layers, slots, item, auxSlots
+	if state {
+		sh.StateSlots, sh.StateItem, sh.StateBufs = stateSlots, stateItem, 1
+	}
+	return sh
+}
+
+func newDecode(t *testing.T, ds ...*Daemon) *decodeRank { return newDecodeShape(t, decodeShape(false), ds...) }
+
+func newDecodeShape(t *testing.T, sh kvmem.Shape, ds ...*Daemon) *decodeRank {
+	t.Helper()
 	n, err := kvmem.New(fmt.Sprintf("dec-%d", seq.Add(1)), sh, 0, loopback.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -166,32 +197,37 @@ func newDecode(t *testing.T, d *Daemon) *decodeRank {
 		t.Fatal(err)
 	}
 	t.Cleanup(r.pull.Stop)
-	r.push, err = transport.DialPush(transport.PushConfig{Endpoint: transport.TCPEndpoint("127.0.0.1", d.PullPort())})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(r.push.Close)
 	md, err := n.Agent.LocalMetadata()
 	if err != nil {
 		t.Fatal(err)
 	}
 	g := n.Peer()
-	reg := &transport.Registration{
+	r.reg = &transport.Registration{
 		DecodeIP: "127.0.0.1", DecodePort: r.pull.Port(), AgentName: n.Agent.Name(), AgentMetadata: md,
-		KVDataPtrs: g.KVPtrs, AuxDataPtrs: g.AuxPtrs, DecodeTPSize: 1, DstKVItemLen: item,
+		KVDataPtrs: g.KVPtrs, AuxDataPtrs: g.AuxPtrs, StateDataPtrs: g.StatePtrs, DecodeTPSize: 1, DstKVItemLen: item,
 		DstNumSlots: slots, HasDstNumSlots: true, KVItemLens: g.KVItemLens,
 	}
 	for range g.KVPtrs {
-		reg.KVMemKinds = append(reg.KVMemKinds, transport.MemDRAM)
+		r.reg.KVMemKinds = append(r.reg.KVMemKinds, transport.MemDRAM)
 	}
-	r.send(t, reg.Encode())
+	for _, d := range ds {
+		push, err := transport.DialPush(transport.PushConfig{Endpoint: transport.TCPEndpoint("127.0.0.1", d.PullPort())})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(push.Close)
+		r.pushes = append(r.pushes, push)
+	}
+	r.send(t, r.reg.Encode())
 	return r
 }
 
 func (r *decodeRank) send(t *testing.T, frames [][]byte) {
 	t.Helper()
-	if err := r.push.Send(frames); err != nil {
-		t.Fatal(err)
+	for _, p := range r.pushes {
+		if err := p.Send(frames); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
@@ -242,16 +278,22 @@ func (r *decodeRank) waitFrame(t *testing.T, match func(transport.Outbound) bool
 }
 
 func startDaemon(t *testing.T, proto Protocol) *Daemon {
+	return startDaemonWith(t, func(c *Config) { c.Protocol = proto })
+}
+
+func startDaemonWith(t *testing.T, mod func(*Config)) *Daemon {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "kvx") // short: ipc paths are limited to 107 bytes
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	d, err := Start(Config{
-		HostIP: "127.0.0.1", ServeBootstrap: true, Protocol: proto, DebugAddr: "127.0.0.1:0",
+	cfg := Config{
+		HostIP: "127.0.0.1", ServeBootstrap: true, DebugAddr: "127.0.0.1:0",
 		ControlEndpoint: "ipc://" + filepath.Join(dir, "ctl.sock"),
-	})
+	}
+	mod(&cfg)
+	d, err := Start(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
