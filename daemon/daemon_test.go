@@ -178,7 +178,9 @@ func decodeShape(state bool) kvmem.Shape {
 	return sh
 }
 
-func newDecode(t *testing.T, ds ...*Daemon) *decodeRank { return newDecodeShape(t, decodeShape(false), ds...) }
+func newDecode(t *testing.T, ds ...*Daemon) *decodeRank {
+	return newDecodeShape(t, decodeShape(false), ds...)
+}
 
 func newDecodeShape(t *testing.T, sh kvmem.Shape, ds ...*Daemon) *decodeRank {
 	t.Helper()
