@@ -154,11 +154,20 @@ func (e *Emulator) Close() {
 	if started {
 		<-e.pollDone
 	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.primary.close()
+	// Links under the lock (link() and nodeFailureLocked use them); the PULL
+	// sockets outside it, since their handlers take the lock and Stop waits
+	// for the handler to return.
+	ranks := []*rank{e.primary}
 	if e.dummy != nil {
-		e.dummy.close()
+		ranks = append(ranks, e.dummy)
+	}
+	e.mu.Lock()
+	for _, r := range ranks {
+		r.closeLinks()
+	}
+	e.mu.Unlock()
+	for _, r := range ranks {
+		r.close()
 	}
 }
 
@@ -375,12 +384,8 @@ func (e *Emulator) nodeFailureLocked(cause error) {
 		}
 	}
 	for _, r := range []*rank{e.primary, e.dummy} {
-		if r == nil {
-			continue
-		}
-		for ep, l := range r.links {
-			l.Close()
-			delete(r.links, ep)
+		if r != nil {
+			r.closeLinks()
 		}
 	}
 	clear(e.targets)

@@ -77,10 +77,16 @@ func (r *rank) registration(cfg *Config) (*transport.Registration, error) {
 	return reg, nil
 }
 
-func (r *rank) close() {
-	for _, l := range r.links {
+// closeLinks closes the PUSH links (caller holds Emulator.mu).
+func (r *rank) closeLinks() {
+	for ep, l := range r.links {
 		l.Close()
+		delete(r.links, ep)
 	}
+}
+
+// close stops the PULL socket and frees the memory (links closed first).
+func (r *rank) close() {
 	r.pull.Stop()
 	r.node.Close()
 }
