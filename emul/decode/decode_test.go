@@ -295,3 +295,63 @@ func contains(xs []string, x string) bool {
 	}
 	return false
 }
+
+// TestTwoPrefillRanks: decode TP 1 against prefill TP 2. MHA: both ranks are
+// real and decode needs a response from each (distinct sender ids). MLA: rank 1
+// gets a dummy transfer info and decode needs rank 0 only.
+func TestTwoPrefillRanks(t *testing.T) {
+	for _, mla := range []bool{false, true} {
+		t.Run(map[bool]string{false: "mha", true: "mla"}[mla], func(t *testing.T) {
+			p0 := newPrefillRank(t, false, 2, 0, nil)
+			p1 := newPrefillRank(t, false, 2, 1, p0)
+			e := newDecode(t, p0, func(c *Config) { c.MLA = mla; c.LaterFrames = true })
+			_, m := e.Info()
+			if want := map[bool]int{false: 2, true: 1}[mla]; m.RequiredPrefillResponses != want || len(m.TPRanks) != 2 {
+				t.Fatalf("mapping %+v", m)
+			}
+			pl := workload.Plan{Room: 1001, Pages: 3, Chunks: []int{2, 1}}
+			done := make(chan Result, 1)
+			go func() { done <- e.RunRoom(context.Background(), pl) }()
+			reps := make(chan room.Reply, 2)
+			for _, p := range []*prefill{p0, p1} {
+				go func() { reps <- p.serve(pl) }()
+			}
+			for range 2 {
+				if r := <-reps; r.Status != room.Success {
+					t.Fatalf("prefill room %v/%v", r.Status, r.Reason)
+				}
+			}
+			res := <-done
+			if res.Outcome != OutcomeSuccess || res.WrongBytes != 0 || res.AuxError != "" || res.BytesVerified == 0 {
+				t.Fatalf("decode %+v", res)
+			}
+			if p0.regs.Load() != 1 || p1.regs.Load() != 1 {
+				t.Errorf("registrations %d, %d", p0.regs.Load(), p1.regs.Load())
+			}
+		})
+	}
+}
+
+// TestStateIndices: a hybrid-model room carries state indices; decode expects
+// the state notification before it calls the room done.
+func TestStateIndices(t *testing.T) {
+	for _, send := range []bool{true, false} {
+		p := newPrefill(t, true)
+		p.sendState = send
+		e := newDecode(t, p, func(c *Config) { c.State = true; c.WaitingTimeout = 300 * time.Millisecond })
+		pl := workload.Plan{Room: 2002, Pages: 2, Chunks: []int{1, 1}}
+		done := make(chan Result, 1)
+		go func() { done <- e.RunRoom(context.Background(), pl) }()
+		eventually(t, 5*time.Second, "the transfer info", func() bool { return p.infos.Load() == 1 })
+		p.serve(pl)
+		res := <-done
+		if send && (res.Outcome != OutcomeSuccess || res.WrongBytes != 0 || res.AuxError != "") {
+			t.Fatalf("with state: %+v", res)
+		}
+		// Without state the completion rule could never hold; kvxfer fails the
+		// room as an invalid request and says so (ack mode).
+		if !send && (res.Outcome != OutcomeFailedStatus || res.Reason != room.ReasonInvalidRequest.String()) {
+			t.Fatalf("without state: %+v", res)
+		}
+	}
+}

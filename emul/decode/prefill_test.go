@@ -27,6 +27,7 @@ import (
 func testShape() kvmem.Shape {
 	sh := kvmem.DefaultShape()
 	sh.Layers, sh.Slots, sh.Item, sh.AuxSlots = 2, 128, 256, 32
+	sh.StateSlots, sh.StateItem, sh.StateBufs = 16, 64, 2
 	return sh
 }
 
@@ -46,6 +47,7 @@ type prefill struct {
 	http   *httptest.Server
 
 	healthDown atomic.Bool
+	sendState  bool // the scheduler sends a state slot with the last chunk
 	regs       atomic.Int64
 	infos      atomic.Int64
 	ack        bool
@@ -57,10 +59,14 @@ type prefill struct {
 	auxes  []int
 }
 
-func newPrefill(t *testing.T, ack bool) *prefill {
+func newPrefill(t *testing.T, ack bool) *prefill { return newPrefillRank(t, ack, 1, 0, nil) }
+
+// newPrefillRank is TP rank tpRank of a prefill instance of TP size tpSize.
+// Rank 0 hosts the bootstrap server; other ranks register into first's.
+func newPrefillRank(t *testing.T, ack bool, tpSize, tpRank int, first *prefill) *prefill {
 	t.Helper()
 	p := &prefill{t: t, ack: ack, aborts: map[uint64]int{}, links: map[string]*transport.PushLink{}}
-	node, err := kvmem.New(fmt.Sprintf("emul-prefill-%d", prefillSeq.Add(1)), testShape(), 0, loopback.Options{})
+	node, err := kvmem.New(fmt.Sprintf("emul-prefill-%d", prefillSeq.Add(1)), testShape(), sglang.SenderID(0, tpSize, tpRank), loopback.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,22 +108,28 @@ func newPrefill(t *testing.T, ack bool) *prefill {
 	if p.ingest, err = transport.StartIngest(transport.IngestConfig{Host: "127.0.0.1"}, sink); err != nil {
 		t.Fatal(err)
 	}
-	p.boot = transport.NewBootstrapServer(transport.BootstrapConfig{})
-	h := p.boot.Handler()
-	p.http = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/health" && p.healthDown.Load() {
-			http.Error(w, "down", http.StatusServiceUnavailable)
-			return
-		}
-		h.ServeHTTP(w, r)
-	}))
+	if first != nil {
+		p.boot, p.http = first.boot, first.http
+	} else {
+		p.boot = transport.NewBootstrapServer(transport.BootstrapConfig{})
+		h := p.boot.Handler()
+		p.http = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/health" && p.healthDown.Load() {
+				http.Error(w, "down", http.StatusServiceUnavailable)
+				return
+			}
+			h.ServeHTTP(w, r)
+		}))
+	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		_ = p.eng.Close(ctx)
 		p.pool.Close()
 		p.ingest.Stop()
-		p.http.Close()
+		if first == nil {
+			p.http.Close()
+		}
 		p.mu.Lock()
 		for _, l := range p.links {
 			l.Close()
@@ -125,7 +137,7 @@ func newPrefill(t *testing.T, ack bool) *prefill {
 		p.mu.Unlock()
 	})
 	err = transport.RegisterRank(context.Background(), p.http.URL, transport.RankRegistration{
-		AttnTPSize: 1, AttnCPSize: 1, AttnDPSize: 1, PPSize: 1, SystemDPSize: 1,
+		AttnTPSize: tpSize, AttnTPRank: tpRank, AttnCPSize: 1, AttnDPSize: 1, PPSize: 1, SystemDPSize: 1,
 		RankIP: "127.0.0.1", RankPort: p.ingest.Port(), PageSize: 16, KVCacheDtype: "auto",
 	}, transport.RegisterOptions{Attempts: 1})
 	if err != nil {
@@ -212,6 +224,12 @@ func (p *prefill) serve(pl workload.Plan) room.Reply {
 		p.node.FillPageAt(pl.Room, int(s), j)
 	}
 	p.node.WriteAux(aux, pl.Room)
+	var state [][]int32
+	if p.sendState {
+		slot := aux % p.node.Shape.StateSlots
+		FillState(p.node, pl.Room, slot)
+		state = [][]int32{{int32(slot)}}
+	}
 	p.eng.Open(pl.Room)
 	p.eng.Init(pl.Room, pl.Pages, aux)
 	if pl.Abort == workload.AbortPrefillClient {
@@ -219,7 +237,11 @@ func (p *prefill) serve(pl workload.Plan) room.Reply {
 	} else {
 		next := 0
 		for i, k := range pl.Chunks {
-			p.eng.Send(pl.Room, src[next:next+k], nil)
+			var st [][]int32
+			if i == len(pl.Chunks)-1 {
+				st = state
+			}
+			p.eng.Send(pl.Room, src[next:next+k], st)
 			next += k
 			if i == 0 && pl.Abort == workload.AbortPrefillMidTransfer {
 				p.eng.Abort(pl.Room)

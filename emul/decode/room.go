@@ -186,17 +186,19 @@ func (e *Emulator) RunRoom(ctx context.Context, p workload.Plan) Result {
 	}
 	defer e.aux.put(auxSlot)
 	var state [][]int32
+	var stateSlot []int32
 	if e.state != nil {
 		st, ok := e.state.take(ctx, 1)
 		if !ok {
 			return fail(errNoPages(ctx, "state slots", 1))
 		}
 		defer e.state.put(st)
+		stateSlot = st
 		for range e.primary.node.Geo.State {
 			state = append(state, st)
 		}
 	}
-	e.poison(pages, int(auxSlot[0]))
+	e.poison(pages, int(auxSlot[0]), stateSlot)
 
 	e.mu.Lock()
 	e.checker.Expect(p.Room, e.mapping.RequiredPrefillResponses, len(state) > 0)
@@ -248,7 +250,7 @@ func (e *Emulator) RunRoom(ctx context.Context, p workload.Plan) Result {
 				continue
 			}
 			res.Latency = time.Since(start)
-			e.verify(p.Room, pages, int(auxSlot[0]), &res)
+			e.verify(p.Room, pages, int(auxSlot[0]), stateSlot, &res)
 			res.Outcome = OutcomeSuccess
 			return res
 		case s.lost:
@@ -356,7 +358,7 @@ func (e *Emulator) awaitRelease(ctx context.Context, rs *roomState, ts []Target,
 // poison overwrites pages and the aux slot before they are handed to the
 // prefill: a page must not pass verification with a previous room's bytes,
 // and the bootstrap_room gate must start at 0.
-func (e *Emulator) poison(pages []int32, auxSlot int) {
+func (e *Emulator) poison(pages []int32, auxSlot int, stateSlots []int32) {
 	n := e.primary.node
 	it := n.Shape.Item
 	for _, buf := range n.KV {
@@ -367,6 +369,11 @@ func (e *Emulator) poison(pages []int32, auxSlot int) {
 	for i, buf := range n.Aux {
 		sz := int(n.Shape.AuxItems[i])
 		clear(buf[auxSlot*sz : (auxSlot+1)*sz])
+	}
+	for _, buf := range n.State {
+		for _, s := range stateSlots {
+			clear(buf[int(s)*n.Shape.StateItem : (int(s)+1)*n.Shape.StateItem])
+		}
 	}
 }
 
@@ -382,7 +389,7 @@ func auxRoom(n *kvmem.Node, slot int) uint64 {
 
 // verify checks the aux slot and every KV byte of a completed room: request
 // page j is in pages[j] and holds kvmem's pattern for (room, j).
-func (e *Emulator) verify(room uint64, pages []int32, auxSlot int, res *Result) {
+func (e *Emulator) verify(room uint64, pages []int32, auxSlot int, stateSlots []int32, res *Result) {
 	n := e.primary.node
 	it := n.Shape.Item
 	for j, dst := range pages {
@@ -405,4 +412,33 @@ func (e *Emulator) verify(room uint64, pages []int32, auxSlot int, res *Result) 
 	if err := n.CheckAux(auxSlot, room); err != nil {
 		res.AuxError = err.Error()
 	}
+	if len(stateSlots) > 0 {
+		res.BytesVerified += int64(len(n.State) * n.Shape.StateItem)
+		res.WrongBytes += checkState(n, room, int(stateSlots[0]))
+	}
+}
+
+// FillState writes room r's state pattern into state slot of every state
+// buffer: byte k of buffer b is kvmem.Pattern(r, 100+b, 0, k), keyed by the
+// room only, so either side can check it without knowing the other's slots.
+func FillState(n *kvmem.Node, r uint64, slot int) {
+	it := n.Shape.StateItem
+	for b, buf := range n.State {
+		for k := range it {
+			buf[slot*it+k] = kvmem.Pattern(r, 100+b, 0, k)
+		}
+	}
+}
+
+// checkState counts the wrong bytes of a room's state slot (see FillState).
+func checkState(n *kvmem.Node, r uint64, slot int) (wrong int64) {
+	it := n.Shape.StateItem
+	for b, buf := range n.State {
+		for k := range it {
+			if buf[slot*it+k] != kvmem.Pattern(r, 100+b, 0, k) {
+				wrong++
+			}
+		}
+	}
+	return wrong
 }
