@@ -1,0 +1,224 @@
+package libnixl
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"runtime"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/kvxfer/kvxfer/nixl"
+)
+
+// Environment variables SGLang uses to pick the NIXL backend plugin and its
+// init parameters; New honours them when Options leaves the fields empty.
+const (
+	EnvBackend       = "SGLANG_DISAGGREGATION_NIXL_BACKEND"
+	EnvBackendParams = "SGLANG_DISAGGREGATION_NIXL_BACKEND_PARAMS"
+)
+
+// syncStrict is NIXL_CAPI_THREAD_SYNC_STRICT: one agent-wide mutex, as SGLang's
+// prefill uses. Our own calls are already serialized by the owner goroutine;
+// STRICT keeps NIXL's progress thread and any future listener thread safe too.
+const syncStrict = 1
+
+// Options configure New. The zero value is SGLang's prefill setup: UCX, its
+// params from the environment, progress thread on.
+type Options struct {
+	// Path is libnixl_capi.so or its directory; "" runs Find.
+	Path string
+	// Backend is the plugin name; "" means $SGLANG_DISAGGREGATION_NIXL_BACKEND, else "UCX".
+	Backend string
+	// BackendParams are the plugin's init parameters; nil means the JSON object in
+	// $SGLANG_DISAGGREGATION_NIXL_BACKEND_PARAMS (string to string), else none.
+	BackendParams map[string]string
+	// NoProgressThread turns NIXL's progress thread off. On transports without
+	// hardware RMA (tcp, shm) a target then only progresses inside its own calls.
+	NoProgressThread bool
+	// PollInterval is how often the owner goroutine polls requests in flight when
+	// no call arrives, which also sends their deferred notifications (NIXL's UCX
+	// plugin sends a notification only from getXferStatus). Default 1ms.
+	PollInterval time.Duration
+	// CloseWait bounds how long Close waits for requests in flight to settle
+	// before destroying the agent. Default 5s.
+	CloseWait time.Duration
+}
+
+// Agent is a nixl.Agent over the real NIXL library. Every NIXL call runs on one
+// owner goroutine locked to its OS thread: the UCX plugin keeps a worker per OS
+// thread, and NIXL forbids touching one request from two threads at once.
+type Agent struct {
+	name string
+	opts Options
+
+	calls chan func()
+	done  chan struct{}
+
+	closeOnce sync.Once
+	closeErr  error
+
+	memMu sync.Mutex
+	maps  [][]byte
+
+	st *state // owner goroutine only
+}
+
+var _ nixl.Agent = (*Agent)(nil)
+
+// New loads libnixl (once per process), creates an agent named name with the
+// progress thread on and STRICT thread sync, and creates the backend.
+func New(name string, opts Options) (*Agent, error) {
+	if name == "" {
+		return nil, nixl.Errorf(nixl.ErrInvalid, "libnixl: empty agent name")
+	}
+	path, err := Find(opts.Path)
+	if err != nil {
+		return nil, err
+	}
+	if err := load(path); err != nil {
+		return nil, fmt.Errorf("libnixl: load %s: %v", path, err)
+	}
+	if opts.Backend == "" {
+		opts.Backend = os.Getenv(EnvBackend)
+	}
+	if opts.Backend == "" {
+		opts.Backend = "UCX"
+	}
+	if opts.BackendParams == nil {
+		if opts.BackendParams, err = envParams(); err != nil {
+			return nil, err
+		}
+	}
+	if opts.PollInterval <= 0 {
+		opts.PollInterval = time.Millisecond
+	}
+	if opts.CloseWait <= 0 {
+		opts.CloseWait = 5 * time.Second
+	}
+	a := &Agent{name: name, opts: opts, calls: make(chan func()), done: make(chan struct{})}
+	ready := make(chan error, 1)
+	go a.loop(ready)
+	if err := <-ready; err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// envParams parses SGLANG_DISAGGREGATION_NIXL_BACKEND_PARAMS like SGLang does:
+// a JSON object of strings.
+func envParams() (map[string]string, error) {
+	s := os.Getenv(EnvBackendParams)
+	if s == "" {
+		return map[string]string{}, nil
+	}
+	var m map[string]string
+	if err := json.Unmarshal([]byte(s), &m); err != nil {
+		return nil, nixl.Errorf(nixl.ErrInvalid, "libnixl: %s must be a JSON object of strings: %v", EnvBackendParams, err)
+	}
+	return m, nil
+}
+
+// loop is the owner goroutine. It never unlocks its OS thread, so the thread
+// (and the UCX worker state NIXL keyed to it) ends with the agent.
+func (a *Agent) loop(ready chan<- error) {
+	runtime.LockOSThread()
+	st, err := newState(a.name, a.opts)
+	ready <- err
+	if err != nil {
+		close(a.done)
+		return
+	}
+	a.st = st
+	tick := time.NewTicker(a.opts.PollInterval)
+	defer tick.Stop()
+	for {
+		var tc <-chan time.Time
+		if st.inflight > 0 {
+			tc = tick.C
+		}
+		select {
+		case f := <-a.calls:
+			f()
+			if st.dead {
+				close(a.done)
+				return
+			}
+		case <-tc:
+			st.progress()
+		}
+	}
+}
+
+// do runs f on the owner goroutine and waits for it; ErrClosed once closed.
+func (a *Agent) do(f func()) error {
+	fin := make(chan struct{})
+	select {
+	case a.calls <- func() { f(); close(fin) }:
+	case <-a.done:
+		return nixl.Errorf(nixl.ErrClosed, "libnixl %s", a.name)
+	}
+	<-fin
+	return nil
+}
+
+// Name is the agent's name.
+func (a *Agent) Name() string { return a.name }
+
+// Library returns the path of the loaded libnixl_capi.so.
+func Library() string { return loadPath }
+
+// Close waits up to Options.CloseWait for requests in flight, releases what it
+// can, destroys the NIXL agent and only then unmaps the memory from Alloc.
+func (a *Agent) Close() error {
+	a.closeOnce.Do(func() {
+		err := a.do(func() { a.closeErr = a.st.shutdown(a.opts.CloseWait) })
+		if err == nil {
+			<-a.done
+		}
+		a.memMu.Lock()
+		for _, m := range a.maps {
+			if err := unmap(m); err != nil && a.closeErr == nil {
+				a.closeErr = err
+			}
+		}
+		a.maps = nil
+		a.memMu.Unlock()
+	})
+	return a.closeErr
+}
+
+// Alloc returns n zeroed bytes of anonymous mmap'd memory (never Go heap, so
+// NIXL may keep its address). It stays mapped until Free or Close.
+func (a *Agent) Alloc(n int) ([]byte, error) {
+	full, err := mmap(n)
+	if err != nil {
+		return nil, err
+	}
+	a.memMu.Lock()
+	a.maps = append(a.maps, full)
+	a.memMu.Unlock()
+	return full[:n:n], nil
+}
+
+// Free unmaps memory from Alloc. It refuses while a registration lies inside.
+func (a *Agent) Free(b []byte) error {
+	d := nixl.DescOf(b, 0)
+	var inUse bool
+	if err := a.do(func() { inUse = a.st.registered(d) }); err != nil {
+		return err
+	}
+	if inUse {
+		return nixl.Errorf(nixl.ErrInvalid, "libnixl: Free of registered memory")
+	}
+	a.memMu.Lock()
+	defer a.memMu.Unlock()
+	i := slices.IndexFunc(a.maps, func(m []byte) bool { return len(b) > 0 && &m[0] == &b[0] })
+	if i < 0 {
+		return nixl.Errorf(nixl.ErrInvalid, "libnixl: Free of memory not from Alloc")
+	}
+	full := a.maps[i]
+	a.maps = slices.Delete(a.maps, i, i+1)
+	return unmap(full)
+}
