@@ -126,6 +126,9 @@ func run(args []string, getenv func(string) string, out io.Writer) error {
 	if err := s.Err(); err != nil {
 		return err
 	}
+	if ctx.Err() != nil {
+		return fmt.Errorf("interrupted: %d rooms did not run to the end", s.Outcomes["error"])
+	}
 	fmt.Fprintln(out, "OK: no wrong bytes, no pages held")
 	return nil
 }

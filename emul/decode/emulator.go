@@ -77,11 +77,11 @@ func New(cfg Config) (*Emulator, error) {
 	}
 	e.bc = newBootstrapClient(cfg.Bootstrap, hc)
 	var err error
-	if e.primary, err = newRank(&e.cfg, "r0", e.onPrimaryMsg); err != nil {
+	if e.primary, err = newRank(&e.cfg, "r0", cfg.TPRank, e.onPrimaryMsg); err != nil {
 		return nil, err
 	}
 	if cfg.Workload.DummyShare > 0 {
-		if e.dummy, err = newRank(&e.cfg, "dummy", e.onDummyMsg); err != nil {
+		if e.dummy, err = newRank(&e.cfg, "dummy", cfg.TPRank, e.onDummyMsg); err != nil {
 			e.primary.close()
 			return nil, err
 		}

@@ -16,12 +16,16 @@ import (
 // has a primary rank and, for workload rooms with a dummy transfer info, a
 // second rank that only ever sends dummy infos.
 type rank struct {
-	node  *kvmem.Node
-	pull  *transport.Ingest
-	links map[string]*transport.PushLink // prefill endpoint -> link; registration sent on creation
+	node *kvmem.Node
+	pull *transport.Ingest
+	// tpRank is the engine_rank in the registration. The dummy rank reuses the
+	// primary's (and its TP size): a prefill checks decode TP against its own,
+	// and the dummy only exists to send empty transfer infos.
+	tpRank int
+	links  map[string]*transport.PushLink // prefill endpoint -> link; registration sent on creation
 }
 
-func newRank(cfg *Config, role string, onMsg func([][]byte)) (*rank, error) {
+func newRank(cfg *Config, role string, tpRank int, onMsg func([][]byte)) (*rank, error) {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	name := fmt.Sprintf("%s-%s-%s", cfg.Name, role, hex.EncodeToString(b[:]))
@@ -34,7 +38,7 @@ func newRank(cfg *Config, role string, onMsg func([][]byte)) (*rank, error) {
 		n.Close()
 		return nil, fmt.Errorf("decode %s: PULL socket: %w", role, err)
 	}
-	return &rank{node: n, pull: pull, links: map[string]*transport.PushLink{}}, nil
+	return &rank{node: n, pull: pull, tpRank: tpRank, links: map[string]*transport.PushLink{}}, nil
 }
 
 // registration is the KV-args frame (spec §4.3a) this rank sends once per
@@ -48,7 +52,7 @@ func (r *rank) registration(cfg *Config) (*transport.Registration, error) {
 	reg := &transport.Registration{
 		DecodeIP: cfg.Host, DecodePort: r.pull.Port(), AgentName: r.node.Agent.Name(), AgentMetadata: md,
 		KVDataPtrs: g.KVPtrs, AuxDataPtrs: g.AuxPtrs, StateDataPtrs: g.StatePtrs,
-		GPUID: cfg.GPU, DecodeTPSize: max(cfg.TPSize, 1), DecodeTPRank: cfg.TPRank,
+		GPUID: cfg.GPU, DecodeTPSize: max(cfg.TPSize, 1), DecodeTPRank: r.tpRank,
 		DstKVItemLen: int(g.DstKVItemLen), DstNumSlots: g.DstNumSlots, HasDstNumSlots: true,
 		KVItemLens: g.KVItemLens,
 	}
