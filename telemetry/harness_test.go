@@ -1,0 +1,213 @@
+package telemetry
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/kvxfer/kvxfer/actors"
+	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/internal/clock"
+)
+
+// manualXfers is a test double of the NIXL transfer pool: posted transfers
+// wait until the test completes them, so every interleaving is chosen by the
+// test. It can also complete at once (auto) or panic on a transfer.
+type manualXfers struct {
+	mu      sync.Mutex
+	pending []pendingXfer
+	auto    bool
+	panicOn func(room.Transfer) bool
+}
+
+type pendingXfer struct {
+	t    room.Transfer
+	done func(room.Reason)
+}
+
+func (m *manualXfers) Post(t room.Transfer, done func(room.Reason)) {
+	if m.panicOn != nil && m.panicOn(t) {
+		panic("transfer layer bug")
+	}
+	if m.auto {
+		done(room.ReasonNone)
+		return
+	}
+	m.mu.Lock()
+	m.pending = append(m.pending, pendingXfer{t, done})
+	m.mu.Unlock()
+}
+
+// complete finishes every pending transfer with fail and returns how many.
+func (m *manualXfers) complete(fail room.Reason) int {
+	m.mu.Lock()
+	p := m.pending
+	m.pending = nil
+	m.mu.Unlock()
+	for _, x := range p {
+		x.done(fail)
+	}
+	return len(p)
+}
+
+func (m *manualXfers) count() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.pending)
+}
+
+// harness is a real actors.Engine on a fake clock, observed by an Observer
+// whose spans go synchronously to an in-memory exporter and whose metrics are
+// read with a manual reader.
+type harness struct {
+	t      *testing.T
+	eng    *actors.Engine
+	clk    *clock.Fake
+	xf     *manualXfers
+	obs    *Observer
+	exp    *tracetest.InMemoryExporter
+	tp     *sdktrace.TracerProvider
+	reader *sdkmetric.ManualReader
+}
+
+var epoch = time.Unix(1_700_000_000, 0)
+
+func newHarness(t *testing.T, xf *manualXfers, mod func(*Config)) *harness {
+	t.Helper()
+	h := &harness{t: t, clk: clock.NewFake(epoch), xf: xf, exp: tracetest.NewInMemoryExporter()}
+	h.tp = sdktrace.NewTracerProvider(sdktrace.WithSyncer(h.exp), sdktrace.WithSampler(sdktrace.AlwaysSample()))
+	cfg := Config{Tracer: h.tp, Clock: h.clk, BytesPerPage: 1 << 20}
+	if mod != nil {
+		mod(&cfg)
+	}
+	obs, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.obs = obs
+	h.reader = sdkmetric.NewManualReader(sdkmetric.WithProducer(obs))
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(h.reader))
+	eng, err := actors.New(actors.Config{Clock: h.clk, Transfers: xf, Observer: obs, Shards: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.eng = eng
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = eng.Close(ctx)
+		_ = obs.Close(ctx)
+		_ = h.tp.Shutdown(ctx)
+		_ = mp.Shutdown(ctx)
+	})
+	return h
+}
+
+func (h *harness) poll(id uint64) room.Reply { return h.eng.Poll([]uint64{id}, nil)[0] }
+
+// expect polls once: every message sent before has been handled by then (a
+// poll travels the same shard and room mailboxes), except completions and
+// deadlines, which the test sends itself before calling expect.
+func (h *harness) expect(id uint64, want room.Status) {
+	h.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		r := h.poll(id)
+		if r.Status == want {
+			return
+		}
+		// Completions and deadline messages travel from another goroutine
+		// straight to the room's mailbox; bounded polling covers that hop.
+		if time.Now().After(deadline) {
+			h.t.Fatalf("room %d: %v/%v, want %v", id, r.Status, r.Reason, want)
+		}
+		time.Sleep(20 * time.Microsecond)
+	}
+}
+
+// retire clears a concluded room and waits until the observer emitted it.
+func (h *harness) retire(id uint64) {
+	h.t.Helper()
+	h.eng.Clear(id)
+	h.poll(id) // the room handled Clear (and called RoomRetired) before this answer
+	h.flush()
+}
+
+func (h *harness) flush() {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := h.obs.Flush(ctx); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+func (h *harness) spans(name string) tracetest.SpanStubs {
+	var out tracetest.SpanStubs
+	for _, s := range h.exp.GetSpans() {
+		if s.Name == name {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func (h *harness) metrics() map[string]metricdata.Metrics {
+	h.t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := h.reader.Collect(context.Background(), &rm); err != nil {
+		h.t.Fatal(err)
+	}
+	out := map[string]metricdata.Metrics{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			out[m.Name] = m
+		}
+	}
+	return out
+}
+
+// value returns the int64 data point of metric name whose attribute key has
+// value val ("" for the point without attributes).
+func (h *harness) value(ms map[string]metricdata.Metrics, name, key, val string) int64 {
+	h.t.Helper()
+	m, ok := ms[name]
+	if !ok {
+		h.t.Fatalf("no metric %s", name)
+	}
+	var pts []metricdata.DataPoint[int64]
+	switch d := m.Data.(type) {
+	case metricdata.Sum[int64]:
+		pts = d.DataPoints
+	case metricdata.Gauge[int64]:
+		pts = d.DataPoints
+	default:
+		h.t.Fatalf("%s: %T", name, m.Data)
+	}
+	for _, p := range pts {
+		if key == "" && p.Attributes.Len() == 0 {
+			return p.Value
+		}
+		if v, ok := p.Attributes.Value(attribute.Key(key)); ok && v.AsString() == val {
+			return p.Value
+		}
+	}
+	return 0
+}
+
+func info(agent string, n, required int) room.TransferInfo {
+	ps := make([]int32, n)
+	for i := range ps {
+		ps[i] = int32(100 + i)
+	}
+	return room.TransferInfo{Agent: agent, From: room.Endpoint{IP: "127.0.0.1", Port: 9000}, DstPages: ps, DstAux: 1, Required: required}
+}
+
+type metricdataHistogram = metricdata.Histogram[float64]

@@ -1,0 +1,276 @@
+package telemetry
+
+import (
+	"context"
+	"sort"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/sdk/instrumentation"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
+	"github.com/kvxfer/kvxfer/actors/room"
+)
+
+// Scope is the instrumentation scope of kvxfer's spans and metrics.
+const Scope = "github.com/kvxfer/kvxfer/telemetry"
+
+var _ sdkmetric.Producer = (*Observer)(nil)
+
+// Histogram bucket bounds, in seconds.
+var (
+	statusBounds   = []float64{0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}
+	transferBounds = []float64{0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
+)
+
+const (
+	numStatuses = 5
+	numReasons  = 16 // room.Reason values fit; larger ones are counted as the last
+	numMsgKinds = 13
+)
+
+var msgNames = [numMsgKinds]string{"other", "open", "init", "send", "poll", "abort", "clear", "transfer_info",
+	"decode_abort", "peer_lost", "xfer_done", "deadline", "fail"}
+
+func msgIndex(m room.Msg) int {
+	switch m.(type) {
+	case room.Open:
+		return 1
+	case room.Init:
+		return 2
+	case room.Send:
+		return 3
+	case room.Poll:
+		return 4
+	case room.Abort:
+		return 5
+	case room.Clear:
+		return 6
+	case room.TransferInfo:
+		return 7
+	case room.DecodeAbort:
+		return 8
+	case room.PeerLost:
+		return 9
+	case room.XferDone:
+		return 10
+	case room.Deadline:
+		return 11
+	case room.Fail:
+		return 12
+	}
+	return 0
+}
+
+func statusIndex(s room.Status) int {
+	if int(s) < numStatuses {
+		return int(s)
+	}
+	return int(room.Failed)
+}
+
+func reasonIndex(r room.Reason) int {
+	if int(r) < numReasons {
+		return int(r)
+	}
+	return numReasons - 1
+}
+
+// histogram is a fixed-bucket histogram of durations made of atomics.
+type histogram struct {
+	bounds []time.Duration
+	secs   []float64
+	counts []atomic.Uint64 // len(bounds)+1
+	sumNs  atomic.Int64
+}
+
+func newHistogram(secs []float64) *histogram {
+	h := &histogram{secs: secs, counts: make([]atomic.Uint64, len(secs)+1)}
+	for _, s := range secs {
+		h.bounds = append(h.bounds, time.Duration(s*float64(time.Second)))
+	}
+	return h
+}
+
+func (h *histogram) observe(d time.Duration) {
+	if d < 0 {
+		d = 0
+	}
+	i := sort.Search(len(h.bounds), func(i int) bool { return d <= h.bounds[i] })
+	h.counts[i].Add(1)
+	h.sumNs.Add(int64(d))
+}
+
+func (h *histogram) point(set attribute.Set, start, now time.Time) metricdata.HistogramDataPoint[float64] {
+	p := metricdata.HistogramDataPoint[float64]{Attributes: set, StartTime: start, Time: now,
+		Bounds: h.secs, BucketCounts: make([]uint64, len(h.counts))}
+	for i := range h.counts {
+		p.BucketCounts[i] = h.counts[i].Load()
+		p.Count += p.BucketCounts[i]
+	}
+	p.Sum = time.Duration(h.sumNs.Load()).Seconds()
+	return p
+}
+
+// counters are the Observer's metrics state: only atomics.
+type counters struct {
+	created, posted, transfersOK, transfersFailed atomic.Int64
+	bytesOK, bytesFailed                          atomic.Int64
+	evicted, untracked, badTraceparents           atomic.Int64
+	live                                          [numStatuses]atomic.Int64
+	retired                                       [numStatuses]atomic.Int64
+	failures                                      [numReasons]atomic.Int64
+	absorbed                                      [numMsgKinds][2]atomic.Int64 // [kind][0 live room, 1 retired or unknown]
+	decisions                                     [numDecisions]atomic.Int64
+	statusDur                                     [numStatuses]*histogram
+	xferDur                                       *histogram
+}
+
+func (c *counters) init() {
+	for i := range c.statusDur {
+		c.statusDur[i] = newHistogram(statusBounds)
+	}
+	c.xferDur = newHistogram(transferBounds)
+}
+
+// Precomputed attribute sets (label values).
+var (
+	noAttrs      = attribute.NewSet()
+	statusSets   [numStatuses]attribute.Set
+	reasonSets   [numReasons]attribute.Set
+	absorbedSets [numMsgKinds][2]attribute.Set
+	decisionSets [numDecisions]attribute.Set
+	okSet        = attribute.NewSet(attribute.String("outcome", "ok"))
+	failedSet    = attribute.NewSet(attribute.String("outcome", "failed"))
+)
+
+func init() {
+	for s := range statusSets {
+		statusSets[s] = attribute.NewSet(attribute.String("status", room.Status(s).String()))
+	}
+	for r := range reasonSets {
+		name := room.Reason(r).String()
+		if r == 0 {
+			name = "none"
+		}
+		reasonSets[r] = attribute.NewSet(attribute.String("reason", name))
+	}
+	for k := range absorbedSets {
+		absorbedSets[k][0] = attribute.NewSet(attribute.String("msg", msgNames[k]), attribute.String("room", "live"))
+		absorbedSets[k][1] = attribute.NewSet(attribute.String("msg", msgNames[k]), attribute.String("room", "retired"))
+	}
+	for d := range decisionSets {
+		decisionSets[d] = attribute.NewSet(attribute.String("decision", keepReason(d).String()))
+	}
+}
+
+// daemonCounters maps Daemon.Counters() keys to metric names.
+var daemonCounters = []struct{ key, name, desc string }{
+	{"bad_frames", "kvxfer_bad_frames", "Decode frames that could not be decoded (malformed or unknown)."},
+	{"registrations", "kvxfer_registrations", "Decode registrations accepted."},
+	{"duplicate_registrations", "kvxfer_duplicate_registrations", "Decode registrations repeated for a known agent."},
+	{"bad_registrations", "kvxfer_bad_registrations", "Decode registrations rejected."},
+	{"staging_frames_dropped", "kvxfer_staging_frames_dropped", "Staging-buffer frames dropped (not supported)."},
+	{"notices_dropped", "kvxfer_notices_dropped", "KV_STATUS or ABORT_ACK frames that could not be sent to decode."},
+}
+
+// Produce implements the OTel metric SDK's Producer: every metric, aggregated
+// from the atomics now. Register it with the reader, e.g.
+// otelprom.New(otelprom.WithProducer(o)) or sdkmetric.NewManualReader(sdkmetric.WithProducer(o)).
+func (o *Observer) Produce(context.Context) ([]metricdata.ScopeMetrics, error) {
+	now := time.Now()
+	start := o.start
+	c := &o.m
+	var ms []metricdata.Metrics
+	sum := func(name, unit, desc string, pts ...metricdata.DataPoint[int64]) {
+		for i := range pts {
+			pts[i].StartTime, pts[i].Time = start, now
+		}
+		ms = append(ms, metricdata.Metrics{Name: name, Unit: unit, Description: desc,
+			Data: metricdata.Sum[int64]{DataPoints: pts, Temporality: metricdata.CumulativeTemporality, IsMonotonic: true}})
+	}
+	gauge := func(name, unit, desc string, pts ...metricdata.DataPoint[int64]) {
+		for i := range pts {
+			pts[i].Time = now
+		}
+		ms = append(ms, metricdata.Metrics{Name: name, Unit: unit, Description: desc, Data: metricdata.Gauge[int64]{DataPoints: pts}})
+	}
+	pt := func(set attribute.Set, v int64) metricdata.DataPoint[int64] {
+		return metricdata.DataPoint[int64]{Attributes: set, Value: v}
+	}
+
+	var live, retired []metricdata.DataPoint[int64]
+	var durs []metricdata.HistogramDataPoint[float64]
+	for s := range numStatuses {
+		live = append(live, pt(statusSets[s], max(c.live[s].Load(), 0)))
+		retired = append(retired, pt(statusSets[s], c.retired[s].Load()))
+		durs = append(durs, c.statusDur[s].point(statusSets[s], start, now))
+	}
+	gauge("kvxfer_rooms", "{room}", "Live rooms by published status (Success/Failed: concluded, waiting for Clear).", live...)
+	sum("kvxfer_rooms_created", "{room}", "Rooms created (first message naming them, from either side).", pt(noAttrs, c.created.Load()))
+	sum("kvxfer_rooms_retired", "{room}", "Rooms retired to a tombstone, by final status.", retired...)
+	ms = append(ms, metricdata.Metrics{Name: "kvxfer_room_status_duration", Unit: "s",
+		Description: "Time a room spent in a status before leaving it (the next status, or retirement).",
+		Data:        metricdata.Histogram[float64]{DataPoints: durs, Temporality: metricdata.CumulativeTemporality}})
+
+	var fails []metricdata.DataPoint[int64]
+	for _, r := range room.Reasons() {
+		fails = append(fails, pt(reasonSets[reasonIndex(r)], c.failures[reasonIndex(r)].Load()))
+	}
+	sum("kvxfer_room_failures", "{room}", "Rooms that became Failed, by reason (error.type).", fails...)
+
+	age, pinned := o.oldestNonTerminal(o.clk.Now())
+	ms = append(ms, metricdata.Metrics{Name: "kvxfer_oldest_nonterminal_room_age", Unit: "s",
+		Description: "Age of the oldest live room not yet Success or Failed (the silent-pin detector).",
+		Data:        metricdata.Gauge[float64]{DataPoints: []metricdata.DataPoint[float64]{{Attributes: noAttrs, Time: now, Value: age.Seconds()}}}})
+	gauge("kvxfer_nonterminal_rooms", "{room}", "Live rooms not yet Success or Failed.", pt(noAttrs, int64(pinned)))
+
+	sum("kvxfer_transfers_posted", "{transfer}", "Transfers (one chunk for one decode agent) posted to the pool.", pt(noAttrs, c.posted.Load()))
+	sum("kvxfer_transfers_completed", "{transfer}", "Transfers reported done, by outcome.",
+		pt(okSet, c.transfersOK.Load()), pt(failedSet, c.transfersFailed.Load()))
+	sum("kvxfer_transfer_bytes", "By", "KV bytes of completed transfers (pages × bytes per page), by outcome.",
+		pt(okSet, c.bytesOK.Load()), pt(failedSet, c.bytesFailed.Load()))
+	ms = append(ms, metricdata.Metrics{Name: "kvxfer_transfer_duration", Unit: "s",
+		Description: "Time from posting a transfer to its completion.",
+		Data: metricdata.Histogram[float64]{DataPoints: []metricdata.HistogramDataPoint[float64]{c.xferDur.point(noAttrs, start, now)},
+			Temporality: metricdata.CumulativeTemporality}})
+
+	var abs []metricdata.DataPoint[int64]
+	for k := range numMsgKinds {
+		for w := range 2 {
+			if v := c.absorbed[k][w].Load(); v > 0 {
+				abs = append(abs, pt(absorbedSets[k][w], v))
+			}
+		}
+	}
+	sum("kvxfer_messages_absorbed", "{message}", "Messages absorbed without effect: late or duplicate frames, stale deadlines; room=retired counts tombstones and unknown rooms.", abs...)
+	sum("kvxfer_tombstones_evicted", "{room}", "Tombstones evicted before their TTL because the cap was reached.", pt(noAttrs, c.evicted.Load()))
+
+	if o.tracer != nil {
+		var dec []metricdata.DataPoint[int64]
+		for d := range numDecisions {
+			dec = append(dec, pt(decisionSets[d], c.decisions[d].Load()))
+		}
+		sum("kvxfer_trace_rooms", "{room}", "Tail-sampling decisions for retired rooms.", dec...)
+	}
+	sum("kvxfer_telemetry_untracked_rooms", "{room}", "Rooms not tracked because MaxRooms was reached.", pt(noAttrs, c.untracked.Load()))
+	sum("kvxfer_bad_traceparents", "{message}", "Traceparents passed at Open that did not parse.", pt(noAttrs, c.badTraceparents.Load()))
+
+	if b := o.src.Load(); b != nil {
+		dc := b.s.Counters()
+		for _, d := range daemonCounters {
+			if v, ok := dc[d.key]; ok {
+				sum(d.name, "{frame}", d.desc, pt(noAttrs, v))
+			}
+		}
+		ps := b.s.PoolStats()
+		gauge("kvxfer_pool_inflight", "{transfer}", "Transfers in the NIXL pool not yet done (the queue depth).", pt(noAttrs, ps.InFlight))
+		sum("kvxfer_pool_quarantined", "{transfer}", "Transfers whose NIXL requests never completed in time (quarantined, not released).", pt(noAttrs, ps.Quarantined))
+		sum("kvxfer_pool_posted", "{transfer}", "Transfers accepted by the pool.", pt(noAttrs, ps.Posted))
+		sum("kvxfer_pool_requests", "{request}", "NIXL requests posted by the pool.", pt(noAttrs, ps.Requests))
+		sum("kvxfer_pool_failed", "{transfer}", "Transfers the pool ended with a failure.", pt(noAttrs, ps.Failed))
+	}
+	return []metricdata.ScopeMetrics{{Scope: instrumentation.Scope{Name: Scope}, Metrics: ms}}, nil
+}
