@@ -184,3 +184,9 @@ func ForRoom(id uint64) func(Event) bool { return func(ev Event) bool { return e
 func ForChunk(id uint64, chunk int) func(Event) bool {
 	return func(ev Event) bool { return ev.Room == id && ev.Chunk == chunk }
 }
+
+// HasPoint reports whether the engine ever reaches p: Fixed updates a status
+// in one atomic step, so it has no UpdateBetweenReadAndWrite window.
+func (e *Engine) HasPoint(p Point) bool {
+	return p < numPoints && !(e.fixed && p == UpdateBetweenReadAndWrite)
+}
