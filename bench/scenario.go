@@ -38,6 +38,9 @@ type Outcome struct {
 	// the scheduler cleared every room it could; Leaks splits the former.
 	Leaked int
 	Leaks  dict.Leaks
+	// LiveBeforeGrace: the same count when the workload quiesced, before the
+	// clock ran (what a bounded, swept leak looks like before its sweep).
+	LiveBeforeGrace int
 	// LateWrites: writes in flight when the abort was processed that landed
 	// after it (decode may have freed their pages by then).
 	LateWrites int
@@ -71,8 +74,8 @@ func (o *Outcome) At(name string) (room.Reply, bool) {
 }
 
 func (o Outcome) String() string {
-	return fmt.Sprintf("%s room %d: final %v/%v pinned=%v leaked=%d %+v late=%d postsAfterAbort=%d noticesInWindow=%d notices=%d views=%v",
-		o.Kind, o.Room, o.Final.Status, o.Final.Reason, o.Pinned, o.Leaked, o.Leaks, o.LateWrites,
+	return fmt.Sprintf("%s room %d: final %v/%v pinned=%v leaked=%d (before grace %d) %+v late=%d postsAfterAbort=%d noticesInWindow=%d notices=%d views=%v",
+		o.Kind, o.Room, o.Final.Status, o.Final.Reason, o.Pinned, o.Leaked, o.LiveBeforeGrace, o.Leaks, o.LateWrites,
 		o.PostsAfterAbort, o.NoticesInWindow, len(o.Notices), o.Views)
 }
 
@@ -92,6 +95,7 @@ func finish(t *Target, o *Outcome, held ...uint64) {
 	if len(held) == 0 {
 		o.Final = t.Poll(o.Room) // before tombstones expire
 	}
+	o.LiveBeforeGrace = t.Live()
 	final, pinned := t.Quiesce(held, Grace, GraceStep)
 	for i, id := range held {
 		if id == o.Room {
