@@ -169,6 +169,13 @@ func (a *Agent) Name() string { return a.name }
 // Library returns the path of the loaded libnixl_capi.so.
 func Library() string { return loadPath }
 
+// RawStatus reports whether post and status results come from nixlAgent's own
+// postXferReq/getXferStatus (exact nixl_status_t, so REMOTE_DISCONNECT and
+// REPOST_ACTIVE are seen as such) rather than through the C API, which folds
+// them into BACKEND. It is true when libnixl.so exports those symbols and
+// $KVXFER_LIBNIXL_STATUS is not "capi".
+func RawStatus() bool { return rawStatus }
+
 // Close waits up to Options.CloseWait for requests in flight, releases what it
 // can, destroys the NIXL agent and only then unmaps the memory from Alloc.
 func (a *Agent) Close() error {

@@ -28,6 +28,8 @@ typedef struct {
 } kx_agent_config;
 
 static void *kx_lib;
+static int (*r_post)(void *, void *, const void *);
+static int (*r_status)(void *, void *);
 
 #define KX_FN(ret, name, args) static ret (*p_##name) args;
 #define KX_FUNCS(X) \
@@ -88,8 +90,23 @@ static const char *kx_open(const char *path) {
 	p_##name = (ret(*) args)dlsym(kx_lib, "nixl_capi_" #name); \
 	if (!p_##name) return "missing symbol nixl_capi_" #name;
 	KX_FUNCS(KX_SYM)
+	// Optional: nixlAgent's own postXferReq/getXferStatus (in libnixl.so, a
+	// dependency dlsym searches). They return the raw nixl_status_t, which keeps
+	// REMOTE_DISCONNECT and REPOST_ACTIVE that the C API folds into BACKEND.
+	r_post = (int (*)(void *, void *, const void *))dlsym(kx_lib,
+		"_ZNK9nixlAgent11postXferReqEP12nixlXferReqHPK21nixlAgentOptionalArgs");
+	r_status = (int (*)(void *, void *))dlsym(kx_lib, "_ZNK9nixlAgent13getXferStatusEP12nixlXferReqH");
 	return NULL;
 }
+
+static int kx_has_raw(void) { return r_post != NULL && r_status != NULL; }
+
+// The C API's agent and request wrappers hold the C++ pointer as their first
+// field (struct nixl_capi_agent_s { nixlAgent *inner; }, nixl_capi_xfer_req_s
+// { nixlXferReqH *req; }); a non-virtual const member function takes this as
+// its first argument. A NULL extra keeps the notification given at creation.
+static int kx_raw_post(kx_h a, kx_h x) { return r_post(*(void **)a, *(void **)x, NULL); }
+static int kx_raw_status(kx_h a, kx_h x) { return r_status(*(void **)a, *(void **)x); }
 
 // Trampolines: cgo cannot call C function pointers directly. The ones below
 // also batch what would otherwise be one cgo crossing per descriptor or index.
@@ -261,6 +278,7 @@ import "C"
 import (
 	"encoding/binary"
 	"errors"
+	"os"
 	"strings"
 	"sync"
 	"unsafe"
@@ -268,16 +286,39 @@ import (
 	"github.com/kvxfer/kvxfer/nixl"
 )
 
-// capi status values of the wheel's libnixl_capi (NIXL 1.5): NIXL_ERR_NOT_FOUND
-// keeps its own code, INVALID_PARAM too; every other error is BACKEND.
+// Statuses are handled as NIXL's own nixl_status_t values. The C API's codes
+// are translated by nx; the raw post/status entry points return them as is.
 const (
-	stSuccess  = 0
-	stInProg   = 1
-	stInvalid  = -1
-	stBackend  = -2
-	stState    = -3
-	stNotFound = -6
+	stSuccess    = 0   // NIXL_SUCCESS
+	stInProg     = 1   // NIXL_IN_PROG
+	stInvalid    = -2  // NIXL_ERR_INVALID_PARAM
+	stBackend    = -3  // NIXL_ERR_BACKEND
+	stNotFound   = -4  // NIXL_ERR_NOT_FOUND
+	stRepost     = -7  // NIXL_ERR_REPOST_ACTIVE
+	stUnknown    = -8  // NIXL_ERR_UNKNOWN
+	stDisconnect = -10 // NIXL_ERR_REMOTE_DISCONNECT
 )
+
+// nx translates a nixl_capi_status_t. The wheel's C API (NIXL 1.5) keeps
+// INVALID_PARAM (-1) and NOT_FOUND (-6) apart and reports every other error as
+// BACKEND (-2); -3 is its INVALID_STATE, -4 a caught exception.
+func nx(st C.kx_st) int {
+	switch st {
+	case 0, 1:
+		return int(st)
+	case -1:
+		return stInvalid
+	case -6:
+		return stNotFound
+	case -2:
+		return stBackend
+	}
+	return stUnknown
+}
+
+// rawStatus is set when load found nixlAgent's own post/status functions and
+// $KVXFER_LIBNIXL_STATUS is not "capi".
+var rawStatus bool
 
 // handle is an opaque libnixl_capi pointer (C memory; Go may keep it).
 type handle = C.kx_h
@@ -299,6 +340,7 @@ func load(path string) error {
 			return
 		}
 		loadPath = path
+		rawStatus = C.kx_has_raw() != 0 && os.Getenv("KVXFER_LIBNIXL_STATUS") != "capi"
 	})
 	return loadErr
 }
@@ -335,15 +377,15 @@ func capiCreateAgent(name string, prog bool, sync int) (handle, int) {
 	defer cfree(cn)
 	var a handle
 	st := C.kx_create_agent(cn, C.bool(prog), C.int(sync), &a)
-	return a, int(st)
+	return a, nx(st)
 }
 
-func capiDestroyAgent(a handle) int { return int(C.kx_destroy_agent(a)) }
+func capiDestroyAgent(a handle) int { return nx(C.kx_destroy_agent(a)) }
 
 func capiPlugins(a handle) ([]string, int) {
 	var out *C.char
 	if st := C.kx_plugins(a, &out); st != 0 {
-		return nil, int(st)
+		return nil, nx(st)
 	}
 	defer cfree(out)
 	return strings.Fields(C.GoString(out)), 0
@@ -366,7 +408,7 @@ func capiCreateBackend(a handle, plugin string, params map[string]string) int {
 		}
 	}()
 	var b handle
-	return int(C.kx_create_backend(a, cp, (**C.char)(kv), C.size_t(i), &b))
+	return nx(C.kx_create_backend(a, cp, (**C.char)(kv), C.size_t(i), &b))
 }
 
 func capiReg(a handle, kind nixl.MemKind, ds []nixl.Desc, reg bool) int {
@@ -375,14 +417,14 @@ func capiReg(a handle, kind nixl.MemKind, ds []nixl.Desc, reg bool) int {
 	if reg {
 		r = 1
 	}
-	return int(C.kx_reg(a, C.int(kind), u64p(t), C.size_t(len(ds)), C.int(r)))
+	return nx(C.kx_reg(a, C.int(kind), u64p(t), C.size_t(len(ds)), C.int(r)))
 }
 
 func capiLocalMD(a handle) ([]byte, int) {
 	var p unsafe.Pointer
 	var n C.size_t
 	if st := C.kx_local_md(a, &p, &n); st != 0 {
-		return nil, int(st)
+		return nil, nx(st)
 	}
 	defer C.free(p)
 	return C.GoBytes(p, C.int(n)), 0
@@ -392,7 +434,7 @@ func capiLoadMD(a handle, md []byte) (string, int) {
 	var name *C.char
 	st := C.kx_load_md(a, bytesp(md), C.size_t(len(md)), &name)
 	if st != 0 {
-		return "", int(st)
+		return "", nx(st)
 	}
 	defer cfree(name)
 	return C.GoString(name), 0
@@ -401,13 +443,13 @@ func capiLoadMD(a handle, md []byte) (string, int) {
 func capiInvalidate(a handle, peer string) int {
 	cp := cstr(peer)
 	defer cfree(cp)
-	return int(C.kx_invalidate(a, cp))
+	return nx(C.kx_invalidate(a, cp))
 }
 
 func capiCheckMD(a handle, peer string) int {
 	cp := cstr(peer)
 	defer cfree(cp)
-	return int(C.kx_check_md(a, cp))
+	return nx(C.kx_check_md(a, cp))
 }
 
 func capiPrep(a handle, peer string, kind nixl.MemKind, ds []nixl.Desc) (handle, int) {
@@ -416,10 +458,10 @@ func capiPrep(a handle, peer string, kind nixl.MemKind, ds []nixl.Desc) (handle,
 	t := triples(ds)
 	var h handle
 	st := C.kx_prep(a, cp, C.int(kind), u64p(t), C.size_t(len(ds)), &h)
-	return h, int(st)
+	return h, nx(st)
 }
 
-func capiReleaseList(a, h handle) int { return int(C.kx_release_list(a, h)) }
+func capiReleaseList(a, h handle) int { return nx(C.kx_release_list(a, h)) }
 
 func capiOp(op nixl.Op) C.int {
 	if op == nixl.Write {
@@ -432,7 +474,7 @@ func capiMake(a handle, op nixl.Op, l handle, li []int32, r handle, ri []int32, 
 	var x handle
 	st := C.kx_make(a, capiOp(op), l, (*C.int)(unsafe.Pointer(&li[0])), r, (*C.int)(unsafe.Pointer(&ri[0])),
 		C.size_t(len(li)), bytesp(notif), C.size_t(len(notif)), C.bool(notif != nil), &x)
-	return x, int(st)
+	return x, nx(st)
 }
 
 func capiCreate(a handle, op nixl.Op, lk nixl.MemKind, l []nixl.Desc, peer string, rk nixl.MemKind, r []nixl.Desc, notif []byte) (handle, int) {
@@ -442,23 +484,34 @@ func capiCreate(a handle, op nixl.Op, lk nixl.MemKind, l []nixl.Desc, peer strin
 	var x handle
 	st := C.kx_create(a, capiOp(op), C.int(lk), u64p(lt), C.int(rk), u64p(rt), C.size_t(len(l)), cp,
 		bytesp(notif), C.size_t(len(notif)), C.bool(notif != nil), &x)
-	return x, int(st)
+	return x, nx(st)
 }
 
-func capiPost(a, x handle) int    { return int(C.kx_post(a, x)) }
-func capiStatus(a, x handle) int  { return int(C.kx_status(a, x)) }
-func capiRelease(a, x handle) int { return int(C.kx_release(a, x)) }
+func capiPost(a, x handle) int {
+	if rawStatus {
+		return int(C.kx_raw_post(a, x))
+	}
+	return nx(C.kx_post(a, x))
+}
+
+func capiStatus(a, x handle) int {
+	if rawStatus {
+		return int(C.kx_raw_status(a, x))
+	}
+	return nx(C.kx_status(a, x))
+}
+func capiRelease(a, x handle) int { return nx(C.kx_release(a, x)) }
 
 func capiGenNotif(a handle, peer string, msg []byte) int {
 	cp := cstr(peer)
 	defer cfree(cp)
-	return int(C.kx_gen_notif(a, cp, bytesp(msg), C.size_t(len(msg))))
+	return nx(C.kx_gen_notif(a, cp, bytesp(msg), C.size_t(len(msg))))
 }
 
 func capiNewNotifMap() (handle, int) {
 	var m handle
 	st := C.kx_new_notif_map(&m)
-	return m, int(st)
+	return m, nx(st)
 }
 
 func capiFreeNotifMap(m handle) { C.kx_free_notif_map(m) }
@@ -468,7 +521,7 @@ func capiDrain(a, m handle, dst []nixl.Notif) ([]nixl.Notif, int) {
 	var buf *C.char
 	var n C.size_t
 	if st := C.kx_drain(a, m, &buf, &n); st != 0 {
-		return dst, int(st)
+		return dst, nx(st)
 	}
 	if buf == nil {
 		return dst, 0

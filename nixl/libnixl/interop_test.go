@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kvxfer/kvxfer/nixl"
+	"github.com/kvxfer/kvxfer/nixl/libnixl"
 	"github.com/kvxfer/kvxfer/nixl/sglang"
 )
 
@@ -139,9 +140,9 @@ func TestInteropPythonDecode(t *testing.T) {
 }
 
 // TestPeerGone kills a Python peer and checks that NIXL's report of it comes
-// back typed: a later post fails with ErrRemoteDisconnect (NIXL invalidates
-// the peer itself) or, if the transport only sees a generic error, ErrBackend;
-// either way nothing hangs and the request can be released.
+// back typed: a later post fails with ErrRemoteDisconnect (with RawStatus;
+// through the C API alone NIXL 1.5 only says BACKEND), nothing hangs, the
+// request can be released, and the peer stays unusable until dropped.
 func TestPeerGone(t *testing.T) {
 	g := newAgent(t, "go-gone")
 	py := startPeer(t, true, "target", "--name", "py-gone", "--size", "65536", "--timeout", "30")
@@ -191,15 +192,24 @@ func TestPeerGone(t *testing.T) {
 	if last == nil {
 		t.Fatal("posts to a killed peer kept succeeding")
 	}
+	if libnixl.RawStatus() && !errors.Is(last, nixl.ErrRemoteDisconnect) {
+		t.Fatalf("post to a killed peer: %v, want ErrRemoteDisconnect", last)
+	}
 	if !errors.Is(last, nixl.ErrRemoteDisconnect) && !errors.Is(last, nixl.ErrBackend) {
 		t.Fatalf("post to a killed peer: %v, want ErrRemoteDisconnect or ErrBackend", last)
 	}
-	t.Logf("post to a killed peer: %v (remote disconnect: %v)", last, errors.Is(last, nixl.ErrRemoteDisconnect))
+	t.Logf("post to a killed peer: %v (raw status: %v)", last, libnixl.RawStatus())
 	if err := g.Release(x); err != nil {
 		t.Fatalf("Release after failure: %v", err)
 	}
-	if err := g.SendNotif(peer, []byte("x")); err == nil {
-		t.Log("SendNotif to the dead peer was accepted (UCX queued it)")
+	if errors.Is(last, nixl.ErrRemoteDisconnect) {
+		if err := g.SendNotif(peer, []byte("x")); !errors.Is(err, nixl.ErrRemoteDisconnect) {
+			t.Fatalf("SendNotif to a disconnected peer: %v", err)
+		}
+		if _, err := g.Create(nixl.Write, nixl.DRAM, []nixl.Desc{nixl.DescOf(src, 0)}, peer, nixl.DRAM,
+			[]nixl.Desc{{Addr: py.Addr, Len: 65536}}, nil); !errors.Is(err, nixl.ErrRemoteDisconnect) {
+			t.Fatalf("Create for a disconnected peer: %v", err)
+		}
 	}
 	if err := g.DropPeer(peer); err != nil {
 		t.Fatalf("DropPeer: %v", err)

@@ -133,8 +133,13 @@ func (p *pyPeer) read(t testing.TB, v any) {
 	}
 	ch := make(chan res, 1)
 	go func() {
-		line, err := p.out.ReadBytes('\n')
-		ch <- res{line, err}
+		for { // NIXL's Python logger may print to stdout too: skip non-JSON lines
+			line, err := p.out.ReadBytes('\n')
+			if err != nil || bytes.HasPrefix(line, []byte("{")) {
+				ch <- res{line, err}
+				return
+			}
+		}
 	}()
 	select {
 	case r := <-ch:

@@ -137,28 +137,33 @@ func (s *state) stale(name string, gen uint64) bool {
 }
 
 // transportErr classifies a failed post, status or notification towards a
-// peer. The C API reports NIXL_ERR_REMOTE_DISCONNECT as BACKEND, but NIXL
-// invalidates a disconnected peer's metadata itself, so a BACKEND error while
-// check_remote_md no longer finds the peer means the peer went away.
+// peer. With the raw statuses (see rawStatus) NIXL says REMOTE_DISCONNECT
+// itself. Through the C API alone it is folded into BACKEND; older NIXL
+// releases invalidate a disconnected peer's metadata, so a BACKEND error after
+// which check_remote_md no longer finds the peer is taken as a disconnect.
 func (s *state) transportErr(peerName string, gen uint64, st int) error {
 	if s.stale(peerName, gen) {
 		return nixl.ErrPeerUnknown
 	}
 	p := s.peers[peerName]
-	if p != nil && p.disconnected {
-		return nixl.ErrRemoteDisconnect
-	}
-	if peerName != "" && peerName != s.name && capiCheckMD(s.ag, peerName) != stSuccess {
+	switch {
+	case st == stDisconnect:
 		if p != nil {
 			p.disconnected = true
 		}
 		return nixl.ErrRemoteDisconnect
-	}
-	if st == stNotFound {
+	case p != nil && p.disconnected:
+		return nixl.ErrRemoteDisconnect
+	case st == stNotFound:
 		return nixl.ErrPeerUnknown
-	}
-	if st == stInvalid {
+	case st == stRepost:
+		return nixl.ErrRequestActive
+	case st == stInvalid:
 		return nixl.ErrInvalid
+	}
+	if p != nil && capiCheckMD(s.ag, peerName) != stSuccess {
+		p.disconnected = true
+		return nixl.ErrRemoteDisconnect
 	}
 	return nixl.ErrBackend
 }
@@ -169,7 +174,7 @@ func (s *state) settle(x *xfer, st int) {
 	switch {
 	case st == stSuccess:
 		x.state, x.err = nixl.Done, nil
-	case st == stInProg:
+	case st == stInProg, st == stRepost && was:
 		x.state, x.err = nixl.InProgress, nil
 	default:
 		x.state = nixl.Failed
