@@ -15,6 +15,7 @@ func Races() []Scenario {
 		abortInChunkWindow(),
 		clientAbortInChunkWindow(),
 		abortLostInUpdateWindow(),
+		abortAfterWorkerCheck(),
 		lateInfoAfterClear(),
 		infoRacingClear(),
 		lateWorkerWriteAfterClear(),
@@ -409,6 +410,68 @@ func infoRacingClear() Scenario {
 				x.that(o.LiveBeforeGrace == 1 && o.Leaked == 0, "the orphan info lives until the sweep, then goes")
 			default:
 				x.that(o.LiveBeforeGrace == 0 && o.Leaked == 0, "the room's own mailbox orders the info after the clear")
+			}
+			return x.err()
+		},
+	}
+}
+
+// P5 at the chunk's start: the worker checked the room before the ABORT and
+// posts after it. A dict design cannot close this window (mooncake and the
+// later upstream have it too); the fixed port makes it safe by telling decode
+// only after the write drained.
+func abortAfterWorkerCheck() Scenario {
+	return Scenario{
+		Name:  "abort-after-worker-check",
+		Spec:  "§6.3 P5",
+		Doc:   "the worker passed its Failed check for the last chunk; decode's ABORT lands; the worker posts",
+		Kinds: Kinds(),
+		Run: func(t *Target) (Outcome, error) {
+			o := Outcome{Room: raceRoom}
+			t.Engine.Open(raceRoom)
+			t.Engine.TransferInfo(raceRoom, info(1, 1))
+			t.SettleBootstrap(raceRoom)
+			t.Engine.Init(raceRoom, 1, 0)
+			t.Gate.Hold(chunkOf(raceRoom, 0))
+			pp := t.Pause(dict.WorkerBeforeTransferring, dict.ForRoom(raceRoom))
+			defer pp.Release()
+			t.Engine.Send(raceRoom, []int32{1}, nil)
+			if err := reach(pp); err != nil {
+				return o, err
+			}
+			t.Engine.DecodeAbort(raceRoom, decodeEP)
+			t.SettleBootstrap(raceRoom)
+			tick := t.Gate.Tick()
+			o.view(t, "after-abort")
+			pp.Release()
+			if t.Dict() != nil {
+				if err := t.Gate.WaitHeld(raceRoom, 1); err != nil {
+					return o, err
+				}
+			}
+			o.NoticesInWindow = len(t.Notices.Of(raceRoom))
+			o.PostsAfterAbort = t.Gate.PostedAfter(raceRoom, tick)
+			t.Gate.Release(raceRoom, room.ReasonNone)
+			t.SettleWorkers(raceRoom)
+			finish(t, &o, raceRoom)
+			return o, nil
+		},
+		Check: func(o Outcome) error {
+			var x expect
+			x.that(!o.Pinned && o.Leaked == 0, "not pinned, nothing left")
+			switch o.Kind {
+			case Upstream:
+				// The write goes to pages decode freed at its ABORT, and decode
+				// is never told when it landed.
+				x.that(o.PostsAfterAbort == 1 && len(o.Notices) == 0, "posted after the ABORT, decode never told")
+				x.that(o.Final.Status == room.Failed, "Failed (sticky), got %v", o.Final.Status)
+			case Fixed:
+				x.that(o.PostsAfterAbort == 1, "the window is still there: posted after the ABORT")
+				x.that(o.NoticesInWindow == 0 && notices(o, room.AbortAck) == 1, "but decode gets its ACK only after the write drained")
+				x.that(o.Final.Status == room.Failed, "Failed, got %v", o.Final.Status)
+			default:
+				x.that(o.PostsAfterAbort == 0, "a room posts nothing once it processed the ABORT")
+				x.that(o.NoticesInWindow == 0 && notices(o, room.AbortAck) == 1, "ACK after the drain")
 			}
 			return x.err()
 		},
