@@ -86,6 +86,9 @@ func TestWorkloadSucceedsWithBytesVerified(t *testing.T) {
 			e := newDecode(t, p, func(c *Config) {
 				c.LaterFrames = later
 				c.Workload.DummyShare, c.Workload.PrefixShare = 0.3, 0.3
+				if later {
+					c.Rate = 4000 // paced: 40 rooms over ~10 ms
+				}
 			})
 			wait := serveAll(p, e.cfg.Workload, e.cfg.Rooms)
 			s := e.Run(context.Background())
