@@ -370,20 +370,26 @@ func (e *Engine) DecodeAbort(id uint64, from room.Endpoint) {
 // Register delivers a decode agent's registration frame (rule 4: first wins).
 func (e *Engine) Register(agent string) { e.deliver(inbound{register: agent}) }
 
-func (e *Engine) deliver(m inbound) {
+func (e *Engine) deliver(m inbound) (ok bool) {
 	if e.stopped.Load() {
-		return
+		return false
 	}
-	defer func() { _ = recover() }() // a send racing Close: the socket is gone
+	defer func() {
+		if recover() != nil { // a send racing Close: the socket is gone
+			ok = false
+		}
+	}()
 	e.inbox <- m
+	return true
 }
 
 // SettleBootstrap returns once the bootstrap goroutine handled every message
-// delivered before the call.
+// delivered before the call (at once after Close).
 func (e *Engine) SettleBootstrap() {
 	done := make(chan struct{})
-	e.deliver(inbound{barrier: done})
-	<-done
+	if e.deliver(inbound{barrier: done}) {
+		<-done
+	}
 }
 
 // SettleWorkers returns once every worker handled every chunk enqueued before
