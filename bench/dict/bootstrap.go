@@ -1,6 +1,10 @@
 package dict
 
-import "github.com/kvxfer/kvxfer/actors/room"
+import (
+	"sort"
+
+	"github.com/kvxfer/kvxfer/actors/room"
+)
 
 // inbound is one message on the channel standing in for the PULL socket.
 type inbound struct {
@@ -75,4 +79,48 @@ func (e *Engine) onDecodeAbort(id uint64, from room.Endpoint) {
 		e.record(id, room.ReasonDecodeAbort, "Aborted by decode-side abort notification.")
 		e.update(id, room.Failed, byBootstrap)
 	}
+}
+
+// Decode side: both go through the bootstrap goroutine, as frames on the PULL
+// socket do.
+
+// TransferInfo delivers one decode agent's transfer info (rule 5).
+func (e *Engine) TransferInfo(id uint64, ti room.TransferInfo) {
+	e.deliver(inbound{room: id, ti: &ti})
+}
+
+// DecodeAbort delivers decode's ABORT (rule 6).
+func (e *Engine) DecodeAbort(id uint64, from room.Endpoint) {
+	e.deliver(inbound{room: id, abort: &from})
+}
+
+// Register delivers a decode agent's registration frame (rule 4: first wins).
+func (e *Engine) Register(agent string) { e.deliver(inbound{register: agent}) }
+
+func (e *Engine) deliver(m inbound) (ok bool) {
+	if e.stopped.Load() {
+		return false
+	}
+	defer func() {
+		if recover() != nil { // a send racing Close: the socket is gone
+			ok = false
+		}
+	}()
+	e.inbox <- m
+	return true
+}
+
+// sortedInfos returns a room's transfer infos in insertion order.
+func sortedInfos(t *table[string, infoEntry]) []room.TransferInfo {
+	snap := t.snapshot()
+	es := make([]infoEntry, 0, len(snap))
+	for _, v := range snap {
+		es = append(es, v)
+	}
+	sort.Slice(es, func(i, j int) bool { return es[i].n < es[j].n })
+	out := make([]room.TransferInfo, len(es))
+	for i := range es {
+		out[i] = es[i].ti
+	}
+	return out
 }
