@@ -221,6 +221,22 @@ func TestRule11Clear(t *testing.T) {
 	})
 }
 
+// Fixed: a clear of a live room is the scheduler giving up on it.
+func TestRule11FixedClearOfLiveRoom(t *testing.T) {
+	h := newHarness(t, Fixed, nil)
+	h.ready(1, 1)
+	h.e.Clear(1)
+	if l := h.leaks(); l.Total() != 0 {
+		t.Fatalf("left %+v", l)
+	}
+	if r := h.poll(1); r.Status != room.Failed || r.Reason != room.ReasonClientAbort {
+		t.Fatalf("the cleared id polls %+v", r)
+	}
+	if h.n.Count(1, room.FailureStatus) != 1 {
+		t.Fatalf("decode not told: %+v", h.n.Of(1))
+	}
+}
+
 func TestRule12AbortDoesNotTellDecode(t *testing.T) {
 	both(t, func(t *testing.T, h *harness) {
 		h.ready(1, 2)

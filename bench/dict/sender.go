@@ -73,8 +73,15 @@ func (e *Engine) Abort(id uint64) {
 
 // Clear is what the scheduler does once a room is terminal (spec §2.4): after
 // Failed it calls failure_exception, which clears; after Success, clear. Then
-// it drops the sender.
+// it drops the sender. Upstream clears a live room as it is; Fixed treats that
+// as the scheduler giving up (a client abort), as the actor engine does, so
+// decode hears of it once the room's writes drained.
 func (e *Engine) Clear(id uint64) {
+	if e.fixed {
+		if st, ok := e.status.get(id); ok && !st.Terminal() {
+			e.Abort(id)
+		}
+	}
 	e.smu.Lock()
 	s := e.senders[id]
 	failed := s != nil && s.failed
