@@ -110,6 +110,9 @@ type Engine struct {
 	system *actor.ActorSystem
 	shards []*actor.PID
 	closed chan struct{}
+	// stopped is closed once the shards are stopped: a request still waiting
+	// for their answer then gets the shutdown answer instead of blocking.
+	stopped chan struct{}
 }
 
 // New starts an engine.
@@ -121,7 +124,7 @@ func New(cfg Config) (*Engine, error) {
 	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
 		return slog.New(slog.NewTextHandler(io.Discard, nil))
 	}))
-	e := &Engine{cfg: c, system: sys, closed: make(chan struct{})}
+	e := &Engine{cfg: c, system: sys, closed: make(chan struct{}), stopped: make(chan struct{})}
 	capPerShard := (c.TombstoneCap + c.Shards - 1) / c.Shards
 	for i := 0; i < c.Shards; i++ {
 		props := actor.PropsFromProducer(func() actor.Actor { return newShard(e, capPerShard) },
@@ -189,9 +192,19 @@ func (e *Engine) Poll(rooms []uint64, out []room.Reply) []room.Reply {
 			e.system.Root.Send(e.shards[s], b)
 		}
 	}
+	answered := make([]bool, len(rooms))
 	for range rooms {
-		a := <-answers
-		out[a.index] = a.reply
+		select {
+		case a := <-answers:
+			out[a.index], answered[a.index] = a.reply, true
+		case <-e.stopped:
+			for i := range out {
+				if !answered[i] {
+					out[i] = room.Reply{Status: room.Failed, Reason: room.ReasonShutdown}
+				}
+			}
+			return out
+		}
 	}
 	return out
 }
@@ -273,7 +286,13 @@ func (e *Engine) describe(limit int) []RoomInfo {
 	var out []RoomInfo
 	counts, want := 0, 0
 	for counts < len(e.shards) || len(out) < want {
-		switch v := (<-reply).(type) {
+		var v any
+		select {
+		case v = <-reply:
+		case <-e.stopped:
+			return out
+		}
+		switch v := v.(type) {
 		case dumpCount:
 			counts++
 			want += int(v)
@@ -291,7 +310,12 @@ func (e *Engine) gather(req func(chan<- any) any) []any {
 	}
 	out := make([]any, 0, len(e.shards))
 	for range e.shards {
-		out = append(out, <-reply)
+		select {
+		case v := <-reply:
+			out = append(out, v)
+		case <-e.stopped:
+			return out
+		}
 	}
 	return out
 }
@@ -330,6 +354,7 @@ func (e *Engine) Close(ctx context.Context) error {
 			waitErr = err
 		}
 	}
+	close(e.stopped)
 	e.system.Shutdown()
 	return waitErr
 }

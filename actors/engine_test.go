@@ -335,3 +335,19 @@ func TestEngineRoomsDump(t *testing.T) {
 		t.Fatalf("limit 4 gave %d", len(got))
 	}
 }
+
+func TestEnginePollAfterCloseAnswersShutdown(t *testing.T) {
+	f := newFixture(t, &transfersDouble{}, nil)
+	f.eng.Open(1)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := f.eng.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r := f.poll(1); r.Status != room.Failed || r.Reason != room.ReasonShutdown {
+		t.Fatalf("poll after close: %+v", r)
+	}
+	if st := f.eng.Stats(); st != (Stats{}) {
+		t.Fatalf("stats after close: %+v", st)
+	}
+}

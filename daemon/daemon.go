@@ -270,9 +270,10 @@ func (d *Daemon) startDebug() error {
 	return nil
 }
 
-// Shutdown stops ingest first (no new decode input), fails every live room with
-// reason shutdown and waits for in-flight writes (bounded by ctx), then stops
-// the pool, the control API, the links and the servers.
+// Shutdown stops ingest (no new decode input), the bootstrap server and the
+// control API, fails every live room with reason shutdown and waits for
+// in-flight writes (bounded by ctx) so decode is told after the drain, then
+// stops the pool, the agent, the links and the debug server.
 func (d *Daemon) Shutdown(ctx context.Context) error {
 	d.mu.Lock()
 	in := d.ingest
@@ -281,11 +282,19 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 		in.Stop()
 	}
 	var errs []error
-	if d.eng != nil {
-		errs = append(errs, d.eng.Close(ctx))
+	// The bootstrap server goes first after ingest, so decode heartbeats fail
+	// and decodes stop sending; then the control API, so no scheduler call is
+	// left waiting on an engine that is closing.
+	for _, s := range []*http.Server{d.bootSrv} {
+		if s != nil {
+			errs = append(errs, s.Shutdown(ctx))
+		}
 	}
 	if d.control != nil {
 		d.control.Stop()
+	}
+	if d.eng != nil {
+		errs = append(errs, d.eng.Close(ctx))
 	}
 	d.mu.Lock()
 	if d.pool != nil {
@@ -296,10 +305,8 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 	}
 	d.mu.Unlock()
 	d.links.closeAll()
-	for _, s := range []*http.Server{d.bootSrv, d.debug} {
-		if s != nil {
-			errs = append(errs, s.Shutdown(ctx))
-		}
+	if d.debug != nil {
+		errs = append(errs, d.debug.Shutdown(ctx))
 	}
 	return errors.Join(errs...)
 }

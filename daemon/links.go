@@ -3,6 +3,7 @@ package daemon
 import (
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/kvxfer/kvxfer/transport"
 )
@@ -22,7 +23,8 @@ func (l *links) send(endpoint string, frames [][]byte) error {
 	link, ok := l.by[endpoint]
 	if !ok {
 		var err error
-		link, err = transport.DialPush(transport.PushConfig{Endpoint: endpoint, Logger: l.log})
+		// Flush at close: the last notices of a graceful shutdown must reach decode.
+		link, err = transport.DialPush(transport.PushConfig{Endpoint: endpoint, Logger: l.log, FlushTimeout: 2 * time.Second})
 		if err != nil {
 			l.mu.Unlock()
 			return err

@@ -28,7 +28,12 @@ type PushConfig struct {
 	SendTimeout time.Duration
 	// QueueSize is the number of messages Send may queue ahead of the socket: 0 means 1024.
 	QueueSize int
-	Logger    *slog.Logger
+	// FlushTimeout, when > 0, makes Close deliver what is still queued: it sends
+	// the queue with blocking sends bounded by FlushTimeout each and lingers up
+	// to FlushTimeout for libzmq to hand them to the peer (a graceful shutdown's
+	// last KV_STATUS). 0 keeps upstream's linger 0: queued messages are dropped.
+	FlushTimeout time.Duration
+	Logger       *slog.Logger
 }
 
 // PushStats are cumulative counters; read them from any goroutine.
@@ -132,10 +137,16 @@ func (l *PushLink) run(ready chan<- error) {
 		case frames := <-l.queue:
 			l.send(sock, frames, 0)
 		case <-l.stop:
+			flags := zmq.DONTWAIT
+			if l.cfg.FlushTimeout > 0 {
+				flags = 0
+				_ = sock.SetSndtimeo(l.cfg.FlushTimeout)
+				_ = sock.SetLinger(l.cfg.FlushTimeout)
+			}
 			for {
 				select {
 				case frames := <-l.queue:
-					l.send(sock, frames, zmq.DONTWAIT)
+					l.send(sock, frames, flags)
 				default:
 					return
 				}
