@@ -45,9 +45,11 @@ test: fmt-check vet race fuzz-smoke
 bench:
 	$(GO) test -run='^$$' -bench=. -benchmem -count=3 $(PKGS)
 
+# kvxferd, the prefill scheduler emulator and the decode emulator as three
+# processes; `bin/kvxfer-demo -inprocess` runs the engine demo in one process.
 demo: deps
-	$(GO) build -o $(BIN)/ ./cmd/kvxfer-demo
-	$(BIN)/kvxfer-demo -inprocess
+	$(GO) build -o $(BIN)/ ./cmd/kvxferd ./cmd/kvxfer-sched ./cmd/kvxfer-decode ./cmd/kvxfer-demo
+	$(BIN)/kvxfer-demo
 
 clean:
 	rm -rf $(BIN)

@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/kvxfer/kvxfer/emul/decode"
 	"github.com/kvxfer/kvxfer/emul/sched"
 )
 
@@ -91,10 +92,13 @@ func processesMain(args []string) error {
 		"-seed", strconv.FormatUint(*seed, 10), "-abort-share", strconv.FormatFloat(*abortShare, 'f', -1, 64)}
 	schedJSON, decodeJSON := filepath.Join(dir, "sched.json"), filepath.Join(dir, "decode.json")
 	schedCmd := exec.CommandContext(ctx, filepath.Join(bin, "kvxfer-sched"), append([]string{"-control", ctl, "-json", schedJSON}, common...)...)
-	decodeArgs := append([]string{"-bootstrap", boot, "-json", decodeJSON, "-waiting-timeout", "20s"}, common...)
-	if *proto == "ack" {
-		decodeArgs = append(decodeArgs, "-ack")
+	// A baseline decode hears of a prefill-side abort only through its own
+	// waiting timeout (spec §6.3 P4), so the demo keeps that short.
+	waiting := "20s"
+	if *proto == "baseline" {
+		waiting = "3s"
 	}
+	decodeArgs := append([]string{"-bootstrap", boot, "-json", decodeJSON, "-waiting-timeout", waiting, "-decode-protocol", *proto}, common...)
 	decodeCmd := exec.CommandContext(ctx, filepath.Join(bin, "kvxfer-decode"), decodeArgs...)
 	start := time.Now()
 	var wg sync.WaitGroup
@@ -132,14 +136,13 @@ func processesMain(args []string) error {
 
 	var s sched.Summary
 	readJSON(schedJSON, &s)
-	var d map[string]any
+	var d decode.Summary
 	readJSON(decodeJSON, &d)
 	fmt.Printf("\n== summary (%.1f s wall) ==\n", wall.Seconds())
 	fmt.Printf("prefill side: %d rooms, pinned %d, %.0f rooms/s, time-to-terminal p50 %.2f ms p99 %.2f ms\n",
 		s.Rooms, s.Pinned, s.RoomsPerS, s.P50Millis, s.P99Millis)
-	if d != nil {
-		fmt.Printf("decode side:  %s\n", decodeLine(d))
-	}
+	fmt.Printf("decode side:  %d rooms, %d bytes verified, wrong bytes %d, aux errors %d, pages held %d, unexpected outcomes %d\n",
+		d.Rooms, d.BytesVerified, d.WrongBytes, d.AuxErrors, d.PagesHeld+d.AuxHeld, d.Unexpected)
 	var failed []string
 	if errs[0] != nil {
 		failed = append(failed, "scheduler emulator: "+errs[0].Error())
@@ -150,8 +153,11 @@ func processesMain(args []string) error {
 	if daemonErr != nil {
 		failed = append(failed, "kvxferd: "+daemonErr.Error()+" (log: "+logFile.Name()+")")
 	}
-	if s.Pinned > 0 {
-		failed = append(failed, fmt.Sprintf("%d rooms pinned", s.Pinned))
+	if s.Pinned > 0 || s.Rooms != *rooms {
+		failed = append(failed, fmt.Sprintf("%d rooms pinned, %d of %d reported", s.Pinned, s.Rooms, *rooms))
+	}
+	if d.WrongBytes > 0 || d.AuxErrors > 0 || d.PagesHeld > 0 || d.Rooms != *rooms {
+		failed = append(failed, fmt.Sprintf("decode: %d wrong bytes, %d aux errors, %d pages held, %d of %d rooms", d.WrongBytes, d.AuxErrors, d.PagesHeld, d.Rooms, *rooms))
 	}
 	if len(failed) > 0 {
 		*keep = true
@@ -159,16 +165,6 @@ func processesMain(args []string) error {
 	}
 	fmt.Println("OK: no room pinned, every byte decode received was verified, every process exited cleanly")
 	return nil
-}
-
-func decodeLine(d map[string]any) string {
-	out := ""
-	for _, k := range []string{"rooms", "success_verified", "pages_verified", "wrong_bytes", "pages_held", "p50_ms", "p99_ms"} {
-		if v, ok := d[k]; ok {
-			out += fmt.Sprintf("%s %v  ", k, v)
-		}
-	}
-	return out
 }
 
 func joinLines(ss []string) string {
