@@ -106,6 +106,16 @@ func (t *Target) SettleWorkers(rooms ...uint64) {
 	t.Engine.Poll(rooms, nil)
 }
 
+// Settle is SettleBootstrap then SettleWorkers: every decode message, chunk
+// and completion sent before the call has been handled.
+func (t *Target) Settle(rooms ...uint64) {
+	if t.dict != nil {
+		t.dict.Settle()
+		return
+	}
+	t.Engine.Poll(rooms, nil)
+}
+
 // Poll polls one room.
 func (t *Target) Poll(id uint64) room.Reply { return t.Engine.Poll([]uint64{id}, nil)[0] }
 
