@@ -2,7 +2,6 @@ package libnixl
 
 import (
 	"encoding/json"
-	"fmt"
 	"os"
 	"runtime"
 	"slices"
@@ -41,6 +40,11 @@ type Options struct {
 	// no call arrives, which also sends their deferred notifications (NIXL's UCX
 	// plugin sends a notification only from getXferStatus). Default 1ms.
 	PollInterval time.Duration
+	// Spin is how long the owner keeps polling requests in flight back to back
+	// after the last call before falling back to PollInterval; it costs a core
+	// while transfers run and speeds up transports whose copies happen inside
+	// the initiator's progress calls. Default 2ms; negative disables it.
+	Spin time.Duration
 	// CloseWait bounds how long Close waits for requests in flight to settle
 	// before destroying the agent. Default 5s.
 	CloseWait time.Duration
@@ -73,13 +77,10 @@ func New(name string, opts Options) (*Agent, error) {
 	if name == "" {
 		return nil, nixl.Errorf(nixl.ErrInvalid, "libnixl: empty agent name")
 	}
-	path, err := Find(opts.Path)
-	if err != nil {
+	if err := ensureLoaded(opts.Path); err != nil {
 		return nil, err
 	}
-	if err := load(path); err != nil {
-		return nil, fmt.Errorf("libnixl: load %s: %v", path, err)
-	}
+	var err error
 	if opts.Backend == "" {
 		opts.Backend = os.Getenv(EnvBackend)
 	}
@@ -93,6 +94,9 @@ func New(name string, opts Options) (*Agent, error) {
 	}
 	if opts.PollInterval <= 0 {
 		opts.PollInterval = time.Millisecond
+	}
+	if opts.Spin == 0 {
+		opts.Spin = 2 * time.Millisecond
 	}
 	if opts.CloseWait <= 0 {
 		opts.CloseWait = 5 * time.Second
@@ -122,6 +126,11 @@ func envParams() (map[string]string, error) {
 
 // loop is the owner goroutine. It never unlocks its OS thread, so the thread
 // (and the UCX worker state NIXL keyed to it) ends with the agent.
+//
+// While requests are in flight it polls them back to back for up to
+// Options.Spin after the last call, then every PollInterval. On transports
+// where the initiator's progress call does the copying (shared memory, cma,
+// tcp) that is what moves the bytes; on RDMA it only finds completions sooner.
 func (a *Agent) loop(ready chan<- error) {
 	runtime.LockOSThread()
 	st, err := newState(a.name, a.opts)
@@ -133,16 +142,34 @@ func (a *Agent) loop(ready chan<- error) {
 	a.st = st
 	tick := time.NewTicker(a.opts.PollInterval)
 	defer tick.Stop()
+	var last time.Time
+	run := func(f func()) bool {
+		f()
+		last = time.Now()
+		if st.dead {
+			close(a.done)
+		}
+		return st.dead
+	}
 	for {
+		if st.inflight > 0 && a.opts.Spin > 0 && time.Since(last) < a.opts.Spin {
+			select {
+			case f := <-a.calls:
+				if run(f) {
+					return
+				}
+			default:
+				st.progress()
+			}
+			continue
+		}
 		var tc <-chan time.Time
 		if st.inflight > 0 {
 			tc = tick.C
 		}
 		select {
 		case f := <-a.calls:
-			f()
-			if st.dead {
-				close(a.done)
+			if run(f) {
 				return
 			}
 		case <-tc:

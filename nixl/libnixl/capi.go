@@ -278,6 +278,7 @@ import "C"
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"sync"
@@ -324,10 +325,29 @@ var rawStatus bool
 type handle = C.kx_h
 
 var (
+	loadMu   sync.Mutex
 	loadOnce sync.Once
 	loadErr  error
 	loadPath string
 )
+
+// ensureLoaded finds and loads the library unless one is loaded already (a
+// process holds one libnixl; Find runs a Python interpreter, so only once).
+func ensureLoaded(path string) error {
+	loadMu.Lock()
+	defer loadMu.Unlock()
+	if loadPath != "" {
+		return nil
+	}
+	p, err := Find(path)
+	if err != nil {
+		return err
+	}
+	if err := load(p); err != nil {
+		return fmt.Errorf("libnixl: load %s: %v", p, err)
+	}
+	return nil
+}
 
 // load dlopens path once per process. A process can only hold one libnixl: a
 // second call with another path reports the first one's outcome.
