@@ -31,10 +31,13 @@ func TestRaceAbortBeforeSender(t *testing.T) {
 	}
 }
 
-// P5/P7: ABORT while a non-last chunk's write is in flight. Upstream's worker
-// then writes Transferring (resurrecting Failed before #30352), skips the last
-// chunk because the handler popped transfer_infos, and decode frees pages that a
-// late write may still land in.
+// P5/P7: ABORT while a non-last chunk's write is in flight. Upstream keeps
+// posting: before #30352 the worker's later Transferring/Success write
+// resurrected the Failed status (max() with Failed = 0); at the baseline Failed
+// is sticky, but the write still lands after the ABORT, decode is never told,
+// and decode frees pages that the late write may land in (spec §6.3). Here the
+// room fails at once, posts nothing more, and tells decode only after the
+// write drained.
 func TestRaceAbortInNonLastChunkWindow(t *testing.T) {
 	m, c := New(&testCfg, 9), &checker{realAgents: []string{"a"}, chunks: 2}
 	replay(t, c, m, Open{}, ti("a", epA, pages(1, 2), 1), Init{NumPages: 2}, Send{Pages: pages(5)})
