@@ -19,11 +19,10 @@ var (
 )
 
 // TestMain pins UCX to transports every CPU-only box has (loopback tcp,
-// shared memory, self) unless the caller chose otherwise, and keeps UCX's
-// own signal handlers out of Go's way.
+// shared memory and cma, self) unless the caller chose otherwise. UCX's own
+// error signal handlers stay at their default (TestGoPanicsRecover).
 func TestMain(m *testing.M) {
 	setDefault("UCX_TLS", "tcp,self,sm")
-	setDefault("UCX_HANDLE_ERRORS", "none")
 	setDefault("NIXL_LOG_LEVEL", "WARN")
 	os.Exit(m.Run())
 }
