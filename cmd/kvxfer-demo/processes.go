@@ -98,7 +98,10 @@ func processesMain(args []string) error {
 	if *proto == "baseline" {
 		waiting = "3s"
 	}
-	decodeArgs := append([]string{"-bootstrap", boot, "-json", decodeJSON, "-waiting-timeout", waiting, "-decode-protocol", *proto}, common...)
+	decodeArgs := append([]string{"-bootstrap", boot, "-json", decodeJSON, "-waiting-timeout", waiting, "-decode-protocol", *proto,
+		// The rank registers only once the scheduler registered its memory:
+		// retry the topology query often so startup does not skew latencies.
+		"-topology-retry", "20ms", "-topology-attempts", "1000"}, common...)
 	decodeCmd := exec.CommandContext(ctx, filepath.Join(bin, "kvxfer-decode"), decodeArgs...)
 	start := time.Now()
 	var wg sync.WaitGroup
