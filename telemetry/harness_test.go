@@ -83,7 +83,8 @@ func newHarness(t *testing.T, xf *manualXfers, mod func(*Config)) *harness {
 	t.Helper()
 	h := &harness{t: t, clk: clock.NewFake(epoch), xf: xf, exp: tracetest.NewInMemoryExporter()}
 	h.tp = sdktrace.NewTracerProvider(sdktrace.WithSyncer(h.exp), sdktrace.WithSampler(sdktrace.AlwaysSample()))
-	cfg := Config{Tracer: h.tp, Clock: h.clk, BytesPerPage: 1 << 20}
+	// The direct path by default; mod clears Exporter for the API path.
+	cfg := Config{Exporter: h.exp, Tracer: h.tp, Clock: h.clk, BytesPerPage: 1 << 20}
 	if mod != nil {
 		mod(&cfg)
 	}

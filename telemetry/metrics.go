@@ -2,8 +2,6 @@ package telemetry
 
 import (
 	"context"
-	"sort"
-	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -78,61 +76,91 @@ func reasonIndex(r room.Reason) int {
 	return numReasons - 1
 }
 
-// histogram is a fixed-bucket histogram of durations made of atomics.
-type histogram struct {
-	bounds []time.Duration
-	secs   []float64
-	counts []atomic.Uint64 // len(bounds)+1
-	sumNs  atomic.Int64
+// hist is a fixed-bucket histogram of durations, guarded by its shard's lock.
+type hist struct {
+	counts []uint64 // len(bounds)+1
+	sumNs  int64
 }
 
-func newHistogram(secs []float64) *histogram {
-	h := &histogram{secs: secs, counts: make([]atomic.Uint64, len(secs)+1)}
-	for _, s := range secs {
-		h.bounds = append(h.bounds, time.Duration(s*float64(time.Second)))
+func (h *hist) init(bounds int) { h.counts = make([]uint64, bounds+1) }
+
+func (h *hist) observe(d time.Duration, bounds []time.Duration) {
+	d = max(d, 0)
+	i := 0
+	for i < len(bounds) && d > bounds[i] {
+		i++
 	}
-	return h
+	h.counts[i]++
+	h.sumNs += int64(d)
 }
 
-func (h *histogram) observe(d time.Duration) {
-	if d < 0 {
-		d = 0
+func (h *hist) add(from *hist) {
+	for i, c := range from.counts {
+		h.counts[i] += c
 	}
-	i := sort.Search(len(h.bounds), func(i int) bool { return d <= h.bounds[i] })
-	h.counts[i].Add(1)
-	h.sumNs.Add(int64(d))
+	h.sumNs += from.sumNs
 }
 
-func (h *histogram) point(set attribute.Set, start, now time.Time) metricdata.HistogramDataPoint[float64] {
-	p := metricdata.HistogramDataPoint[float64]{Attributes: set, StartTime: start, Time: now,
-		Bounds: h.secs, BucketCounts: make([]uint64, len(h.counts))}
-	for i := range h.counts {
-		p.BucketCounts[i] = h.counts[i].Load()
-		p.Count += p.BucketCounts[i]
+func (h *hist) point(set attribute.Set, secs []float64, start, now time.Time) metricdata.HistogramDataPoint[float64] {
+	p := metricdata.HistogramDataPoint[float64]{Attributes: set, StartTime: start, Time: now, Bounds: secs,
+		BucketCounts: h.counts, Sum: time.Duration(h.sumNs).Seconds()}
+	for _, c := range h.counts {
+		p.Count += c
 	}
-	p.Sum = time.Duration(h.sumNs.Load()).Seconds()
 	return p
 }
 
-// counters are the Observer's metrics state: only atomics.
-type counters struct {
-	created, posted, transfersOK, transfersFailed atomic.Int64
-	bytesOK, bytesFailed                          atomic.Int64
-	evicted, untracked, badTraceparents           atomic.Int64
-	live                                          [numStatuses]atomic.Int64
-	retired                                       [numStatuses]atomic.Int64
-	failures                                      [numReasons]atomic.Int64
-	absorbed                                      [numMsgKinds][2]atomic.Int64 // [kind][0 live room, 1 retired or unknown]
-	decisions                                     [numDecisions]atomic.Int64
-	statusDur                                     [numStatuses]*histogram
-	xferDur                                       *histogram
+func toNs(secs []float64) []time.Duration {
+	out := make([]time.Duration, len(secs))
+	for i, s := range secs {
+		out[i] = time.Duration(s * float64(time.Second))
+	}
+	return out
 }
 
-func (c *counters) init() {
-	for i := range c.statusDur {
-		c.statusDur[i] = newHistogram(statusBounds)
+var (
+	statusBoundsNs   = toNs(statusBounds)
+	transferBoundsNs = toNs(transferBounds)
+)
+
+// totals sums the shards' stats (each under its lock) into a fresh value.
+func (o *Observer) totals() *shardStats {
+	t := &shardStats{}
+	for s := range t.statusDur {
+		t.statusDur[s].init(len(statusBounds))
 	}
-	c.xferDur = newHistogram(transferBounds)
+	t.xferDur.init(len(transferBounds))
+	for i := range o.shards {
+		sh := &o.shards[i]
+		sh.mu.Lock()
+		st := &sh.st
+		t.tracked += st.tracked
+		t.created += st.created
+		t.untracked += st.untracked
+		t.posted += st.posted
+		t.xferOK += st.xferOK
+		t.xferFailed += st.xferFailed
+		t.bytesOK += st.bytesOK
+		t.bytesFailed += st.bytesFailed
+		for s := range numStatuses {
+			t.live[s] += st.live[s]
+			t.retired[s] += st.retired[s]
+			t.statusDur[s].add(&st.statusDur[s])
+		}
+		for r := range numReasons {
+			t.failures[r] += st.failures[r]
+		}
+		for k := range numMsgKinds {
+			t.absorbed[k][0] += st.absorbed[k][0]
+			t.absorbed[k][1] += st.absorbed[k][1]
+		}
+		for d := range numDecisions {
+			t.decisions[d] += st.decisions[d]
+		}
+		t.xferDur.add(&st.xferDur)
+		sh.mu.Unlock()
+	}
+	return t
 }
 
 // Precomputed attribute sets (label values).
@@ -182,7 +210,7 @@ var daemonCounters = []struct{ key, name, desc string }{
 func (o *Observer) Produce(context.Context) ([]metricdata.ScopeMetrics, error) {
 	now := time.Now()
 	start := o.start
-	c := &o.m
+	c := o.totals()
 	var ms []metricdata.Metrics
 	sum := func(name, unit, desc string, pts ...metricdata.DataPoint[int64]) {
 		for i := range pts {
@@ -204,12 +232,12 @@ func (o *Observer) Produce(context.Context) ([]metricdata.ScopeMetrics, error) {
 	var live, retired []metricdata.DataPoint[int64]
 	var durs []metricdata.HistogramDataPoint[float64]
 	for s := range numStatuses {
-		live = append(live, pt(statusSets[s], max(c.live[s].Load(), 0)))
-		retired = append(retired, pt(statusSets[s], c.retired[s].Load()))
-		durs = append(durs, c.statusDur[s].point(statusSets[s], start, now))
+		live = append(live, pt(statusSets[s], max(c.live[s], 0)))
+		retired = append(retired, pt(statusSets[s], c.retired[s]))
+		durs = append(durs, c.statusDur[s].point(statusSets[s], statusBounds, start, now))
 	}
 	gauge("kvxfer_rooms", "{room}", "Live rooms by published status (Success/Failed: concluded, waiting for Clear).", live...)
-	sum("kvxfer_rooms_created", "{room}", "Rooms created (first message naming them, from either side).", pt(noAttrs, c.created.Load()))
+	sum("kvxfer_rooms_created", "{room}", "Rooms created (first message naming them, from either side).", pt(noAttrs, c.created))
 	sum("kvxfer_rooms_retired", "{room}", "Rooms retired to a tombstone, by final status.", retired...)
 	ms = append(ms, metricdata.Metrics{Name: "kvxfer_room_status_duration", Unit: "s",
 		Description: "Time a room spent in a status before leaving it (the next status, or retirement).",
@@ -217,7 +245,7 @@ func (o *Observer) Produce(context.Context) ([]metricdata.ScopeMetrics, error) {
 
 	var fails []metricdata.DataPoint[int64]
 	for _, r := range room.Reasons() {
-		fails = append(fails, pt(reasonSets[reasonIndex(r)], c.failures[reasonIndex(r)].Load()))
+		fails = append(fails, pt(reasonSets[reasonIndex(r)], c.failures[reasonIndex(r)]))
 	}
 	sum("kvxfer_room_failures", "{room}", "Rooms that became Failed, by reason (error.type).", fails...)
 
@@ -227,36 +255,44 @@ func (o *Observer) Produce(context.Context) ([]metricdata.ScopeMetrics, error) {
 		Data:        metricdata.Gauge[float64]{DataPoints: []metricdata.DataPoint[float64]{{Attributes: noAttrs, Time: now, Value: age.Seconds()}}}})
 	gauge("kvxfer_nonterminal_rooms", "{room}", "Live rooms not yet Success or Failed.", pt(noAttrs, int64(pinned)))
 
-	sum("kvxfer_transfers_posted", "{transfer}", "Transfers (one chunk for one decode agent) posted to the pool.", pt(noAttrs, c.posted.Load()))
+	sum("kvxfer_transfers_posted", "{transfer}", "Transfers (one chunk for one decode agent) posted to the pool.", pt(noAttrs, c.posted))
 	sum("kvxfer_transfers_completed", "{transfer}", "Transfers reported done, by outcome.",
-		pt(okSet, c.transfersOK.Load()), pt(failedSet, c.transfersFailed.Load()))
+		pt(okSet, c.xferOK), pt(failedSet, c.xferFailed))
 	sum("kvxfer_transfer_bytes", "By", "KV bytes of completed transfers (pages × bytes per page), by outcome.",
-		pt(okSet, c.bytesOK.Load()), pt(failedSet, c.bytesFailed.Load()))
+		pt(okSet, c.bytesOK), pt(failedSet, c.bytesFailed))
 	ms = append(ms, metricdata.Metrics{Name: "kvxfer_transfer_duration", Unit: "s",
 		Description: "Time from posting a transfer to its completion.",
-		Data: metricdata.Histogram[float64]{DataPoints: []metricdata.HistogramDataPoint[float64]{c.xferDur.point(noAttrs, start, now)},
+		Data: metricdata.Histogram[float64]{DataPoints: []metricdata.HistogramDataPoint[float64]{c.xferDur.point(noAttrs, transferBounds, start, now)},
 			Temporality: metricdata.CumulativeTemporality}})
 
 	var abs []metricdata.DataPoint[int64]
 	for k := range numMsgKinds {
 		for w := range 2 {
-			if v := c.absorbed[k][w].Load(); v > 0 {
+			if v := c.absorbed[k][w]; v > 0 {
 				abs = append(abs, pt(absorbedSets[k][w], v))
 			}
 		}
 	}
 	sum("kvxfer_messages_absorbed", "{message}", "Messages absorbed without effect: late or duplicate frames, stale deadlines; room=retired counts tombstones and unknown rooms.", abs...)
-	sum("kvxfer_tombstones_evicted", "{room}", "Tombstones evicted before their TTL because the cap was reached.", pt(noAttrs, c.evicted.Load()))
+	sum("kvxfer_tombstones_evicted", "{room}", "Tombstones evicted before their TTL because the cap was reached.", pt(noAttrs, o.evicted.Load()))
 
-	if o.tracer != nil {
+	if o.tracing {
 		var dec []metricdata.DataPoint[int64]
 		for d := range numDecisions {
-			dec = append(dec, pt(decisionSets[d], c.decisions[d].Load()))
+			v := c.decisions[d]
+			if keepReason(d) == dropQueueFull {
+				v = o.queueFull.Load()
+			}
+			dec = append(dec, pt(decisionSets[d], v))
 		}
 		sum("kvxfer_trace_rooms", "{room}", "Tail-sampling decisions for retired rooms.", dec...)
+		if o.exp != nil {
+			sum("kvxfer_trace_spans_exported", "{span}", "Spans handed to the exporter.", pt(noAttrs, o.exported.Load()))
+			sum("kvxfer_trace_export_errors", "{batch}", "Span batches the exporter failed to export.", pt(noAttrs, o.exportErrors.Load()))
+		}
 	}
-	sum("kvxfer_telemetry_untracked_rooms", "{room}", "Rooms not tracked because MaxRooms was reached.", pt(noAttrs, c.untracked.Load()))
-	sum("kvxfer_bad_traceparents", "{message}", "Traceparents passed at Open that did not parse.", pt(noAttrs, c.badTraceparents.Load()))
+	sum("kvxfer_telemetry_untracked_rooms", "{room}", "Rooms not tracked because MaxRooms was reached.", pt(noAttrs, c.untracked))
+	sum("kvxfer_bad_traceparents", "{message}", "Traceparents passed at Open that did not parse.", pt(noAttrs, o.badTraceparents.Load()))
 
 	if b := o.src.Load(); b != nil {
 		dc := b.s.Counters()

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/kvxfer/kvxfer/actors"
@@ -33,9 +35,19 @@ const (
 
 // Config configures an Observer. The zero value observes metrics only.
 type Config struct {
-	// Tracer, when set, receives one kv_transfer.room span per kept room. It
-	// must not sample spans away itself (use sdktrace.AlwaysSample): the
-	// Observer samples at retirement.
+	// Exporter, when set, receives the spans of kept rooms directly: the
+	// Observer builds them as read-only snapshots and exports them in batches
+	// of up to 512, every ExportInterval or when Flush is called. This is the
+	// cheap path (no SDK span machinery); Setup uses it.
+	Exporter sdktrace.SpanExporter
+	// Resource describes the process on directly exported spans.
+	Resource *resource.Resource
+	// ExportInterval bounds how long a built span waits for its batch
+	// (default 1 s); ExportTimeout bounds one export (default 10 s).
+	ExportInterval, ExportTimeout time.Duration
+	// Tracer, used when Exporter is nil, receives the spans through the trace
+	// API (any TracerProvider). It must not sample spans away itself (use
+	// sdktrace.AlwaysSample): the Observer samples at retirement.
 	Tracer trace.TracerProvider
 	// Sampling is the tail-sampling policy; nil keeps every room.
 	Sampling *Sampling
@@ -67,37 +79,60 @@ type Source interface {
 // Observer implements actors.Observer (rooms → spans and metrics) and the OTel
 // metric SDK's Producer (metrics, aggregated at read time).
 type Observer struct {
-	cfg    Config
-	clk    clock.Clock
-	tracer trace.Tracer // nil: tracing off
-	bpp    atomic.Int64
-	start  time.Time
-
+	cfg      Config
+	clk      clock.Clock
+	bpp      atomic.Int64
+	start    time.Time
 	sampling Sampling
+	perShard int // MaxRooms split over the shards
 
-	shards  [numShards]shard
-	tracked atomic.Int64
+	tracing bool
+	tracer  trace.Tracer          // the API path
+	exp     sdktrace.SpanExporter // the direct path
+	batch   []sdktrace.ReadOnlySpan
+	ids     ids
 
-	m   counters
-	src atomic.Pointer[sourceBox]
+	shards [numShards]shard
+
+	// Rare events: plain atomics.
+	evicted, badTraceparents, queueFull atomic.Int64
+	exported, exportErrors              atomic.Int64
+	src                                 atomic.Pointer[sourceBox]
 
 	queue   chan *roomRec
 	closed  atomic.Bool
 	stopped chan struct{}
-	recs    sync.Pool
 }
 
 var _ actors.Observer = (*Observer)(nil)
 
 type sourceBox struct{ s Source }
 
+// shard holds the records of the live rooms that hash to it and the
+// metrics those rooms moved, all under one lock: the hot path touches no
+// shared atomic, and Produce sums the shards when metrics are read.
 type shard struct {
 	mu    sync.Mutex
 	rooms map[uint64]*roomRec
-	_     [40]byte // keep neighbouring shards' locks off one cache line
+	free  []*roomRec // recycled records
+	st    shardStats
+	_     [64]byte // keep neighbouring shards' locks off one cache line
 }
 
-// roomRec is what the Observer keeps of one live room until it retires.
+type shardStats struct {
+	tracked, created, untracked int64
+	posted, xferOK, xferFailed  int64
+	bytesOK, bytesFailed        int64
+	live, retired               [numStatuses]int64
+	failures                    [numReasons]int64
+	absorbed                    [numMsgKinds][2]int64 // [kind][0 live room, 1 retired or unknown]
+	decisions                   [numDecisions]int64
+	statusDur                   [numStatuses]hist
+	xferDur                     hist
+}
+
+// roomRec is what the Observer keeps of one live room until it retires. The
+// small inline arrays hold a typical room without further allocation.
 type roomRec struct {
 	id         uint64
 	created    time.Time
@@ -125,6 +160,11 @@ type roomRec struct {
 
 	keep    keepReason
 	barrier chan struct{} // a Flush barrier, not a room
+
+	evBuf [4]statusEvent
+	spBuf [4]xferRec
+	inBuf [4]inflightRec
+	agBuf [2]string
 }
 
 type statusEvent struct {
@@ -147,7 +187,6 @@ type xferRec struct {
 
 type inflightRec struct {
 	seq   uint32
-	pages int
 	bytes int64
 	start time.Time
 	span  int // index into spans, or -1
@@ -170,7 +209,14 @@ func New(cfg Config) (*Observer, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.Real{}
 	}
-	o := &Observer{cfg: cfg, clk: cfg.Clock, start: cfg.Clock.Now(), stopped: make(chan struct{})}
+	if cfg.ExportInterval <= 0 {
+		cfg.ExportInterval = time.Second
+	}
+	if cfg.ExportTimeout <= 0 {
+		cfg.ExportTimeout = 10 * time.Second
+	}
+	o := &Observer{cfg: cfg, clk: cfg.Clock, start: cfg.Clock.Now(), stopped: make(chan struct{}),
+		perShard: (cfg.MaxRooms + numShards - 1) / numShards}
 	o.sampling = Sampling{Ratio: 1}
 	if cfg.Sampling != nil {
 		if err := cfg.Sampling.validate(); err != nil {
@@ -180,12 +226,24 @@ func New(cfg Config) (*Observer, error) {
 	}
 	o.bpp.Store(cfg.BytesPerPage)
 	for i := range o.shards {
-		o.shards[i].rooms = map[uint64]*roomRec{}
+		sh := &o.shards[i]
+		sh.rooms = map[uint64]*roomRec{}
+		for s := range sh.st.statusDur {
+			sh.st.statusDur[s].init(len(statusBounds))
+		}
+		sh.st.xferDur.init(len(transferBounds))
 	}
-	o.recs.New = func() any { return &roomRec{} }
-	o.m.init()
-	if cfg.Tracer != nil {
-		o.tracer = cfg.Tracer.Tracer("github.com/kvxfer/kvxfer/telemetry")
+	switch {
+	case cfg.Exporter != nil:
+		o.exp, o.ids = cfg.Exporter, newIDs()
+		if o.cfg.Resource == nil {
+			o.cfg.Resource = resource.Default()
+		}
+	case cfg.Tracer != nil:
+		o.tracer = cfg.Tracer.Tracer(Scope)
+	}
+	o.tracing = o.exp != nil || o.tracer != nil
+	if o.tracing {
 		o.queue = make(chan *roomRec, cfg.QueueSize)
 		go o.emitLoop()
 	} else {
@@ -201,35 +259,49 @@ func (o *Observer) SetBytesPerPage(n int64) { o.bpp.Store(n) }
 // at scrape time).
 func (o *Observer) Attach(s Source) { o.src.Store(&sourceBox{s}) }
 
-func (o *Observer) shardOf(id uint64) *shard {
-	return &o.shards[(id*0x9E3779B97F4A7C15)>>58]
-}
+func shardIndex(id uint64) int { return int((id * 0x9E3779B97F4A7C15) >> 58) }
 
-// newRec makes a record for a room first seen now; nil when over the cap.
-// The caller holds the shard lock.
+func (o *Observer) shardOf(id uint64) *shard { return &o.shards[shardIndex(id)] }
+
+// newRec makes a record for a room first seen now; nil when the shard is at
+// its share of MaxRooms. The caller holds the shard lock.
 func (o *Observer) newRec(sh *shard, id uint64, now time.Time) *roomRec {
-	if o.tracked.Add(1) > int64(o.cfg.MaxRooms) {
-		o.tracked.Add(-1)
-		o.m.untracked.Add(1)
+	if sh.st.tracked >= int64(o.perShard) {
+		sh.st.untracked++
 		return nil
 	}
-	r := o.recs.Get().(*roomRec)
+	var r *roomRec
+	if n := len(sh.free); n > 0 {
+		r, sh.free = sh.free[n-1], sh.free[:n-1]
+	} else {
+		r = new(roomRec)
+		r.events, r.spans, r.inflight, r.agents = r.evBuf[:0], r.spBuf[:0], r.inBuf[:0], r.agBuf[:0]
+	}
 	r.id, r.created, r.statusAt, r.status = id, now, now, room.Bootstrapping
 	sh.rooms[id] = r
-	o.m.created.Add(1)
-	o.m.live[room.Bootstrapping].Add(1)
+	sh.st.tracked++
+	sh.st.created++
+	sh.st.live[room.Bootstrapping]++
 	return r
 }
 
-func (o *Observer) release(r *roomRec) {
-	ev, sp, in, ag := r.events[:0], r.spans[:0], r.inflight[:0], r.agents[:0]
-	clear(r.spans[:cap(r.spans)])   // drop agent strings
-	clear(r.agents[:cap(r.agents)]) // likewise
-	*r = roomRec{events: ev, spans: sp, inflight: in, agents: ag}
-	if cap(r.spans) > 32 {
-		r.spans = nil
+// reset empties r for reuse, keeping its inline buffers.
+func reset(r *roomRec) {
+	clear(r.spBuf[:]) // drop agent strings
+	clear(r.agBuf[:])
+	*r = roomRec{evBuf: r.evBuf, spBuf: r.spBuf, inBuf: r.inBuf}
+	r.events, r.spans, r.inflight, r.agents = r.evBuf[:0], r.spBuf[:0], r.inBuf[:0], r.agBuf[:0]
+}
+
+// recycle returns r to its shard's free list (bounded).
+func (o *Observer) recycle(r *roomRec) {
+	sh := o.shardOf(r.id)
+	reset(r)
+	sh.mu.Lock()
+	if len(sh.free) < 64 {
+		sh.free = append(sh.free, r)
 	}
-	o.recs.Put(r)
+	sh.mu.Unlock()
 }
 
 // RoomCreated implements actors.Observer.
@@ -249,7 +321,7 @@ func (o *Observer) Traceparent(id uint64, traceparent string) {
 	sc := trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(),
 		propagation.MapCarrier{"traceparent": traceparent}))
 	if !sc.IsValid() {
-		o.m.badTraceparents.Add(1)
+		o.badTraceparents.Add(1)
 		return
 	}
 	now := o.clk.Now()
@@ -268,11 +340,12 @@ func (o *Observer) Traceparent(id uint64, traceparent string) {
 // StatusChanged implements actors.Observer.
 func (o *Observer) StatusChanged(id uint64, s room.Status, why room.Reason) {
 	now := o.clk.Now()
-	if s == room.Failed {
-		o.m.failures[reasonIndex(why)].Add(1)
-	}
 	sh := o.shardOf(id)
 	sh.mu.Lock()
+	st := &sh.st
+	if s == room.Failed {
+		st.failures[reasonIndex(why)]++
+	}
 	r := sh.rooms[id]
 	if r == nil { // a tombstone revived by an Open is not created again
 		if r = o.newRec(sh, id, now); r == nil {
@@ -280,15 +353,15 @@ func (o *Observer) StatusChanged(id uint64, s room.Status, why room.Reason) {
 			return
 		}
 	} else {
-		o.m.statusDur[statusIndex(r.status)].observe(now.Sub(r.statusAt))
+		st.statusDur[statusIndex(r.status)].observe(now.Sub(r.statusAt), statusBoundsNs)
 	}
-	o.m.live[statusIndex(r.status)].Add(-1)
-	o.m.live[statusIndex(s)].Add(1)
+	st.live[statusIndex(r.status)]--
+	st.live[statusIndex(s)]++
 	r.status, r.reason, r.statusAt = s, why, now
 	if s.Terminal() && r.terminalAt.IsZero() {
 		r.terminalAt = now
 	}
-	if o.tracer != nil {
+	if o.tracing {
 		if len(r.events) < o.cfg.MaxEvents {
 			r.events = append(r.events, statusEvent{at: now, status: s, reason: why})
 		} else {
@@ -303,9 +376,9 @@ func (o *Observer) Posted(t *room.Transfer) {
 	now := o.clk.Now()
 	pages := len(t.SrcPages)
 	bytes := int64(pages) * o.bpp.Load()
-	o.m.posted.Add(1)
 	sh := o.shardOf(t.Room)
 	sh.mu.Lock()
+	sh.st.posted++
 	r := sh.rooms[t.Room]
 	if r == nil {
 		sh.mu.Unlock()
@@ -317,7 +390,7 @@ func (o *Observer) Posted(t *room.Transfer) {
 		r.chunks = t.Chunk + 1
 	}
 	span := -1
-	if o.tracer != nil {
+	if o.tracing {
 		if len(r.spans) < o.cfg.MaxTransferSpans {
 			span = len(r.spans)
 			r.spans = append(r.spans, xferRec{seq: t.Seq, chunk: t.Chunk, last: t.Last, agent: t.Agent, pages: pages, bytes: bytes, start: now})
@@ -328,7 +401,7 @@ func (o *Observer) Posted(t *room.Transfer) {
 			r.agents = append(r.agents, t.Agent)
 		}
 	}
-	r.inflight = append(r.inflight, inflightRec{seq: t.Seq, pages: pages, bytes: bytes, start: now, span: span})
+	r.inflight = append(r.inflight, inflightRec{seq: t.Seq, bytes: bytes, start: now, span: span})
 	sh.mu.Unlock()
 }
 
@@ -344,13 +417,14 @@ func contains(ss []string, s string) bool {
 // TransferDone implements actors.Observer.
 func (o *Observer) TransferDone(id uint64, seq uint32, fail room.Reason) {
 	now := o.clk.Now()
-	if fail == room.ReasonNone {
-		o.m.transfersOK.Add(1)
-	} else {
-		o.m.transfersFailed.Add(1)
-	}
 	sh := o.shardOf(id)
 	sh.mu.Lock()
+	st := &sh.st
+	if fail == room.ReasonNone {
+		st.xferOK++
+	} else {
+		st.xferFailed++
+	}
 	r := sh.rooms[id]
 	if r == nil {
 		sh.mu.Unlock()
@@ -364,13 +438,13 @@ func (o *Observer) TransferDone(id uint64, seq uint32, fail room.Reason) {
 		last := len(r.inflight) - 1
 		r.inflight[i] = r.inflight[last]
 		r.inflight = r.inflight[:last]
-		o.m.xferDur.observe(now.Sub(in.start))
+		st.xferDur.observe(now.Sub(in.start), transferBoundsNs)
 		if fail == room.ReasonNone {
 			r.bytes += in.bytes
-			o.m.bytesOK.Add(in.bytes)
+			st.bytesOK += in.bytes
 		} else {
 			r.failedX++
-			o.m.bytesFailed.Add(in.bytes)
+			st.bytesFailed += in.bytes
 		}
 		if in.span >= 0 {
 			sp := &r.spans[in.span]
@@ -387,20 +461,17 @@ func (o *Observer) Ignored(id uint64, msg room.Msg) {
 	k := msgIndex(msg)
 	sh := o.shardOf(id)
 	sh.mu.Lock()
-	r := sh.rooms[id]
-	if r != nil {
+	if r := sh.rooms[id]; r != nil {
 		r.ignored++
+		sh.st.absorbed[k][0]++
+	} else {
+		sh.st.absorbed[k][1]++
 	}
 	sh.mu.Unlock()
-	if r != nil {
-		o.m.absorbed[k][0].Add(1)
-	} else {
-		o.m.absorbed[k][1].Add(1)
-	}
 }
 
 // TombstoneEvicted implements actors.Observer.
-func (o *Observer) TombstoneEvicted(uint64) { o.m.evicted.Add(1) }
+func (o *Observer) TombstoneEvicted(uint64) { o.evicted.Add(1) }
 
 // RoomRetired implements actors.Observer: the room's record is closed, and
 // its spans are emitted if the tail sampler keeps it.
@@ -408,46 +479,46 @@ func (o *Observer) RoomRetired(t room.Tombstone) {
 	now := o.clk.Now()
 	sh := o.shardOf(t.Room)
 	sh.mu.Lock()
+	st := &sh.st
+	st.retired[statusIndex(t.Status)]++
 	r := sh.rooms[t.Room]
-	if r != nil {
-		delete(sh.rooms, t.Room)
+	if r == nil {
+		sh.mu.Unlock()
+		return
+	}
+	delete(sh.rooms, t.Room)
+	st.tracked--
+	st.statusDur[statusIndex(r.status)].observe(now.Sub(r.statusAt), statusBoundsNs)
+	st.live[statusIndex(r.status)]--
+	r.status, r.reason, r.retiredAt, r.retired = t.Status, t.Reason, now, true
+	keep := dropSampled
+	if o.tracing {
+		keep = o.sampling.decide(r)
+		st.decisions[keep]++
+	}
+	if keep == dropSampled || o.closed.Load() {
+		reset(r)
+		if len(sh.free) < 64 {
+			sh.free = append(sh.free, r)
+		}
+		sh.mu.Unlock()
+		return
 	}
 	sh.mu.Unlock()
-	o.m.retired[statusIndex(t.Status)].Add(1)
-	if r == nil {
-		return
-	}
-	o.tracked.Add(-1)
-	o.m.statusDur[statusIndex(r.status)].observe(now.Sub(r.statusAt))
-	o.m.live[statusIndex(r.status)].Add(-1)
-	r.status, r.reason, r.retiredAt, r.retired = t.Status, t.Reason, now, true
-	o.finish(r)
-}
-
-// finish decides whether r's spans are emitted and hands it to the emitter.
-func (o *Observer) finish(r *roomRec) {
-	if o.tracer == nil {
-		o.release(r)
-		return
-	}
-	r.keep = o.sampling.decide(r)
-	o.m.decisions[r.keep].Add(1)
-	if r.keep == dropSampled || o.closed.Load() {
-		o.release(r)
-		return
-	}
+	r.keep = keep
 	select {
 	case o.queue <- r:
 	default:
-		o.m.decisions[keepReason(dropQueueFull)].Add(1)
-		o.release(r)
+		o.queueFull.Add(1)
+		o.recycle(r)
 	}
 }
 
-// Flush waits until every room retired so far has had its spans handed to
-// the TracerProvider (whose own batching is flushed by ForceFlush).
+// Flush waits until every room retired so far has had its spans exported
+// (direct path) or handed to the TracerProvider (API path; its own batching
+// is flushed by ForceFlush).
 func (o *Observer) Flush(ctx context.Context) error {
-	if o.tracer == nil || o.closed.Load() {
+	if !o.tracing || o.closed.Load() {
 		return nil
 	}
 	b := &roomRec{barrier: make(chan struct{})}
@@ -473,7 +544,7 @@ func (o *Observer) Close(ctx context.Context) error {
 	if o.closed.Swap(true) {
 		return errors.New("telemetry: observer already closed")
 	}
-	if o.tracer == nil {
+	if !o.tracing {
 		return nil
 	}
 	b := &roomRec{barrier: make(chan struct{})}
@@ -495,35 +566,50 @@ func (o *Observer) Close(ctx context.Context) error {
 		for id, r := range sh.rooms {
 			live = append(live, r)
 			delete(sh.rooms, id)
+			sh.st.live[statusIndex(r.status)]--
 		}
+		sh.st.tracked = 0
 		sh.mu.Unlock()
 		for _, r := range live {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			o.tracked.Add(-1)
 			r.retiredAt = now
 			if r.keep = o.sampling.decide(r); r.keep != dropSampled {
 				o.emit(r)
 			}
-			o.m.decisions[r.keep].Add(1)
 		}
 	}
-	return nil
+	if o.exp != nil {
+		o.export(ctx)
+	}
+	return ctx.Err()
 }
 
 func (o *Observer) emitLoop() {
 	defer close(o.stopped)
-	for r := range o.queue {
-		if r.barrier != nil {
+	tick := time.NewTicker(o.cfg.ExportInterval) // wall time: export latency, not room time
+	defer tick.Stop()
+	for {
+		select {
+		case r := <-o.queue:
+			if r.barrier == nil {
+				o.emit(r)
+				o.recycle(r)
+				continue
+			}
+			if o.exp != nil {
+				o.export(context.Background())
+			}
 			close(r.barrier)
 			if o.closed.Load() {
 				return
 			}
-			continue
+		case <-tick.C:
+			if o.exp != nil {
+				o.export(context.Background())
+			}
 		}
-		o.emit(r)
-		o.release(r)
 	}
 }
 

@@ -66,8 +66,13 @@ func statusEvents(t *testing.T, s tracetest.SpanStub) []string {
 // exact time, six child spans (3 chunks × 2 agents) with their own times, and
 // the room attributes.
 func TestSuccessfulMultiChunkRoom(t *testing.T) {
+	t.Run("direct", func(t *testing.T) { testSuccessfulMultiChunkRoom(t, nil) })
+	t.Run("sdk", func(t *testing.T) { testSuccessfulMultiChunkRoom(t, func(c *Config) { c.Exporter = nil }) })
+}
+
+func testSuccessfulMultiChunkRoom(t *testing.T, mod func(*Config)) {
 	xf := &manualXfers{}
-	h := newHarness(t, xf, nil)
+	h := newHarness(t, xf, mod)
 	const id = 4242
 	step := 10 * time.Millisecond
 	h.eng.Open(id)
@@ -284,12 +289,14 @@ const traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 func TestTraceparentJoinsSchedulerTrace(t *testing.T) {
 	parent, _ := trace.TraceIDFromHex("4bf92f3577b34da6a3ce929d0e0e4736")
 	parentSpan, _ := trace.SpanIDFromHex("00f067aa0ba902b7")
+	sdk := func(c *Config) { c.Exporter = nil }
 	for _, tc := range []struct {
 		name        string
 		decodeFirst bool
-	}{{"decode info first", true}, {"open first", false}} {
+		mod         func(*Config)
+	}{{"decode info first", true, nil}, {"open first", false, nil}, {"decode info first via sdk", true, sdk}, {"open first via sdk", false, sdk}} {
 		t.Run(tc.name, func(t *testing.T) {
-			h := newHarness(t, &manualXfers{auto: true}, nil)
+			h := newHarness(t, &manualXfers{auto: true}, tc.mod)
 			const id = 7
 			if tc.decodeFirst {
 				h.eng.TransferInfo(id, info("a", 2, 1))
@@ -385,11 +392,28 @@ func TestTailSampling(t *testing.T) {
 	}
 }
 
-// Memory stays bounded: rooms over MaxRooms are counted, not tracked; child
-// spans over MaxTransferSpans are counted on the room span.
+// sameShard returns n room ids that hash to one Observer shard.
+func sameShard(n int) []uint64 {
+	var out []uint64
+	for id := uint64(1); len(out) < n; id++ {
+		if shardIndex(id) == shardIndex(1) {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// Memory stays bounded: rooms over a shard's share of MaxRooms are counted,
+// not tracked; child spans over MaxTransferSpans and events over MaxEvents
+// are counted on the room span.
 func TestBounds(t *testing.T) {
-	h := newHarness(t, &manualXfers{auto: true}, func(c *Config) { c.MaxRooms = 2; c.MaxTransferSpans = 2; c.MaxEvents = 2 })
-	for id := uint64(1); id <= 3; id++ {
+	h := newHarness(t, &manualXfers{auto: true}, func(c *Config) {
+		c.MaxRooms = 2 * numShards // two per shard
+		c.MaxTransferSpans = 2
+		c.MaxEvents = 2
+	})
+	ids := sameShard(4)
+	for _, id := range ids[:3] {
 		h.eng.Open(id)
 		h.poll(id) // created in this order
 	}
@@ -400,16 +424,17 @@ func TestBounds(t *testing.T) {
 	if v := h.value(ms, "kvxfer_rooms", "status", "Bootstrapping"); v != 2 {
 		t.Fatalf("tracked live %d", v)
 	}
-	// Room 1 sends 4 chunks: 4 transfers, 2 spans, and more status changes
-	// than MaxEvents.
-	h.eng.TransferInfo(1, info("a", 8, 1))
-	h.eng.Init(1, 8, 0)
+	// The first room sends 4 chunks: 4 transfers, 2 spans, and more status
+	// changes than MaxEvents.
+	id := ids[0]
+	h.eng.TransferInfo(id, info("a", 8, 1))
+	h.eng.Init(id, 8, 0)
 	for c := range 4 {
-		h.eng.Send(1, []int32{int32(2 * c), int32(2*c + 1)}, nil)
+		h.eng.Send(id, []int32{int32(2 * c), int32(2*c + 1)}, nil)
 	}
-	h.expect(1, room.Success)
-	h.retire(1)
-	sp := roomSpanOf(t, h, 1)
+	h.expect(id, room.Success)
+	h.retire(id)
+	sp := roomSpanOf(t, h, id)
 	if len(sp.Events) != 2 || mustAttr(t, "room", sp.Attributes, AttrDroppedEvents).AsInt64() < 1 {
 		t.Fatalf("events %d (dropped attr %v)", len(sp.Events), sp.Attributes)
 	}
@@ -417,8 +442,14 @@ func TestBounds(t *testing.T) {
 		mustAttr(t, "room", sp.Attributes, AttrTransfers).AsInt64() != 4 {
 		t.Fatalf("%d transfer spans, attrs %v", n, sp.Attributes)
 	}
-	if h.obs.tracked.Load() != 1 {
-		t.Fatalf("tracked %d after retiring one of two", h.obs.tracked.Load())
+	if n := h.obs.totals().tracked; n != 1 {
+		t.Fatalf("tracked %d after retiring one of two", n)
+	}
+	// The freed slot is reused.
+	h.eng.Open(ids[3])
+	h.poll(ids[3])
+	if n := h.obs.totals().tracked; n != 2 {
+		t.Fatalf("tracked %d", n)
 	}
 }
 

@@ -1,0 +1,189 @@
+package telemetry
+
+import (
+	"context"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/kvxfer/kvxfer/actors"
+	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/internal/clock"
+)
+
+// benchEngine is an engine whose writes complete at once, observed by obs
+// (nil: no observer, the engine's NopObserver).
+func benchEngine(b *testing.B, obs actors.Observer) *actors.Engine {
+	cfg := actors.Config{Clock: clock.NewFake(time.Unix(0, 0)), Transfers: &manualXfers{auto: true}}
+	if obs != nil {
+		cfg.Observer = obs
+	}
+	eng, err := actors.New(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = eng.Close(ctx)
+	})
+	return eng
+}
+
+// benchTelemetry is tracing and metrics as kvxferd runs them: spans built at
+// retirement and exported directly in batches to an exporter that discards
+// (sdk: through an SDK TracerProvider with a blocking batch span processor
+// instead), and the Prometheus exporter over a private registry.
+func benchTelemetry(b *testing.B, s Sampling, sdk bool) *Observer {
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(tracetest.NewNoopExporter(), sdktrace.WithBlocking()),
+		sdktrace.WithSampler(sdktrace.AlwaysSample()))
+	cfg := Config{Sampling: &s, BytesPerPage: 1 << 20} // the wall clock, as in production
+	if sdk {
+		cfg.Tracer = tp
+	} else {
+		cfg.Exporter = tracetest.NewNoopExporter()
+	}
+	obs, err := New(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	pe, err := otelprom.New(otelprom.WithRegisterer(reg), otelprom.WithProducer(obs))
+	if err != nil {
+		b.Fatal(err)
+	}
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(pe))
+	b.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = obs.Close(ctx)
+		_ = tp.Shutdown(ctx)
+		_ = mp.Shutdown(ctx)
+	})
+	return obs
+}
+
+// lifecycle drives n whole rooms (Open, one transfer info, Init, two chunks,
+// Success, Clear) through eng, starting at room next.
+func lifecycle(eng *actors.Engine, ids []uint64, next uint64) {
+	ti := room.TransferInfo{Agent: "a", DstPages: []int32{1, 2, 3, 4}, Required: 1}
+	p1, p2 := []int32{1, 2}, []int32{3, 4}
+	for i := range ids {
+		ids[i] = next + uint64(i)
+		eng.Open(ids[i])
+		eng.TransferInfo(ids[i], ti)
+		eng.Init(ids[i], 4, 0)
+		eng.Send(ids[i], p1, nil)
+		eng.Send(ids[i], p2, nil)
+	}
+	out := make([]room.Reply, len(ids))
+	for {
+		all := true
+		out = eng.Poll(ids, out)
+		for _, r := range out {
+			all = all && r.Status == room.Success
+		}
+		if all {
+			break
+		}
+	}
+	for _, id := range ids {
+		eng.Clear(id)
+	}
+	eng.Poll(ids, out) // every Clear handled: every room retired
+}
+
+// cpuTime is the process's user+system CPU time.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkTelemetryOverhead measures rooms/s through the engine without an
+// observer ("off") and with tracing and metrics on, alternating batches of
+// 1,000 rooms between the two engines in one run so that the shared
+// machine's noise hits both alike. The emission of the spans (the Observer's
+// goroutine and the batch processor's) is inside the timed region: each
+// traced batch ends with a Flush. It reports wall-clock rooms/s and the
+// overhead, and the process CPU time per room and its overhead (steadier on
+// a loaded machine, and what the telemetry costs in cores).
+//
+// keep-all keeps every room (the worst case); ratio-0.1 keeps 10% of the
+// successful rooms and every failed or slow one, as production would.
+func BenchmarkTelemetryOverhead(b *testing.B) {
+	for _, tc := range []struct {
+		name string
+		s    Sampling
+		sdk  bool
+	}{
+		{"keep-all", Sampling{Ratio: 1}, false},
+		{"ratio-0.1", Sampling{Ratio: 0.1}, false},
+		{"keep-all-via-sdk", Sampling{Ratio: 1}, true},
+		{"ratio-0.1-via-sdk", Sampling{Ratio: 0.1}, true},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			off := benchEngine(b, nil)
+			obs := benchTelemetry(b, tc.s, tc.sdk)
+			on := benchEngine(b, obs)
+			const batch = 1000
+			ids := make([]uint64, batch)
+			// Warm both engines (actor and record pools, maps).
+			lifecycle(off, ids, 1<<40)
+			lifecycle(on, ids, 1<<40)
+			var wOff, wOn, cOff, cOn time.Duration
+			next := uint64(1)
+			b.ResetTimer()
+			for done := 0; done < b.N; done += batch {
+				w0, c0 := time.Now(), cpuTime()
+				lifecycle(off, ids, next)
+				w1, c1 := time.Now(), cpuTime()
+				lifecycle(on, ids, next)
+				if err := obs.Flush(context.Background()); err != nil {
+					b.Fatal(err)
+				}
+				w2, c2 := time.Now(), cpuTime()
+				wOff, wOn = wOff+w1.Sub(w0), wOn+w2.Sub(w1)
+				cOff, cOn = cOff+c1-c0, cOn+c2-c1
+				next += batch
+			}
+			b.StopTimer()
+			rooms := float64(next - 1)
+			b.ReportMetric(rooms/wOff.Seconds(), "rooms/s-off")
+			b.ReportMetric(rooms/wOn.Seconds(), "rooms/s-on")
+			b.ReportMetric(100*(wOn.Seconds()-wOff.Seconds())/wOff.Seconds(), "wall-overhead-%")
+			b.ReportMetric(float64(cOff.Microseconds())/rooms, "cpu-us/room-off")
+			b.ReportMetric(float64(cOn.Microseconds())/rooms, "cpu-us/room-on")
+			b.ReportMetric(100*(cOn.Seconds()-cOff.Seconds())/cOff.Seconds(), "cpu-overhead-%")
+		})
+	}
+}
+
+// BenchmarkObserverCalls is the caller-side cost of one room's observer
+// calls (what an actor goroutine pays), tracing on, emission excluded.
+func BenchmarkObserverCalls(b *testing.B) {
+	obs := benchTelemetry(b, Sampling{Ratio: 0}, false)
+	t1 := room.Transfer{Agent: "a", Chunk: 0, Seq: 1, SrcPages: []int32{1, 2}}
+	t2 := room.Transfer{Agent: "a", Chunk: 1, Seq: 2, Last: true, SrcPages: []int32{3, 4}}
+	b.ReportAllocs()
+	id := uint64(0)
+	for b.Loop() {
+		id++
+		t1.Room, t2.Room = id, id
+		obs.RoomCreated(id)
+		obs.StatusChanged(id, room.WaitingForInput, room.ReasonNone)
+		obs.Posted(&t1)
+		obs.StatusChanged(id, room.Transferring, room.ReasonNone)
+		obs.TransferDone(id, 1, room.ReasonNone)
+		obs.Posted(&t2)
+		obs.TransferDone(id, 2, room.ReasonNone)
+		obs.StatusChanged(id, room.Success, room.ReasonNone)
+		obs.RoomRetired(room.Tombstone{Room: id, Status: room.Success, Opened: true})
+	}
+}
