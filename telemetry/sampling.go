@@ -23,7 +23,7 @@ import (
 type Sampling struct {
 	Ratio       float64
 	ParentBased bool
-	// Slow: 0 means DefaultSlow when Ratio < 1; a negative value turns the
+	// Slow: 0 means DefaultSlow; a negative value turns the
 	// rule off (only Failed rooms are kept regardless of the ratio).
 	Slow time.Duration
 }

@@ -35,8 +35,13 @@ type Options struct {
 	// NoMetrics leaves Telemetry.Metrics nil (no Prometheus handler).
 	NoMetrics bool
 	// Exporter replaces the OTLP exporter chosen from the environment (tests,
-	// benchmarks); tracing is then on whatever the environment says.
+	// benchmarks); OTEL_SDK_DISABLED and OTEL_TRACES_EXPORTER=none still
+	// turn tracing off.
 	Exporter sdktrace.SpanExporter
+	// ViaSDK sends the spans through an SDK TracerProvider with a batch span
+	// processor instead of exporting them directly (KVXFER_TRACE_VIA_SDK=1
+	// sets it). The direct path is the default: about a third of the cost.
+	ViaSDK bool
 	// Getenv reads the environment (default os.Getenv). The OTLP exporters
 	// read their OTEL_EXPORTER_OTLP_* settings from the process environment.
 	Getenv func(string) string
@@ -56,7 +61,10 @@ type Telemetry struct {
 	Metrics http.Handler
 	// Registry is that registry, for callers that add their own collectors.
 	Registry *prometheus.Registry
-	// TracerProvider is nil when tracing is off.
+	// TracerProvider is the SDK provider (batch span processor in front of
+	// the exporter, AlwaysSample): the room spans go through it with
+	// Options.ViaSDK, and other instrumentation may use it. Nil when tracing
+	// is off.
 	TracerProvider *sdktrace.TracerProvider
 	MeterProvider  *sdkmetric.MeterProvider
 	// Tracing says why tracing is on or off, for the startup log.
@@ -108,12 +116,19 @@ func Setup(ctx context.Context, opt Options) (*Telemetry, error) {
 			return nil, err
 		}
 		// The Observer samples at retirement; the SDK must keep what it gets
-		// (an explicit WithSampler overrides OTEL_TRACES_SAMPLER).
-		t.TracerProvider = sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res),
-			sdktrace.WithSampler(sdktrace.AlwaysSample()))
-		oc.Tracer = t.TracerProvider
+		// (an explicit WithSampler overrides OTEL_TRACES_SAMPLER). Blocking:
+		// the batch processor pushes back on the Observer's emitter, whose
+		// bounded queue drops (and counts) instead of the SDK silently.
+		t.TracerProvider = sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp, sdktrace.WithBlocking()),
+			sdktrace.WithResource(res), sdktrace.WithSampler(sdktrace.AlwaysSample()))
+		path := "direct export"
+		if opt.ViaSDK || getenv("KVXFER_TRACE_VIA_SDK") == "1" {
+			oc.Tracer, path = t.TracerProvider, "via the SDK batch span processor"
+		} else {
+			oc.Exporter, oc.Resource = exp, res
+		}
 		oc.Sampling = &s
-		t.Tracing = fmt.Sprintf("%s; tail sampling ratio %g parent-based %v slow %v", why, s.Ratio, s.ParentBased, slowString(s.Slow))
+		t.Tracing = fmt.Sprintf("%s, %s; tail sampling ratio %g parent-based %v slow %v", why, path, s.Ratio, s.ParentBased, slowString(s.Slow))
 	}
 	if t.Observer, err = New(oc); err != nil {
 		t.shutdownTracer(ctx)
@@ -198,6 +213,8 @@ func (t *Telemetry) Shutdown(ctx context.Context) error {
 		errs = append(errs, t.Observer.Close(ctx))
 	}
 	if t.TracerProvider != nil {
+		// Flushes the batch processor, then shuts the exporter down (which
+		// the direct path shares).
 		errs = append(errs, t.TracerProvider.Shutdown(ctx))
 	}
 	if t.MeterProvider != nil {
