@@ -15,9 +15,13 @@ import (
 	"syscall"
 	"time"
 
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+
 	"github.com/kvxfer/kvxfer/actors"
 	"github.com/kvxfer/kvxfer/daemon"
 	"github.com/kvxfer/kvxfer/nixl/sglang"
+	"github.com/kvxfer/kvxfer/telemetry"
 	"github.com/kvxfer/kvxfer/transport"
 )
 
@@ -60,7 +64,7 @@ func run(args []string, getenv func(string) string) error {
 	fs.StringVar(&c.BootstrapURL, "bootstrap-url", "", "register into this bootstrap server (http://host:port) instead of the hosted one")
 	fs.StringVar(&c.AuthToken, "bootstrap-auth-token", getenv(transport.EnvBootstrapAuthToken), "bearer token for PUT/POST (SGLANG_DISAGGREGATION_BOOTSTRAP_AUTH_TOKEN)")
 	fs.StringVar(&c.ControlEndpoint, "control", "", "control API endpoint (default ipc:///tmp/kvxferd-<tp-rank>.sock)")
-	fs.StringVar(&c.DebugAddr, "debug-addr", "127.0.0.1:0", "HTTP address for /debug/rooms and /healthz (empty: off)")
+	fs.StringVar(&c.DebugAddr, "debug-addr", "127.0.0.1:0", "HTTP address for /debug/rooms, /healthz and /metrics (empty: off)")
 	proto := fs.String("decode-protocol", "baseline", "what decode understands: baseline (NIXL notifications only) or ack (KV_STATUS and ABORT_ACK after the drain)")
 	nokv := fs.String("aux-nokv", "count", "aux_nokv notification form: baseline ({room}_aux_nokv_{sender}) or count (…_{n})")
 	fs.IntVar(&c.QueueSize, "queue-size", envInt(getenv, "SGLANG_DISAGGREGATION_QUEUE_SIZE", 4), "transfer pool actors (SGLANG_DISAGGREGATION_QUEUE_SIZE)")
@@ -68,6 +72,8 @@ func run(args []string, getenv func(string) string) error {
 	logJSON := fs.Bool("log-json", false, "JSON logs")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	backend := fs.String("nixl-backend", "loopback", "NIXL backend: loopback (SGLANG_DISAGGREGATION_NIXL_BACKEND names the plugin of a real NIXL backend)")
+	metrics := fs.Bool("metrics", true, "serve Prometheus /metrics on -debug-addr (tracing: the OTEL_* environment, see docs/observability.md)")
+	bytesPerPage := fs.Int64("kv-bytes-per-page", 0, "KV bytes of one page over all layers of this rank, for kv_transfer.bytes and kvxfer_transfer_bytes_total (0: bytes not reported)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -97,14 +103,36 @@ func run(args []string, getenv func(string) string) error {
 	if err != nil {
 		return err
 	}
+	tel, err := telemetry.Setup(context.Background(), telemetry.Options{BytesPerPage: *bytesPerPage, Attributes: []attribute.KeyValue{
+		attribute.Int("kvxfer.tp_rank", c.Rank.TPRank), attribute.Int("kvxfer.pp_rank", c.Rank.PPRank), attribute.Int("kvxfer.dp_rank", c.Rank.DPRank)}})
+	if err != nil {
+		return err
+	}
+	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { c.Logger.Warn("telemetry", "err", err) }))
+	if tel.TracerProvider != nil {
+		otel.SetTracerProvider(tel.TracerProvider)
+	}
+	ec.Observer = tel.Observer
 	c.Engine = ec
+	if *metrics {
+		c.Metrics = tel.Metrics
+	}
+	defer func() {
+		// After the daemon: rooms failed by the shutdown are exported too.
+		tctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := tel.Shutdown(tctx); err != nil {
+			c.Logger.Warn("telemetry shutdown", "err", err)
+		}
+	}()
 
 	d, err := daemon.Start(c)
 	if err != nil {
 		return err
 	}
+	tel.Observer.Attach(d)
 	c.Logger.Info("kvxferd started; waiting for the scheduler to register memory",
-		"control", d.ControlEndpoint(), "bootstrap", d.BootstrapAddr(), "debug", d.DebugAddr())
+		"control", d.ControlEndpoint(), "bootstrap", d.BootstrapAddr(), "debug", d.DebugAddr(), "telemetry", tel.Tracing)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	<-ctx.Done()
