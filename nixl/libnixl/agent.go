@@ -43,7 +43,7 @@ type Options struct {
 	// Spin is how long the owner keeps polling requests in flight back to back
 	// after the last call before falling back to PollInterval; it costs a core
 	// while transfers run and speeds up transports whose copies happen inside
-	// the initiator's progress calls. Default 2ms; negative disables it.
+	// the initiator's progress calls. Default 200µs; negative disables it.
 	Spin time.Duration
 	// CloseWait bounds how long Close waits for requests in flight to settle
 	// before destroying the agent. Default 5s.
@@ -96,7 +96,7 @@ func New(name string, opts Options) (*Agent, error) {
 		opts.PollInterval = time.Millisecond
 	}
 	if opts.Spin == 0 {
-		opts.Spin = 2 * time.Millisecond
+		opts.Spin = 200 * time.Microsecond
 	}
 	if opts.CloseWait <= 0 {
 		opts.CloseWait = 5 * time.Second

@@ -19,7 +19,19 @@ func mmap(n int) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("libnixl: mmap %d bytes: %w", size, err)
 	}
+	if size >= hugePage {
+		// Transparent huge pages where the kernel only gives them on request
+		// (THP "madvise", Debian's default): far fewer pages for UCX to pin and
+		// for cma's process_vm_writev to walk. numpy does the same for large
+		// arrays, which is what the Python side of a comparison gets. Advisory.
+		_ = syscall.Madvise(b, madvHugepage)
+	}
 	return b, nil
 }
+
+const (
+	hugePage     = 2 << 20
+	madvHugepage = 14 // MADV_HUGEPAGE
+)
 
 func unmap(full []byte) error { return syscall.Munmap(full) }

@@ -9,8 +9,9 @@ Modes (one JSON object per line on stdout; requests on stdin):
              get_new_notifs) and, as each one arrives, check that the bytes it promises are
              already there. Prints {"notifs": [[peer, msg], ...], "bad": [...], "done": bool}.
   target     benchmark target: register a buffer, print its metadata, wait for "bench_end".
-  initiator  benchmark initiator: read a target's {"md", "addr"} from stdin, WRITE the same
-             reversed-index descriptor pattern the Go benchmark uses, print {"gbps": ...}.
+  initiator  benchmark initiator: read a target's {"md", "addr"} from stdin, then per
+             {"iters": n} WRITE the reversed-index pattern the Go benchmark uses n times
+             and print {"gbps", "seconds"}; any other line ends it.
 
 Byte pattern of a checked range: (seed + 131*(i // 4096) + 7*i) & 0xff for i in range(len).
 """
@@ -137,13 +138,19 @@ def initiator(args):
                 raise RuntimeError("transfer failed")
 
     once()  # wire-up
-    iters, start = 0, time.perf_counter()
-    while iters < args.iters or time.perf_counter() - start < args.min_seconds:
-        once()
-        iters += 1
-    el = time.perf_counter() - start
+    # Rounds on request, so the Go side can interleave them with its own and
+    # both see the same machine load: {"iters": n} -> {"gbps", "seconds"}.
+    for line in sys.stdin:
+        req = json.loads(line)
+        if "iters" not in req:
+            break
+        start = time.perf_counter()
+        for _ in range(req["iters"]):
+            once()
+        el = time.perf_counter() - start
+        say({"gbps": req["iters"] * args.size / el / 1e9, "seconds": el})
     agent.send_notif(remote, b"bench_end")
-    say({"gbps": iters * args.size / el / 1e9, "iters": iters, "seconds": el})
+    say({"end": True})
     time.sleep(0.2)  # let the notification leave before the agent goes away
 
 
@@ -153,8 +160,6 @@ def main():
     p.add_argument("--name", default="py-peer")
     p.add_argument("--size", type=int, default=1 << 20)
     p.add_argument("--desc", type=int, default=1 << 16)
-    p.add_argument("--iters", type=int, default=20)
-    p.add_argument("--min-seconds", type=float, default=1.0)
     p.add_argument("--timeout", type=float, default=60.0)
     args = p.parse_args()
     {"decode": decode, "target": target, "initiator": initiator}[args.mode](args)
