@@ -44,10 +44,6 @@ var phaseDeadline = [...]DeadlineKind{
 	retired:      NoDeadline,
 }
 
-type info struct {
-	TransferInfo
-}
-
 type chunk struct {
 	id    int
 	start int // index of the chunk's first page among all pages the room sends
@@ -69,7 +65,7 @@ type Machine struct {
 	cleared bool
 
 	// Decode side.
-	infos     []info
+	infos     []TransferInfo
 	required  int
 	prefixLen int
 
@@ -81,7 +77,6 @@ type Machine struct {
 	chunks    int
 	lastSent  bool
 	held      []chunk
-	posted    bool
 
 	// Writes in flight, by sequence number.
 	nextSeq  uint32
@@ -357,12 +352,12 @@ func (m *Machine) onTransferInfo(msg TransferInfo) {
 	}
 	for i := range m.infos {
 		if m.infos[i].Agent == msg.Agent { // a later duplicate overwrites, as upstream
-			m.infos[i] = info{msg}
+			m.infos[i] = msg
 			m.advance()
 			return
 		}
 	}
-	m.infos = append(m.infos, info{msg})
+	m.infos = append(m.infos, msg)
 	m.advance()
 }
 
@@ -468,7 +463,6 @@ func (m *Machine) post(c *chunk) bool {
 		m.inflight = append(m.inflight, t.Seq)
 		m.fx.Posts = append(m.fx.Posts, t)
 	}
-	m.posted = true
 	if m.status < Transferring {
 		m.status = Transferring
 	}
