@@ -133,7 +133,7 @@ func goWriter(b *testing.B, g nixl.Agent, tgt *pyPeer, desc int) func() {
 			}
 			// The owner goroutine keeps progressing the request (Options.Spin);
 			// a second spinning thread would only compete for the CPUs.
-			time.Sleep(20 * time.Microsecond)
+			time.Sleep(100 * time.Microsecond)
 		}
 	}
 }
