@@ -334,12 +334,17 @@ func (e *Emulator) pollNotifs() {
 		idle = 20 * time.Microsecond
 		e.mu.Lock()
 		for _, n := range ns {
-			nn, err := e.checker.Feed(n.Msg)
+			nn, err := sglang.ParseNotif(n.Msg)
 			if err != nil {
 				e.c.badNotifs.Add(1)
 				continue
 			}
-			if rs, ok := e.rooms[nn.Room]; ok && !rs.complete && rs.infoSent && e.checker.Done(nn.Room) {
+			rs, ok := e.rooms[nn.Room]
+			if !ok {
+				continue // a write that landed after the room ended; nothing to track
+			}
+			e.checker.Status(nn.Room).Apply(nn)
+			if !rs.complete && rs.infoSent && e.checker.Done(nn.Room) {
 				rs.complete = true
 				rs.poke()
 			}

@@ -100,6 +100,7 @@ func (e *Emulator) track(room uint64) *roomState {
 func (e *Emulator) untrack(room uint64) {
 	e.mu.Lock()
 	delete(e.rooms, room)
+	e.checker.Forget(room)
 	e.mu.Unlock()
 }
 
