@@ -1,0 +1,68 @@
+package workload
+
+import (
+	"testing"
+	"time"
+
+	"github.com/kvxfer/kvxfer/bench"
+	"github.com/kvxfer/kvxfer/bench/gate"
+)
+
+// TestDriverAccountsForEveryRoom runs one mixed workload with aborts at every
+// phase from both sources through each engine over an instant gate, and
+// checks what is deterministic: every room is accounted for, the fixed and
+// actor engines pin and leak nothing, and upstream pins exactly the rooms
+// decode aborted before the sender existed (the dropped ABORT, spec P2).
+func TestDriverAccountsForEveryRoom(t *testing.T) {
+	plans, err := Generate(Spec{Rooms: 300, Concurrency: 32, AbortShare: 0.6, TwoAgents: 0.5, Seed: 11})
+	if err != nil {
+		t.Fatal(err)
+	}
+	early := 0
+	for _, p := range plans {
+		if p.Abort == BeforeSender && p.From == Decode {
+			early++
+		}
+	}
+	if early == 0 {
+		t.Fatal("the seed gives no early decode abort; pick another")
+	}
+	for _, k := range bench.Kinds() {
+		t.Run(string(k), func(t *testing.T) {
+			rig, err := NewRig(k, gate.New())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rig.Close()
+			res := Run(rig, plans, Options{Concurrency: 32, Quiet: 100 * time.Millisecond})
+			if got := res.Succeeded + res.Failed + res.HardPinned + res.DeadlineEnded + res.DeadlineOther; got != len(plans) {
+				t.Fatalf("accounted for %d rooms of %d: %+v", got, len(plans), res)
+			}
+			if len(res.TTT) != res.Succeeded+res.Failed {
+				t.Fatalf("%d time-to-terminal samples for %d terminal rooms", len(res.TTT), res.Succeeded+res.Failed)
+			}
+			if res.Aborted+res.AbortsNever == 0 || res.Aborted != len(res.A2T) {
+				t.Fatalf("abort samples: aborted %d never %d samples %d", res.Aborted, res.AbortsNever, len(res.A2T))
+			}
+			switch k {
+			case bench.Upstream:
+				if res.HardPinned != early || res.PinnedAt["Bootstrapping"] != early {
+					t.Fatalf("upstream pinned %d (%v), want the %d early decode aborts in Bootstrapping", res.HardPinned, res.PinnedAt, early)
+				}
+				if res.AbortsNever != early {
+					t.Fatalf("aborts never terminal %d, want %d", res.AbortsNever, early)
+				}
+			default:
+				if res.Pinned() != 0 || res.Leaked != 0 {
+					t.Fatalf("%s: pinned %d (deadline %d) leaked %d %+v", k, res.HardPinned, res.DeadlineEnded, res.Leaked, res.Leaks)
+				}
+			}
+			// A decode ABORT issued before the scheduler's next chunk is
+			// ordered before it in the room's mailbox; a dict engine handles
+			// it on another goroutine, so the fixed engine may still post.
+			if k == bench.Actors && res.LatePosts != 0 {
+				t.Fatalf("actors posted %d writes of chunks sent after the abort", res.LatePosts)
+			}
+		})
+	}
+}
