@@ -125,7 +125,7 @@ type driver struct {
 	// scheduler creates on the next iteration.
 	pending []live
 	ids     []uint64
-	out   []room.Reply
+	out     []room.Reply
 }
 
 func (d *driver) now() time.Duration { return time.Since(d.t0) }
