@@ -20,6 +20,6 @@
 // calls an Engine (*actors.Engine satisfies it) for the room ops and a MemoryFunc for
 // register_memory. Nothing a client sends can stop it: malformed requests get an error
 // reply, messages that cannot be framed are dropped and counted. Client (Dial) is the
-// Go reference client; testdata/kvxfer_control.py is the Python one that an SGLang
+// Go reference client; python/kvxfer/control.py is the Python one that an SGLang
 // adapter can follow. docs/control-api.md is the protocol reference.
 package control

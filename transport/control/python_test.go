@@ -25,7 +25,7 @@ func pythonWithZMQ() string {
 	return py
 }
 
-// TestPythonInterop runs testdata/kvxfer_control.py, the reference Python client,
+// TestPythonInterop runs python/kvxfer/control.py, the reference Python client,
 // against a server and checks both what the engine saw and what Python decoded.
 func TestPythonInterop(t *testing.T) {
 	py := pythonWithZMQ()
@@ -46,7 +46,7 @@ func TestPythonInterop(t *testing.T) {
 			return nil
 		}
 	})
-	cmd := exec.Command(py, "testdata/kvxfer_control.py", s.Endpoint())
+	cmd := exec.Command(py, "../../python/kvxfer/control.py", s.Endpoint())
 	cmd.Stderr = os.Stderr
 	raw, err := cmd.Output()
 	if err != nil {
