@@ -2,7 +2,9 @@ package telemetry
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -134,6 +136,17 @@ type shardStats struct {
 // roomRec is what the Observer keeps of one live room until it retires. The
 // small inline arrays hold a typical room without further allocation.
 type roomRec struct {
+	roomState
+	evBuf [4]statusEvent
+	spBuf [4]xferRec
+	inBuf [4]inflightRec
+	agBuf [2]string
+}
+
+// roomState is the part of a record that is reset between rooms. (Keep the
+// Observer's frames small: they run deep in the actors' goroutines, whose
+// stacks start small and are copied whenever they grow.)
+type roomState struct {
 	id         uint64
 	created    time.Time
 	statusAt   time.Time // when the current status was entered
@@ -143,6 +156,9 @@ type roomRec struct {
 	reason     room.Reason
 	retired    bool // false: emitted at Close while still live
 	parent     trace.SpanContext
+	// From parent, for the sampler (no SpanContext copies on the hot path).
+	hasParent, parentSampled bool
+	parentKey                uint64
 
 	events        []statusEvent
 	droppedEvents int
@@ -160,11 +176,6 @@ type roomRec struct {
 
 	keep    keepReason
 	barrier chan struct{} // a Flush barrier, not a room
-
-	evBuf [4]statusEvent
-	spBuf [4]xferRec
-	inBuf [4]inflightRec
-	agBuf [2]string
 }
 
 type statusEvent struct {
@@ -289,7 +300,7 @@ func (o *Observer) newRec(sh *shard, id uint64, now time.Time) *roomRec {
 func reset(r *roomRec) {
 	clear(r.spBuf[:]) // drop agent strings
 	clear(r.agBuf[:])
-	*r = roomRec{evBuf: r.evBuf, spBuf: r.spBuf, inBuf: r.inBuf}
+	r.roomState = roomState{}
 	r.events, r.spans, r.inflight, r.agents = r.evBuf[:0], r.spBuf[:0], r.inBuf[:0], r.agBuf[:0]
 }
 
@@ -332,7 +343,9 @@ func (o *Observer) Traceparent(id uint64, traceparent string) {
 		r = o.newRec(sh, id, now)
 	}
 	if r != nil {
-		r.parent = sc
+		id := sc.TraceID()
+		r.parent, r.hasParent, r.parentSampled = sc, true, sc.IsSampled()
+		r.parentKey = binary.BigEndian.Uint64(id[8:16]) >> 1 // as sdktrace.TraceIDRatioBased
 	}
 	sh.mu.Unlock()
 }
@@ -391,18 +404,35 @@ func (o *Observer) Posted(t *room.Transfer) {
 	}
 	span := -1
 	if o.tracing {
-		if len(r.spans) < o.cfg.MaxTransferSpans {
-			span = len(r.spans)
-			r.spans = append(r.spans, xferRec{seq: t.Seq, chunk: t.Chunk, last: t.Last, agent: t.Agent, pages: pages, bytes: bytes, start: now})
-		} else {
-			r.droppedSpans++
-		}
-		if len(r.agents) < 16 && !contains(r.agents, t.Agent) {
-			r.agents = append(r.agents, t.Agent)
-		}
+		span = o.addSpan(r, t, pages, bytes, now)
 	}
-	r.inflight = append(r.inflight, inflightRec{seq: t.Seq, bytes: bytes, start: now, span: span})
+	if len(r.inflight) == cap(r.inflight) {
+		r.inflight = slices.Grow(r.inflight, 1)
+	}
+	r.inflight = r.inflight[:len(r.inflight)+1]
+	in := &r.inflight[len(r.inflight)-1]
+	in.seq, in.bytes, in.start, in.span = t.Seq, bytes, now, span
 	sh.mu.Unlock()
+}
+
+// addSpan records a child span for t, if r has room for one, and returns its
+// index (-1 if not).
+func (o *Observer) addSpan(r *roomRec, t *room.Transfer, pages int, bytes int64, now time.Time) int {
+	if len(r.agents) < 16 && !contains(r.agents, t.Agent) {
+		r.agents = append(r.agents, t.Agent)
+	}
+	if len(r.spans) >= o.cfg.MaxTransferSpans {
+		r.droppedSpans++
+		return -1
+	}
+	if len(r.spans) == cap(r.spans) {
+		r.spans = slices.Grow(r.spans, 1)
+	}
+	r.spans = r.spans[:len(r.spans)+1]
+	x := &r.spans[len(r.spans)-1]
+	*x = xferRec{} // a recycled record may hold an old one
+	x.seq, x.chunk, x.last, x.agent, x.pages, x.bytes, x.start = t.Seq, t.Chunk, t.Last, t.Agent, pages, bytes, now
+	return len(r.spans) - 1
 }
 
 func contains(ss []string, s string) bool {
@@ -521,7 +551,7 @@ func (o *Observer) Flush(ctx context.Context) error {
 	if !o.tracing || o.closed.Load() {
 		return nil
 	}
-	b := &roomRec{barrier: make(chan struct{})}
+	b := &roomRec{roomState: roomState{barrier: make(chan struct{})}}
 	select {
 	case o.queue <- b:
 	case <-ctx.Done():
@@ -547,7 +577,7 @@ func (o *Observer) Close(ctx context.Context) error {
 	if !o.tracing {
 		return nil
 	}
-	b := &roomRec{barrier: make(chan struct{})}
+	b := &roomRec{roomState: roomState{barrier: make(chan struct{})}}
 	select {
 	case o.queue <- b: // the emitter exits after this one
 	case <-ctx.Done():

@@ -1,7 +1,6 @@
 package telemetry
 
 import (
-	"encoding/binary"
 	"fmt"
 	"math"
 	"strconv"
@@ -51,7 +50,7 @@ var decisionNames = [numDecisions]string{"dropped_by_ratio", "kept_failed", "kep
 
 func (k keepReason) String() string { return decisionNames[k] }
 
-func (s Sampling) decide(r *roomRec) keepReason {
+func (s *Sampling) decide(r *roomRec) keepReason {
 	if r.status == room.Failed {
 		return keepFailed
 	}
@@ -66,23 +65,20 @@ func (s Sampling) decide(r *roomRec) keepReason {
 	if slow > 0 && end.Sub(r.created) >= slow {
 		return keepSlow
 	}
-	if s.ParentBased && r.parent.IsValid() {
-		if r.parent.IsSampled() {
+	if s.ParentBased && r.hasParent {
+		if r.parentSampled {
 			return keepSampled
 		}
 		return dropSampled
 	}
-	if s.Ratio >= 1 {
+	switch {
+	case s.Ratio >= 1:
 		return keepSampled
-	}
-	if s.Ratio <= 0 {
+	case s.Ratio <= 0:
 		return dropSampled
 	}
-	var x uint64
-	if r.parent.IsValid() {
-		id := r.parent.TraceID()
-		x = binary.BigEndian.Uint64(id[8:16]) >> 1 // as sdktrace.TraceIDRatioBased
-	} else {
+	x := r.parentKey
+	if !r.hasParent {
 		x = splitmix(r.id) >> 1
 	}
 	if x < uint64(s.Ratio*(1<<63)) {

@@ -81,9 +81,17 @@ func errAttr(r room.Reason) attribute.KeyValue {
 	return AttrErrorType.String(r.String())
 }
 
-// roomAttrs are the room span's attributes, all known at retirement.
-func roomAttrs(r *roomRec) []attribute.KeyValue {
-	a := make([]attribute.KeyValue, 0, 16)
+// roomAttrCount is len(roomAttrs(r)).
+func roomAttrCount(r *roomRec) int {
+	return 9 + b2i(len(r.agents) > 0) + b2i(r.failedX > 0) + b2i(r.ignored > 0) + b2i(r.droppedSpans > 0) +
+		b2i(r.droppedEvents > 0) + b2i(!r.retired) + b2i(r.status == room.Failed)
+}
+
+// xferAttrMax bounds len(xferAttrs(...)).
+const xferAttrMax = 7
+
+// roomAttrs appends the room span's attributes, all known at retirement.
+func roomAttrs(a []attribute.KeyValue, r *roomRec) []attribute.KeyValue {
 	a = append(a, AttrBootstrapRoom.Int64(int64(r.id)), roleAttr, backendAttr, statusAttrs[statusIndex(r.status)],
 		AttrChunks.Int(r.chunks), AttrTransfers.Int(r.transfers), AttrPages.Int64(r.pages), AttrBytes.Int64(r.bytes),
 		decideAttrs[r.keep])
@@ -118,9 +126,9 @@ func roomStatus(r *roomRec) sdktrace.Status {
 	return sdktrace.Status{}
 }
 
-// xferAttrs are one transfer span's attributes, its end and status.
-func xferAttrs(r *roomRec, x *xferRec) ([]attribute.KeyValue, time.Time, sdktrace.Status) {
-	a := make([]attribute.KeyValue, 0, 8)
+// xferAttrs appends one transfer span's attributes; it returns them, its end
+// and its status.
+func xferAttrs(a []attribute.KeyValue, r *roomRec, x *xferRec) ([]attribute.KeyValue, time.Time, sdktrace.Status) {
 	a = append(a, AttrPeerAgent.String(x.agent), AttrChunk.Int(x.chunk), lastAttrs[b2i(x.last)],
 		AttrSeq.Int64(int64(x.seq)), AttrPages.Int(x.pages), AttrBytes.Int64(x.bytes))
 	switch {
@@ -164,13 +172,13 @@ func (o *Observer) emitAPI(r *roomRec) {
 		ctx = trace.ContextWithRemoteSpanContext(ctx, r.parent)
 	}
 	ctx, sp := o.tracer.Start(ctx, RoomSpan, trace.WithTimestamp(r.created), trace.WithSpanKind(trace.SpanKindInternal),
-		trace.WithAttributes(roomAttrs(r)...))
+		trace.WithAttributes(roomAttrs(nil, r)...))
 	for i := range r.events {
 		e := &r.events[i]
 		sp.AddEvent(StatusEvent, trace.WithTimestamp(e.at), trace.WithAttributes(statusEventAttrs(e)...))
 	}
 	for i := range r.spans {
-		attrs, end, st := xferAttrs(r, &r.spans[i])
+		attrs, end, st := xferAttrs(nil, r, &r.spans[i])
 		_, c := o.tracer.Start(ctx, TransferSpan, trace.WithTimestamp(r.spans[i].start), trace.WithSpanKind(trace.SpanKindClient),
 			trace.WithAttributes(attrs...))
 		if st.Code == codes.Error {
@@ -227,19 +235,29 @@ func (o *Observer) build(r *roomRec) {
 		parent, tid, state = r.parent, r.parent.TraceID(), r.parent.TraceState()
 	}
 	sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: o.ids.span(), TraceFlags: trace.FlagsSampled, TraceState: state})
-	events := make([]sdktrace.Event, len(r.events))
-	for i := range r.events {
-		events[i] = sdktrace.Event{Name: StatusEvent, Time: r.events[i].at, Attributes: statusEventAttrs(&r.events[i])}
+	var events []sdktrace.Event
+	if len(r.events) > 0 {
+		events = make([]sdktrace.Event, len(r.events))
+		for i := range r.events {
+			events[i] = sdktrace.Event{Name: StatusEvent, Time: r.events[i].at, Attributes: statusEventAttrs(&r.events[i])}
+		}
 	}
+	// One backing array for every span's attributes (each span gets a
+	// capped sub-slice).
+	n := roomAttrCount(r)
+	buf := make([]attribute.KeyValue, 0, n+xferAttrMax*len(r.spans))
+	ra := roomAttrs(buf[:0:n], r)
+	buf = buf[n:n:cap(buf)]
 	o.batch = append(o.batch, tracetest.SpanStub{
 		Name: RoomSpan, SpanContext: sc, Parent: parent, SpanKind: trace.SpanKindInternal,
-		StartTime: r.created, EndTime: r.retiredAt, Attributes: roomAttrs(r), Events: events,
+		StartTime: r.created, EndTime: r.retiredAt, Attributes: ra, Events: events,
 		Status: roomStatus(r), DroppedEvents: r.droppedEvents, ChildSpanCount: len(r.spans),
 		Resource: o.cfg.Resource, InstrumentationScope: scope,
 	}.Snapshot())
 	for i := range r.spans {
 		x := &r.spans[i]
-		attrs, end, st := xferAttrs(r, x)
+		attrs, end, st := xferAttrs(buf[:0:xferAttrMax], r, x)
+		buf = buf[xferAttrMax:xferAttrMax:cap(buf)]
 		csc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: o.ids.span(), TraceFlags: trace.FlagsSampled, TraceState: state})
 		o.batch = append(o.batch, tracetest.SpanStub{
 			Name: TransferSpan, SpanContext: csc, Parent: sc, SpanKind: trace.SpanKindClient,
