@@ -59,6 +59,9 @@ type Config struct {
 	// BootstrapURL is where PUT /route goes; empty means the hosted server.
 	BootstrapURL string
 	AuthToken    string
+	// BootstrapCleanup is SGLANG_DISAGGREGATION_BOOTSTRAP_ENTRY_CLEANUP_INTERVAL
+	// for the hosted server (0: 120 s).
+	BootstrapCleanup time.Duration
 
 	ControlEndpoint string // default control.DefaultEndpoint(tp rank)
 	DebugAddr       string // /debug/rooms, /healthz and /metrics; empty: off
@@ -90,14 +93,15 @@ type Daemon struct {
 	cfg Config
 	log *slog.Logger
 
-	eng     *actors.Engine
-	xfers   lazyTransfers
-	control *control.Server
-	boot    *transport.BootstrapServer
-	bootLn  net.Listener
-	bootSrv *http.Server
-	debug   *http.Server
-	debugLn net.Listener
+	eng      *actors.Engine
+	xfers    lazyTransfers
+	control  *control.Server
+	boot     *transport.BootstrapServer
+	bootLn   net.Listener
+	bootSrv  *http.Server
+	stopBoot context.CancelFunc
+	debug    *http.Server
+	debugLn  net.Listener
 
 	mu       sync.Mutex // guards memory registration and activation
 	agent    Agent
@@ -214,7 +218,7 @@ func (d *Daemon) startBootstrap() error {
 	if !d.cfg.ServeBootstrap {
 		return nil
 	}
-	bc := transport.BootstrapConfig{Logger: d.log}
+	bc := transport.BootstrapConfig{Logger: d.log, EntryCleanupInterval: d.cfg.BootstrapCleanup}
 	if d.cfg.AuthToken != "" {
 		bc.RequireAuth, bc.AuthToken = true, d.cfg.AuthToken
 	}
@@ -226,6 +230,9 @@ func (d *Daemon) startBootstrap() error {
 	d.bootLn = ln
 	d.bootSrv = &http.Server{Handler: d.boot.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	go d.bootSrv.Serve(ln)
+	ctx, cancel := context.WithCancel(context.Background())
+	d.stopBoot = cancel
+	go d.boot.RunCleanup(ctx) // drops room -> dp_rank entries past their interval
 	return nil
 }
 
@@ -274,10 +281,9 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 	// The bootstrap server goes first after ingest, so decode heartbeats fail
 	// and decodes stop sending; then the control API, so no scheduler call is
 	// left waiting on an engine that is closing.
-	for _, s := range []*http.Server{d.bootSrv} {
-		if s != nil {
-			errs = append(errs, s.Shutdown(ctx))
-		}
+	if d.bootSrv != nil {
+		d.stopBoot()
+		errs = append(errs, d.bootSrv.Shutdown(ctx))
 	}
 	if d.control != nil {
 		d.control.Stop()

@@ -62,6 +62,11 @@ func run(args []string, getenv func(string) string) error {
 	fs.BoolVar(&c.ServeBootstrap, "serve-bootstrap", true, "host the bootstrap HTTP server (the instance's rank 0 does)")
 	fs.IntVar(&c.BootstrapPort, "disaggregation-bootstrap-port", 8998, "bootstrap HTTP port")
 	fs.StringVar(&c.BootstrapURL, "bootstrap-url", "", "register into this bootstrap server (http://host:port) instead of the hosted one")
+	if bc, err := transport.BootstrapConfigFromEnv(getenv); err == nil {
+		c.BootstrapCleanup = bc.EntryCleanupInterval
+	} else {
+		return err
+	}
 	fs.StringVar(&c.AuthToken, "bootstrap-auth-token", getenv(transport.EnvBootstrapAuthToken), "bearer token for PUT/POST (SGLANG_DISAGGREGATION_BOOTSTRAP_AUTH_TOKEN)")
 	fs.StringVar(&c.ControlEndpoint, "control", "", "control API endpoint (default ipc:///tmp/kvxferd-<tp-rank>.sock)")
 	fs.StringVar(&c.DebugAddr, "debug-addr", "127.0.0.1:0", "HTTP address for /debug/rooms, /healthz and /metrics (empty: off)")
