@@ -375,6 +375,13 @@ func TestDaemonMetricsDuringWorkload(t *testing.T) {
 		`kvxfer_rooms{status="Bootstrapping"}`:                                        0,
 		`kvxfer_room_status_duration_seconds_bucket{status="Bootstrapping",le="120"}`: 21, // 20 stuck for 120 s, one for 0 s
 	})
+	// Every daemon counter is exported (a new one must be added to
+	// telemetry's list).
+	for k := range d.Counters() {
+		if _, ok := m["kvxfer_"+k+"_total"]; !ok {
+			t.Errorf("daemon counter %q is not exported as kvxfer_%s_total", k, k)
+		}
+	}
 	if _, ok := m[`target_info{service_name="kvxferd-test",telemetry_sdk_language="go",telemetry_sdk_name="opentelemetry",telemetry_sdk_version="1.47.0"}`]; !ok {
 		t.Fatal("no target_info")
 	}

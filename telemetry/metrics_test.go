@@ -53,7 +53,8 @@ func (fakeSource) PoolStats() xfer.Stats {
 	return xfer.Stats{Posted: 7, Requests: 21, Failed: 1, InFlight: 3, Quarantined: 2}
 }
 func (fakeSource) Counters() map[string]int64 {
-	return map[string]int64{"bad_frames": 5, "registrations": 2, "notices_dropped": 0}
+	return map[string]int64{"bad_frames": 5, "registrations": 2, "notices_dropped": 0, "duplicate_registrations": 0,
+		"bad_registrations": 0, "staging_frames_dropped": 0}
 }
 
 // The Prometheus endpoint over HTTP: names, types and values move with the
