@@ -131,8 +131,8 @@ func goWriter(b *testing.B, g nixl.Agent, tgt *pyPeer, desc int) func() {
 			case nixl.Failed:
 				b.Fatal(st[0].Err)
 			}
-			// The owner goroutine keeps progressing the request (Options.Spin);
-			// a second spinning thread would only compete for the CPUs.
+			// An engine's poll tick (spec: 50-200µs); the owner goroutine keeps
+			// progressing the request meanwhile (Options.Spin).
 			time.Sleep(100 * time.Microsecond)
 		}
 	}
