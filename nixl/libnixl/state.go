@@ -174,7 +174,7 @@ func (s *state) settle(x *xfer, st int) {
 	switch {
 	case st == stSuccess:
 		x.state, x.err = nixl.Done, nil
-	case st == stInProg, st == stRepost && was:
+	case st == stInProg, st == stRepost: // REPOST_ACTIVE: NIXL still runs the last post
 		x.state, x.err = nixl.InProgress, nil
 	default:
 		x.state = nixl.Failed

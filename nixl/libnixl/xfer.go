@@ -123,8 +123,12 @@ func (a *Agent) Post(id nixl.XferID) (state nixl.State, err error) {
 			state, err = x.state, x.err
 			return
 		}
-		s.settle(x, capiPost(s.ag, x.h))
+		st := capiPost(s.ag, x.h)
+		s.settle(x, st)
 		state, err = x.state, x.err
+		if st == stRepost {
+			err = nixl.Errorf(nixl.ErrRequestActive, "libnixl Post %d: NIXL still runs its last post", id)
+		}
 	})
 	if cerr != nil {
 		return nixl.Failed, cerr
