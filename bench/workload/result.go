@@ -110,8 +110,11 @@ func (d *driver) quiesce() {
 		rig.Clock.Advance(d.o.GraceStep)
 	}
 	rig.Settle()
-	if rig.act != nil { // let the last retirements land
-		time.Sleep(20 * time.Millisecond)
+	// A cleared actor room retires by a message to its shard; on a loaded
+	// machine the last ones may still be on their way. Every room but the
+	// pinned ones (which the scheduler could not clear) must go.
+	for end := time.Now().Add(2 * time.Second); rig.act != nil && rig.Live() > d.res.HardPinned && time.Now().Before(end); {
+		time.Sleep(10 * time.Millisecond)
 	}
 	d.res.Leaked, d.res.Leaks = rig.Live(), rig.Leaks()
 }

@@ -1,0 +1,304 @@
+// Package report renders a suite's results: the Markdown report with its
+// tables, the SVG plots and the JSON, written side by side into one folder.
+package report
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/kvxfer/kvxfer/bench/stats"
+	"github.com/kvxfer/kvxfer/bench/suite"
+)
+
+// Write writes report.md, results.json and the plots into dir.
+func Write(dir string, r *suite.Results) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	js, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	files := map[string]string{"results.json": string(js) + "\n", "report.md": Markdown(r)}
+	for name, svg := range Plots(r) {
+		files[name] = svg
+	}
+	for name, body := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Dur renders a duration for a table: "∞" for a sample that never happened.
+func Dur(d time.Duration) string {
+	switch {
+	case d == stats.Inf:
+		return "∞"
+	case d < time.Millisecond:
+		return fmt.Sprintf("%.0f µs", float64(d)/1e3)
+	case d < time.Second:
+		return fmt.Sprintf("%.1f ms", float64(d)/1e6)
+	}
+	return fmt.Sprintf("%.2f s", d.Seconds())
+}
+
+type table struct {
+	b *strings.Builder
+}
+
+func (t table) row(cells ...any) {
+	t.b.WriteString("|")
+	for _, c := range cells {
+		fmt.Fprintf(t.b, " %v |", c)
+	}
+	t.b.WriteString("\n")
+}
+
+func (t table) head(cells ...string) {
+	t.row(anys(cells)...)
+	t.b.WriteString("|" + strings.Repeat("---|", len(cells)) + "\n")
+}
+
+func anys(ss []string) []any {
+	out := make([]any, len(ss))
+	for i, s := range ss {
+		out[i] = s
+	}
+	return out
+}
+
+// Headline is the short table the tool prints and the report opens with.
+func Headline(r *suite.Results) string {
+	var b strings.Builder
+	t := table{&b}
+	t.head("figure", "value")
+	if s := r.Storm; s != nil {
+		for _, e := range s.Engines {
+			t.row(fmt.Sprintf("pinned rooms under the %s (%d reps × %d rooms), %s", s.Name, s.Reps, s.Spec.Rooms, e.Engine), pinText(e))
+		}
+	}
+	for _, set := range r.Throughput {
+		if c := set.Spec.Concurrency; c == 1000 || c == 10000 {
+			for _, base := range []string{"upstream", "fixed"} {
+				if v, ok := set.RatioRate["actors/"+base]; ok {
+					t.row(fmt.Sprintf("rooms/s actors/%s at %d concurrent rooms (median of %d)", base, c, set.Reps), fmt.Sprintf("%.2f×", v))
+				}
+			}
+		}
+	}
+	if s := r.Storm; s != nil {
+		for _, e := range s.Engines {
+			t.row("abort-to-terminal p99 under the storm, "+e.Engine, Dur(e.A2T.P99))
+		}
+	}
+	if n := len(r.Memory); n > 0 {
+		mp := r.Memory[n-1]
+		for _, u := range mp.Engines {
+			t.row(fmt.Sprintf("heap bytes per live room (%d rooms), %s", mp.Rooms, u.Engine), fmt.Sprintf("%.0f B", u.HeapPerRoom))
+		}
+	}
+	return b.String()
+}
+
+func pinText(e suite.EngineRuns) string {
+	hard, dl := 0, 0
+	for _, r := range e.Runs {
+		hard += r.HardPinned
+		dl += r.DeadlineEnded
+	}
+	return fmt.Sprintf("%d (%d never terminal, %d ended only by a deadline after an abort)", e.Pinned, hard, dl)
+}
+
+// Markdown renders the whole report.
+func Markdown(r *suite.Results) string {
+	var b strings.Builder
+	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	w("# kvxfer benchmark report (%s suite)\n\n", r.Suite)
+	w("Produced by `%s` on %s: %s, GOMAXPROCS=%d, %d CPUs, %s wall. ", r.Command, r.Started.Format("2006-01-02 15:04 UTC"),
+		r.GoVersion, r.GOMAXPROCS, r.NumCPU, r.Duration.Round(time.Second))
+	w("Load average (1, 5, 15 min) at the start %s, at the end %s: the machine is shared. ", r.LoadAvg[0], r.LoadAvg[1])
+	w("Engines: %s. `docs/benchmarks.md` explains every scenario and metric.\n\n", strings.Join(r.Engines, ", "))
+	w("## Headline\n\n%s\n", Headline(r))
+
+	if len(r.Throughput) > 0 {
+		w("## Throughput over the loopback NIXL pool\n\nClosed loop, no aborts, %s. Medians over the repetitions; engines interleaved within each repetition. Time-to-terminal: open → first terminal poll, pooled over repetitions.\n\n", latency(r.Throughput[0]))
+		runTable(&b, r.Throughput, false)
+		w("![throughput](throughput.svg)\n\n")
+	}
+	if len(r.Overhead) > 0 {
+		w("## Pure overhead (instant transfer layer)\n\nThe same loop with writes completing at once: the cost of each design around its transfers.\n\n")
+		runTable(&b, r.Overhead, false)
+	}
+	if r.Storm != nil {
+		w("## Abort storm\n\n%s\n\n", stormText(r.Storm))
+		runTable(&b, []suite.RunSet{*r.Storm}, true)
+		abortTable(&b, r.Storm)
+		w("![abort-to-terminal CDF](abort-to-terminal-cdf.svg)\n\n")
+	}
+	if len(r.Pins) > 0 {
+		w("## Pins vs abort rate\n\n%d concurrent rooms, %d rooms per run, %s, aborts at every phase from both sources.\n\n", r.Pins[0].Spec.Concurrency, r.Pins[0].Spec.Rooms, latency(r.Pins[0]))
+		pinTable(&b, r)
+		w("![pins vs abort rate](pins-vs-abort-rate.svg)\n\n")
+	}
+	if r.OpenLoop != nil {
+		w("## Open loop\n\n%s\n\n", stormText(r.OpenLoop))
+		runTable(&b, []suite.RunSet{*r.OpenLoop}, true)
+	}
+	if len(r.Memory) > 0 {
+		w("## Memory per live room\n\nRooms opened with one transfer info (four pages) each, waiting for the scheduler's init; heap after a GC and resident set growth, divided by the rooms; the engine's fixed cost is left out.\n\n")
+		t := table{&b}
+		t.head("live rooms", "engine", "heap B/room", "heap objects/room", "RSS B/room")
+		for _, mp := range r.Memory {
+			for _, u := range mp.Engines {
+				t.row(mp.Rooms, u.Engine, fmt.Sprintf("%.0f", u.HeapPerRoom), fmt.Sprintf("%.1f", u.Objects), fmt.Sprintf("%.0f", u.RSSPerRoom))
+			}
+		}
+		w("\n![memory](memory.svg)\n\n")
+	}
+	if len(r.Poll) > 0 {
+		w("## Batched poll latency\n\nOne `Poll` of %d live rooms (WaitingForInput), as the scheduler polls its queue every iteration.\n\n", r.Poll[0].Rooms)
+		t := table{&b}
+		t.head("engine", "rounds", "p50", "p99", "p50 per room")
+		for _, p := range r.Poll {
+			t.row(p.Engine, p.Rounds, Dur(p.P50), Dur(p.P99), fmt.Sprintf("%.0f ns", float64(p.PerRoom)))
+		}
+		w("\n")
+	}
+	if len(r.Races) > 0 {
+		w("## The seeds' race scenarios (`bench.Races`)\n\nEach scenario forces one interleaving deterministically (held writes, hooks); `check` is the scenario's own statement of what that engine does.\n\n")
+		raceTable(&b, r.Races)
+	}
+	return b.String()
+}
+
+func latency(s suite.RunSet) string {
+	l := s.Spec.Latency
+	if s.Transfer != "loopback" {
+		return "instant transfers"
+	}
+	if l[1] == 0 {
+		return "loopback NIXL without added latency"
+	}
+	return fmt.Sprintf("loopback NIXL with %v–%v per request", l[0], l[1])
+}
+
+func stormText(s *suite.RunSet) string {
+	sp := s.Spec
+	loop := fmt.Sprintf("%d concurrent rooms", sp.Concurrency)
+	if sp.Rate > 0 {
+		loop = fmt.Sprintf("arrivals at %.0f rooms/s", sp.Rate)
+	}
+	return fmt.Sprintf("%d rooms, %s, %.0f%% aborted (phases %v, sources %v), %.0f%% with two decode agents, %s, %d repetitions.",
+		sp.Rooms, loop, 100*sp.AbortShare, sp.Phases, sp.Sources, 100*sp.TwoAgents, latency(*s), s.Reps)
+}
+
+func runTable(b *strings.Builder, sets []suite.RunSet, aborts bool) {
+	t := table{b}
+	t.head("scenario", "engine", "rooms/s", "actors ÷ engine: median of per-rep ratios (ratio of medians)", "CPU s per 1k rooms", "TTT p50", "TTT p99", "TTT p999", "pinned", "leaked")
+	for _, set := range sets {
+		var act float64
+		for _, e := range set.Engines {
+			if e.Engine == "actors" {
+				act = e.RoomsPerSec
+			}
+		}
+		for _, e := range set.Engines {
+			ratio := "—"
+			if e.Engine != "actors" {
+				if v, ok := set.RatioRate["actors/"+e.Engine]; ok {
+					ratio = fmt.Sprintf("%.2f× (%.2f×)", v, stats.Ratio(act, e.RoomsPerSec))
+				}
+			}
+			t.row(set.Name, e.Engine, fmt.Sprintf("%.0f", e.RoomsPerSec), ratio, fmt.Sprintf("%.3f", e.CPUPer1k),
+				Dur(e.TTT.P50), Dur(e.TTT.P99), Dur(e.TTT.P999), e.Pinned, e.Leaked)
+		}
+	}
+	b.WriteString("\n")
+}
+
+func abortTable(b *strings.Builder, set *suite.RunSet) {
+	t := table{b}
+	t.head("engine", "aborted rooms", "never terminal", "A2T p50", "A2T p99", "A2T p999", "pinned (hard + deadline)", "pinned at", "late posts", "failure notices", "ABORT_ACKs", "leaked entries (by map)")
+	for _, e := range set.Engines {
+		var ab, never, hard, dl, late, fn, acks int
+		at := map[string]int{}
+		for _, r := range e.Runs {
+			ab += r.Aborted + r.AbortsNever
+			never += r.AbortsNever
+			hard += r.HardPinned
+			dl += r.DeadlineEnded
+			late += int(r.LatePosts)
+			fn += int(r.FailureNotice)
+			acks += int(r.Acks)
+			for k, v := range r.PinnedAt {
+				at[k] += v
+			}
+		}
+		leaks := "0"
+		if n := len(e.Runs); n > 0 && e.Leaked > 0 {
+			l := e.Runs[n-1].Leaks
+			leaks = fmt.Sprintf("%d (status %d, infos %d, prefix %d, failure records %d, exceptions %d, senders %d, drains %d)",
+				e.Leaked, l.RequestStatus, l.TransferInfos, l.PrefixLen, l.FailureRecords, l.Exceptions, l.Senders, l.Drains)
+		}
+		t.row(e.Engine, ab, never, Dur(e.A2T.P50), Dur(e.A2T.P99), Dur(e.A2T.P999), fmt.Sprintf("%d (%d + %d)", hard+dl, hard, dl),
+			mapText(at), late, fn, acks, leaks)
+	}
+	b.WriteString("\nTotals over every repetition; A2T percentiles count rooms that never reached a terminal answer as ∞. Late posts: writes of chunks the scheduler sent after it issued the room's abort. Leaked: entries left after every clearable room was cleared and a further grace period (the last repetition's split).\n\n")
+}
+
+func mapText(m map[string]int) string {
+	if len(m) == 0 {
+		return "—"
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	var parts []string
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func pinTable(b *strings.Builder, r *suite.Results) {
+	t := table{b}
+	head := []string{"abort share"}
+	for _, e := range r.Engines {
+		head = append(head, e+" pinned", e+" leaked")
+	}
+	t.head(head...)
+	for _, set := range r.Pins {
+		cells := []any{fmt.Sprintf("%.0f%%", 100*set.Spec.AbortShare)}
+		for _, e := range set.Engines {
+			cells = append(cells, e.Pinned, e.Leaked)
+		}
+		t.row(cells...)
+	}
+	b.WriteString("\n")
+}
+
+func raceTable(b *strings.Builder, rows []suite.RaceRow) {
+	t := table{b}
+	t.head("scenario", "spec", "engine", "final answer", "pinned", "leaked", "late writes", "posts after abort", "notices", "check")
+	for _, r := range rows {
+		pinned := "not pinned"
+		if r.Pinned {
+			pinned = "**pinned**"
+		}
+		check := "ok"
+		if !r.CheckOK {
+			check = "FAILED: " + strings.ReplaceAll(r.Error, "\n", " ")
+		}
+		t.row(r.Scenario, r.Spec, r.Engine, r.Final, pinned, r.Leaked, r.LateWrites, r.PostsAfterAbort, r.Notices, check)
+	}
+	b.WriteString("\n")
+}

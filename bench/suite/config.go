@@ -1,0 +1,98 @@
+// Package suite runs the benchmark scenarios of issue 5 against every engine,
+// side by side in one process, and collects the results the report renders:
+// throughput against concurrency over the real transfer pool, the pure
+// overhead over an instant transfer layer, an abort storm, pins against the
+// abort rate, memory per live room, batched poll latency and the seeds' race
+// scenarios.
+package suite
+
+import (
+	"time"
+
+	"github.com/kvxfer/kvxfer/bench"
+	"github.com/kvxfer/kvxfer/bench/workload"
+)
+
+// Point is one throughput measurement: a closed loop of Concurrency rooms
+// over Rooms rooms, repeated Reps times.
+type Point struct {
+	Concurrency int `json:"concurrency"`
+	Rooms       int `json:"rooms"`
+	Reps        int `json:"reps"`
+}
+
+// Config is a suite: what to run, how big, how often.
+type Config struct {
+	Name    string
+	Engines []bench.Kind
+	Seed    uint64
+	// Throughput runs over the loopback transfer pool, no aborts, with
+	// ThroughputLatency per NIXL request.
+	Throughput        []Point
+	ThroughputLatency [2]time.Duration
+	// Overhead is the same closed loop over the instant transfer layer: the
+	// engines' own cost.
+	Overhead []Point
+	// Storm is the abort storm over the loopback pool: AbortShare of the rooms
+	// aborted at every phase from both sources, StormLatency per request
+	// (wide: a non-last chunk is often on the wire when its abort lands).
+	Storm        Point
+	StormShare   float64
+	StormLatency [2]time.Duration
+	// PinShares: the pins-vs-abort-rate sweep, one run per share at PinPoint.
+	PinShares []float64
+	PinPoint  Point
+	// OpenLoop, if Rate > 0: an open-loop run at Rate rooms/s with the storm's mix.
+	OpenLoopRate  float64
+	OpenLoopRooms int
+	// Memory: live rooms held at once, per measurement.
+	Memory []int
+	// PollRooms live rooms polled in one batch, PollRounds times.
+	PollRooms, PollRounds int
+	Races                 bool
+}
+
+// Quick is the suite `make bench-suite` runs: under three minutes on two
+// cores, every measurement once at small scale, the throughput points and the
+// storm repeated to quote medians.
+func Quick() Config {
+	return Config{
+		Name:              "quick",
+		Engines:           bench.Kinds(),
+		Seed:              1,
+		Throughput:        []Point{{100, 1000, 3}, {1000, 2000, 3}, {10000, 10000, 1}},
+		ThroughputLatency: [2]time.Duration{10 * time.Microsecond, 200 * time.Microsecond},
+		Overhead:          []Point{{1000, 3000, 3}},
+		Storm:             Point{1000, 2000, 3},
+		StormShare:        0.5,
+		StormLatency:      [2]time.Duration{50 * time.Microsecond, 2 * time.Millisecond},
+		PinShares:         []float64{0.05, 0.25, 0.5, 1},
+		PinPoint:          Point{256, 800, 1},
+		Memory:            []int{1000, 10000},
+		PollRooms:         1000,
+		PollRounds:        40,
+		Races:             true,
+	}
+}
+
+// Full is `make bench-full`: more rooms, more repetitions, and the scaling
+// points up to 100,000 concurrent rooms. It takes a long while on two cores.
+func Full() Config {
+	c := Quick()
+	c.Name = "full"
+	c.Throughput = []Point{{100, 3000, 5}, {1000, 10000, 5}, {10000, 30000, 3}, {100000, 100000, 1}}
+	c.Overhead = []Point{{1000, 20000, 5}, {10000, 50000, 3}}
+	c.Storm = Point{1000, 10000, 5}
+	c.PinShares = []float64{0.01, 0.05, 0.1, 0.25, 0.5, 0.75, 1}
+	c.PinPoint = Point{1000, 5000, 3}
+	c.OpenLoopRate, c.OpenLoopRooms = 2000, 20000
+	c.Memory = []int{1000, 10000, 100000}
+	c.PollRounds = 200
+	return c
+}
+
+// stormSpec is the abort mix of the storm, the pin sweep and the open loop.
+func (c Config) stormSpec(p Point, share float64) workload.Spec {
+	return workload.Spec{Rooms: p.Rooms, Concurrency: p.Concurrency, AbortShare: share, TwoAgents: 0.3,
+		Latency: c.StormLatency, Seed: c.Seed}
+}

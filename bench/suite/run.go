@@ -1,0 +1,239 @@
+package suite
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/kvxfer/kvxfer/actors"
+	"github.com/kvxfer/kvxfer/bench"
+	"github.com/kvxfer/kvxfer/bench/stats"
+	"github.com/kvxfer/kvxfer/bench/workload"
+)
+
+// runner holds what every scenario of a suite shares: the loopback fabric
+// (built once) and the progress display.
+type runner struct {
+	cfg    Config
+	fabric *workload.Fabric
+	label  atomic.Pointer[string]
+	prog   atomic.Pointer[workload.Progress]
+	total  atomic.Int64
+}
+
+// Run runs every scenario of cfg and returns the results. progress gets a
+// line per second (nil: none).
+func Run(cfg Config, command string, progress io.Writer) (*Results, error) {
+	res := &Results{Suite: cfg.Name, Command: command, Started: time.Now().UTC(), GoVersion: runtime.Version(),
+		GOMAXPROCS: runtime.GOMAXPROCS(0), NumCPU: runtime.NumCPU()}
+	for _, k := range cfg.Engines {
+		res.Engines = append(res.Engines, string(k))
+	}
+	res.LoadAvg[0] = loadavg()
+	f, err := workload.NewFabric()
+	if err != nil {
+		return nil, fmt.Errorf("suite: building the loopback fabric: %w", err)
+	}
+	defer f.Close()
+	r := &runner{cfg: cfg, fabric: f}
+	stop := r.display(progress, res.Started)
+	defer stop()
+
+	for _, p := range cfg.Throughput {
+		spec := workload.Spec{Rooms: p.Rooms, Concurrency: p.Concurrency, TwoAgents: 0.3, Latency: cfg.ThroughputLatency, Seed: cfg.Seed}
+		res.Throughput = append(res.Throughput, r.runSet(fmt.Sprintf("throughput c=%d", p.Concurrency), true, spec, p.Reps))
+	}
+	for _, p := range cfg.Overhead {
+		spec := workload.Spec{Rooms: p.Rooms, Concurrency: p.Concurrency, TwoAgents: 0.3, Seed: cfg.Seed}
+		res.Overhead = append(res.Overhead, r.runSet(fmt.Sprintf("overhead c=%d", p.Concurrency), false, spec, p.Reps))
+	}
+	if cfg.Storm.Rooms > 0 {
+		s := r.runSet(fmt.Sprintf("abort storm %.0f%%", 100*cfg.StormShare), true, cfg.stormSpec(cfg.Storm, cfg.StormShare), cfg.Storm.Reps)
+		res.Storm = &s
+	}
+	for _, share := range cfg.PinShares {
+		res.Pins = append(res.Pins, r.runSet(fmt.Sprintf("pins at %.0f%% aborts", 100*share), true, cfg.stormSpec(cfg.PinPoint, share), cfg.PinPoint.Reps))
+	}
+	if cfg.OpenLoopRate > 0 {
+		spec := cfg.stormSpec(Point{Rooms: cfg.OpenLoopRooms}, cfg.StormShare)
+		spec.Rate = cfg.OpenLoopRate
+		s := r.runSet(fmt.Sprintf("open loop %.0f rooms/s", cfg.OpenLoopRate), true, spec, 1)
+		res.OpenLoop = &s
+	}
+	for _, n := range cfg.Memory {
+		r.setLabel(fmt.Sprintf("memory with %d live rooms", n), nil, 0)
+		mp := MemoryPoint{Rooms: n}
+		for _, k := range cfg.Engines {
+			u, err := memory(k, n)
+			if err != nil {
+				return nil, err
+			}
+			mp.Engines = append(mp.Engines, u)
+		}
+		res.Memory = append(res.Memory, mp)
+	}
+	if cfg.PollRooms > 0 {
+		r.setLabel(fmt.Sprintf("batched poll of %d rooms", cfg.PollRooms), nil, 0)
+		for _, k := range cfg.Engines {
+			p, err := pollLatency(k, cfg.PollRooms, cfg.PollRounds)
+			if err != nil {
+				return nil, err
+			}
+			res.Poll = append(res.Poll, p)
+		}
+	}
+	if cfg.Races {
+		r.setLabel("race scenarios", nil, 0)
+		res.Races = races()
+	}
+	res.Duration = time.Since(res.Started)
+	res.LoadAvg[1] = loadavg()
+	return res, nil
+}
+
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(b))
+	return strings.Join(f[:min(3, len(f))], " ")
+}
+
+func (r *runner) setLabel(s string, p *workload.Progress, total int) {
+	r.label.Store(&s)
+	r.prog.Store(p)
+	r.total.Store(int64(total))
+}
+
+// display prints a line per second: elapsed time, the scenario, and the
+// rooms of the current run that reached a terminal answer.
+func (r *runner) display(w io.Writer, start time.Time) (stop func()) {
+	if w == nil {
+		return func() {}
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+			label := ""
+			if l := r.label.Load(); l != nil {
+				label = *l
+			}
+			line := fmt.Sprintf("[%4.0fs] %s", time.Since(start).Seconds(), label)
+			if p := r.prog.Load(); p != nil {
+				line += fmt.Sprintf(": %d/%d rooms terminal, %d admitted", p.Terminal.Load(), r.total.Load(), p.Admitted.Load())
+			}
+			fmt.Fprintln(w, line)
+		}
+	}()
+	return func() { close(done); wg.Wait() }
+}
+
+// runSet runs spec on every engine, reps times, rotating the engine order
+// each repetition, and summarizes.
+func (r *runner) runSet(name string, loopback bool, spec workload.Spec, reps int) RunSet {
+	reps = max(reps, 1)
+	plans, err := workload.Generate(spec)
+	if err != nil {
+		panic(err) // the suite's own specs are valid
+	}
+	spec, _ = spec.Normalize()
+	set := RunSet{Name: name, Transfer: "instant", Spec: spec, Reps: reps, RatioRate: map[string]float64{}}
+	if loopback {
+		set.Transfer = "loopback"
+		r.fabric.SetLatency(spec.Latency[0], spec.Latency[1])
+	}
+	type acc struct {
+		runs       []RunSummary
+		ttt, a2t   []time.Duration
+		never      int
+		pinned     int
+		leaked     int
+		rates, cpu []float64
+	}
+	accs := map[bench.Kind]*acc{}
+	ratios := map[string][]float64{}
+	for rep := range reps {
+		order := slices.Clone(r.cfg.Engines)
+		for range rep % len(order) {
+			order = append(order[1:], order[0])
+		}
+		rate := map[bench.Kind]float64{}
+		for _, k := range order {
+			p := &workload.Progress{}
+			r.setLabel(fmt.Sprintf("%s, rep %d/%d, %s", name, rep+1, reps, k), p, len(plans))
+			res, err := r.one(k, loopback, plans, spec, p)
+			if err != nil {
+				panic(err)
+			}
+			a := accs[k]
+			if a == nil {
+				a = &acc{}
+				accs[k] = a
+			}
+			s := summarize(&res)
+			a.runs = append(a.runs, s)
+			a.ttt = append(a.ttt, res.TTT...)
+			a.a2t = append(a.a2t, res.A2T...)
+			a.never += res.AbortsNever
+			a.pinned += res.Pinned()
+			a.leaked = max(a.leaked, res.Leaked)
+			a.rates = append(a.rates, res.RoomsPerSec)
+			a.cpu = append(a.cpu, res.CPUPer1k())
+			rate[k] = res.RoomsPerSec
+			runtime.GC()
+		}
+		for _, base := range []bench.Kind{bench.Upstream, bench.Fixed} {
+			if rate[base] > 0 && rate[bench.Actors] > 0 {
+				key := string(bench.Actors) + "/" + string(base)
+				ratios[key] = append(ratios[key], rate[bench.Actors]/rate[base])
+			}
+		}
+	}
+	for _, k := range r.cfg.Engines {
+		a := accs[k]
+		sorted := stats.Sorted(a.a2t, a.never)
+		set.Engines = append(set.Engines, EngineRuns{
+			Engine: string(k), Runs: a.runs, RoomsPerSec: stats.Median(a.rates), CPUPer1k: stats.Median(a.cpu),
+			TTT: stats.Summarize(a.ttt, 0), A2T: stats.Summarize(a.a2t, a.never), A2TCDF: stats.CDF(sorted, 200),
+			Pinned: a.pinned, Leaked: a.leaked,
+		})
+	}
+	for key, rs := range ratios {
+		set.RatioRate[key] = stats.Median(rs)
+	}
+	return set
+}
+
+// one runs plans once on a fresh engine of kind k.
+func (r *runner) one(k bench.Kind, loopback bool, plans []workload.Plan, spec workload.Spec, p *workload.Progress) (workload.Result, error) {
+	var tr actors.Transfers = workload.Instant{}
+	o := workload.Options{Concurrency: spec.Concurrency, Rate: spec.Rate, Progress: p}
+	if loopback {
+		tr = r.fabric.Pool
+		o.Agents = [2]string{r.fabric.Agent(0), r.fabric.Agent(1)}
+		o.Slots, o.AuxSlots = r.fabric.Shape.Slots, r.fabric.Shape.AuxSlots
+	}
+	rig, err := workload.NewRig(k, tr)
+	if err != nil {
+		return workload.Result{}, err
+	}
+	res := workload.Run(rig, plans, o)
+	return res, rig.Close()
+}

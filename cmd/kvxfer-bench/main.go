@@ -1,0 +1,80 @@
+// Command kvxfer-bench runs the benchmark suite that compares kvxfer's actor
+// engine with the dict-based ports of SGLang's NIXL prefill (bench/dict),
+// side by side in one process over the same transfer layer, and writes the
+// results: results.json, report.md (the tables) and SVG plots.
+//
+//	kvxfer-bench -suite quick -out bench/results    # under 3 minutes on 2 cores
+//	kvxfer-bench -suite full -out /tmp/full         # up to 100k concurrent rooms
+//
+// A line per second shows the scenario in progress; the headline table is
+// printed at the end. docs/benchmarks.md explains the scenarios and metrics.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/kvxfer/kvxfer/bench"
+	"github.com/kvxfer/kvxfer/bench/report"
+	"github.com/kvxfer/kvxfer/bench/suite"
+)
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "kvxfer-bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	fs := flag.NewFlagSet("kvxfer-bench", flag.ContinueOnError)
+	name := fs.String("suite", "quick", "suite to run: quick or full")
+	out := fs.String("out", "bench/results", "folder for results.json, report.md and the plots")
+	seed := fs.Uint64("seed", 1, "workload seed (the same plans go to every engine)")
+	engines := fs.String("engines", "", "comma-separated engines (default: upstream,fixed,actors)")
+	noRaces := fs.Bool("no-races", false, "skip the race scenarios")
+	quiet := fs.Bool("q", false, "no progress lines")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	cfg, err := pick(*name)
+	if err != nil {
+		return err
+	}
+	cfg.Seed = *seed
+	cfg.Races = cfg.Races && !*noRaces
+	if *engines != "" {
+		cfg.Engines = nil
+		for _, e := range strings.Split(*engines, ",") {
+			cfg.Engines = append(cfg.Engines, bench.Kind(strings.TrimSpace(e)))
+		}
+	}
+	progress := os.Stderr
+	if *quiet {
+		progress = nil
+	}
+	command := "kvxfer-bench " + strings.Join(args, " ")
+	res, err := suite.Run(cfg, strings.TrimSpace(command), progress)
+	if err != nil {
+		return err
+	}
+	if err := report.Write(*out, res); err != nil {
+		return err
+	}
+	fmt.Printf("\n%s\n", report.Headline(res))
+	fmt.Printf("suite %s done in %v; report: %s\n", cfg.Name, res.Duration.Round(1e9), filepath.Join(*out, "report.md"))
+	return nil
+}
+
+func pick(name string) (suite.Config, error) {
+	switch name {
+	case "quick":
+		return suite.Quick(), nil
+	case "full":
+		return suite.Full(), nil
+	}
+	return suite.Config{}, fmt.Errorf("unknown suite %q (quick or full)", name)
+}
