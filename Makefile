@@ -4,7 +4,7 @@ GO    ?= go
 PKGS  ?= ./...
 BIN   ?= bin
 
-.PHONY: all deps build test unit race vet fmt-check fmt bench fuzz-smoke demo clean
+.PHONY: all deps deps-nixl build test unit race vet fmt-check fmt bench fuzz-smoke demo clean
 
 all: build
 
@@ -13,6 +13,13 @@ deps:
 	@if ! pkg-config --exists libzmq 2>/dev/null; then \
 		apt-get update && apt-get install -y --no-install-recommends libzmq3-dev pkg-config; \
 	fi
+
+# NIXL's wheel in /opt/kvxfer-nixl, for the libnixl backend and its tests.
+deps-nixl:
+	@scripts/install-nixl.sh
+
+# Where the libnixl backend finds NIXL's Python package (and so the library).
+export KVXFER_NIXL_PYTHON ?= $(wildcard /opt/kvxfer-nixl/bin/python)
 
 build: deps
 	$(GO) build $(PKGS)
