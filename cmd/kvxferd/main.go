@@ -20,6 +20,7 @@ import (
 
 	"github.com/kvxfer/kvxfer/actors"
 	"github.com/kvxfer/kvxfer/daemon"
+	"github.com/kvxfer/kvxfer/nixl/libnixl"
 	"github.com/kvxfer/kvxfer/nixl/sglang"
 	"github.com/kvxfer/kvxfer/telemetry"
 	"github.com/kvxfer/kvxfer/transport"
@@ -76,7 +77,7 @@ func run(args []string, getenv func(string) string) error {
 	fs.IntVar(&c.StateComponents, "state-components", 0, "state lists the scheduler registers before the rank goes live")
 	logJSON := fs.Bool("log-json", false, "JSON logs")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
-	backend := fs.String("nixl-backend", "loopback", "NIXL backend: loopback (SGLANG_DISAGGREGATION_NIXL_BACKEND names the plugin of a real NIXL backend)")
+	backend := fs.String("nixl-backend", "loopback", "loopback (shared memory, pure Go) or nixl (the real library, loaded at run time; its plugin and params come from SGLANG_DISAGGREGATION_NIXL_BACKEND and _PARAMS)")
 	metrics := fs.Bool("metrics", true, "serve Prometheus /metrics on -debug-addr (tracing: the OTEL_* environment, see docs/observability.md)")
 	bytesPerPage := fs.Int64("kv-bytes-per-page", 0, "KV bytes of one page over all layers of this rank, for kv_transfer.bytes and kvxfer_transfer_bytes_total (0: bytes not reported)")
 	if err := fs.Parse(args); err != nil {
@@ -91,8 +92,18 @@ func run(args []string, getenv func(string) string) error {
 	default:
 		return fmt.Errorf("-aux-nokv %q: want baseline or count", *nokv)
 	}
-	if *backend != "loopback" {
-		return fmt.Errorf("-nixl-backend %q: only the loopback backend is built in so far", *backend)
+	switch *backend {
+	case "loopback":
+	case "nixl":
+		c.NewAgent = func(name string) (daemon.Agent, error) {
+			a, err := libnixl.New(name, libnixl.Options{})
+			if err != nil {
+				return nil, err
+			}
+			return daemon.WithFileMapping(a), nil
+		}
+	default:
+		return fmt.Errorf("-nixl-backend %q: want loopback or nixl", *backend)
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
