@@ -77,12 +77,16 @@ func reasonIndex(r room.Reason) int {
 }
 
 // hist is a fixed-bucket histogram of durations, guarded by its shard's lock.
+// The counts are inline: no pointer to chase on the hot path.
 type hist struct {
-	counts []uint64 // len(bounds)+1
+	n      int // buckets in use: len(bounds)+1
+	counts [maxBuckets]uint64
 	sumNs  int64
 }
 
-func (h *hist) init(bounds int) { h.counts = make([]uint64, bounds+1) }
+const maxBuckets = 18
+
+func (h *hist) init(bounds int) { h.n = bounds + 1 }
 
 func (h *hist) observe(d time.Duration, bounds []time.Duration) {
 	d = max(d, 0)
@@ -95,16 +99,16 @@ func (h *hist) observe(d time.Duration, bounds []time.Duration) {
 }
 
 func (h *hist) add(from *hist) {
-	for i, c := range from.counts {
-		h.counts[i] += c
+	for i := range h.counts {
+		h.counts[i] += from.counts[i]
 	}
 	h.sumNs += from.sumNs
 }
 
 func (h *hist) point(set attribute.Set, secs []float64, start, now time.Time) metricdata.HistogramDataPoint[float64] {
 	p := metricdata.HistogramDataPoint[float64]{Attributes: set, StartTime: start, Time: now, Bounds: secs,
-		BucketCounts: h.counts, Sum: time.Duration(h.sumNs).Seconds()}
-	for _, c := range h.counts {
+		BucketCounts: append([]uint64(nil), h.counts[:len(secs)+1]...), Sum: time.Duration(h.sumNs).Seconds()}
+	for _, c := range p.BucketCounts {
 		p.Count += c
 	}
 	return p
@@ -249,7 +253,7 @@ func (o *Observer) Produce(context.Context) ([]metricdata.ScopeMetrics, error) {
 	}
 	sum("kvxfer_room_failures", "{room}", "Rooms that became Failed, by reason (error.type).", fails...)
 
-	age, pinned := o.oldestNonTerminal(o.clk.Now())
+	age, pinned := o.oldestNonTerminal(o.now())
 	ms = append(ms, metricdata.Metrics{Name: "kvxfer_oldest_nonterminal_room_age", Unit: "s",
 		Description: "Age of the oldest live room not yet Success or Failed (the silent-pin detector).",
 		Data:        metricdata.Gauge[float64]{DataPoints: []metricdata.DataPoint[float64]{{Attributes: noAttrs, Time: now, Value: age.Seconds()}}}})

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"math/bits"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -32,7 +34,7 @@ const (
 	// always traced.
 	DefaultSlow = 5 * time.Second
 
-	numShards = 64
+	maxShards = 256
 )
 
 // Config configures an Observer. The zero value observes metrics only.
@@ -57,7 +59,8 @@ type Config struct {
 	// over all layers of this rank). 0 leaves bytes at 0; SetBytesPerPage
 	// can change it later, e.g. once the scheduler registered memory.
 	BytesPerPage int64
-	// MaxRooms caps the live rooms tracked (default DefaultMaxRooms).
+	// MaxRooms caps the live rooms tracked (default DefaultMaxRooms), split
+	// evenly over the shards.
 	MaxRooms int
 	// MaxEvents caps status events per room span (default and at most 128).
 	MaxEvents int
@@ -84,7 +87,9 @@ type Observer struct {
 	cfg      Config
 	clk      clock.Clock
 	bpp      atomic.Int64
-	start    time.Time
+	start    time.Time // wall clock at New (metrics start time)
+	base     time.Time // origin of the ticks; monotonic with the real clock
+	real     bool      // Clock is the wall clock: ticks read only the monotonic clock
 	sampling Sampling
 	perShard int // MaxRooms split over the shards
 
@@ -94,7 +99,8 @@ type Observer struct {
 	batch   []sdktrace.ReadOnlySpan
 	ids     ids
 
-	shards [numShards]shard
+	shards []shard // a power of two: 4 × GOMAXPROCS, 8 to 256
+	shift  uint    // 64 - log2(len(shards))
 
 	// Rare events: plain atomics.
 	evicted, badTraceparents, queueFull atomic.Int64
@@ -148,10 +154,11 @@ type roomRec struct {
 // stacks start small and are copied whenever they grow.)
 type roomState struct {
 	id         uint64
-	created    time.Time
-	statusAt   time.Time // when the current status was entered
-	terminalAt time.Time
-	retiredAt  time.Time
+	created    tick
+	statusAt   tick // when the current status was entered
+	terminalAt tick // when it became terminal, if terminal
+	retiredAt  tick
+	terminal   bool
 	status     room.Status
 	reason     room.Reason
 	retired    bool // false: emitted at Close while still live
@@ -179,7 +186,7 @@ type roomState struct {
 }
 
 type statusEvent struct {
-	at     time.Time
+	at     tick
 	status room.Status
 	reason room.Reason
 }
@@ -191,7 +198,7 @@ type xferRec struct {
 	agent      string
 	pages      int
 	bytes      int64
-	start, end time.Time
+	start, end tick
 	fail       room.Reason
 	done       bool
 }
@@ -199,7 +206,7 @@ type xferRec struct {
 type inflightRec struct {
 	seq   uint32
 	bytes int64
-	start time.Time
+	start tick
 	span  int // index into spans, or -1
 }
 
@@ -226,8 +233,11 @@ func New(cfg Config) (*Observer, error) {
 	if cfg.ExportTimeout <= 0 {
 		cfg.ExportTimeout = 10 * time.Second
 	}
-	o := &Observer{cfg: cfg, clk: cfg.Clock, start: cfg.Clock.Now(), stopped: make(chan struct{}),
-		perShard: (cfg.MaxRooms + numShards - 1) / numShards}
+	o := &Observer{cfg: cfg, clk: cfg.Clock, start: time.Now(), base: cfg.Clock.Now(), stopped: make(chan struct{}),
+		shift: 64 - uint(bits.Len(uint(shardCount())-1))}
+	o.shards = make([]shard, 1<<(64-o.shift))
+	o.perShard = (cfg.MaxRooms + len(o.shards) - 1) / len(o.shards)
+	_, o.real = cfg.Clock.(clock.Real)
 	o.sampling = Sampling{Ratio: 1}
 	if cfg.Sampling != nil {
 		if err := cfg.Sampling.validate(); err != nil {
@@ -263,6 +273,21 @@ func New(cfg Config) (*Observer, error) {
 	return o, nil
 }
 
+// tick is a time as nanoseconds since Observer.base: 8 bytes instead of a
+// time.Time's 24, and with the wall clock read from the monotonic clock alone
+// (time.Since), half the cost of time.Now.
+type tick int64
+
+func (o *Observer) now() tick {
+	if o.real {
+		return tick(time.Since(o.base))
+	}
+	return tick(o.clk.Now().Sub(o.base))
+}
+
+// wall converts a tick back to a time for spans.
+func (o *Observer) wall(t tick) time.Time { return o.base.Add(time.Duration(t)) }
+
 // SetBytesPerPage changes the page size used for kv_transfer.bytes from now on.
 func (o *Observer) SetBytesPerPage(n int64) { o.bpp.Store(n) }
 
@@ -270,13 +295,22 @@ func (o *Observer) SetBytesPerPage(n int64) { o.bpp.Store(n) }
 // at scrape time).
 func (o *Observer) Attach(s Source) { o.src.Store(&sourceBox{s}) }
 
-func shardIndex(id uint64) int { return int((id * 0x9E3779B97F4A7C15) >> 58) }
+// shardCount is 4 × GOMAXPROCS rounded up to a power of two, within 8..256.
+func shardCount() int {
+	n := 8
+	for n < 4*runtime.GOMAXPROCS(0) && n < maxShards {
+		n *= 2
+	}
+	return n
+}
 
-func (o *Observer) shardOf(id uint64) *shard { return &o.shards[shardIndex(id)] }
+func (o *Observer) shardIndex(id uint64) int { return int((id * 0x9E3779B97F4A7C15) >> o.shift) }
+
+func (o *Observer) shardOf(id uint64) *shard { return &o.shards[o.shardIndex(id)] }
 
 // newRec makes a record for a room first seen now; nil when the shard is at
 // its share of MaxRooms. The caller holds the shard lock.
-func (o *Observer) newRec(sh *shard, id uint64, now time.Time) *roomRec {
+func (o *Observer) newRec(sh *shard, id uint64, now tick) *roomRec {
 	if sh.st.tracked >= int64(o.perShard) {
 		sh.st.untracked++
 		return nil
@@ -298,8 +332,10 @@ func (o *Observer) newRec(sh *shard, id uint64, now time.Time) *roomRec {
 
 // reset empties r for reuse, keeping its inline buffers.
 func reset(r *roomRec) {
-	clear(r.spBuf[:]) // drop agent strings
-	clear(r.agBuf[:])
+	// Drop the agent strings of the used entries (addSpan zeroes an entry
+	// before use, so the rest need no clearing).
+	clear(r.spBuf[:min(len(r.spans), len(r.spBuf))])
+	clear(r.agBuf[:min(len(r.agents), len(r.agBuf))])
 	r.roomState = roomState{}
 	r.events, r.spans, r.inflight, r.agents = r.evBuf[:0], r.spBuf[:0], r.inBuf[:0], r.agBuf[:0]
 }
@@ -317,7 +353,7 @@ func (o *Observer) recycle(r *roomRec) {
 
 // RoomCreated implements actors.Observer.
 func (o *Observer) RoomCreated(id uint64) {
-	now := o.clk.Now()
+	now := o.now()
 	sh := o.shardOf(id)
 	sh.mu.Lock()
 	if _, ok := sh.rooms[id]; !ok { // else a traceparent came first: keep its time
@@ -335,7 +371,7 @@ func (o *Observer) Traceparent(id uint64, traceparent string) {
 		o.badTraceparents.Add(1)
 		return
 	}
-	now := o.clk.Now()
+	now := o.now()
 	sh := o.shardOf(id)
 	sh.mu.Lock()
 	r := sh.rooms[id]
@@ -352,7 +388,7 @@ func (o *Observer) Traceparent(id uint64, traceparent string) {
 
 // StatusChanged implements actors.Observer.
 func (o *Observer) StatusChanged(id uint64, s room.Status, why room.Reason) {
-	now := o.clk.Now()
+	now := o.now()
 	sh := o.shardOf(id)
 	sh.mu.Lock()
 	st := &sh.st
@@ -366,13 +402,13 @@ func (o *Observer) StatusChanged(id uint64, s room.Status, why room.Reason) {
 			return
 		}
 	} else {
-		st.statusDur[statusIndex(r.status)].observe(now.Sub(r.statusAt), statusBoundsNs)
+		st.statusDur[statusIndex(r.status)].observe(time.Duration(now-r.statusAt), statusBoundsNs)
 	}
 	st.live[statusIndex(r.status)]--
 	st.live[statusIndex(s)]++
 	r.status, r.reason, r.statusAt = s, why, now
-	if s.Terminal() && r.terminalAt.IsZero() {
-		r.terminalAt = now
+	if s.Terminal() && !r.terminal {
+		r.terminalAt, r.terminal = now, true
 	}
 	if o.tracing {
 		if len(r.events) < o.cfg.MaxEvents {
@@ -386,7 +422,7 @@ func (o *Observer) StatusChanged(id uint64, s room.Status, why room.Reason) {
 
 // Posted implements actors.Observer.
 func (o *Observer) Posted(t *room.Transfer) {
-	now := o.clk.Now()
+	now := o.now()
 	pages := len(t.SrcPages)
 	bytes := int64(pages) * o.bpp.Load()
 	sh := o.shardOf(t.Room)
@@ -417,7 +453,7 @@ func (o *Observer) Posted(t *room.Transfer) {
 
 // addSpan records a child span for t, if r has room for one, and returns its
 // index (-1 if not).
-func (o *Observer) addSpan(r *roomRec, t *room.Transfer, pages int, bytes int64, now time.Time) int {
+func (o *Observer) addSpan(r *roomRec, t *room.Transfer, pages int, bytes int64, now tick) int {
 	if len(r.agents) < 16 && !contains(r.agents, t.Agent) {
 		r.agents = append(r.agents, t.Agent)
 	}
@@ -446,7 +482,7 @@ func contains(ss []string, s string) bool {
 
 // TransferDone implements actors.Observer.
 func (o *Observer) TransferDone(id uint64, seq uint32, fail room.Reason) {
-	now := o.clk.Now()
+	now := o.now()
 	sh := o.shardOf(id)
 	sh.mu.Lock()
 	st := &sh.st
@@ -468,7 +504,7 @@ func (o *Observer) TransferDone(id uint64, seq uint32, fail room.Reason) {
 		last := len(r.inflight) - 1
 		r.inflight[i] = r.inflight[last]
 		r.inflight = r.inflight[:last]
-		st.xferDur.observe(now.Sub(in.start), transferBoundsNs)
+		st.xferDur.observe(time.Duration(now-in.start), transferBoundsNs)
 		if fail == room.ReasonNone {
 			r.bytes += in.bytes
 			st.bytesOK += in.bytes
@@ -506,7 +542,7 @@ func (o *Observer) TombstoneEvicted(uint64) { o.evicted.Add(1) }
 // RoomRetired implements actors.Observer: the room's record is closed, and
 // its spans are emitted if the tail sampler keeps it.
 func (o *Observer) RoomRetired(t room.Tombstone) {
-	now := o.clk.Now()
+	now := o.now()
 	sh := o.shardOf(t.Room)
 	sh.mu.Lock()
 	st := &sh.st
@@ -518,7 +554,7 @@ func (o *Observer) RoomRetired(t room.Tombstone) {
 	}
 	delete(sh.rooms, t.Room)
 	st.tracked--
-	st.statusDur[statusIndex(r.status)].observe(now.Sub(r.statusAt), statusBoundsNs)
+	st.statusDur[statusIndex(r.status)].observe(time.Duration(now-r.statusAt), statusBoundsNs)
 	st.live[statusIndex(r.status)]--
 	r.status, r.reason, r.retiredAt, r.retired = t.Status, t.Reason, now, true
 	keep := dropSampled
@@ -588,7 +624,7 @@ func (o *Observer) Close(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	now := o.clk.Now()
+	now := o.now()
 	for i := range o.shards {
 		sh := &o.shards[i]
 		sh.mu.Lock()
@@ -645,8 +681,8 @@ func (o *Observer) emitLoop() {
 
 // oldestNonTerminal returns the age of the oldest tracked room that is not
 // Success or Failed, and how many such rooms there are.
-func (o *Observer) oldestNonTerminal(now time.Time) (time.Duration, int) {
-	var oldest time.Time
+func (o *Observer) oldestNonTerminal(now tick) (time.Duration, int) {
+	var oldest tick
 	n := 0
 	for i := range o.shards {
 		sh := &o.shards[i]
@@ -656,7 +692,7 @@ func (o *Observer) oldestNonTerminal(now time.Time) (time.Duration, int) {
 				continue
 			}
 			n++
-			if oldest.IsZero() || r.created.Before(oldest) {
+			if n == 1 || r.created < oldest {
 				oldest = r.created
 			}
 		}
@@ -665,5 +701,5 @@ func (o *Observer) oldestNonTerminal(now time.Time) (time.Duration, int) {
 	if n == 0 {
 		return 0, 0
 	}
-	return now.Sub(oldest), n
+	return time.Duration(now - oldest), n
 }

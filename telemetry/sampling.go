@@ -58,11 +58,11 @@ func (s *Sampling) decide(r *roomRec) keepReason {
 	if slow == 0 {
 		slow = DefaultSlow
 	}
-	end := r.terminalAt
-	if end.IsZero() {
-		end = r.retiredAt
+	end := r.retiredAt
+	if r.terminal {
+		end = r.terminalAt
 	}
-	if slow > 0 && end.Sub(r.created) >= slow {
+	if slow > 0 && time.Duration(end-r.created) >= slow {
 		return keepSlow
 	}
 	if s.ParentBased && r.hasParent {

@@ -5,7 +5,6 @@ import (
 	crand "crypto/rand"
 	"encoding/binary"
 	"math/rand/v2"
-	"time"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -128,7 +127,7 @@ func roomStatus(r *roomRec) sdktrace.Status {
 
 // xferAttrs appends one transfer span's attributes; it returns them, its end
 // and its status.
-func xferAttrs(a []attribute.KeyValue, r *roomRec, x *xferRec) ([]attribute.KeyValue, time.Time, sdktrace.Status) {
+func xferAttrs(a []attribute.KeyValue, r *roomRec, x *xferRec) ([]attribute.KeyValue, tick, sdktrace.Status) {
 	a = append(a, AttrPeerAgent.String(x.agent), AttrChunk.Int(x.chunk), lastAttrs[b2i(x.last)],
 		AttrSeq.Int64(int64(x.seq)), AttrPages.Int(x.pages), AttrBytes.Int64(x.bytes))
 	switch {
@@ -171,25 +170,25 @@ func (o *Observer) emitAPI(r *roomRec) {
 	if r.parent.IsValid() {
 		ctx = trace.ContextWithRemoteSpanContext(ctx, r.parent)
 	}
-	ctx, sp := o.tracer.Start(ctx, RoomSpan, trace.WithTimestamp(r.created), trace.WithSpanKind(trace.SpanKindInternal),
+	ctx, sp := o.tracer.Start(ctx, RoomSpan, trace.WithTimestamp(o.wall(r.created)), trace.WithSpanKind(trace.SpanKindInternal),
 		trace.WithAttributes(roomAttrs(nil, r)...))
 	for i := range r.events {
 		e := &r.events[i]
-		sp.AddEvent(StatusEvent, trace.WithTimestamp(e.at), trace.WithAttributes(statusEventAttrs(e)...))
+		sp.AddEvent(StatusEvent, trace.WithTimestamp(o.wall(e.at)), trace.WithAttributes(statusEventAttrs(e)...))
 	}
 	for i := range r.spans {
 		attrs, end, st := xferAttrs(nil, r, &r.spans[i])
-		_, c := o.tracer.Start(ctx, TransferSpan, trace.WithTimestamp(r.spans[i].start), trace.WithSpanKind(trace.SpanKindClient),
+		_, c := o.tracer.Start(ctx, TransferSpan, trace.WithTimestamp(o.wall(r.spans[i].start)), trace.WithSpanKind(trace.SpanKindClient),
 			trace.WithAttributes(attrs...))
 		if st.Code == codes.Error {
 			c.SetStatus(st.Code, st.Description)
 		}
-		c.End(trace.WithTimestamp(end))
+		c.End(trace.WithTimestamp(o.wall(end)))
 	}
 	if st := roomStatus(r); st.Code == codes.Error {
 		sp.SetStatus(st.Code, st.Description)
 	}
-	sp.End(trace.WithTimestamp(r.retiredAt))
+	sp.End(trace.WithTimestamp(o.wall(r.retiredAt)))
 }
 
 // exportBatch is the direct path's batch: finished spans built as read-only
@@ -239,7 +238,7 @@ func (o *Observer) build(r *roomRec) {
 	if len(r.events) > 0 {
 		events = make([]sdktrace.Event, len(r.events))
 		for i := range r.events {
-			events[i] = sdktrace.Event{Name: StatusEvent, Time: r.events[i].at, Attributes: statusEventAttrs(&r.events[i])}
+			events[i] = sdktrace.Event{Name: StatusEvent, Time: o.wall(r.events[i].at), Attributes: statusEventAttrs(&r.events[i])}
 		}
 	}
 	// One backing array for every span's attributes (each span gets a
@@ -250,7 +249,7 @@ func (o *Observer) build(r *roomRec) {
 	buf = buf[n:n:cap(buf)]
 	o.batch = append(o.batch, tracetest.SpanStub{
 		Name: RoomSpan, SpanContext: sc, Parent: parent, SpanKind: trace.SpanKindInternal,
-		StartTime: r.created, EndTime: r.retiredAt, Attributes: ra, Events: events,
+		StartTime: o.wall(r.created), EndTime: o.wall(r.retiredAt), Attributes: ra, Events: events,
 		Status: roomStatus(r), DroppedEvents: r.droppedEvents, ChildSpanCount: len(r.spans),
 		Resource: o.cfg.Resource, InstrumentationScope: scope,
 	}.Snapshot())
@@ -261,7 +260,7 @@ func (o *Observer) build(r *roomRec) {
 		csc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: o.ids.span(), TraceFlags: trace.FlagsSampled, TraceState: state})
 		o.batch = append(o.batch, tracetest.SpanStub{
 			Name: TransferSpan, SpanContext: csc, Parent: sc, SpanKind: trace.SpanKindClient,
-			StartTime: x.start, EndTime: end, Attributes: attrs, Status: st,
+			StartTime: o.wall(x.start), EndTime: o.wall(end), Attributes: attrs, Status: st,
 			Resource: o.cfg.Resource, InstrumentationScope: scope,
 		}.Snapshot())
 	}

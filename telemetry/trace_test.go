@@ -392,11 +392,11 @@ func TestTailSampling(t *testing.T) {
 	}
 }
 
-// sameShard returns n room ids that hash to one Observer shard.
-func sameShard(n int) []uint64 {
+// sameShard returns n room ids that hash to one shard of o.
+func sameShard(o *Observer, n int) []uint64 {
 	var out []uint64
 	for id := uint64(1); len(out) < n; id++ {
-		if shardIndex(id) == shardIndex(1) {
+		if o.shardIndex(id) == o.shardIndex(1) {
 			out = append(out, id)
 		}
 	}
@@ -408,11 +408,11 @@ func sameShard(n int) []uint64 {
 // are counted on the room span.
 func TestBounds(t *testing.T) {
 	h := newHarness(t, &manualXfers{auto: true}, func(c *Config) {
-		c.MaxRooms = 2 * numShards // two per shard
+		c.MaxRooms = 2 * shardCount() // two per shard
 		c.MaxTransferSpans = 2
 		c.MaxEvents = 2
 	})
-	ids := sameShard(4)
+	ids := sameShard(h.obs, 4)
 	for _, id := range ids[:3] {
 		h.eng.Open(id)
 		h.poll(id) // created in this order
