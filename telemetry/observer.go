@@ -34,7 +34,8 @@ const (
 	// always traced.
 	DefaultSlow = 5 * time.Second
 
-	maxShards = 256
+	maxShards   = 256
+	freeRecords = 8192
 )
 
 // Config configures an Observer. The zero value observes metrics only.
@@ -92,6 +93,7 @@ type Observer struct {
 	real     bool      // Clock is the wall clock: ticks read only the monotonic clock
 	sampling Sampling
 	perShard int // MaxRooms split over the shards
+	freeCap  int // recycled records kept per shard
 
 	tracing bool
 	tracer  trace.Tracer          // the API path
@@ -107,7 +109,7 @@ type Observer struct {
 	exported, exportErrors              atomic.Int64
 	src                                 atomic.Pointer[sourceBox]
 
-	queue   chan *roomRec
+	queue   chan parcel
 	closed  atomic.Bool
 	stopped chan struct{}
 }
@@ -123,6 +125,7 @@ type shard struct {
 	mu    sync.Mutex
 	rooms map[uint64]*roomRec
 	free  []*roomRec // recycled records
+	kept  []*roomRec // retired rooms to be emitted, handed over by handoff
 	st    shardStats
 	_     [64]byte // keep neighbouring shards' locks off one cache line
 }
@@ -181,8 +184,7 @@ type roomState struct {
 	failedX   int
 	ignored   int
 
-	keep    keepReason
-	barrier chan struct{} // a Flush barrier, not a room
+	keep keepReason
 }
 
 type statusEvent struct {
@@ -237,6 +239,9 @@ func New(cfg Config) (*Observer, error) {
 		shift: 64 - uint(bits.Len(uint(shardCount())-1))}
 	o.shards = make([]shard, 1<<(64-o.shift))
 	o.perShard = (cfg.MaxRooms + len(o.shards) - 1) / len(o.shards)
+	// Keep up to freeRecords recycled records (under 1 KiB each) over all
+	// shards, so that steady traffic allocates none.
+	o.freeCap = max(64, min(o.perShard, freeRecords/len(o.shards)))
 	_, o.real = cfg.Clock.(clock.Real)
 	o.sampling = Sampling{Ratio: 1}
 	if cfg.Sampling != nil {
@@ -265,7 +270,7 @@ func New(cfg Config) (*Observer, error) {
 	}
 	o.tracing = o.exp != nil || o.tracer != nil
 	if o.tracing {
-		o.queue = make(chan *roomRec, cfg.QueueSize)
+		o.queue = make(chan parcel, max(4, cfg.QueueSize/handoff))
 		go o.emitLoop()
 	} else {
 		close(o.stopped)
@@ -345,7 +350,7 @@ func (o *Observer) recycle(r *roomRec) {
 	sh := o.shardOf(r.id)
 	reset(r)
 	sh.mu.Lock()
-	if len(sh.free) < 64 {
+	if len(sh.free) < o.freeCap {
 		sh.free = append(sh.free, r)
 	}
 	sh.mu.Unlock()
@@ -564,20 +569,59 @@ func (o *Observer) RoomRetired(t room.Tombstone) {
 	}
 	if keep == dropSampled || o.closed.Load() {
 		reset(r)
-		if len(sh.free) < 64 {
+		if len(sh.free) < o.freeCap {
 			sh.free = append(sh.free, r)
 		}
 		sh.mu.Unlock()
 		return
 	}
-	sh.mu.Unlock()
 	r.keep = keep
-	select {
-	case o.queue <- r:
-	default:
-		o.queueFull.Add(1)
-		o.recycle(r)
+	sh.kept = append(sh.kept, r)
+	var full []*roomRec
+	if len(sh.kept) >= handoff {
+		full, sh.kept = sh.kept, make([]*roomRec, 0, handoff)
 	}
+	sh.mu.Unlock()
+	if full != nil {
+		o.handOver(full)
+	}
+}
+
+// handoff is how many kept rooms a shard gathers before it hands them to the
+// emitter: one channel operation (and at most one wake-up) per batch instead
+// of per room. The emitter also collects partial batches every
+// ExportInterval and on Flush.
+const handoff = 8
+
+// parcel is what the emitter receives: kept rooms, or a Flush barrier.
+type parcel struct {
+	recs    []*roomRec
+	barrier chan struct{}
+}
+
+func (o *Observer) handOver(recs []*roomRec) {
+	select {
+	case o.queue <- parcel{recs: recs}:
+	default:
+		o.queueFull.Add(int64(len(recs)))
+		for _, r := range recs {
+			o.recycle(r)
+		}
+	}
+}
+
+// collect takes every shard's partial batch of kept rooms.
+func (o *Observer) collect() []*roomRec {
+	var out []*roomRec
+	for i := range o.shards {
+		sh := &o.shards[i]
+		sh.mu.Lock()
+		out = append(out, sh.kept...)
+		clear(sh.kept)
+		sh.kept = sh.kept[:0]
+		sh.mu.Unlock()
+	}
+	return out
 }
 
 // Flush waits until every room retired so far has had its spans exported
@@ -587,7 +631,7 @@ func (o *Observer) Flush(ctx context.Context) error {
 	if !o.tracing || o.closed.Load() {
 		return nil
 	}
-	b := &roomRec{roomState: roomState{barrier: make(chan struct{})}}
+	b := parcel{barrier: make(chan struct{})}
 	select {
 	case o.queue <- b:
 	case <-ctx.Done():
@@ -613,7 +657,7 @@ func (o *Observer) Close(ctx context.Context) error {
 	if !o.tracing {
 		return nil
 	}
-	b := &roomRec{roomState: roomState{barrier: make(chan struct{})}}
+	b := parcel{barrier: make(chan struct{})}
 	select {
 	case o.queue <- b: // the emitter exits after this one
 	case <-ctx.Done():
@@ -623,6 +667,9 @@ func (o *Observer) Close(ctx context.Context) error {
 	case <-o.stopped:
 	case <-ctx.Done():
 		return ctx.Err()
+	}
+	for _, r := range o.collect() { // retired, kept, not yet handed over
+		o.emit(r)
 	}
 	now := o.now()
 	for i := range o.shards {
@@ -656,22 +703,29 @@ func (o *Observer) emitLoop() {
 	defer close(o.stopped)
 	tick := time.NewTicker(o.cfg.ExportInterval) // wall time: export latency, not room time
 	defer tick.Stop()
+	emit := func(recs []*roomRec) {
+		for _, r := range recs {
+			o.emit(r)
+			o.recycle(r)
+		}
+	}
 	for {
 		select {
-		case r := <-o.queue:
-			if r.barrier == nil {
-				o.emit(r)
-				o.recycle(r)
+		case p := <-o.queue:
+			if p.barrier == nil {
+				emit(p.recs)
 				continue
 			}
+			emit(o.collect())
 			if o.exp != nil {
 				o.export(context.Background())
 			}
-			close(r.barrier)
+			close(p.barrier)
 			if o.closed.Load() {
 				return
 			}
 		case <-tick.C:
+			emit(o.collect())
 			if o.exp != nil {
 				o.export(context.Background())
 			}
