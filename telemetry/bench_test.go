@@ -18,10 +18,11 @@ import (
 	"github.com/kvxfer/kvxfer/internal/clock"
 )
 
-// benchEngine is an engine whose writes complete at once, observed by obs
+// benchEngine is an engine whose writes complete at once (async: from
+// another goroutine, as the NIXL pool's completions do), observed by obs
 // (nil: no observer, the engine's NopObserver).
-func benchEngine(b *testing.B, obs actors.Observer) *actors.Engine {
-	cfg := actors.Config{Clock: clock.NewFake(time.Unix(0, 0)), Transfers: &manualXfers{auto: true}}
+func benchEngine(b *testing.B, obs actors.Observer, async bool) *actors.Engine {
+	cfg := actors.Config{Clock: clock.NewFake(time.Unix(0, 0)), Transfers: &manualXfers{auto: true, async: async}}
 	if obs != nil {
 		cfg.Observer = obs
 	}
@@ -121,22 +122,27 @@ func cpuTime() time.Duration {
 // keep-all keeps every room (the worst case); ratio-0.1 keeps 10% of the
 // successful rooms and every failed or slow one, as production would;
 // -via-sdk builds the spans through the SDK's TracerProvider and batch span
-// processor instead of exporting them directly.
+// processor instead of exporting them directly. Writes complete inside Post
+// (the engine does nothing but bookkeeping: the worst case for the relative
+// overhead), or with -async-writes from another goroutine, as the NIXL
+// pool's completions do.
 func BenchmarkTelemetryOverhead(b *testing.B) {
 	for _, tc := range []struct {
-		name string
-		s    Sampling
-		sdk  bool
+		name       string
+		s          Sampling
+		sdk, async bool
 	}{
-		{"keep-all", Sampling{Ratio: 1}, false},
-		{"ratio-0.1", Sampling{Ratio: 0.1}, false},
-		{"keep-all-via-sdk", Sampling{Ratio: 1}, true},
-		{"ratio-0.1-via-sdk", Sampling{Ratio: 0.1}, true},
+		{"keep-all", Sampling{Ratio: 1}, false, false},
+		{"ratio-0.1", Sampling{Ratio: 0.1}, false, false},
+		{"keep-all-async-writes", Sampling{Ratio: 1}, false, true},
+		{"ratio-0.1-async-writes", Sampling{Ratio: 0.1}, false, true},
+		{"keep-all-via-sdk", Sampling{Ratio: 1}, true, false},
+		{"ratio-0.1-via-sdk", Sampling{Ratio: 0.1}, true, false},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
-			off := benchEngine(b, nil)
+			off := benchEngine(b, nil, tc.async)
 			obs := benchTelemetry(b, tc.s, tc.sdk)
-			on := benchEngine(b, obs)
+			on := benchEngine(b, obs, tc.async)
 			const batch = 1000
 			ids := make([]uint64, batch)
 			runOn := func(next uint64) {
@@ -204,5 +210,40 @@ func BenchmarkObserverCalls(b *testing.B) {
 		obs.TransferDone(id, 2, room.ReasonNone)
 		obs.StatusChanged(id, room.Success, room.ReasonNone)
 		obs.RoomRetired(room.Tombstone{Room: id, Status: room.Success, Opened: true})
+	}
+}
+
+// BenchmarkEmit is the emitter's cost for one kept room (a room span with
+// three status events and two transfer spans): built and batched for the
+// exporter directly, or through the SDK's TracerProvider and batch span
+// processor.
+func BenchmarkEmit(b *testing.B) {
+	for _, sdk := range []bool{false, true} {
+		b.Run(map[bool]string{false: "direct", true: "via-sdk"}[sdk], func(b *testing.B) {
+			tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(tracetest.NewNoopExporter(), sdktrace.WithBlocking()),
+				sdktrace.WithSampler(sdktrace.AlwaysSample()))
+			b.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+			cfg := Config{Exporter: tracetest.NewNoopExporter()}
+			if sdk {
+				cfg = Config{Tracer: tp}
+			}
+			obs, err := New(cfg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := obs.Close(context.Background()); err != nil { // stop the emitter: emit runs here
+				b.Fatal(err)
+			}
+			r := &roomRec{roomState: roomState{id: 5, created: 0, retiredAt: 5e6, status: room.Success, retired: true,
+				chunks: 2, transfers: 2, pages: 4, bytes: 4096, keep: keepSampled,
+				events: []statusEvent{{1e6, room.WaitingForInput, 0}, {2e6, room.Transferring, 0}, {4e6, room.Success, 0}},
+				spans: []xferRec{{seq: 1, chunk: 0, agent: "a", pages: 2, bytes: 2048, start: 2e6, end: 3e6, done: true},
+					{seq: 2, chunk: 1, last: true, agent: "a", pages: 2, bytes: 2048, start: 3e6, end: 4e6, done: true}},
+				agents: []string{"a"}}}
+			b.ReportAllocs()
+			for b.Loop() {
+				obs.emit(r)
+			}
+		})
 	}
 }

@@ -23,7 +23,8 @@ import (
 type manualXfers struct {
 	mu      sync.Mutex
 	pending []pendingXfer
-	auto    bool
+	auto    bool // complete at once, inside Post
+	async   bool // with auto: complete from another goroutine, as the pool does
 	panicOn func(room.Transfer) bool
 }
 
@@ -35,6 +36,10 @@ type pendingXfer struct {
 func (m *manualXfers) Post(t room.Transfer, done func(room.Reason)) {
 	if m.panicOn != nil && m.panicOn(t) {
 		panic("transfer layer bug")
+	}
+	if m.auto && m.async {
+		go done(room.ReasonNone)
+		return
 	}
 	if m.auto {
 		done(room.ReasonNone)
