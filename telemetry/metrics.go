@@ -147,7 +147,6 @@ func (o *Observer) totals() *shardStats {
 		t.bytesOK += st.bytesOK
 		t.bytesFailed += st.bytesFailed
 		for s := range numStatuses {
-			t.live[s] += st.live[s]
 			t.retired[s] += st.retired[s]
 			t.statusDur[s].add(&st.statusDur[s])
 		}
@@ -162,6 +161,10 @@ func (o *Observer) totals() *shardStats {
 			t.decisions[d] += st.decisions[d]
 		}
 		t.xferDur.add(&st.xferDur)
+		for _, r := range sh.rooms { // live rooms: by status, and their transfers so far
+			t.live[statusIndex(r.status)]++
+			t.fold(r)
+		}
 		sh.mu.Unlock()
 	}
 	return t

@@ -177,12 +177,14 @@ type roomState struct {
 	inflight      []inflightRec
 	agents        []string
 
-	chunks    int
-	transfers int
-	pages     int64
-	bytes     int64 // successfully written
-	failedX   int
-	ignored   int
+	chunks      int
+	transfers   int // posted
+	doneOK      int
+	failedX     int // completed with a failure
+	pages       int64
+	bytes       int64 // successfully written
+	bytesFailed int64
+	ignored     int
 
 	keep keepReason
 }
@@ -331,8 +333,18 @@ func (o *Observer) newRec(sh *shard, id uint64, now tick) *roomRec {
 	sh.rooms[id] = r
 	sh.st.tracked++
 	sh.st.created++
-	sh.st.live[room.Bootstrapping]++
 	return r
+}
+
+// fold adds the transfer counts a record kept to its shard's totals (at
+// retirement; Produce adds the live records' own). Counting per room keeps
+// the hot path off the shard's counters.
+func (st *shardStats) fold(r *roomRec) {
+	st.posted += int64(r.transfers)
+	st.xferOK += int64(r.doneOK)
+	st.xferFailed += int64(r.failedX)
+	st.bytesOK += r.bytes
+	st.bytesFailed += r.bytesFailed
 }
 
 // reset empties r for reuse, keeping its inline buffers.
@@ -409,8 +421,6 @@ func (o *Observer) StatusChanged(id uint64, s room.Status, why room.Reason) {
 	} else {
 		st.statusDur[statusIndex(r.status)].observe(time.Duration(now-r.statusAt), statusBoundsNs)
 	}
-	st.live[statusIndex(r.status)]--
-	st.live[statusIndex(s)]++
 	r.status, r.reason, r.statusAt = s, why, now
 	if s.Terminal() && !r.terminal {
 		r.terminalAt, r.terminal = now, true
@@ -432,9 +442,9 @@ func (o *Observer) Posted(t *room.Transfer) {
 	bytes := int64(pages) * o.bpp.Load()
 	sh := o.shardOf(t.Room)
 	sh.mu.Lock()
-	sh.st.posted++
 	r := sh.rooms[t.Room]
 	if r == nil {
+		sh.st.posted++
 		sh.mu.Unlock()
 		return
 	}
@@ -491,15 +501,20 @@ func (o *Observer) TransferDone(id uint64, seq uint32, fail room.Reason) {
 	sh := o.shardOf(id)
 	sh.mu.Lock()
 	st := &sh.st
-	if fail == room.ReasonNone {
-		st.xferOK++
-	} else {
-		st.xferFailed++
-	}
 	r := sh.rooms[id]
-	if r == nil {
+	if r == nil { // untracked, or completed after the room retired
+		if fail == room.ReasonNone {
+			st.xferOK++
+		} else {
+			st.xferFailed++
+		}
 		sh.mu.Unlock()
 		return
+	}
+	if fail == room.ReasonNone {
+		r.doneOK++
+	} else {
+		r.failedX++
 	}
 	for i := len(r.inflight) - 1; i >= 0; i-- {
 		in := r.inflight[i]
@@ -512,10 +527,8 @@ func (o *Observer) TransferDone(id uint64, seq uint32, fail room.Reason) {
 		st.xferDur.observe(time.Duration(now-in.start), transferBoundsNs)
 		if fail == room.ReasonNone {
 			r.bytes += in.bytes
-			st.bytesOK += in.bytes
 		} else {
-			r.failedX++
-			st.bytesFailed += in.bytes
+			r.bytesFailed += in.bytes
 		}
 		if in.span >= 0 {
 			sp := &r.spans[in.span]
@@ -560,7 +573,7 @@ func (o *Observer) RoomRetired(t room.Tombstone) {
 	delete(sh.rooms, t.Room)
 	st.tracked--
 	st.statusDur[statusIndex(r.status)].observe(time.Duration(now-r.statusAt), statusBoundsNs)
-	st.live[statusIndex(r.status)]--
+	st.fold(r)
 	r.status, r.reason, r.retiredAt, r.retired = t.Status, t.Reason, now, true
 	keep := dropSampled
 	if o.tracing {
@@ -679,7 +692,7 @@ func (o *Observer) Close(ctx context.Context) error {
 		for id, r := range sh.rooms {
 			live = append(live, r)
 			delete(sh.rooms, id)
-			sh.st.live[statusIndex(r.status)]--
+			sh.st.fold(r)
 		}
 		sh.st.tracked = 0
 		sh.mu.Unlock()
