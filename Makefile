@@ -4,7 +4,7 @@ GO    ?= go
 PKGS  ?= ./...
 BIN   ?= bin
 
-.PHONY: all deps deps-nixl build test unit race vet fmt-check fmt bench fuzz-smoke demo clean
+.PHONY: all deps deps-nixl bench bench-go build test unit race vet fmt-check fmt bench fuzz-smoke demo clean
 
 all: build
 
@@ -48,8 +48,15 @@ fuzz-smoke:
 # `make test` is what CI runs: formatting, vet, the race-enabled test suite and a fuzz smoke.
 test: fmt-check vet race fuzz-smoke
 
-# Go micro-benchmarks (Step cost, actor throughput, poll latency, ...).
-bench:
+# The benchmark suite against the dict-based design: `make bench` is the quick
+# suite (under 3 minutes on 2 cores; report in bench/results), `make bench-full`
+# the rest (bench/bench.mk). `make bench-go` runs the Go micro-benchmarks
+# (Step cost, actor throughput, poll latency, loopback vs memcpy, ...).
+include bench/bench.mk
+
+bench: bench-suite
+
+bench-go:
 	$(GO) test -run='^$$' -bench=. -benchmem -count=3 $(PKGS)
 
 # kvxferd, the prefill scheduler emulator and the decode emulator as three
