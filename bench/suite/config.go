@@ -50,6 +50,9 @@ type Config struct {
 	// PollRooms live rooms polled in one batch, PollRounds times.
 	PollRooms, PollRounds int
 	Races                 bool
+	// Quiet overrides how long a run waits, with nothing changing, before it
+	// declares the workload quiesced (default: workload.Options' 400 ms).
+	Quiet time.Duration
 }
 
 // Quick is the suite `make bench-suite` runs: under three minutes on two

@@ -82,6 +82,7 @@ type RunSummary struct {
 	FailureNotice int64          `json:"failure_notices"`
 	Acks          int64          `json:"abort_acks"`
 	Iterations    int            `json:"scheduler_iterations"`
+	Stalls        int            `json:"stalls"`
 }
 
 func summarize(r *workload.Result) RunSummary {
@@ -90,7 +91,7 @@ func summarize(r *workload.Result) RunSummary {
 		Reasons: r.Reasons, Aborted: r.Aborted, AbortsNever: r.AbortsNever, HardPinned: r.HardPinned,
 		DeadlineEnded: r.DeadlineEnded, DeadlineOther: r.DeadlineOther, PinnedAt: r.PinnedAt,
 		LiveBefore: r.LiveBeforeGrace, Leaked: r.Leaked, Leaks: r.Leaks, Posts: r.Posts, LatePosts: r.LatePosts,
-		FailureNotice: r.FailureNotices, Acks: r.Acks, Iterations: r.Iterations,
+		FailureNotice: r.FailureNotices, Acks: r.Acks, Iterations: r.Iterations, Stalls: r.Stalls,
 	}
 }
 

@@ -224,7 +224,7 @@ func (r *runner) runSet(name string, loopback bool, spec workload.Spec, reps int
 // one runs plans once on a fresh engine of kind k.
 func (r *runner) one(k bench.Kind, loopback bool, plans []workload.Plan, spec workload.Spec, p *workload.Progress) (workload.Result, error) {
 	var tr actors.Transfers = workload.Instant{}
-	o := workload.Options{Concurrency: spec.Concurrency, Rate: spec.Rate, Progress: p}
+	o := workload.Options{Concurrency: spec.Concurrency, Rate: spec.Rate, Progress: p, Quiet: r.cfg.Quiet}
 	if loopback {
 		tr = r.fabric.Pool
 		o.Agents = [2]string{r.fabric.Agent(0), r.fabric.Agent(1)}

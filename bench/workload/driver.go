@@ -124,8 +124,11 @@ type driver struct {
 	// pending: rooms whose decode ABORT was delivered and whose sender the
 	// scheduler creates on the next iteration.
 	pending []live
-	ids     []uint64
-	out     []room.Reply
+	// stuck: slots of the closed loop held by rooms that stopped changing
+	// (see Result.Stalls).
+	stuck int
+	ids   []uint64
+	out   []room.Reply
 }
 
 func (d *driver) now() time.Duration { return time.Since(d.t0) }
@@ -186,8 +189,17 @@ func (d *driver) loop() {
 			lastChange = now
 			continue
 		}
-		if next == len(d.plans) && now-lastChange > d.o.Quiet && d.o.InFlight() == 0 {
-			break
+		if now-lastChange > d.o.Quiet && d.o.InFlight() == 0 {
+			if next == len(d.plans) {
+				break
+			}
+			// Every live room is stuck and holds a slot of the closed
+			// loop: the scheduler would stall for good. Let it admit past
+			// them (they stay polled and are counted at the end).
+			d.stuck += len(d.live)
+			d.res.Stalls++
+			lastChange = now
+			continue
 		}
 		time.Sleep(d.o.Idle)
 	}
@@ -201,7 +213,7 @@ func (d *driver) admissible(i int, now time.Duration) bool {
 	if d.o.Rate > 0 {
 		return d.plans[i].Arrival <= now
 	}
-	return len(d.live)+len(d.pending) < d.o.Concurrency
+	return len(d.live)+len(d.pending) < d.o.Concurrency+d.stuck
 }
 
 // openPending creates the senders of the rooms decode aborted first. A dict

@@ -23,6 +23,11 @@ type Result struct {
 	CPU         time.Duration `json:"cpu_ns"`
 	RoomsPerSec float64       `json:"rooms_per_sec"`
 	Iterations  int           `json:"iterations"`
+	// Stalls counts the times every live room had stopped changing while
+	// rooms were still waiting for a slot of the closed loop: pinned rooms
+	// had taken every slot. The loop then admits past them after the quiet
+	// period, which the wall time includes.
+	Stalls int `json:"stalls"`
 	// TTT: open to the first terminal poll, per room that ended during the
 	// workload. A2T: abort issued to the first terminal poll, per room aborted
 	// while not yet terminal that ended during the workload; AbortsNever

@@ -1,0 +1,120 @@
+package report
+
+import (
+	"encoding/json"
+	"encoding/xml"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvxfer/kvxfer/bench/stats"
+	"github.com/kvxfer/kvxfer/bench/suite"
+	"github.com/kvxfer/kvxfer/bench/workload"
+)
+
+// sample is a hand-made result set with every section filled.
+func sample() *suite.Results {
+	set := func(name string, c int, rates [3]float64) suite.RunSet {
+		s := suite.RunSet{Name: name, Transfer: "loopback", Reps: 1,
+			Spec:      workload.Spec{Rooms: 100, Concurrency: c, AbortShare: 0.5, Latency: [2]time.Duration{time.Microsecond, time.Millisecond}},
+			RatioRate: map[string]float64{"actors/upstream": rates[2] / rates[0], "actors/fixed": rates[2] / rates[1]}}
+		for i, e := range []string{"upstream", "fixed", "actors"} {
+			er := suite.EngineRuns{Engine: e, RoomsPerSec: rates[i], Runs: []suite.RunSummary{{RoomsPerSec: rates[i]}}}
+			a2t := []time.Duration{time.Millisecond, 2 * time.Millisecond, 3 * time.Millisecond}
+			never := 0
+			if e == "upstream" {
+				never, er.Pinned, er.Leaked = 1, 1, 3
+				er.Runs[0].HardPinned, er.Runs[0].PinnedAt = 1, map[string]int{"Bootstrapping": 1}
+			}
+			er.A2T = stats.Summarize(a2t, never)
+			er.A2TCDF = stats.CDF(stats.Sorted(a2t, never), 10)
+			s.Engines = append(s.Engines, er)
+		}
+		return s
+	}
+	storm := set("abort storm 50%", 1000, [3]float64{100, 200, 300})
+	return &suite.Results{
+		Suite: "test", Command: "kvxfer-bench -suite test", Engines: []string{"upstream", "fixed", "actors"},
+		Throughput: []suite.RunSet{set("throughput c=1000", 1000, [3]float64{10, 20, 40}), set("throughput c=10000", 10000, [3]float64{8, 16, 8})},
+		Storm:      &storm,
+		Pins:       []suite.RunSet{set("pins at 50%", 256, [3]float64{1, 1, 1})},
+		Memory: []suite.MemoryPoint{{Rooms: 1000, Engines: []suite.MemoryUsage{{Engine: "upstream", HeapPerRoom: 1500}, {Engine: "fixed", HeapPerRoom: 1600}, {Engine: "actors", HeapPerRoom: 2200}}},
+			{Rooms: 10000, Engines: []suite.MemoryUsage{{Engine: "upstream", HeapPerRoom: 1400}, {Engine: "fixed", HeapPerRoom: 1500}, {Engine: "actors", HeapPerRoom: 2100}}}},
+		Poll:  []suite.PollResult{{Engine: "actors", Rooms: 1000, Rounds: 3, P50: time.Millisecond, P99: 2 * time.Millisecond, PerRoom: time.Microsecond}},
+		Races: []suite.RaceRow{{Scenario: "abort-before-sender", Engine: "upstream", Final: "Bootstrapping", Pinned: true, CheckOK: true}},
+	}
+}
+
+func TestMarkdownHasEverySection(t *testing.T) {
+	md := Markdown(sample())
+	for _, want := range []string{
+		"# kvxfer benchmark report (test suite)", "`kvxfer-bench -suite test`", "## Headline",
+		"rooms/s actors/upstream at 1000 concurrent rooms (median of 1) | 4.00×",
+		"rooms/s actors/fixed at 10000 concurrent rooms (median of 1) | 0.50×",
+		"abort-to-terminal p99 under the storm, upstream | ∞",
+		"abort-to-terminal p99 under the storm, actors | 3.0 ms",
+		"heap bytes per live room (10000 rooms), actors | 2100 B",
+		"## Abort storm", "Bootstrapping 1", "## Pins vs abort rate", "## Memory per live room",
+		"## Batched poll latency", "| abort-before-sender |", "**pinned**",
+		"![throughput](throughput.svg)",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q", want)
+		}
+	}
+	// Every table row has as many cells as its header.
+	var cols int
+	for _, line := range strings.Split(md, "\n") {
+		if !strings.HasPrefix(line, "|") {
+			cols = 0
+			continue
+		}
+		n := strings.Count(line, " |")
+		if cols == 0 {
+			cols = n
+		} else if n != cols && !strings.HasPrefix(line, "|---") {
+			t.Errorf("row with %d cells under a %d-column header: %s", n, cols, line)
+		}
+	}
+}
+
+func TestWriteProducesParsableFiles(t *testing.T) {
+	dir := t.TempDir()
+	if err := Write(dir, sample()); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"throughput.svg", "abort-to-terminal-cdf.svg", "pins-vs-abort-rate.svg", "memory.svg"} {
+		f, err := os.Open(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := xml.NewDecoder(f)
+		for {
+			if _, err := d.Token(); err == io.EOF {
+				break
+			} else if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+		}
+		f.Close()
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "results.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back suite.Results
+	if err := json.Unmarshal(b, &back); err != nil || back.Storm == nil || back.Storm.Engines[0].A2T.P99 != stats.Inf {
+		t.Fatalf("results.json does not round-trip: %v", err)
+	}
+}
+
+func TestDur(t *testing.T) {
+	for d, want := range map[time.Duration]string{stats.Inf: "∞", 1500: "2 µs", 2500 * time.Microsecond: "2.5 ms", 3 * time.Second: "3.00 s"} {
+		if got := Dur(d); got != want {
+			t.Errorf("Dur(%v) = %q, want %q", d, got, want)
+		}
+	}
+}

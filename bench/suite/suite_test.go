@@ -1,0 +1,67 @@
+package suite
+
+import (
+	"bytes"
+	"testing"
+	"time"
+
+	"github.com/kvxfer/kvxfer/bench"
+)
+
+// Tiny is a suite small enough for a unit test: every scenario kind once.
+func Tiny() Config {
+	c := Quick()
+	c.Name = "tiny"
+	c.Throughput = []Point{{4, 24, 1}, {8, 24, 1}}
+	c.Overhead = []Point{{4, 24, 2}}
+	c.Storm = Point{8, 60, 2}
+	c.PinShares = []float64{0.5}
+	c.PinPoint = Point{8, 40, 1}
+	c.OpenLoopRate, c.OpenLoopRooms = 2000, 30
+	c.Memory = []int{20, 40}
+	c.PollRooms, c.PollRounds = 20, 3
+	c.Races = false
+	c.Quiet = 100 * time.Millisecond
+	return c
+}
+
+func TestTinySuite(t *testing.T) {
+	var progress bytes.Buffer
+	r, err := Run(Tiny(), "test", &progress)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Throughput) != 2 || len(r.Overhead) != 1 || r.Storm == nil || len(r.Pins) != 1 || r.OpenLoop == nil ||
+		len(r.Memory) != 2 || len(r.Poll) != 3 {
+		t.Fatalf("missing scenarios: %+v", r)
+	}
+	for _, set := range append(append([]RunSet{*r.Storm, *r.OpenLoop}, r.Throughput...), r.Overhead...) {
+		if len(set.Engines) != 3 {
+			t.Fatalf("%s: %d engines", set.Name, len(set.Engines))
+		}
+		for _, e := range set.Engines {
+			if len(e.Runs) != set.Reps {
+				t.Fatalf("%s/%s: %d runs for %d reps", set.Name, e.Engine, len(e.Runs), set.Reps)
+			}
+			for _, run := range e.Runs {
+				if n := run.Succeeded + run.Failed + run.HardPinned + run.DeadlineEnded + run.DeadlineOther; n != set.Spec.Rooms {
+					t.Fatalf("%s/%s: %d of %d rooms accounted for", set.Name, e.Engine, n, set.Spec.Rooms)
+				}
+			}
+			if e.Engine != string(bench.Upstream) && e.Pinned != 0 {
+				t.Fatalf("%s/%s pinned %d rooms", set.Name, e.Engine, e.Pinned)
+			}
+		}
+		if _, ok := set.RatioRate["actors/upstream"]; !ok {
+			t.Fatalf("%s: no actors/upstream ratio", set.Name)
+		}
+	}
+	if r.Storm.Spec.Latency[1] == 0 || r.Storm.Transfer != "loopback" || r.Overhead[0].Transfer != "instant" {
+		t.Fatalf("transfer layers: storm %s %v, overhead %s", r.Storm.Transfer, r.Storm.Spec.Latency, r.Overhead[0].Transfer)
+	}
+	for _, p := range r.Poll {
+		if p.Rounds == 0 || p.P50 <= 0 {
+			t.Fatalf("poll %+v", p)
+		}
+	}
+}
