@@ -88,7 +88,12 @@ func Headline(r *suite.Results) string {
 		if c := set.Spec.Concurrency; c == 1000 || c == 10000 {
 			for _, base := range []string{"upstream", "fixed"} {
 				if v, ok := set.RatioRate["actors/"+base]; ok {
-					t.row(fmt.Sprintf("rooms/s actors/%s at %d concurrent rooms (median of %d)", base, c, set.Reps), fmt.Sprintf("%.2f×", v))
+					rg := set.RatioRange["actors/"+base]
+					val := fmt.Sprintf("%.2f×", v)
+					if set.Reps > 1 {
+						val += fmt.Sprintf(" (%.2f–%.2f)", rg[0], rg[1])
+					}
+					t.row(fmt.Sprintf("rooms/s actors/%s at %d concurrent rooms (median of %d)", base, c, set.Reps), val)
 				}
 			}
 		}
@@ -201,7 +206,7 @@ func stormText(s *suite.RunSet) string {
 
 func runTable(b *strings.Builder, sets []suite.RunSet, aborts bool) {
 	t := table{b}
-	t.head("scenario", "engine", "rooms/s", "actors ÷ engine: median of per-rep ratios (ratio of medians)", "CPU s per 1k rooms", "TTT p50", "TTT p99", "TTT p999", "pinned", "leaked")
+	t.head("scenario", "engine", "rooms/s", "actors ÷ engine: median of per-rep ratios [range] (ratio of medians)", "CPU s per 1k rooms", "TTT p50", "TTT p99", "TTT p999", "pinned", "leaked")
 	for _, set := range sets {
 		var act float64
 		for _, e := range set.Engines {
@@ -213,7 +218,8 @@ func runTable(b *strings.Builder, sets []suite.RunSet, aborts bool) {
 			ratio := "—"
 			if e.Engine != "actors" {
 				if v, ok := set.RatioRate["actors/"+e.Engine]; ok {
-					ratio = fmt.Sprintf("%.2f× (%.2f×)", v, stats.Ratio(act, e.RoomsPerSec))
+					rg := set.RatioRange["actors/"+e.Engine]
+					ratio = fmt.Sprintf("%.2f× [%.2f–%.2f] (%.2f×)", v, rg[0], rg[1], stats.Ratio(act, e.RoomsPerSec))
 				}
 			}
 			t.row(set.Name, e.Engine, fmt.Sprintf("%.0f", e.RoomsPerSec), ratio, fmt.Sprintf("%.3f", e.CPUPer1k),

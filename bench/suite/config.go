@@ -7,6 +7,7 @@
 package suite
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/kvxfer/kvxfer/bench"
@@ -63,7 +64,7 @@ func Quick() Config {
 		Name:              "quick",
 		Engines:           bench.Kinds(),
 		Seed:              1,
-		Throughput:        []Point{{100, 1000, 3}, {1000, 2000, 3}, {10000, 10000, 1}},
+		Throughput:        []Point{{100, 1000, 3}, {1000, 2000, 5}, {10000, 10000, 1}},
 		ThroughputLatency: [2]time.Duration{10 * time.Microsecond, 200 * time.Microsecond},
 		Overhead:          []Point{{1000, 3000, 3}},
 		Storm:             Point{1000, 2000, 3},
@@ -92,6 +93,43 @@ func Full() Config {
 	c.Memory = []int{1000, 10000, 100000}
 	c.PollRounds = 200
 	return c
+}
+
+// Only keeps the named parts of c (throughput, overhead, storm, pins,
+// openloop, memory, poll, races) and drops the rest.
+func (c Config) Only(parts ...string) (Config, error) {
+	keep := map[string]bool{}
+	for _, p := range parts {
+		switch p {
+		case "throughput", "overhead", "storm", "pins", "openloop", "memory", "poll", "races":
+			keep[p] = true
+		default:
+			return c, fmt.Errorf("suite: unknown part %q", p)
+		}
+	}
+	if !keep["throughput"] {
+		c.Throughput = nil
+	}
+	if !keep["overhead"] {
+		c.Overhead = nil
+	}
+	if !keep["storm"] {
+		c.Storm = Point{}
+	}
+	if !keep["pins"] {
+		c.PinShares = nil
+	}
+	if !keep["openloop"] {
+		c.OpenLoopRate = 0
+	}
+	if !keep["memory"] {
+		c.Memory = nil
+	}
+	if !keep["poll"] {
+		c.PollRooms = 0
+	}
+	c.Races = c.Races && keep["races"]
+	return c, nil
 }
 
 // stormSpec is the abort mix of the storm, the pin sweep and the open loop.

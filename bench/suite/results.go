@@ -43,6 +43,8 @@ type RunSet struct {
 	Reps      int                `json:"reps"`
 	Engines   []EngineRuns       `json:"engines"`
 	RatioRate map[string]float64 `json:"rooms_per_sec_ratios"` // "actors/upstream": median of per-repetition ratios
+	// RatioRange is the smallest and largest per-repetition ratio.
+	RatioRange map[string][2]float64 `json:"rooms_per_sec_ratio_range"`
 }
 
 // EngineRuns is one engine's repetitions of a RunSet, with the figures the

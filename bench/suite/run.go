@@ -215,8 +215,10 @@ func (r *runner) runSet(name string, loopback bool, spec workload.Spec, reps int
 			Pinned: a.pinned, Leaked: a.leaked,
 		})
 	}
+	set.RatioRange = map[string][2]float64{}
 	for key, rs := range ratios {
 		set.RatioRate[key] = stats.Median(rs)
+		set.RatioRange[key] = [2]float64{slices.Min(rs), slices.Max(rs)}
 	}
 	return set
 }

@@ -37,6 +37,7 @@ func run(args []string) error {
 	engines := fs.String("engines", "", "comma-separated engines (default: upstream,fixed,actors)")
 	noRaces := fs.Bool("no-races", false, "skip the race scenarios")
 	quiet := fs.Bool("q", false, "no progress lines")
+	only := fs.String("only", "", "comma-separated parts to run (throughput,overhead,storm,pins,openloop,memory,poll,races); default all")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -45,6 +46,11 @@ func run(args []string) error {
 		return err
 	}
 	cfg.Seed = *seed
+	if *only != "" {
+		if cfg, err = cfg.Only(strings.Split(*only, ",")...); err != nil {
+			return err
+		}
+	}
 	cfg.Races = cfg.Races && !*noRaces
 	if *engines != "" {
 		cfg.Engines = nil
