@@ -36,7 +36,8 @@ type Notifier interface {
 // side), Traceparent (only if the scheduler opened it with one; may come
 // before or after RoomCreated), StatusChanged for every published change,
 // Posted and TransferDone for every transfer, RoomRetired. A retired room
-// revived by an Open is created again.
+// revived by an Open is created again. A TransferDone can follow RoomRetired:
+// a write that completes after the drain deadline let the room retire.
 type Observer interface {
 	RoomCreated(roomID uint64)
 	Traceparent(roomID uint64, traceparent string)

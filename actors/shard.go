@@ -96,6 +96,9 @@ func (s *shard) route(ctx actor.Context, env *envelope) {
 		return
 	}
 	fx := m.Step(env.msg)
+	if fx.Revived {
+		s.eng.cfg.Observer.RoomCreated(env.room) // a tombstone came back to life
+	}
 	if !m.Retired() {
 		// The room is (again) alive: it gets an actor, which executes this
 		// first step's effects once it runs.

@@ -80,6 +80,18 @@ type Config struct {
 
 	// NewAgent creates the NIXL agent when memory is registered (loopback by default).
 	NewAgent func(name string) (Agent, error)
+	// OnLive, when set, is called once the rank is live with the geometry the
+	// scheduler registered (telemetry takes its bytes per page from it).
+	OnLive func(local sglang.Local)
+}
+
+// BytesPerPage is the KV bytes of one page over every layer buffer of local.
+func BytesPerPage(local sglang.Local) int64 {
+	var n int64
+	for _, l := range local.KV.ItemLens {
+		n += int64(l)
+	}
+	return n
 }
 
 // Agent is a NIXL agent that can also map the scheduler's shared memory.

@@ -451,3 +451,12 @@ func TestDaemonShutdownFailsLiveRoomsAndTellsDecode(t *testing.T) {
 		t.Fatalf("decode heard %+v, want Failed/shutdown", st)
 	}
 }
+
+func TestDaemonOnLiveReportsTheRegisteredGeometry(t *testing.T) {
+	got := make(chan int64, 1)
+	d := startDaemonWith(t, func(c *Config) { c.OnLive = func(l sglang.Local) { got <- BytesPerPage(l) } })
+	newScheduler(t, d)
+	if n := <-got; n != 2*layers*item {
+		t.Fatalf("bytes per page %d, want %d", n, 2*layers*item)
+	}
+}

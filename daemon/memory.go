@@ -164,6 +164,9 @@ func (d *Daemon) activateLocked(local sglang.Local) error {
 		}
 	}
 	d.live.Store(true)
+	if d.cfg.OnLive != nil {
+		d.cfg.OnLive(local)
+	}
 	d.log.Info("rank live", "zmq", in.Endpoint(), "bootstrap", url, "sender", local.Sender,
 		"kv_buffers", len(local.KV.Ptrs), "slots", local.KV.NumSlots, "protocol", string(d.cfg.Protocol))
 	return nil

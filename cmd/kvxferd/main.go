@@ -79,7 +79,7 @@ func run(args []string, getenv func(string) string) error {
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	backend := fs.String("nixl-backend", "loopback", "loopback (shared memory, pure Go) or nixl (the real library, loaded at run time; its plugin and params come from SGLANG_DISAGGREGATION_NIXL_BACKEND and _PARAMS)")
 	metrics := fs.Bool("metrics", true, "serve Prometheus /metrics on -debug-addr (tracing: the OTEL_* environment, see docs/observability.md)")
-	bytesPerPage := fs.Int64("kv-bytes-per-page", 0, "KV bytes of one page over all layers of this rank, for kv_transfer.bytes and kvxfer_transfer_bytes_total (0: bytes not reported)")
+	bytesPerPage := fs.Int64("kv-bytes-per-page", 0, "KV bytes of one page over all layers of this rank, for kv_transfer.bytes and kvxfer_transfer_bytes_total (0: taken from the registered memory)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -130,6 +130,9 @@ func run(args []string, getenv func(string) string) error {
 	}
 	ec.Observer = tel.Observer
 	c.Engine = ec
+	if *bytesPerPage == 0 {
+		c.OnLive = func(local sglang.Local) { tel.Observer.SetBytesPerPage(daemon.BytesPerPage(local)) }
+	}
 	if *metrics {
 		c.Metrics = tel.Metrics
 	}
