@@ -41,6 +41,9 @@ type Notifier interface {
 type Observer interface {
 	RoomCreated(roomID uint64)
 	Traceparent(roomID uint64, traceparent string)
+	// TransferInfo sees each decode transfer info as it is handed to the
+	// engine (before the room does): agent and required_dst_info_num.
+	TransferInfo(roomID uint64, agent string, required int)
 	StatusChanged(roomID uint64, s room.Status, why room.Reason)
 	Posted(t *room.Transfer)
 	TransferDone(roomID uint64, seq uint32, fail room.Reason)
@@ -220,7 +223,10 @@ func (e *Engine) shardIndex(roomID uint64) int {
 // Decode side.
 
 // TransferInfo delivers one decode agent's transfer info for a room.
-func (e *Engine) TransferInfo(roomID uint64, ti room.TransferInfo) { e.route(roomID, ti) }
+func (e *Engine) TransferInfo(roomID uint64, ti room.TransferInfo) {
+	e.cfg.Observer.TransferInfo(roomID, ti.Agent, ti.Required)
+	e.route(roomID, ti)
+}
 
 // DecodeAbort delivers decode's ABORT for a room.
 func (e *Engine) DecodeAbort(roomID uint64, from room.Endpoint) {
@@ -365,6 +371,7 @@ type NopObserver struct{}
 
 func (NopObserver) RoomCreated(uint64)                             {}
 func (NopObserver) Traceparent(uint64, string)                     {}
+func (NopObserver) TransferInfo(uint64, string, int)               {}
 func (NopObserver) TransferDone(uint64, uint32, room.Reason)       {}
 func (NopObserver) StatusChanged(uint64, room.Status, room.Reason) {}
 func (NopObserver) Posted(*room.Transfer)                          {}

@@ -178,6 +178,7 @@ type roomState struct {
 	agents        []string
 
 	chunks      int
+	required    int // required_dst_info_num from decode's transfer infos
 	transfers   int // posted
 	doneOK      int
 	failedX     int // completed with a failure
@@ -375,6 +376,22 @@ func (o *Observer) RoomCreated(id uint64) {
 	sh.mu.Lock()
 	if _, ok := sh.rooms[id]; !ok { // else a traceparent came first: keep its time
 		o.newRec(sh, id, now)
+	}
+	sh.mu.Unlock()
+}
+
+// TransferInfo implements actors.Observer: it records the room's
+// required_dst_info_num (decode agents are recorded as transfers are posted).
+func (o *Observer) TransferInfo(id uint64, _ string, required int) {
+	now := o.now()
+	sh := o.shardOf(id)
+	sh.mu.Lock()
+	r := sh.rooms[id]
+	if r == nil {
+		r = o.newRec(sh, id, now)
+	}
+	if r != nil {
+		r.required = required
 	}
 	sh.mu.Unlock()
 }

@@ -32,6 +32,7 @@ const (
 	AttrBackend         = attribute.Key("kv_transfer.backend")
 	AttrPeerAgent       = attribute.Key("kv_transfer.peer.agent")
 	AttrChunks          = attribute.Key("kv_transfer.chunks")
+	AttrRequired        = attribute.Key("kv_transfer.required_dst_info_num")
 	AttrTransfers       = attribute.Key("kv_transfer.transfers")
 	AttrFailedTransfers = attribute.Key("kv_transfer.transfers.failed")
 	AttrPages           = attribute.Key("kv_transfer.pages")
@@ -82,7 +83,7 @@ func errAttr(r room.Reason) attribute.KeyValue {
 
 // roomAttrCount is len(roomAttrs(r)).
 func roomAttrCount(r *roomRec) int {
-	return 9 + b2i(len(r.agents) > 0) + b2i(r.failedX > 0) + b2i(r.ignored > 0) + b2i(r.droppedSpans > 0) +
+	return 9 + b2i(r.required > 0) + b2i(len(r.agents) > 0) + b2i(r.failedX > 0) + b2i(r.ignored > 0) + b2i(r.droppedSpans > 0) +
 		b2i(r.droppedEvents > 0) + b2i(!r.retired) + b2i(r.status == room.Failed)
 }
 
@@ -94,6 +95,9 @@ func roomAttrs(a []attribute.KeyValue, r *roomRec) []attribute.KeyValue {
 	a = append(a, AttrBootstrapRoom.Int64(int64(r.id)), roleAttr, backendAttr, statusAttrs[statusIndex(r.status)],
 		AttrChunks.Int(r.chunks), AttrTransfers.Int(r.transfers), AttrPages.Int64(r.pages), AttrBytes.Int64(r.bytes),
 		decideAttrs[r.keep])
+	if r.required > 0 {
+		a = append(a, AttrRequired.Int(r.required))
+	}
 	if len(r.agents) > 0 {
 		a = append(a, AttrPeerAgent.StringSlice(r.agents))
 	}

@@ -120,7 +120,7 @@ func testSuccessfulMultiChunkRoom(t *testing.T, mod func(*Config)) {
 	}
 	for k, v := range map[attribute.Key]any{
 		AttrRole: "prefill", AttrChunks: int64(3), AttrTransfers: int64(6), AttrPages: int64(12),
-		AttrBytes: int64(12 << 20), AttrStatus: "Success", AttrBackend: "nixl",
+		AttrBytes: int64(12 << 20), AttrStatus: "Success", AttrBackend: "nixl", AttrRequired: int64(2),
 	} {
 		if got := mustAttr(t, "room span", sp.Attributes, k).AsInterface(); got != v {
 			t.Fatalf("%s = %v, want %v", k, got, v)
