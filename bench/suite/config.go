@@ -64,9 +64,9 @@ func Quick() Config {
 		Name:              "quick",
 		Engines:           bench.Kinds(),
 		Seed:              1,
-		Throughput:        []Point{{100, 1000, 3}, {1000, 2000, 5}, {10000, 10000, 1}},
+		Throughput:        []Point{{100, 1000, 3}, {1000, 5000, 5}, {10000, 10000, 2}},
 		ThroughputLatency: [2]time.Duration{10 * time.Microsecond, 200 * time.Microsecond},
-		Overhead:          []Point{{1000, 3000, 3}},
+		Overhead:          []Point{{1000, 30000, 3}},
 		Storm:             Point{1000, 2000, 3},
 		StormShare:        0.5,
 		StormLatency:      [2]time.Duration{50 * time.Microsecond, 2 * time.Millisecond},
@@ -92,6 +92,17 @@ func Full() Config {
 	c.OpenLoopRate, c.OpenLoopRooms = 2000, 20000
 	c.Memory = []int{1000, 10000, 100000}
 	c.PollRounds = 200
+	return c
+}
+
+// WithReps sets every repetition count of c to n.
+func (c Config) WithReps(n int) Config {
+	for _, ps := range [][]Point{c.Throughput, c.Overhead} {
+		for i := range ps {
+			ps[i].Reps = n
+		}
+	}
+	c.Storm.Reps, c.PinPoint.Reps = n, n
 	return c
 }
 

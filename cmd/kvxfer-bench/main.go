@@ -37,6 +37,7 @@ func run(args []string) error {
 	engines := fs.String("engines", "", "comma-separated engines (default: upstream,fixed,actors)")
 	noRaces := fs.Bool("no-races", false, "skip the race scenarios")
 	quiet := fs.Bool("q", false, "no progress lines")
+	reps := fs.Int("reps", 0, "repetitions of every throughput, overhead, storm and pin run (default: the suite's)")
 	only := fs.String("only", "", "comma-separated parts to run (throughput,overhead,storm,pins,openloop,memory,poll,races); default all")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -46,6 +47,9 @@ func run(args []string) error {
 		return err
 	}
 	cfg.Seed = *seed
+	if *reps > 0 {
+		cfg = cfg.WithReps(*reps)
+	}
 	if *only != "" {
 		if cfg, err = cfg.Only(strings.Split(*only, ",")...); err != nil {
 			return err
