@@ -189,7 +189,7 @@ func (d *driver) loop() {
 			lastChange = now
 			continue
 		}
-		if now-lastChange > d.o.Quiet && d.o.InFlight() == 0 {
+		if now-lastChange > d.o.Quiet && d.o.InFlight() == 0 && (next == len(d.plans) || d.o.Rate <= 0) {
 			if next == len(d.plans) {
 				break
 			}
