@@ -137,6 +137,10 @@ func Markdown(r *suite.Results) string {
 		runTable(&b, r.Throughput, false)
 		w("![throughput](throughput.svg)\n\n")
 	}
+	if len(r.Paced) > 0 {
+		w("## Throughput with a paced scheduler\n\nThe same runs with a scheduler that spends %v per iteration (a forward pass) instead of spinning on its polls.\n\n", r.Paced[0].Pace)
+		runTable(&b, r.Paced, false)
+	}
 	if len(r.Overhead) > 0 {
 		w("## Pure overhead (instant transfer layer)\n\nThe same loop with writes completing at once: the cost of each design around its transfers.\n\n")
 		runTable(&b, r.Overhead, false)

@@ -31,6 +31,10 @@ type Config struct {
 	// ThroughputLatency per NIXL request.
 	Throughput        []Point
 	ThroughputLatency [2]time.Duration
+	// Paced repeats throughput points with a scheduler that spends Pace per
+	// iteration (a forward pass) instead of spinning on its polls.
+	Paced []Point
+	Pace  time.Duration
 	// Overhead is the same closed loop over the instant transfer layer: the
 	// engines' own cost.
 	Overhead []Point
@@ -86,6 +90,7 @@ func Full() Config {
 	c.Name = "full"
 	c.Throughput = []Point{{100, 3000, 5}, {1000, 10000, 5}, {10000, 30000, 3}, {100000, 100000, 1}}
 	c.Overhead = []Point{{1000, 20000, 5}, {10000, 50000, 3}}
+	c.Paced, c.Pace = []Point{{1000, 10000, 3}, {10000, 30000, 3}}, 5*time.Millisecond
 	c.Storm = Point{1000, 10000, 5}
 	c.PinShares = []float64{0.01, 0.05, 0.1, 0.25, 0.5, 0.75, 1}
 	c.PinPoint = Point{1000, 5000, 3}
@@ -97,7 +102,7 @@ func Full() Config {
 
 // WithReps sets every repetition count of c to n.
 func (c Config) WithReps(n int) Config {
-	for _, ps := range [][]Point{c.Throughput, c.Overhead} {
+	for _, ps := range [][]Point{c.Throughput, c.Overhead, c.Paced} {
 		for i := range ps {
 			ps[i].Reps = n
 		}
@@ -106,13 +111,13 @@ func (c Config) WithReps(n int) Config {
 	return c
 }
 
-// Only keeps the named parts of c (throughput, overhead, storm, pins,
+// Only keeps the named parts of c (throughput, paced, overhead, storm, pins,
 // openloop, memory, poll, races) and drops the rest.
 func (c Config) Only(parts ...string) (Config, error) {
 	keep := map[string]bool{}
 	for _, p := range parts {
 		switch p {
-		case "throughput", "overhead", "storm", "pins", "openloop", "memory", "poll", "races":
+		case "throughput", "paced", "overhead", "storm", "pins", "openloop", "memory", "poll", "races":
 			keep[p] = true
 		default:
 			return c, fmt.Errorf("suite: unknown part %q", p)
@@ -120,6 +125,9 @@ func (c Config) Only(parts ...string) (Config, error) {
 	}
 	if !keep["throughput"] {
 		c.Throughput = nil
+	}
+	if !keep["paced"] {
+		c.Paced = nil
 	}
 	if !keep["overhead"] {
 		c.Overhead = nil

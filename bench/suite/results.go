@@ -24,6 +24,7 @@ type Results struct {
 	LoadAvg [2]string `json:"loadavg"`
 
 	Throughput []RunSet      `json:"throughput"`
+	Paced      []RunSet      `json:"paced,omitempty"`
 	Overhead   []RunSet      `json:"overhead"`
 	Storm      *RunSet       `json:"storm,omitempty"`
 	OpenLoop   *RunSet       `json:"open_loop,omitempty"`
@@ -40,6 +41,7 @@ type RunSet struct {
 	Name      string             `json:"name"`
 	Transfer  string             `json:"transfer"` // "loopback" or "instant"
 	Spec      workload.Spec      `json:"spec"`
+	Pace      time.Duration      `json:"pace_ns,omitempty"` // paced scheduler: shortest iteration
 	Reps      int                `json:"reps"`
 	Engines   []EngineRuns       `json:"engines"`
 	RatioRate map[string]float64 `json:"rooms_per_sec_ratios"` // "actors/upstream": median of per-repetition ratios

@@ -25,6 +25,7 @@ type runner struct {
 	label  atomic.Pointer[string]
 	prog   atomic.Pointer[workload.Progress]
 	total  atomic.Int64
+	pace   time.Duration // of the runs in progress
 }
 
 // Run runs every scenario of cfg and returns the results. progress gets a
@@ -48,6 +49,12 @@ func Run(cfg Config, command string, progress io.Writer) (*Results, error) {
 	for _, p := range cfg.Throughput {
 		spec := workload.Spec{Rooms: p.Rooms, Concurrency: p.Concurrency, TwoAgents: 0.3, Latency: cfg.ThroughputLatency, Seed: cfg.Seed}
 		res.Throughput = append(res.Throughput, r.runSet(fmt.Sprintf("throughput c=%d", p.Concurrency), true, spec, p.Reps))
+	}
+	for _, p := range cfg.Paced {
+		spec := workload.Spec{Rooms: p.Rooms, Concurrency: p.Concurrency, TwoAgents: 0.3, Latency: cfg.ThroughputLatency, Seed: cfg.Seed}
+		r.pace = cfg.Pace
+		res.Paced = append(res.Paced, r.runSet(fmt.Sprintf("paced %v c=%d", cfg.Pace, p.Concurrency), true, spec, p.Reps))
+		r.pace = 0
 	}
 	for _, p := range cfg.Overhead {
 		spec := workload.Spec{Rooms: p.Rooms, Concurrency: p.Concurrency, TwoAgents: 0.3, Seed: cfg.Seed}
@@ -154,7 +161,7 @@ func (r *runner) runSet(name string, loopback bool, spec workload.Spec, reps int
 		panic(err) // the suite's own specs are valid
 	}
 	spec, _ = spec.Normalize()
-	set := RunSet{Name: name, Transfer: "instant", Spec: spec, Reps: reps, RatioRate: map[string]float64{}}
+	set := RunSet{Name: name, Transfer: "instant", Spec: spec, Reps: reps, Pace: r.pace, RatioRate: map[string]float64{}}
 	if loopback {
 		set.Transfer = "loopback"
 		r.fabric.SetLatency(spec.Latency[0], spec.Latency[1])
@@ -226,7 +233,7 @@ func (r *runner) runSet(name string, loopback bool, spec workload.Spec, reps int
 // one runs plans once on a fresh engine of kind k.
 func (r *runner) one(k bench.Kind, loopback bool, plans []workload.Plan, spec workload.Spec, p *workload.Progress) (workload.Result, error) {
 	var tr actors.Transfers = workload.Instant{}
-	o := workload.Options{Concurrency: spec.Concurrency, Rate: spec.Rate, Progress: p, Quiet: r.cfg.Quiet}
+	o := workload.Options{Concurrency: spec.Concurrency, Rate: spec.Rate, Progress: p, Quiet: r.cfg.Quiet, Pace: r.pace}
 	if loopback {
 		tr = r.fabric.Pool
 		o.Agents = [2]string{r.fabric.Agent(0), r.fabric.Agent(1)}

@@ -14,6 +14,7 @@ func Tiny() Config {
 	c.Name = "tiny"
 	c.Throughput = []Point{{4, 24, 1}, {8, 24, 1}}
 	c.Overhead = []Point{{4, 24, 2}}
+	c.Paced, c.Pace = []Point{{4, 24, 1}}, time.Millisecond
 	c.Storm = Point{8, 60, 2}
 	c.PinShares = []float64{0.5}
 	c.PinPoint = Point{8, 40, 1}
@@ -31,11 +32,11 @@ func TestTinySuite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(r.Throughput) != 2 || len(r.Overhead) != 1 || r.Storm == nil || len(r.Pins) != 1 || r.OpenLoop == nil ||
+	if len(r.Throughput) != 2 || len(r.Paced) != 1 || r.Paced[0].Pace != time.Millisecond || len(r.Overhead) != 1 || r.Storm == nil || len(r.Pins) != 1 || r.OpenLoop == nil ||
 		len(r.Memory) != 2 || len(r.Poll) != 3 {
 		t.Fatalf("missing scenarios: %+v", r)
 	}
-	for _, set := range append(append([]RunSet{*r.Storm, *r.OpenLoop}, r.Throughput...), r.Overhead...) {
+	for _, set := range append(append([]RunSet{*r.Storm, *r.OpenLoop, r.Paced[0]}, r.Throughput...), r.Overhead...) {
 		if len(set.Engines) != 3 {
 			t.Fatalf("%s: %d engines", set.Name, len(set.Engines))
 		}

@@ -20,6 +20,10 @@ type Options struct {
 	// Idle is the pause after an iteration that changed nothing, so the loop
 	// does not starve the engine on a small machine (default 50 µs).
 	Idle time.Duration
+	// Pace, if positive, is the shortest iteration: the loop sleeps out the
+	// rest, as SGLang's scheduler spends a forward pass between two polls
+	// of its queues. Zero: the loop spins (the stress case for polling).
+	Pace time.Duration
 	// Grace is how far the fake clock runs once the workload quiesced, in
 	// GraceStep steps (defaults bench.Grace and bench.GraceStep: past every
 	// deadline of the actor engine and of the fixed dict engine).
@@ -126,9 +130,10 @@ type driver struct {
 	pending []live
 	// stuck: slots of the closed loop held by rooms that stopped changing
 	// (see Result.Stalls).
-	stuck int
-	ids   []uint64
-	out   []room.Reply
+	stuck     int
+	iterStart time.Duration
+	ids       []uint64
+	out       []room.Reply
 }
 
 func (d *driver) now() time.Duration { return time.Since(d.t0) }
@@ -143,6 +148,13 @@ func (d *driver) loop() {
 	for {
 		changed := false
 		now := d.now()
+		if d.o.Pace > 0 && d.res.Iterations > 0 {
+			if rest := d.o.Pace - (now - d.iterStart); rest > 0 {
+				time.Sleep(rest)
+				now = d.now()
+			}
+		}
+		d.iterStart = now
 		if len(d.pending) > 0 {
 			d.openPending()
 			changed = true
@@ -201,7 +213,9 @@ func (d *driver) loop() {
 			lastChange = now
 			continue
 		}
-		time.Sleep(d.o.Idle)
+		if d.o.Pace <= 0 { // a paced loop sleeps at the top of the next iteration
+			time.Sleep(d.o.Idle)
+		}
 	}
 	d.res.Wall, d.res.CPU = lastEnd, cpuEnd-cpu0
 	if lastEnd > 0 {

@@ -38,7 +38,7 @@ func run(args []string) error {
 	noRaces := fs.Bool("no-races", false, "skip the race scenarios")
 	quiet := fs.Bool("q", false, "no progress lines")
 	reps := fs.Int("reps", 0, "repetitions of every throughput, overhead, storm and pin run (default: the suite's)")
-	only := fs.String("only", "", "comma-separated parts to run (throughput,overhead,storm,pins,openloop,memory,poll,races); default all")
+	only := fs.String("only", "", "comma-separated parts to run (throughput,paced,overhead,storm,pins,openloop,memory,poll,races); default all")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
