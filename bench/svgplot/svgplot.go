@@ -39,6 +39,10 @@ const (
 
 var palette = []string{"#d62728", "#ff7f0e", "#1f77b4", "#2ca02c", "#9467bd", "#8c564b"}
 
+// dashes tell overlapping series apart (equal figures are common: two
+// engines with no pins at all draw the same line).
+var dashes = []string{"", "9 5", "2 4", "12 3 2 3"}
+
 type axis struct {
 	lo, hi float64
 	log    bool
@@ -164,6 +168,10 @@ func (c Chart) SVG() string {
 	fmt.Fprintf(&b, `<text x="16" y="%d" text-anchor="middle" transform="rotate(-90 16 %d)">%s</text>`+"\n", (top+height-bottom)/2, (top+height-bottom)/2, esc(c.YLabel))
 	for i, s := range c.Series {
 		col := palette[i%len(palette)]
+		dash := ""
+		if d := dashes[i%len(dashes)]; d != "" {
+			dash = fmt.Sprintf(` stroke-dasharray="%s"`, d)
+		}
 		var pts []string
 		py := 0.0
 		for j := range min(len(s.X), len(s.Y)) {
@@ -181,7 +189,7 @@ func (c Chart) SVG() string {
 		if len(pts) == 1 {
 			fmt.Fprintf(&b, `<circle cx="%s" r="3" fill="%s"/>`+"\n", strings.Replace(pts[0], ",", `" cy="`, 1), col)
 		} else if len(pts) > 1 {
-			fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="2" points="%s"/>`+"\n", col, strings.Join(pts, " "))
+			fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="2"%s points="%s"/>`+"\n", col, dash, strings.Join(pts, " "))
 		}
 		if !s.Step {
 			for _, p := range pts {
@@ -189,7 +197,7 @@ func (c Chart) SVG() string {
 			}
 		}
 		ly := top + 10 + 20*i
-		fmt.Fprintf(&b, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" stroke-width="3"/>`+"\n", width-right+10, ly, width-right+30, ly, col)
+		fmt.Fprintf(&b, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" stroke-width="3"%s/>`+"\n", width-right+10, ly, width-right+30, ly, col, dash)
 		fmt.Fprintf(&b, `<text x="%d" y="%d">%s</text>`+"\n", width-right+36, ly+4, esc(s.Name))
 	}
 	b.WriteString("</svg>\n")

@@ -11,6 +11,7 @@
 package main
 
 import (
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -38,9 +39,13 @@ func run(args []string) error {
 	noRaces := fs.Bool("no-races", false, "skip the race scenarios")
 	quiet := fs.Bool("q", false, "no progress lines")
 	reps := fs.Int("reps", 0, "repetitions of every throughput, overhead, storm and pin run (default: the suite's)")
+	render := fs.String("render", "", "re-render the report and plots from this results.json instead of running")
 	only := fs.String("only", "", "comma-separated parts to run (throughput,paced,overhead,storm,pins,openloop,memory,poll,races); default all")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *render != "" {
+		return rerender(*render, *out)
 	}
 	cfg, err := pick(*name)
 	if err != nil {
@@ -76,6 +81,24 @@ func run(args []string) error {
 	}
 	fmt.Printf("\n%s\n", report.Headline(res))
 	fmt.Printf("suite %s done in %v; report: %s\n", cfg.Name, res.Duration.Round(1e9), filepath.Join(*out, "report.md"))
+	return nil
+}
+
+// rerender writes the report and plots of saved results (after a change to
+// the report's layout, without running the suite again).
+func rerender(from, out string) error {
+	b, err := os.ReadFile(from)
+	if err != nil {
+		return err
+	}
+	var res suite.Results
+	if err := json.Unmarshal(b, &res); err != nil {
+		return fmt.Errorf("%s: %w", from, err)
+	}
+	if err := report.Write(out, &res); err != nil {
+		return err
+	}
+	fmt.Print(report.Headline(&res))
 	return nil
 }
 

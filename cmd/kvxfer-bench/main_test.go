@@ -31,4 +31,12 @@ func TestRacesOnly(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "results.json")); err != nil {
 		t.Fatal(err)
 	}
+	again := t.TempDir()
+	if err := run([]string{"-render", filepath.Join(dir, "results.json"), "-out", again}); err != nil {
+		t.Fatal(err)
+	}
+	md2, err := os.ReadFile(filepath.Join(again, "report.md"))
+	if err != nil || string(md2) != string(md) {
+		t.Fatalf("re-rendered report differs (%v)", err)
+	}
 }
