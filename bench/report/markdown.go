@@ -192,10 +192,14 @@ func latency(s suite.RunSet) string {
 	if s.Transfer != "loopback" {
 		return "instant transfers"
 	}
-	if l[1] == 0 {
-		return "loopback NIXL without added latency"
+	out := "loopback NIXL without added latency"
+	if l[1] > 0 {
+		out = fmt.Sprintf("loopback NIXL with %v–%v per request", l[0], l[1])
 	}
-	return fmt.Sprintf("loopback NIXL with %v–%v per request", l[0], l[1])
+	if s.Spec.SlowShare > 0 {
+		out += fmt.Sprintf(", %.1f%% of requests %v", 100*s.Spec.SlowShare, s.Spec.Slow)
+	}
+	return out
 }
 
 func stormText(s *suite.RunSet) string {

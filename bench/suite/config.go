@@ -44,6 +44,9 @@ type Config struct {
 	Storm        Point
 	StormShare   float64
 	StormLatency [2]time.Duration
+	// StormSlowShare of the storm's requests take StormSlow (a tail).
+	StormSlowShare float64
+	StormSlow      time.Duration
 	// PinShares: the pins-vs-abort-rate sweep, one run per share at PinPoint.
 	PinShares []float64
 	PinPoint  Point
@@ -95,6 +98,7 @@ func Full() Config {
 	c.PinShares = []float64{0.01, 0.05, 0.1, 0.25, 0.5, 0.75, 1}
 	c.PinPoint = Point{1000, 5000, 3}
 	c.OpenLoopRate, c.OpenLoopRooms = 2000, 20000
+	c.StormSlowShare, c.StormSlow = 0.01, 20*time.Millisecond
 	c.Memory = []int{1000, 10000, 100000}
 	c.PollRounds = 200
 	return c
@@ -154,5 +158,5 @@ func (c Config) Only(parts ...string) (Config, error) {
 // stormSpec is the abort mix of the storm, the pin sweep and the open loop.
 func (c Config) stormSpec(p Point, share float64) workload.Spec {
 	return workload.Spec{Rooms: p.Rooms, Concurrency: p.Concurrency, AbortShare: share, TwoAgents: 0.3,
-		Latency: c.StormLatency, Seed: c.Seed}
+		Latency: c.StormLatency, SlowShare: c.StormSlowShare, Slow: c.StormSlow, Seed: c.Seed}
 }

@@ -164,7 +164,7 @@ func (r *runner) runSet(name string, loopback bool, spec workload.Spec, reps int
 	set := RunSet{Name: name, Transfer: "instant", Spec: spec, Reps: reps, Pace: r.pace, RatioRate: map[string]float64{}}
 	if loopback {
 		set.Transfer = "loopback"
-		r.fabric.SetLatency(spec.Latency[0], spec.Latency[1])
+		r.fabric.SetLatency(spec.LatencyFunc())
 	}
 	type acc struct {
 		runs       []RunSummary

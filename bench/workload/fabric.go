@@ -96,14 +96,10 @@ func (f *Fabric) drain() {
 func (f *Fabric) Agent(i int) string { return f.Decode[i].Agent.Name() }
 
 // SetLatency makes every request to the decode peers take a latency drawn
-// uniformly from [lo, hi] (zero: none).
-func (f *Fabric) SetLatency(lo, hi time.Duration) {
+// from fn (nil: none); see Spec.LatencyFunc.
+func (f *Fabric) SetLatency(fn func() time.Duration) {
 	for _, d := range f.Decode {
-		var ft loopback.Fault
-		if hi > 0 {
-			ft.Latency = loopback.Uniform(lo, hi)
-		}
-		f.Prefill.Agent.SetFault(d.Agent.Name(), ft)
+		f.Prefill.Agent.SetFault(d.Agent.Name(), loopback.Fault{Latency: fn})
 	}
 }
 

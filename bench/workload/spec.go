@@ -90,6 +90,10 @@ type Spec struct {
 	// by the loopback backend. A wide range opens the window in which an
 	// abort lands while a non-last chunk is on the wire.
 	Latency [2]time.Duration
+	// SlowShare of the requests take Slow instead: a tail (a congested
+	// link, a retransmission) on top of the uniform range.
+	SlowShare float64
+	Slow      time.Duration
 	// AbortShare of rooms is aborted, at a phase drawn from Phases (default
 	// all) by a source drawn from Sources (default both).
 	AbortShare float64
@@ -118,13 +122,31 @@ func (s Spec) Normalize() (Spec, error) {
 	if len(s.Sources) == 0 {
 		s.Sources = []Source{Decode, Client}
 	}
-	if s.AbortShare < 0 || s.AbortShare > 1 || s.TwoAgents < 0 || s.TwoAgents > 1 {
+	if s.AbortShare < 0 || s.AbortShare > 1 || s.TwoAgents < 0 || s.TwoAgents > 1 || s.SlowShare < 0 || s.SlowShare > 1 {
 		return s, fmt.Errorf("workload: shares must be in [0, 1]")
 	}
 	if s.Latency[1] < s.Latency[0] {
 		return s, fmt.Errorf("workload: latency range %v..%v", s.Latency[0], s.Latency[1])
 	}
 	return s, nil
+}
+
+// LatencyFunc is the per-request latency distribution of s for the
+// loopback backend's fault injection, nil for none.
+func (s Spec) LatencyFunc() func() time.Duration {
+	lo, hi, share, slow := s.Latency[0], s.Latency[1], s.SlowShare, s.Slow
+	if hi <= 0 && (share <= 0 || slow <= 0) {
+		return nil
+	}
+	return func() time.Duration {
+		if share > 0 && rand.Float64() < share {
+			return slow
+		}
+		if hi <= lo {
+			return lo
+		}
+		return lo + rand.N(hi-lo+1)
+	}
 }
 
 // Plan is one room's script: what the scheduler sends and where it aborts.

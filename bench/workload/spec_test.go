@@ -116,3 +116,27 @@ func TestNormalize(t *testing.T) {
 		t.Fatal("names")
 	}
 }
+
+func TestLatencyFunc(t *testing.T) {
+	if (Spec{}).LatencyFunc() != nil {
+		t.Fatal("no latency configured, yet a distribution")
+	}
+	lo, hi, slow := 10*time.Microsecond, 20*time.Microsecond, time.Second
+	fn := Spec{Latency: [2]time.Duration{lo, hi}, SlowShare: 0.5, Slow: slow}.LatencyFunc()
+	slows := 0
+	for range 1000 {
+		d := fn()
+		switch {
+		case d == slow:
+			slows++
+		case d < lo || d > hi:
+			t.Fatalf("latency %v outside [%v, %v] and not the tail", d, lo, hi)
+		}
+	}
+	if slows == 0 || slows == 1000 {
+		t.Fatalf("%d of 1000 requests in the tail at a share of one half", slows)
+	}
+	if d := (Spec{Latency: [2]time.Duration{lo, lo}, Slow: slow}).LatencyFunc(); d == nil || d() != lo {
+		t.Fatal("fixed latency")
+	}
+}
