@@ -131,6 +131,7 @@ func Markdown(r *suite.Results) string {
 	w("Load average (1, 5, 15 min) at the start %s, at the end %s: the machine is shared. ", r.LoadAvg[0], r.LoadAvg[1])
 	w("Engines: %s. `docs/benchmarks.md` explains every scenario and metric.\n\n", strings.Join(r.Engines, ", "))
 	w("## Headline\n\n%s\n", Headline(r))
+	w("Why the figures move the way they do (batched poll cost, transfer workers that wait for each chunk, what counts as pinned) is in `docs/benchmarks.md`, *Reading the results*.\n\n")
 
 	if len(r.Throughput) > 0 {
 		w("## Throughput over the loopback NIXL pool\n\nClosed loop, no aborts, %s. Medians over the repetitions; engines interleaved within each repetition. Time-to-terminal: open → first terminal poll, pooled over repetitions.\n\n", latency(r.Throughput[0]))
@@ -214,7 +215,7 @@ func stormText(s *suite.RunSet) string {
 
 func runTable(b *strings.Builder, sets []suite.RunSet, aborts bool) {
 	t := table{b}
-	t.head("scenario", "engine", "rooms/s", "actors ÷ engine: median of per-rep ratios [range] (ratio of medians)", "CPU s per 1k rooms", "TTT p50", "TTT p99", "TTT p999", "pinned", "leaked")
+	t.head("scenario", "engine", "rooms/s", "actors ÷ engine: median of per-rep ratios [range] (ratio of medians)", "CPU s per 1k rooms", "TTT p50", "TTT p99", "TTT p999", "pinned (all reps)", "leaked (max)")
 	for _, set := range sets {
 		var act float64
 		for _, e := range set.Engines {

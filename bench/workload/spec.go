@@ -43,6 +43,20 @@ func (p Phase) String() string {
 	return fmt.Sprintf("phase(%d)", p)
 }
 
+// MarshalText names the phase in JSON.
+func (p Phase) MarshalText() ([]byte, error) { return []byte(p.String()), nil }
+
+// UnmarshalText is the inverse of MarshalText.
+func (p *Phase) UnmarshalText(b []byte) error {
+	for i, n := range phaseNames {
+		if n == string(b) {
+			*p = Phase(i)
+			return nil
+		}
+	}
+	return fmt.Errorf("workload: unknown phase %q", b)
+}
+
 // Source is who aborts.
 type Source uint8
 
@@ -60,8 +74,27 @@ func (s Source) String() string {
 	return "decode"
 }
 
+// MarshalText names the source in JSON.
+func (s Source) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
+// UnmarshalText is the inverse of MarshalText.
+func (s *Source) UnmarshalText(b []byte) error {
+	switch string(b) {
+	case "decode":
+		*s = Decode
+	case "client":
+		*s = Client
+	default:
+		return fmt.Errorf("workload: unknown source %q", b)
+	}
+	return nil
+}
+
 // Range is an inclusive integer range [Min, Max].
-type Range struct{ Min, Max int }
+type Range struct {
+	Min int `json:"min"`
+	Max int `json:"max"`
+}
 
 func (r Range) draw(rng *rand.Rand) int {
 	if r.Max <= r.Min {
@@ -73,33 +106,33 @@ func (r Range) draw(rng *rand.Rand) int {
 // Spec describes a workload. The zero value of every optional field is a
 // sensible default (see Normalize).
 type Spec struct {
-	Rooms int // rooms to run
+	Rooms int `json:"rooms"` // rooms to run
 	// Concurrency bounds the rooms alive at once (closed loop). Used when
 	// Rate is zero.
-	Concurrency int
+	Concurrency int `json:"concurrency,omitempty"`
 	// Rate, if positive, is the open-loop arrival rate in rooms per second
 	// (Poisson arrivals): rooms are admitted when they arrive, however many
 	// are alive.
-	Rate   float64
-	Chunks Range // chunks per room (default 1..4)
-	Pages  Range // pages per chunk (default 1..4)
+	Rate   float64 `json:"rate,omitempty"`
+	Chunks Range   `json:"chunks"` // chunks per room (default 1..4)
+	Pages  Range   `json:"pages"`  // pages per chunk (default 1..4)
 	// TwoAgents is the share of rooms served by two decode agents (a
 	// replicated or split decode): both must send their transfer info.
-	TwoAgents float64
+	TwoAgents float64 `json:"two_agents"`
 	// Latency is the transfer latency range, drawn uniformly per NIXL request
 	// by the loopback backend. A wide range opens the window in which an
 	// abort lands while a non-last chunk is on the wire.
-	Latency [2]time.Duration
+	Latency [2]time.Duration `json:"latency_ns"`
 	// SlowShare of the requests take Slow instead: a tail (a congested
 	// link, a retransmission) on top of the uniform range.
-	SlowShare float64
-	Slow      time.Duration
+	SlowShare float64       `json:"slow_share,omitempty"`
+	Slow      time.Duration `json:"slow_ns,omitempty"`
 	// AbortShare of rooms is aborted, at a phase drawn from Phases (default
 	// all) by a source drawn from Sources (default both).
-	AbortShare float64
-	Phases     []Phase
-	Sources    []Source
-	Seed       uint64
+	AbortShare float64  `json:"abort_share"`
+	Phases     []Phase  `json:"phases"`
+	Sources    []Source `json:"sources"`
+	Seed       uint64   `json:"seed"`
 }
 
 // Normalize fills the defaults and rejects what cannot run.

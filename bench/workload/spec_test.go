@@ -1,7 +1,9 @@
 package workload
 
 import (
+	"encoding/json"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -138,5 +140,21 @@ func TestLatencyFunc(t *testing.T) {
 	}
 	if d := (Spec{Latency: [2]time.Duration{lo, lo}, Slow: slow}).LatencyFunc(); d == nil || d() != lo {
 		t.Fatal("fixed latency")
+	}
+}
+
+func TestSpecJSONNamesPhasesAndSources(t *testing.T) {
+	s, _ := Spec{Rooms: 3, AbortShare: 0.5}.Normalize()
+	b, err := json.Marshal(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), `"phases":["before-sender","before-init","in-chunk","after-success"]`) ||
+		!strings.Contains(string(b), `"sources":["decode","client"]`) {
+		t.Fatalf("spec JSON: %s", b)
+	}
+	var back Spec
+	if err := json.Unmarshal(b, &back); err != nil || !slices.Equal(back.Phases, s.Phases) || !slices.Equal(back.Sources, s.Sources) || back.Rooms != 3 {
+		t.Fatalf("round trip: %+v %v", back, err)
 	}
 }
