@@ -1,6 +1,7 @@
 package report
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/kvxfer/kvxfer/bench/suite"
@@ -49,6 +50,9 @@ func a2tCDF(set *suite.RunSet) svgplot.Chart {
 		for _, p := range e.A2TCDF {
 			s.X = append(s.X, float64(p.X)/float64(time.Microsecond))
 			s.Y = append(s.Y, p.F)
+		}
+		if e.A2T.N > 0 && e.A2T.Never > 0 { // the curve stops short of 1
+			s.Name += fmt.Sprintf(" (%.0f%% never)", 100*float64(e.A2T.Never)/float64(e.A2T.N))
 		}
 		c.Series = append(c.Series, s)
 	}
