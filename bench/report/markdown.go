@@ -150,6 +150,7 @@ func Markdown(r *suite.Results) string {
 		w("## Abort storm\n\n%s\n\n", stormText(r.Storm))
 		runTable(&b, []suite.RunSet{*r.Storm}, true)
 		abortTable(&b, r.Storm)
+		phaseTable(&b, r.Storm)
 		w("![abort-to-terminal CDF](abort-to-terminal-cdf.svg)\n\n")
 	}
 	if len(r.Pins) > 0 {
@@ -316,4 +317,41 @@ func raceTable(b *strings.Builder, rows []suite.RaceRow) {
 		t.row(r.Scenario, r.Spec, r.Engine, r.Final, pinned, r.Leaked, r.LateWrites, r.PostsAfterAbort, r.Notices, check)
 	}
 	b.WriteString("\n")
+}
+
+// phaseTable splits abort-to-terminal by abort phase and source.
+func phaseTable(b *strings.Builder, set *suite.RunSet) {
+	keys := map[string]bool{}
+	for _, e := range set.Engines {
+		for k := range e.A2TByPhase {
+			keys[k] = true
+		}
+	}
+	if len(keys) == 0 {
+		return
+	}
+	order := make([]string, 0, len(keys))
+	for k := range keys {
+		order = append(order, k)
+	}
+	slices.Sort(order)
+	t := table{b}
+	head := []string{"abort phase / source"}
+	for _, e := range set.Engines {
+		head = append(head, e.Engine+" A2T p50 / p99 (never)")
+	}
+	t.head(head...)
+	for _, k := range order {
+		cells := []any{k}
+		for _, e := range set.Engines {
+			s, ok := e.A2TByPhase[k]
+			if !ok {
+				cells = append(cells, "—")
+				continue
+			}
+			cells = append(cells, fmt.Sprintf("%s / %s (%d of %d)", Dur(s.P50), Dur(s.P99), s.Never, s.N))
+		}
+		t.row(cells...)
+	}
+	b.WriteString("\nAborts after Success are not in these figures: the room was already terminal.\n\n")
 }

@@ -60,8 +60,10 @@ type EngineRuns struct {
 	TTT         stats.Summary `json:"time_to_terminal"`
 	A2T         stats.Summary `json:"abort_to_terminal"`
 	A2TCDF      []stats.Point `json:"abort_to_terminal_cdf,omitempty"`
-	Pinned      int           `json:"pinned_total"` // over every repetition
-	Leaked      int           `json:"leaked_max"`
+	// A2TByPhase splits A2T by abort phase and source ("in-chunk/decode").
+	A2TByPhase map[string]stats.Summary `json:"abort_to_terminal_by_phase,omitempty"`
+	Pinned     int                      `json:"pinned_total"` // over every repetition
+	Leaked     int                      `json:"leaked_max"`
 }
 
 // RunSummary is one repetition on one engine.

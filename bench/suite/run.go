@@ -168,6 +168,7 @@ func (r *runner) runSet(name string, loopback bool, spec workload.Spec, reps int
 	}
 	type acc struct {
 		runs       []RunSummary
+		byPhase    map[string]*workload.PhaseA2T
 		ttt, a2t   []time.Duration
 		never      int
 		pinned     int
@@ -199,6 +200,16 @@ func (r *runner) runSet(name string, loopback bool, spec workload.Spec, reps int
 			a.ttt = append(a.ttt, res.TTT...)
 			a.a2t = append(a.a2t, res.A2T...)
 			a.never += res.AbortsNever
+			for k, ph := range res.ByPhase {
+				if a.byPhase == nil {
+					a.byPhase = map[string]*workload.PhaseA2T{}
+				}
+				if a.byPhase[k] == nil {
+					a.byPhase[k] = &workload.PhaseA2T{}
+				}
+				a.byPhase[k].A2T = append(a.byPhase[k].A2T, ph.A2T...)
+				a.byPhase[k].Never += ph.Never
+			}
 			a.pinned += res.Pinned()
 			a.leaked = max(a.leaked, res.Leaked)
 			a.rates = append(a.rates, res.RoomsPerSec)
@@ -216,9 +227,16 @@ func (r *runner) runSet(name string, loopback bool, spec workload.Spec, reps int
 	for _, k := range r.cfg.Engines {
 		a := accs[k]
 		sorted := stats.Sorted(a.a2t, a.never)
+		var byPhase map[string]stats.Summary
+		for k, ph := range a.byPhase {
+			if byPhase == nil {
+				byPhase = map[string]stats.Summary{}
+			}
+			byPhase[k] = stats.Summarize(ph.A2T, ph.Never)
+		}
 		set.Engines = append(set.Engines, EngineRuns{
 			Engine: string(k), Runs: a.runs, RoomsPerSec: stats.Median(a.rates), CPUPer1k: stats.Median(a.cpu),
-			TTT: stats.Summarize(a.ttt, 0), A2T: stats.Summarize(a.a2t, a.never), A2TCDF: stats.CDF(sorted, 200),
+			TTT: stats.Summarize(a.ttt, 0), A2T: stats.Summarize(a.a2t, a.never), A2TCDF: stats.CDF(sorted, 200), A2TByPhase: byPhase,
 			Pinned: a.pinned, Leaked: a.leaked,
 		})
 	}

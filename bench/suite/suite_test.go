@@ -60,6 +60,11 @@ func TestTinySuite(t *testing.T) {
 	if r.Storm.Spec.Latency[1] == 0 || r.Storm.Transfer != "loopback" || r.Overhead[0].Transfer != "instant" {
 		t.Fatalf("transfer layers: storm %s %v, overhead %s", r.Storm.Transfer, r.Storm.Spec.Latency, r.Overhead[0].Transfer)
 	}
+	for _, e := range r.Storm.Engines {
+		if len(e.A2TByPhase) == 0 {
+			t.Fatalf("%s: no abort-to-terminal by phase", e.Engine)
+		}
+	}
 	for _, p := range r.Poll {
 		if p.Rounds == 0 || p.P50 <= 0 {
 			t.Fatalf("poll %+v", p)

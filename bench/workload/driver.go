@@ -357,6 +357,8 @@ func (d *driver) finish(r *live, rep room.Reply, now time.Duration) {
 	if r.abortAt >= 0 {
 		d.res.Aborted++
 		d.res.A2T = append(d.res.A2T, now-r.abortAt)
+		ph := d.res.phase(d.plans[r.plan])
+		ph.A2T = append(ph.A2T, now-r.abortAt)
 	}
 	d.o.Progress.Terminal.Add(1)
 }

@@ -44,13 +44,20 @@ func TestDriverAccountsForEveryRoom(t *testing.T) {
 			if res.Aborted+res.AbortsNever == 0 || res.Aborted != len(res.A2T) {
 				t.Fatalf("abort samples: aborted %d never %d samples %d", res.Aborted, res.AbortsNever, len(res.A2T))
 			}
+			n, never := 0, 0
+			for _, ph := range res.ByPhase {
+				n, never = n+len(ph.A2T), never+ph.Never
+			}
+			if n != len(res.A2T) || never != res.AbortsNever {
+				t.Fatalf("by phase: %d samples and %d never, overall %d and %d", n, never, len(res.A2T), res.AbortsNever)
+			}
 			switch k {
 			case bench.Upstream:
 				if res.HardPinned != early || res.PinnedAt["Bootstrapping"] != early {
 					t.Fatalf("upstream pinned %d (%v), want the %d early decode aborts in Bootstrapping", res.HardPinned, res.PinnedAt, early)
 				}
-				if res.AbortsNever != early {
-					t.Fatalf("aborts never terminal %d, want %d", res.AbortsNever, early)
+				if res.AbortsNever != early || res.ByPhase["before-sender/decode"].Never != early {
+					t.Fatalf("aborts never terminal %d, want the %d early decode aborts", res.AbortsNever, early)
 				}
 			default:
 				if res.Pinned() != 0 || res.Leaked != 0 {

@@ -37,6 +37,9 @@ type Result struct {
 	A2T         []time.Duration `json:"-"`
 	Aborted     int             `json:"aborted"`
 	AbortsNever int             `json:"aborts_never_terminal"`
+	// ByPhase splits A2T by where and from whom the abort came
+	// ("in-chunk/decode", ...).
+	ByPhase map[string]*PhaseA2T `json:"-"`
 	// HardPinned: rooms the scheduler holds that are still not terminal after
 	// the workload quiesced and the fake clock ran the grace period.
 	// DeadlineEnded: rooms that were aborted yet ended only by a deadline
@@ -58,6 +61,23 @@ type Result struct {
 	LatePosts      int64 `json:"late_posts"`
 	FailureNotices int64 `json:"failure_notices"`
 	Acks           int64 `json:"abort_acks"`
+}
+
+// PhaseA2T is the abort-to-terminal samples of one abort phase and source.
+type PhaseA2T struct {
+	A2T   []time.Duration
+	Never int
+}
+
+func (r *Result) phase(p Plan) *PhaseA2T {
+	if r.ByPhase == nil {
+		r.ByPhase = map[string]*PhaseA2T{}
+	}
+	k := p.Abort.String() + "/" + p.From.String()
+	if r.ByPhase[k] == nil {
+		r.ByPhase[k] = &PhaseA2T{}
+	}
+	return r.ByPhase[k]
 }
 
 // Pinned is what the issue calls pinned: hard pins plus aborted rooms that
@@ -99,6 +119,11 @@ func (d *driver) quiesce() {
 	}
 	d.res.HardPinned = len(d.live)
 	d.res.AbortsNever += d.res.HardPinned - countNotAborted(d.live)
+	for _, r := range d.live {
+		if r.abortAt >= 0 {
+			d.res.phase(d.plans[r.plan]).Never++
+		}
+	}
 	if len(d.live) > 0 {
 		d.res.PinnedAt = map[string]int{}
 		d.ids = d.ids[:0]
@@ -140,6 +165,7 @@ func (d *driver) graceStep() {
 		if r.abortAt >= 0 {
 			d.res.DeadlineEnded++
 			d.res.AbortsNever++
+			d.res.phase(d.plans[r.plan]).Never++
 		} else {
 			d.res.DeadlineOther++
 		}
