@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"strings"
 
 	"github.com/kvxfer/kvxfer/bench"
@@ -39,6 +40,7 @@ func run(args []string) error {
 	noRaces := fs.Bool("no-races", false, "skip the race scenarios")
 	quiet := fs.Bool("q", false, "no progress lines")
 	reps := fs.Int("reps", 0, "repetitions of every throughput, overhead, storm and pin run (default: the suite's)")
+	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file")
 	render := fs.String("render", "", "re-render the report and plots from this results.json instead of running")
 	only := fs.String("only", "", "comma-separated parts to run (throughput,paced,overhead,storm,pins,openloop,memory,poll,races); default all")
 	if err := fs.Parse(args); err != nil {
@@ -70,6 +72,17 @@ func run(args []string) error {
 	progress := os.Stderr
 	if *quiet {
 		progress = nil
+	}
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	command := "kvxfer-bench " + strings.Join(args, " ")
 	res, err := suite.Run(cfg, strings.TrimSpace(command), progress)
