@@ -91,7 +91,7 @@ func Quick() Config {
 // 100,000 concurrent rooms (memory, and the pure overhead over the instant
 // transfer layer; over the loopback pool the spinning scheduler stops at
 // 10,000 rooms, beyond which a run of the actor engine on two cores takes
-// tens of minutes). About a quarter of an hour on two cores.
+// tens of minutes). About ten minutes on two cores.
 func Full() Config {
 	c := Quick()
 	c.Name = "full"
