@@ -23,7 +23,12 @@ type Config struct {
 	// QuarantineAfter moves a job still in flight after this long to the
 	// quarantine list (default 75 s: past the default transfer and drain deadlines).
 	QuarantineAfter time.Duration
-	Logger          *slog.Logger
+	// MaxInFlight bounds the NIXL requests each pool actor keeps posted; later
+	// transfers wait in the actor's FIFO (default 64). Polling costs a status
+	// check per request in flight, so an unbounded window makes every poll
+	// tick grow with the load while the transfers themselves go no faster.
+	MaxInFlight int
+	Logger      *slog.Logger
 }
 
 // Stats are the pool's counters.
@@ -56,6 +61,9 @@ func New(cfg Config) (*Pool, error) {
 	}
 	if cfg.QuarantineAfter <= 0 {
 		cfg.QuarantineAfter = 75 * time.Second
+	}
+	if cfg.MaxInFlight <= 0 {
+		cfg.MaxInFlight = 64
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)

@@ -50,6 +50,8 @@ type worker struct {
 	plan  sglang.Plan
 
 	active     []*job
+	waiting    []*job // not yet started: the in-flight window is full
+	inflight   int    // requests of the active jobs
 	quarantine []*job
 	lastQuar   time.Time
 
@@ -71,6 +73,10 @@ func (w *worker) Receive(ctx actor.Context) {
 	case *removePeer:
 		delete(w.peers, m.agent)
 	case *job:
+		if w.inflight >= w.p.cfg.MaxInFlight || len(w.waiting) > 0 {
+			w.waiting = append(w.waiting, m)
+			return
+		}
 		w.start(m)
 		w.idle = 0
 		w.schedule(ctx)
@@ -81,6 +87,7 @@ func (w *worker) Receive(ctx actor.Context) {
 		} else {
 			w.idle++
 		}
+		w.startWaiting()
 		w.schedule(ctx)
 	case *actor.Stopping:
 		if w.timer != nil {
@@ -134,7 +141,22 @@ func (w *worker) start(j *job) {
 		w.finish(j)
 		return
 	}
+	w.inflight += len(j.reqs)
 	w.active = append(w.active, j)
+}
+
+// startWaiting starts queued transfers, in order, while the window has room.
+func (w *worker) startWaiting() {
+	n := 0
+	for n < len(w.waiting) && w.inflight < w.p.cfg.MaxInFlight {
+		w.start(w.waiting[n])
+		n++
+	}
+	if n > 0 {
+		clear(w.waiting[:n])
+		w.waiting = w.waiting[n:]
+		w.idle = 0
+	}
 }
 
 // poll checks every request of the active jobs in one batched call (and the
@@ -177,6 +199,9 @@ func (w *worker) pollJobs(list *[]*job, mayQuarantine bool) bool {
 			switch s.State {
 			case nixl.Done, nixl.Failed:
 				progress = true
+				if mayQuarantine {
+					w.inflight--
+				}
 				if s.State == nixl.Failed && j.fail == room.ReasonNone {
 					j.fail = classify(s.Err)
 				}
@@ -190,6 +215,7 @@ func (w *worker) pollJobs(list *[]*job, mayQuarantine bool) bool {
 		case len(j.reqs) == 0:
 			w.finish(j)
 		case mayQuarantine && now.Sub(j.started) > w.p.cfg.QuarantineAfter:
+			w.inflight -= len(j.reqs) // stuck requests leave the window
 			w.p.quarantined.Add(1)
 			w.p.cfg.Logger.Warn("transfer never completed; quarantined, not released", "room", j.t.Room, "agent", j.t.Agent, "requests", len(j.reqs))
 			w.quarantine = append(w.quarantine, j)
@@ -214,7 +240,7 @@ func (w *worker) finish(j *job) {
 // likely (spinning yields to other messages), then on a timer that backs off
 // to maxBackoff so idle polling does not starve the transfer itself.
 func (w *worker) schedule(ctx actor.Context) {
-	if w.pending || len(w.active)+len(w.quarantine) == 0 {
+	if w.pending || len(w.active)+len(w.quarantine)+len(w.waiting) == 0 {
 		return
 	}
 	w.pending = true
