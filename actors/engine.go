@@ -174,9 +174,25 @@ func (e *Engine) Abort(roomID uint64) { e.route(roomID, room.Abort{}) }
 // Clear is sender.clear().
 func (e *Engine) Clear(roomID uint64) { e.route(roomID, room.Clear{}) }
 
-// Poll answers the status of a batch of rooms, each answered by its room (or
-// its tombstone). out is reused when it has the capacity.
+// Poll answers the status of a batch of rooms. A room that has handled every
+// message routed to it (by this engine's Open, Init, Send, Abort, Clear,
+// TransferInfo, ... calls) is answered from the status it last reported to its
+// directory shard, one message per shard for the whole batch; any other room
+// answers itself. So a poll never misses the caller's earlier calls, and a
+// status change a room made on its own (a completion, a deadline) shows once
+// the room has reported it. out is reused when it has the capacity.
 func (e *Engine) Poll(rooms []uint64, out []room.Reply) []room.Reply {
+	return e.poll(rooms, out, false)
+}
+
+// PollSync is Poll answered by every room itself, after everything already in
+// its mailbox (completions and deadlines included): a barrier for tests and
+// shutdown, slower than Poll.
+func (e *Engine) PollSync(rooms []uint64, out []room.Reply) []room.Reply {
+	return e.poll(rooms, out, true)
+}
+
+func (e *Engine) poll(rooms []uint64, out []room.Reply, sync bool) []room.Reply {
 	out = append(out[:0], make([]room.Reply, len(rooms))...)
 	if len(rooms) == 0 {
 		return out
@@ -186,7 +202,7 @@ func (e *Engine) Poll(rooms []uint64, out []room.Reply) []room.Reply {
 	for i, r := range rooms {
 		s := e.shardIndex(r)
 		if batches[s] == nil {
-			batches[s] = &pollBatch{answers: answers}
+			batches[s] = &pollBatch{answers: answers, sync: sync}
 		}
 		batches[s].rooms = append(batches[s].rooms, r)
 		batches[s].index = append(batches[s].index, i)

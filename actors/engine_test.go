@@ -144,9 +144,9 @@ func (f *fixture) waitStatus(id uint64, want room.Status) room.Reply {
 	}
 }
 
-// settle waits until every message sent so far has been handled: a poll of a
-// room travels the same shard and room mailboxes as the messages before it.
-func (f *fixture) settle(ids ...uint64) { f.eng.Poll(ids, nil) }
+// settle waits until every message sent so far has been handled: a PollSync
+// of a room travels the same shard and room mailboxes as the messages before it.
+func (f *fixture) settle(ids ...uint64) { f.eng.PollSync(ids, nil) }
 
 func info(agent string, n int, required int) room.TransferInfo {
 	ps := make([]int32, n)

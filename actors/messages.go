@@ -15,12 +15,14 @@ type envelope struct {
 	msg     room.Msg
 	answers chan<- pollAnswer
 	index   int
+	sync    bool // a Poll the room itself answers (PollSync)
 }
 
 type pollBatch struct {
 	rooms   []uint64
 	index   []int
 	answers chan<- pollAnswer
+	sync    bool
 }
 
 type pollAnswer struct {
@@ -60,3 +62,14 @@ type dumpCount int
 
 // describe asks a room for its RoomInfo; the room answers on reply.
 type describe struct{ reply chan<- any }
+
+// view is a room telling its shard what a poll would answer now, and how many
+// routed messages it has handled (seen). The shard answers polls from it while
+// nothing it routed to the room is still unhandled, so a poll stays ordered
+// after the caller's earlier messages without a trip through the room.
+type view struct {
+	pid   *actor.PID
+	room  uint64
+	seen  uint32
+	reply room.Reply
+}

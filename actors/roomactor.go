@@ -24,6 +24,10 @@ type roomActor struct {
 
 	first    room.Effects // the shard stepped the first message
 	firstEnv *envelope
+
+	recv     uint32     // envelopes handled (the shard counts what it routed)
+	reported room.Reply // last view sent to the shard
+	repRecv  uint32
 }
 
 func newRoomActor(e *Engine, m *room.Machine, first room.Effects, env *envelope, shard *actor.PID) *roomActor {
@@ -34,8 +38,10 @@ func (a *roomActor) Receive(ctx actor.Context) {
 	switch msg := ctx.Message().(type) {
 	case *actor.Started:
 		a.self = ctx.Self()
+		a.reported = a.m.Reply() // the shard took this view when it spawned us
 		a.safely(ctx, a.firstEnv, func() room.Effects { return a.first })
 		a.first, a.firstEnv = room.Effects{}, nil
+		a.report(ctx)
 	case *envelope:
 		if a.gone {
 			// Retired while this was queued: the shard, which has seen our
@@ -43,12 +49,16 @@ func (a *roomActor) Receive(ctx actor.Context) {
 			ctx.Send(a.shard, msg)
 			return
 		}
+		a.recv++
 		a.safely(ctx, msg, func() room.Effects { return a.m.Step(msg.msg) })
+		a.report(ctx)
 	case xferDone:
 		a.eng.cfg.Observer.TransferDone(a.m.Room(), msg.seq, msg.fail)
 		a.stepDirect(ctx, room.XferDone{Seq: msg.seq, Fail: msg.fail})
+		a.report(ctx)
 	case deadline:
 		a.stepDirect(ctx, room.Deadline{Gen: msg.gen})
+		a.report(ctx)
 	case *describe:
 		st, why := a.m.Status()
 		msg.reply <- RoomInfo{Room: a.m.Room(), Status: st.String(), Reason: why.String(), Phase: a.m.Phase(),
@@ -58,6 +68,20 @@ func (a *roomActor) Receive(ctx actor.Context) {
 			a.timer.Stop()
 		}
 	}
+}
+
+// report tells the shard what a poll answers now when that, or the count of
+// handled envelopes, changed; the shard answers polls from it (see view).
+func (a *roomActor) report(ctx actor.Context) {
+	if a.gone {
+		return
+	}
+	r := a.m.Reply()
+	if r == a.reported && a.recv == a.repRecv {
+		return
+	}
+	a.reported, a.repRecv = r, a.recv
+	ctx.Send(a.shard, &view{pid: a.self, room: a.m.Room(), seen: a.recv, reply: r})
 }
 
 func (a *roomActor) stepDirect(ctx actor.Context, msg room.Msg) {

@@ -16,13 +16,22 @@ type shard struct {
 	eng      *Engine
 	capacity int // tombstones kept before the oldest is evicted
 
-	rooms map[uint64]*actor.PID
+	rooms map[uint64]*live
 	tombs map[uint64]tombEntry
 	queue []tombRef // insertion order == expiry order (one TTL for all)
 	head  int
 
 	self  *actor.PID
 	timer clock.Timer
+}
+
+// live is a room with an actor: its PID, how many messages the shard routed
+// to it, and the room's last report of how many it handled and what a poll
+// answers (see view).
+type live struct {
+	pid        *actor.PID
+	sent, seen uint32
+	reply      room.Reply
 }
 
 type tombEntry struct {
@@ -36,7 +45,7 @@ type tombRef struct {
 }
 
 func newShard(e *Engine, capacity int) *shard {
-	return &shard{eng: e, capacity: capacity, rooms: map[uint64]*actor.PID{}, tombs: map[uint64]tombEntry{}}
+	return &shard{eng: e, capacity: capacity, rooms: map[uint64]*live{}, tombs: map[uint64]tombEntry{}}
 }
 
 func (s *shard) Receive(ctx actor.Context) {
@@ -48,11 +57,16 @@ func (s *shard) Receive(ctx actor.Context) {
 		s.route(ctx, m)
 	case *pollBatch:
 		for i, r := range m.rooms {
-			s.route(ctx, &envelope{room: r, msg: room.Poll{}, answers: m.answers, index: m.index[i]})
+			s.route(ctx, &envelope{room: r, msg: room.Poll{}, answers: m.answers, index: m.index[i], sync: m.sync})
 		}
 	case *broadcast:
-		for id, pid := range s.rooms {
-			ctx.Send(pid, &envelope{room: id, msg: m.msg})
+		for id, lr := range s.rooms {
+			lr.sent++
+			ctx.Send(lr.pid, &envelope{room: id, msg: m.msg})
+		}
+	case *view:
+		if lr, ok := s.rooms[m.room]; ok && lr.pid.Equal(m.pid) {
+			lr.seen, lr.reply = m.seen, m.reply
 		}
 	case *retired:
 		s.onRetired(ctx, m)
@@ -63,11 +77,11 @@ func (s *shard) Receive(ctx actor.Context) {
 		m.reply <- Stats{LiveRooms: len(s.rooms), Tombstones: len(s.tombs)}
 	case *dumpReq:
 		n := 0
-		for _, pid := range s.rooms {
+		for _, lr := range s.rooms {
 			if n == m.limit {
 				break
 			}
-			ctx.Send(pid, &describe{reply: m.reply})
+			ctx.Send(lr.pid, &describe{reply: m.reply})
 			n++
 		}
 		m.reply <- dumpCount(n)
@@ -81,8 +95,13 @@ func (s *shard) Receive(ctx actor.Context) {
 // route delivers a room message to the room's actor, or steps it through the
 // room's tombstone, or creates the room if the message may name a new one.
 func (s *shard) route(ctx actor.Context, env *envelope) {
-	if pid, ok := s.rooms[env.room]; ok {
-		ctx.Send(pid, env)
+	if lr, ok := s.rooms[env.room]; ok {
+		if _, poll := env.msg.(room.Poll); poll && !env.sync && lr.seen == lr.sent {
+			answer(env, lr.reply) // the room has handled everything routed to it
+			return
+		}
+		lr.sent++
+		ctx.Send(lr.pid, env)
 		return
 	}
 	var m *room.Machine
@@ -106,7 +125,7 @@ func (s *shard) route(ctx actor.Context, env *envelope) {
 		pid := ctx.Spawn(actor.PropsFromProducer(func() actor.Actor {
 			return newRoomActor(s.eng, m, fx, env, ctx.Self())
 		}))
-		s.rooms[env.room] = pid
+		s.rooms[env.room] = &live{pid: pid, reply: m.Reply()}
 		return
 	}
 	// Still (or at once) a tombstone: nothing here can post or arm.
@@ -137,15 +156,15 @@ func (s *shard) unknownRoom(env *envelope) {
 
 func (s *shard) onRetired(ctx actor.Context, m *retired) {
 	id := m.tomb.Room
-	pid, ok := s.rooms[id]
-	if !ok || !pid.Equal(m.pid) {
+	lr, ok := s.rooms[id]
+	if !ok || !lr.pid.Equal(m.pid) {
 		return
 	}
 	delete(s.rooms, id)
 	s.keepTombstone(m.tomb)
 	// Poison, not Stop: whatever was routed to the room before this point is
 	// still handled (bounced back here, to the tombstone) before it stops.
-	ctx.Poison(pid)
+	ctx.Poison(lr.pid)
 }
 
 func (s *shard) keepTombstone(t room.Tombstone) {

@@ -157,13 +157,13 @@ func TestEngineTenThousandRoomsConcurrently(t *testing.T) {
 	// completed write reports back; repeat until nothing new was posted.
 	for {
 		before := x.posted.Load()
-		eng.Poll(ids, nil)
+		eng.PollSync(ids, nil)
 		x.wg.Wait()
 		if x.posted.Load() == before {
 			break
 		}
 	}
-	replies := eng.Poll(ids, nil)
+	replies := eng.PollSync(ids, nil)
 	for i, p := range plans {
 		if p.clean() && replies[i].Status != room.Success {
 			t.Fatalf("clean room %d is %v/%v before any deadline", p.id, replies[i].Status, replies[i].Reason)
@@ -171,7 +171,7 @@ func TestEngineTenThousandRoomsConcurrently(t *testing.T) {
 	}
 	// Let time pass: bootstrap, waiting, transfer and drain deadlines fire.
 	for round := 0; round < 10; round++ {
-		replies = eng.Poll(ids, replies)
+		replies = eng.PollSync(ids, replies)
 		pending := 0
 		for _, r := range replies {
 			if !r.Status.Terminal() {
@@ -204,7 +204,7 @@ func TestEngineTenThousandRoomsConcurrently(t *testing.T) {
 		eng.Clear(id)
 	}
 	clk.Advance(10 * time.Minute) // drains and lingers end
-	eng.Poll(ids, replies)
+	eng.PollSync(ids, replies)
 	if st := eng.Stats(); st.LiveRooms != 0 {
 		t.Fatalf("%d rooms still live after every room was cleared: %+v", st.LiveRooms, eng.Rooms(5))
 	}

@@ -93,7 +93,7 @@ func (t *Target) SettleBootstrap(rooms ...uint64) {
 		t.dict.SettleBootstrap()
 		return
 	}
-	t.Engine.Poll(rooms, nil)
+	t.barrier(rooms)
 }
 
 // SettleWorkers returns once the engine handled every chunk sent and every
@@ -103,7 +103,7 @@ func (t *Target) SettleWorkers(rooms ...uint64) {
 		t.dict.SettleWorkers()
 		return
 	}
-	t.Engine.Poll(rooms, nil)
+	t.barrier(rooms)
 }
 
 // Settle is SettleBootstrap then SettleWorkers: every decode message, chunk
@@ -111,6 +111,18 @@ func (t *Target) SettleWorkers(rooms ...uint64) {
 func (t *Target) Settle(rooms ...uint64) {
 	if t.dict != nil {
 		t.dict.Settle()
+		return
+	}
+	t.barrier(rooms)
+}
+
+// barrier returns once each room handled everything already in its mailbox
+// (completions included): the actor engine's PollSync, else a poll.
+func (t *Target) barrier(rooms []uint64) {
+	if s, ok := t.Engine.(interface {
+		PollSync([]uint64, []room.Reply) []room.Reply
+	}); ok {
+		s.PollSync(rooms, nil)
 		return
 	}
 	t.Engine.Poll(rooms, nil)
@@ -143,7 +155,7 @@ func (t *Target) WaitTerminal(id uint64, bound time.Duration) room.Reply {
 func (t *Target) Quiesce(rooms []uint64, grace, step time.Duration) (final []room.Reply, pinned []uint64) {
 	for d := time.Duration(0); d < grace; d += step {
 		t.Clock.Advance(step)
-		t.Engine.Poll(rooms, nil)
+		t.barrier(rooms)
 	}
 	for _, id := range rooms {
 		r := t.WaitTerminal(id, 2*time.Second)

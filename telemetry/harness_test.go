@@ -116,7 +116,7 @@ func newHarness(t *testing.T, xf *manualXfers, mod func(*Config)) *harness {
 	return h
 }
 
-func (h *harness) poll(id uint64) room.Reply { return h.eng.Poll([]uint64{id}, nil)[0] }
+func (h *harness) poll(id uint64) room.Reply { return h.eng.PollSync([]uint64{id}, nil)[0] }
 
 // expect polls once: every message sent before has been handled by then (a
 // poll travels the same shard and room mailboxes), except completions and

@@ -105,7 +105,7 @@ func TestMetricsEndpoint(t *testing.T) {
 	for _, id := range stuck {
 		eng.Open(id)
 	}
-	eng.Poll(stuck, nil)
+	eng.PollSync(stuck, nil)
 	clk.Advance(100 * time.Second)
 	m = Scrape(t, srv.URL)
 	for k, v := range map[string]float64{
@@ -127,12 +127,12 @@ func TestMetricsEndpoint(t *testing.T) {
 	for _, id := range stuck {
 		eng.Abort(id)
 	}
-	eng.Poll(stuck, nil)
+	eng.PollSync(stuck, nil)
 	eng.Clear(1)
-	eng.Poll([]uint64{1}, nil)
+	eng.PollSync([]uint64{1}, nil)
 	eng.Fail(99, room.ReasonInvalidRequest) // a frame that named an unknown room
 	eng.Init(98, 1, 0)                      // for no room: absorbed
-	eng.Poll([]uint64{99}, nil)
+	eng.PollSync([]uint64{99}, nil)
 	m = Scrape(t, srv.URL)
 	for k, v := range map[string]float64{
 		`kvxfer_oldest_nonterminal_room_age_seconds`:                                   0,
@@ -154,7 +154,7 @@ func TestMetricsEndpoint(t *testing.T) {
 func waitStatus(t *testing.T, eng *actors.Engine, id uint64, want room.Status) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
-	for eng.Poll([]uint64{id}, nil)[0].Status != want {
+	for eng.PollSync([]uint64{id}, nil)[0].Status != want {
 		if time.Now().After(deadline) {
 			t.Fatalf("room %d never %v", id, want)
 		}

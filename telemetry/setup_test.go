@@ -77,7 +77,7 @@ func TestSetupOTLPGRPC(t *testing.T) {
 		}
 		eng.Clear(id)
 	}
-	eng.Poll([]uint64{1, 2}, nil)
+	eng.PollSync([]uint64{1, 2}, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := eng.Close(ctx); err != nil {

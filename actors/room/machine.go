@@ -307,7 +307,13 @@ func (m *Machine) stepRetired(msg Msg) {
 func isPoll(msg Msg) bool { _, ok := msg.(Poll); return ok }
 
 func (m *Machine) onPoll() {
-	m.fx.Reply = &Reply{Status: m.status, Reason: m.reason, PrefixLen: m.prefixLen}
+	r := m.Reply()
+	m.fx.Reply = &r
+}
+
+// Reply is what a Poll would answer now.
+func (m *Machine) Reply() Reply {
+	return Reply{Status: m.status, Reason: m.reason, PrefixLen: m.prefixLen}
 }
 
 func (m *Machine) onInit(msg Init) {
