@@ -53,11 +53,17 @@ func TestDriverAccountsForEveryRoom(t *testing.T) {
 			}
 			switch k {
 			case bench.Upstream:
-				if res.HardPinned != early || res.PinnedAt["Bootstrapping"] != early {
+				// Every early decode abort pins its room in Bootstrapping
+				// (P2/P1). Upstream's other races may pin a few more rooms,
+				// depending on the schedule, so those are reported, not counted.
+				if res.PinnedAt["Bootstrapping"] < early || res.ByPhase["before-sender/decode"].Never != early {
 					t.Fatalf("upstream pinned %d (%v), want the %d early decode aborts in Bootstrapping", res.HardPinned, res.PinnedAt, early)
 				}
-				if res.AbortsNever != early || res.ByPhase["before-sender/decode"].Never != early {
-					t.Fatalf("aborts never terminal %d, want the %d early decode aborts", res.AbortsNever, early)
+				if res.AbortsNever < early {
+					t.Fatalf("aborts never terminal %d, want at least the %d early decode aborts", res.AbortsNever, early)
+				}
+				if extra := res.HardPinned - early; extra > 0 {
+					t.Logf("upstream pinned %d more rooms through its other races: %v", extra, res.PinnedAt)
 				}
 			default:
 				if res.Pinned() != 0 || res.Leaked != 0 {
