@@ -232,8 +232,9 @@ func (w *worker) finish(j *job) {
 	if j.fail != room.ReasonNone {
 		w.p.failed.Add(1)
 	}
-	w.p.inflight.Add(-1)
+	// Report first: once InFlight drops, the room has been sent its completion.
 	j.done(j.fail)
+	w.p.inflight.Add(-1)
 }
 
 // schedule arranges the next poll: through the mailbox while completions are
