@@ -48,10 +48,7 @@ func abortBeforeSender() Scenario {
 // 0's completion.
 func windowRun(t *Target, abort func()) (Outcome, error) {
 	o := Outcome{Room: raceRoom}
-	t.Engine.Open(raceRoom)
-	t.Engine.TransferInfo(raceRoom, info(2, 1))
-	t.SettleBootstrap(raceRoom)
-	t.Engine.Init(raceRoom, 2, 0)
+	readyRoom(t, 2)
 	t.Gate.Hold(chunkOf(raceRoom, 0))
 	t.Engine.Send(raceRoom, []int32{1}, nil)
 	if err := t.Gate.WaitHeld(raceRoom, 1); err != nil {
@@ -156,10 +153,7 @@ func abortLostInUpdateWindow() Scenario {
 		Kinds: Kinds(),
 		Run: func(t *Target) (Outcome, error) {
 			o := Outcome{Room: raceRoom}
-			t.Engine.Open(raceRoom)
-			t.Engine.TransferInfo(raceRoom, info(2, 1))
-			t.SettleBootstrap(raceRoom)
-			t.Engine.Init(raceRoom, 2, 0)
+			readyRoom(t, 2)
 			t.Gate.Hold(chunkOf(raceRoom, 0))
 			t.Engine.Send(raceRoom, []int32{1}, nil)
 			if err := t.Gate.WaitHeld(raceRoom, 1); err != nil {
@@ -223,10 +217,7 @@ func abortAfterWorkerCheck() Scenario {
 		Kinds: Kinds(),
 		Run: func(t *Target) (Outcome, error) {
 			o := Outcome{Room: raceRoom}
-			t.Engine.Open(raceRoom)
-			t.Engine.TransferInfo(raceRoom, info(1, 1))
-			t.SettleBootstrap(raceRoom)
-			t.Engine.Init(raceRoom, 1, 0)
+			readyRoom(t, 1)
 			t.Gate.Hold(chunkOf(raceRoom, 0))
 			pp := t.Pause(dict.WorkerBeforeTransferring, dict.ForRoom(raceRoom))
 			defer pp.Release()

@@ -16,10 +16,7 @@ func lateInfoAfterClear() Scenario {
 		Kinds: Kinds(),
 		Run: func(t *Target) (Outcome, error) {
 			o := Outcome{Room: raceRoom}
-			t.Engine.Open(raceRoom)
-			t.Engine.TransferInfo(raceRoom, info(1, 1))
-			t.SettleBootstrap(raceRoom)
-			t.Engine.Init(raceRoom, 1, 0)
+			readyRoom(t, 1)
 			t.Engine.Send(raceRoom, []int32{1}, nil)
 			t.SettleWorkers(raceRoom)
 			if r := t.WaitTerminal(raceRoom, Grace); r.Status != room.Success {
@@ -60,10 +57,7 @@ func lateWorkerWriteAfterClear() Scenario {
 		Kinds: Kinds(),
 		Run: func(t *Target) (Outcome, error) {
 			o := Outcome{Room: raceRoom}
-			t.Engine.Open(raceRoom)
-			t.Engine.TransferInfo(raceRoom, info(1, 1))
-			t.SettleBootstrap(raceRoom)
-			t.Engine.Init(raceRoom, 1, 0)
+			readyRoom(t, 1)
 			t.Gate.Hold(chunkOf(raceRoom, 0))
 			t.Engine.Send(raceRoom, []int32{1}, nil)
 			if err := t.Gate.WaitHeld(raceRoom, 1); err != nil {
@@ -106,10 +100,7 @@ func chunkDequeuedAfterClear() Scenario {
 		Kinds: Kinds(),
 		Run: func(t *Target) (Outcome, error) {
 			o := Outcome{Room: raceRoom}
-			t.Engine.Open(raceRoom)
-			t.Engine.TransferInfo(raceRoom, info(1, 1))
-			t.SettleBootstrap(raceRoom)
-			t.Engine.Init(raceRoom, 1, 0)
+			readyRoom(t, 1)
 			pp := t.Pause(dict.WorkerDequeued, dict.ForRoom(raceRoom))
 			defer pp.Release()
 			t.Engine.Send(raceRoom, []int32{1}, nil)

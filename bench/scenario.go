@@ -149,6 +149,16 @@ func (s Scenario) RunOn(k Kind) (Outcome, error) {
 
 var decodeEP = room.Endpoint{IP: "10.0.0.9", Port: 17001}
 
+// readyRoom opens raceRoom, hands it one decode transfer info for pages
+// pages, waits until the engine took it, and inits the room: the prelude of
+// every chunk-window scenario.
+func readyRoom(t *Target, pages int) {
+	t.Engine.Open(raceRoom)
+	t.Engine.TransferInfo(raceRoom, info(pages, 1))
+	t.SettleBootstrap(raceRoom)
+	t.Engine.Init(raceRoom, pages, 0)
+}
+
 func info(n, required int) room.TransferInfo {
 	ps := make([]int32, n)
 	for i := range ps {

@@ -329,30 +329,13 @@ func TestDaemonMovesARoomEndToEnd(t *testing.T) {
 
 	const id = 1001
 	src, dst := []int32{3, 4, 5, 6, 7}, []int32{20, 21, 22, 23, 24}
-	for j, slot := range src {
-		s.fill(id, int(slot), j)
-	}
-	s.writeAux(2, id)
 	dec.checker.Expect(id, 1, false)
 	dec.send(t, dec.info(id, dst, 5, 1))
-	if _, err := s.cli.Open(id, ""); err != nil {
-		t.Fatal(err)
-	}
-	s.cli.Init(id, len(src), 2)
-	s.cli.Send(id, src[:3], nil)
-	s.cli.Send(id, src[3:], nil)
+	s.start(t, roomSpec{id: id, src: src, chunks: []int{3, 2}, aux: 2})
 	if rep := s.waitTerminal(t, id); rep.Status != room.Success {
 		t.Fatalf("room ended %v/%v", rep.Status, rep.Reason)
 	}
-	dec.waitDone(t, id)
-	for j, p := range dst {
-		if err := dec.node.CheckPageAt(id, int(p), j); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := dec.node.CheckAux(5, id); err != nil {
-		t.Fatal(err)
-	}
+	dec.verify(t, id, dst, 5)
 	s.cli.Clear(id)
 }
 
@@ -390,19 +373,13 @@ func TestDaemonDecodeAbortIsAckedAfterDrainAndBadFramesTouchNothingElse(t *testi
 	}
 	// The loop survived both bad frames: another room still succeeds.
 	const ok = 2003
-	for j := range 2 {
-		s.fill(ok, 10+j, j)
-	}
-	s.writeAux(3, ok)
 	dec.checker.Expect(ok, 1, false)
 	dec.send(t, dec.info(ok, []int32{30, 31}, 3, 1))
-	s.cli.Open(ok, "")
-	s.cli.Init(ok, 2, 3)
-	s.cli.Send(ok, []int32{10, 11}, nil)
+	s.start(t, roomSpec{id: ok, src: []int32{10, 11}, chunks: []int{2}, aux: 3})
 	if rep := s.waitTerminal(t, ok); rep.Status != room.Success {
 		t.Fatalf("room after bad frames: %v/%v", rep.Status, rep.Reason)
 	}
-	dec.waitDone(t, ok)
+	dec.verify(t, ok, []int32{30, 31}, 3)
 
 	resp, err := http.Get("http://" + d.DebugAddr() + "/debug/rooms")
 	if err != nil {

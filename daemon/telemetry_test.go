@@ -316,19 +316,13 @@ func TestDaemonMetricsDuringWorkload(t *testing.T) {
 
 	// One room moves end to end.
 	const ok = 4001
-	for j := range 2 {
-		s.fill(ok, 10+j, j)
-	}
-	s.writeAux(3, ok)
 	dec.checker.Expect(ok, 1, false)
 	dec.send(t, dec.info(ok, []int32{30, 31}, 3, 1))
-	s.cli.Open(ok, "")
-	s.cli.Init(ok, 2, 3)
-	s.cli.Send(ok, []int32{10, 11}, nil)
+	s.start(t, roomSpec{id: ok, src: []int32{10, 11}, chunks: []int{2}, aux: 3})
 	if rep := s.waitTerminal(t, ok); rep.Status != room.Success {
 		t.Fatalf("room %v/%v", rep.Status, rep.Reason)
 	}
-	dec.waitDone(t, ok)
+	dec.verify(t, ok, []int32{30, 31}, 3)
 	// A garbage frame: counted by the daemon, scraped from Counters().
 	dec.send(t, [][]byte{[]byte("GARBAGE")})
 	// Twenty rooms the scheduler opens but decode never names: they sit in

@@ -11,7 +11,6 @@ import (
 	"github.com/kvxfer/kvxfer/actors"
 	"github.com/kvxfer/kvxfer/actors/room"
 	"github.com/kvxfer/kvxfer/actors/xfer"
-	"github.com/kvxfer/kvxfer/internal/clock"
 	"github.com/kvxfer/kvxfer/nixl/kvmem"
 	"github.com/kvxfer/kvxfer/nixl/loopback"
 )
@@ -47,25 +46,9 @@ func BenchmarkTelemetryOverheadLoopback(b *testing.B) {
 	if err := pool.AddPeer(dec.Peer()); err != nil {
 		b.Fatal(err)
 	}
-	newEngine := func(obs actors.Observer) *actors.Engine {
-		cfg := actors.Config{Clock: clock.NewFake(time.Unix(0, 0)), Transfers: pool}
-		if obs != nil {
-			cfg.Observer = obs
-		}
-		eng, err := actors.New(cfg)
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			_ = eng.Close(ctx)
-		})
-		return eng
-	}
-	off := newEngine(nil)
+	off := benchEngineOver(b, nil, pool)
 	obs := benchTelemetry(b, Sampling{Ratio: 0.1}, false)
-	on := newEngine(obs)
+	on := benchEngineOver(b, obs, pool)
 	agent := dec.Agent.Name()
 	run := func(eng *actors.Engine, ids []uint64, next uint64) {
 		ti := room.TransferInfo{Agent: agent, DstPages: []int32{1, 2, 3, 4}, DstAux: 1, Required: 1}

@@ -22,7 +22,12 @@ import (
 // another goroutine, as the NIXL pool's completions do), observed by obs
 // (nil: no observer, the engine's NopObserver).
 func benchEngine(b *testing.B, obs actors.Observer, async bool) *actors.Engine {
-	cfg := actors.Config{Clock: clock.NewFake(time.Unix(0, 0)), Transfers: &manualXfers{auto: true, async: async}}
+	return benchEngineOver(b, obs, &manualXfers{auto: true, async: async})
+}
+
+// benchEngineOver is an engine over xfers, observed by obs (nil: none).
+func benchEngineOver(b *testing.B, obs actors.Observer, xfers actors.Transfers) *actors.Engine {
+	cfg := actors.Config{Clock: clock.NewFake(time.Unix(0, 0)), Transfers: xfers}
 	if obs != nil {
 		cfg.Observer = obs
 	}
