@@ -107,7 +107,7 @@ func (s *shard) route(ctx actor.Context, env *envelope) {
 	var m *room.Machine
 	if te, ok := s.tombs[env.room]; ok {
 		m = room.FromTombstone(&s.eng.cfg.Room, te.t)
-	} else if createsRoom(env.msg) {
+	} else if room.Creates(env.msg) {
 		m = room.New(&s.eng.cfg.Room, env.room)
 		s.eng.cfg.Observer.RoomCreated(env.room)
 	} else {
@@ -133,22 +133,11 @@ func (s *shard) route(ctx actor.Context, env *envelope) {
 	s.keepTombstone(m.Tombstone())
 }
 
-// createsRoom: the first message naming a room from any side creates it, so an
-// ABORT that comes before the sender is remembered.
-func createsRoom(msg room.Msg) bool {
-	switch msg.(type) {
-	case room.Open, room.TransferInfo, room.DecodeAbort, room.Abort, room.Fail:
-		return true
-	}
-	return false
-}
-
-// unknownRoom answers messages for a room nobody named: a poll gets Failed
-// (upstream's default of WaitingForInput is what let cleared rooms look live),
-// the rest is counted and dropped.
+// unknownRoom answers a poll for a room nobody named with room.UnknownReply;
+// anything else is counted and dropped.
 func (s *shard) unknownRoom(env *envelope) {
 	if _, ok := env.msg.(room.Poll); ok {
-		answer(env, room.Reply{Status: room.Failed, Reason: room.ReasonInvalidRequest})
+		answer(env, room.UnknownReply)
 		return
 	}
 	s.eng.cfg.Observer.Ignored(env.room, env.msg)
