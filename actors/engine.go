@@ -18,9 +18,10 @@ import (
 
 // Transfers posts a room's writes. The NIXL transfer pool implements it; Post
 // must not block, and done must be called exactly once per Post, from any
-// goroutine, with room.ReasonNone on success.
+// goroutine, with room.ReasonNone on success. signal is the notifications held
+// back from a HoldSignal transfer's writes (nil otherwise).
 type Transfers interface {
-	Post(t room.Transfer, done func(fail room.Reason))
+	Post(t room.Transfer, done room.DoneFunc)
 }
 
 // Notifier carries a room's notices to decode (KV_STATUS failure, ABORT_ACK).
@@ -79,8 +80,9 @@ func (c *Config) withDefaults() (Config, error) {
 
 func (c *Config) defaulted() Config {
 	out := *c
-	if out.Room == (room.Config{}) {
+	if r := out.Room; r == (room.Config{HoldCompletion: r.HoldCompletion}) {
 		out.Room = room.DefaultConfig()
+		out.Room.HoldCompletion = r.HoldCompletion
 	}
 	if out.Shards <= 0 {
 		out.Shards = 4 * runtime.GOMAXPROCS(0)
@@ -247,6 +249,12 @@ func (e *Engine) TransferInfo(roomID uint64, ti room.TransferInfo) {
 // DecodeAbort delivers decode's ABORT for a room.
 func (e *Engine) DecodeAbort(roomID uint64, from room.Endpoint) {
 	e.route(roomID, room.DecodeAbort{From: from})
+}
+
+// DecodeAbortGen delivers an ABORT that carries SGLang 0.5.22+'s deferred-release
+// generation, which the ABORT_ACK echoes.
+func (e *Engine) DecodeAbortGen(roomID uint64, from room.Endpoint, gen uint64) {
+	e.route(roomID, room.DecodeAbort{From: from, Gen: gen, HasGen: true})
 }
 
 // Fail fails one room from outside its rules, e.g. a malformed frame that named

@@ -22,7 +22,7 @@ type transfersDouble struct {
 	wg      sync.WaitGroup
 }
 
-func (d *transfersDouble) Post(t room.Transfer, done func(room.Reason)) {
+func (d *transfersDouble) Post(t room.Transfer, done room.DoneFunc) {
 	d.posted.Add(1)
 	if d.panicOn != nil && d.panicOn(t) {
 		panic("transfer layer bug")
@@ -35,13 +35,13 @@ func (d *transfersDouble) Post(t room.Transfer, done func(room.Reason)) {
 		fail = d.outcome(t)
 	}
 	if !d.async {
-		done(fail)
+		done(fail, nil)
 		return
 	}
 	d.wg.Add(1)
 	go func() {
 		defer d.wg.Done()
-		done(fail)
+		done(fail, nil)
 	}()
 }
 

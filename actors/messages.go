@@ -41,8 +41,9 @@ type retired struct {
 
 // xferDone and deadline go straight from the pool and the timers to a room.
 type xferDone struct {
-	seq  uint32
-	fail room.Reason
+	seq    uint32
+	fail   room.Reason
+	signal [][]byte
 }
 
 type deadline struct{ gen uint32 }

@@ -54,7 +54,7 @@ func (a *roomActor) Receive(ctx actor.Context) {
 		a.report(ctx)
 	case xferDone:
 		a.eng.cfg.Observer.TransferDone(a.m.Room(), msg.seq, msg.fail)
-		a.stepDirect(ctx, room.XferDone{Seq: msg.seq, Fail: msg.fail})
+		a.stepDirect(ctx, room.XferDone{Seq: msg.seq, Fail: msg.fail, Signal: msg.signal})
 		a.report(ctx)
 	case deadline:
 		a.stepDirect(ctx, room.Deadline{Gen: msg.gen})
@@ -126,7 +126,9 @@ func (a *roomActor) exec(ctx actor.Context, env *envelope, fx room.Effects) {
 		t := fx.Posts[i]
 		obs.Posted(&t)
 		self, root, seq := a.self, a.eng.system.Root, t.Seq
-		a.eng.cfg.Transfers.Post(t, func(fail room.Reason) { root.Send(self, xferDone{seq: seq, fail: fail}) })
+		a.eng.cfg.Transfers.Post(t, func(fail room.Reason, signal [][]byte) {
+			root.Send(self, xferDone{seq: seq, fail: fail, signal: signal})
+		})
 	}
 	execStateless(a.eng, env, a.m, fx)
 	if fx.Arm.Kind != room.NoDeadline {

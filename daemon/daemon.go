@@ -347,12 +347,12 @@ func (d *Daemon) Notify(roomID uint64, n room.Notice) {
 // transfer cannot be planned (no local memory), so it fails its room.
 type lazyTransfers struct{ pool atomic.Pointer[xfer.Pool] }
 
-func (l *lazyTransfers) Post(t room.Transfer, done func(room.Reason)) {
+func (l *lazyTransfers) Post(t room.Transfer, done room.DoneFunc) {
 	if p := l.pool.Load(); p != nil {
 		p.Post(t, done)
 		return
 	}
-	done(room.ReasonInvalidRequest)
+	done(room.ReasonInvalidRequest, nil)
 }
 
 // PoolStats returns the transfer pool's counters (zero before the rank is live).

@@ -30,19 +30,19 @@ type manualXfers struct {
 
 type pendingXfer struct {
 	t    room.Transfer
-	done func(room.Reason)
+	done room.DoneFunc
 }
 
-func (m *manualXfers) Post(t room.Transfer, done func(room.Reason)) {
+func (m *manualXfers) Post(t room.Transfer, done room.DoneFunc) {
 	if m.panicOn != nil && m.panicOn(t) {
 		panic("transfer layer bug")
 	}
 	if m.auto && m.async {
-		go done(room.ReasonNone)
+		go done(room.ReasonNone, nil)
 		return
 	}
 	if m.auto {
-		done(room.ReasonNone)
+		done(room.ReasonNone, nil)
 		return
 	}
 	m.mu.Lock()
@@ -57,7 +57,7 @@ func (m *manualXfers) complete(fail room.Reason) int {
 	m.pending = nil
 	m.mu.Unlock()
 	for _, x := range p {
-		x.done(fail)
+		x.done(fail, nil)
 	}
 	return len(p)
 }

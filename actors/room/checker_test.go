@@ -146,6 +146,13 @@ func (c *checker) step(m *Machine, msg Msg) error {
 		}
 	}
 
+	// Invariant 10: both sides agree. Decode hears of success only in the
+	// step that publishes Success, once per real agent, with the held
+	// notifications; an ABORT_ACK never follows an expired drain.
+	if err := c.agree(fx, after); err != nil {
+		return fmt.Errorf("inv10: %v", err)
+	}
+
 	// Invariant 7: decode is told, and the room released, only after the drain.
 	if (len(fx.Notices) > 0 || fx.Retire) && c.outstanding() > 0 && !c.drainFired {
 		return fmt.Errorf("inv7: %s with %d writes outstanding", summary(fx), c.outstanding())
@@ -231,4 +238,35 @@ func (c *checker) posted(seq uint32) bool {
 		}
 	}
 	return false
+}
+
+func (c *checker) agree(fx Effects, after Status) error {
+	var done []string
+	for _, n := range fx.Notices {
+		switch n.Kind {
+		case Completion:
+			if !fx.Published || after != Success {
+				return fmt.Errorf("completion told to %s in a step that did not publish Success (%v)", n.Agent, after)
+			}
+			done = append(done, n.Agent)
+			for _, p := range c.posts {
+				if p.Agent == n.Agent && p.Last && p.HoldSignal && len(n.Signal) == 0 {
+					return fmt.Errorf("completion to %s without the held notifications", n.Agent)
+				}
+			}
+		case AbortAck:
+			if c.drainFired {
+				return fmt.Errorf("ABORT_ACK after the drain deadline expired: a write may still land")
+			}
+		}
+	}
+	if fx.Published && after == Success && c.chunks > 0 {
+		slices.Sort(done)
+		want := slices.Clone(c.realAgents)
+		slices.Sort(want)
+		if !slices.Equal(done, want) {
+			return fmt.Errorf("success told to %v, want every real agent %v", done, want)
+		}
+	}
+	return nil
 }

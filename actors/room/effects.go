@@ -44,6 +44,11 @@ type Transfer struct {
 	// Set on the last chunk only.
 	SrcAux, DstAux     int
 	SrcState, DstState [][]int32
+	// HoldSignal (last chunk only, Config.HoldCompletion): post the writes
+	// without their notifications and hand the notifications back in
+	// XferDone.Signal, so the room sends them only if it is still live once
+	// every write completed (invariant 10).
+	HoldSignal bool
 }
 
 // NoKV reports whether this is a last chunk without pages (decode's prefix
@@ -57,14 +62,33 @@ type Reply struct {
 	PrefixLen int // decode_prefix_len from the transfer infos (pop_decode_prefix_len)
 }
 
-// NoticeKind is a message for decode, sent only when decode speaks the "ack"
-// protocol version (spec §9.2): KV_STATUS with a failure, or ABORT_ACK.
+// NoticeKind is a message for decode. The room emits every notice its rules
+// call for; the transport sends each in the form the decode's SGLang release
+// reads (or not at all where that release reads nothing).
 type NoticeKind uint8
 
 const (
+	// FailureStatus: KV_STATUS "0" with the reason.
 	FailureStatus NoticeKind = iota + 1
+	// AbortAck: ABORT_ACK, echoing the ABORT's generation when it had one.
 	AbortAck
+	// Completion: the room succeeded; decode may complete it. Carries the held
+	// completion notifications for that agent (Signal), and becomes KV_STATUS
+	// "4" for releases that complete on it.
+	Completion
 )
+
+func (k NoticeKind) String() string {
+	switch k {
+	case FailureStatus:
+		return "status"
+	case AbortAck:
+		return "ack"
+	case Completion:
+		return "done"
+	}
+	return "notice?"
+}
 
 // Notice is a message for one decode endpoint, emitted only once no posted write
 // for the room is outstanding (or the drain deadline expired: DrainExpired).
@@ -73,6 +97,15 @@ type Notice struct {
 	To           Endpoint
 	Reason       Reason
 	DrainExpired bool
+
+	// AbortAck: the ABORT's generation (SGLang 0.5.22+), echoed when HasGen.
+	Gen    uint64
+	HasGen bool
+
+	// Completion: the decode agent, and the NIXL notifications the pool held
+	// back from its last chunk's writes (nil when they were not held).
+	Agent  string
+	Signal [][]byte
 }
 
 // Arm asks the wrapper to fire Deadline{Gen} after After.
@@ -81,3 +114,8 @@ type Arm struct {
 	Gen   uint32
 	After time.Duration
 }
+
+// DoneFunc reports the end of one posted Transfer: fail is ReasonNone on
+// success; signal is the notifications held back from a HoldSignal transfer's
+// writes (nil otherwise).
+type DoneFunc func(fail Reason, signal [][]byte)

@@ -38,7 +38,7 @@ type explorer struct {
 func (e *explorer) run() (orderings uint64, states int) {
 	e.memo = map[string]uint64{}
 	e.terminals = map[string]int{}
-	m := New(&testCfg, 1)
+	m := New(&holdCfg, 1)
 	c := e.sc.oracle.clone()
 	all := uint32(1)<<len(e.sc.msgs) - 1
 	n := e.visit(m, &c, all)
@@ -69,7 +69,7 @@ func (e *explorer) visit(m *Machine, c *checker, remaining uint32) uint64 {
 			continue
 		}
 		moves++
-		total += e.try(m, c, remaining, XferDone{Seq: p.Seq})
+		total += e.try(m, c, remaining, XferDone{Seq: p.Seq, Signal: signalFor(p)})
 		if e.sc.errDones {
 			total += e.try(m, c, remaining, XferDone{Seq: p.Seq, Fail: ReasonTransferError})
 		}

@@ -13,7 +13,7 @@ func FuzzStep(f *testing.F) {
 	f.Add([]byte{8, 0, 6, 13})
 	f.Add([]byte{0, 1, 2, 2, 2, 4, 3, 5, 1, 5, 2, 7, 10, 0, 12, 0, 13})
 	f.Fuzz(func(t *testing.T, data []byte) {
-		m, c := New(&testCfg, 5), &checker{}
+		m, c := New(&holdCfg, 5), &checker{}
 		next := func() byte {
 			if len(data) == 0 {
 				return 0
@@ -32,7 +32,7 @@ func FuzzStep(f *testing.F) {
 		}
 		for _, p := range c.posts {
 			if !containsSeq(c.done, p.Seq) {
-				if err := c.step(m, XferDone{Seq: p.Seq}); err != nil {
+				if err := c.step(m, XferDone{Seq: p.Seq, Signal: signalFor(p)}); err != nil {
 					t.Fatalf("draining: %v\n  sequence: %v", err, trace)
 				}
 			}

@@ -10,6 +10,18 @@ import (
 
 var testCfg = DefaultConfig()
 
+// holdCfg holds the last chunk's completion notifications back (kvxferd's
+// setting); the explorer and the fuzzer run under it.
+var holdCfg = func() Config { c := DefaultConfig(); c.HoldCompletion = true; return c }()
+
+// signalFor is what a pool would hand back for a HoldSignal transfer.
+func signalFor(t Transfer) [][]byte {
+	if !t.HoldSignal {
+		return nil
+	}
+	return [][]byte{[]byte(fmt.Sprintf("%d_kv_%d_1_0", t.Room, t.Chunk)), []byte(fmt.Sprintf("%d_aux", t.Room))}
+}
+
 var (
 	epA = Endpoint{IP: "10.0.0.1", Port: 7001}
 	epB = Endpoint{IP: "10.0.0.2", Port: 7002}
@@ -36,6 +48,9 @@ func summary(fx Effects) string {
 			s := fmt.Sprintf("%s:%dc%d", t.Agent, t.Seq, t.Chunk)
 			if t.Last {
 				s += "L"
+				if t.HoldSignal {
+					s += "h"
+				}
 				if t.NoKV() {
 					s += "nokv"
 				}
@@ -58,10 +73,15 @@ func summary(fx Effects) string {
 		parts = append(parts, "reply="+fx.Reply.Status.String())
 	}
 	for _, n := range fx.Notices {
-		kind := map[NoticeKind]string{FailureStatus: "status", AbortAck: "ack"}[n.Kind]
-		s := kind + "->" + n.To.String()
+		s := n.Kind.String() + "->" + n.To.String()
 		if n.DrainExpired {
 			s += "(expired)"
+		}
+		if n.HasGen {
+			s += fmt.Sprintf("(gen=%d)", n.Gen)
+		}
+		if len(n.Signal) > 0 {
+			s += fmt.Sprintf("(signal=%d)", len(n.Signal))
 		}
 		parts = append(parts, s)
 	}
@@ -91,6 +111,7 @@ func (m *Machine) clone() *Machine {
 	c.held = slices.Clone(m.held)
 	c.inflight = slices.Clone(m.inflight)
 	c.ackTo = slices.Clone(m.ackTo)
+	c.signals = slices.Clone(m.signals)
 	return &c
 }
 

@@ -12,7 +12,12 @@ package room
 //	retired      none       revive   abs        tell now      ack now (DecodeAbort)            abs             abs                abs
 //
 // "tell" sends a failed room's status to a decode whose transfer info came too
-// late, so it frees the pages it allocated. Poll is answered in every phase. The phase of a live room is derived from its
+// late, so it frees the pages it allocated. "ack" echoes the ABORT's generation;
+// a room whose drain deadline expired sends no ACK at all (a write may still
+// land, so decode must fall back to its own release timeout). Success emits one
+// Completion per non-dummy agent in the step that publishes it, carrying the
+// notifications held back from the last chunk's writes: decode hears that a room
+// succeeded only if the scheduler does (invariant 10). Poll is answered in every phase. The phase of a live room is derived from its
 // data by advance: collecting until the sender exists and every required
 // transfer info arrived; then transferring while any write is in flight,
 // waiting while the scheduler owes chunks, and Success once the last chunk's
@@ -42,6 +47,22 @@ var phaseDeadline = [...]DeadlineKind{
 	draining:     DrainDeadline,
 	concluded:    LingerDeadline,
 	retired:      NoDeadline,
+}
+
+// ackTarget is one decode endpoint waiting for ABORT_ACK; the latest ABORT's
+// generation per endpoint wins, as in SGLang 0.5.22+.
+type ackTarget struct {
+	to     Endpoint
+	gen    uint64
+	hasGen bool
+}
+
+// heldSignal is one agent's last-chunk transfer and, once it completed, the
+// notifications the pool held back from it.
+type heldSignal struct {
+	agent  string
+	seq    uint32
+	signal [][]byte
 }
 
 type chunk struct {
@@ -83,9 +104,12 @@ type Machine struct {
 	inflight []uint32
 
 	// Decode endpoints that sent ABORT and wait for ABORT_ACK after the drain.
-	ackTo        []Endpoint
+	ackTo        []ackTarget
 	lateTo       []Endpoint // transfer infos that came while draining
 	drainExpired bool
+
+	// Completion notifications the pool held back, by agent.
+	signals []heldSignal
 
 	armGen  uint32
 	armKind DeadlineKind
@@ -204,7 +228,7 @@ func (m *Machine) stepCommon(msg Msg) {
 	case Abort:
 		m.fail(ReasonClientAbort)
 	case DecodeAbort:
-		m.ackTo = appendEndpoint(m.ackTo, msg.From)
+		m.ackTo = appendAck(m.ackTo, msg)
 		m.fail(ReasonDecodeAbort)
 	case PeerLost:
 		if !m.hasAgent(msg.Agent) {
@@ -235,7 +259,7 @@ func (m *Machine) stepDraining(msg Msg) {
 			m.conclude()
 		}
 	case DecodeAbort:
-		m.ackTo = appendEndpoint(m.ackTo, msg.From)
+		m.ackTo = appendAck(m.ackTo, msg)
 	case TransferInfo:
 		// Too late to be used, but decode has allocated pages for it: it
 		// hears the failure with the others once the drain is over.
@@ -263,7 +287,7 @@ func (m *Machine) stepConcluded(msg Msg) {
 	case Clear:
 		m.retire()
 	case DecodeAbort:
-		m.notify(AbortAck, msg.From)
+		m.ackNow(msg)
 	case TransferInfo:
 		m.onLateInfo(msg)
 	case Deadline:
@@ -284,7 +308,7 @@ func (m *Machine) stepConcluded(msg Msg) {
 func (m *Machine) stepRetired(msg Msg) {
 	switch msg := msg.(type) {
 	case DecodeAbort:
-		m.notify(AbortAck, msg.From)
+		m.ackNow(msg)
 	case TransferInfo:
 		m.onLateInfo(msg)
 	case Open:
@@ -386,6 +410,9 @@ func (m *Machine) onXferDone(msg XferDone) {
 		m.fail(msg.Fail)
 		return
 	}
+	if len(msg.Signal) > 0 {
+		m.holdSignal(msg)
+	}
 	m.arm(TransferDeadline) // progress restarts the no-progress deadline
 	m.advance()
 }
@@ -425,6 +452,7 @@ func (m *Machine) advance() {
 		m.enter(transferring)
 	case m.lastSent:
 		m.status = Success
+		m.complete()
 		m.conclude()
 	default:
 		m.enter(waiting)
@@ -460,6 +488,8 @@ func (m *Machine) post(c *chunk) bool {
 			SrcPages: c.pages, DstPages: in.DstPages[c.start:end:end],
 		}
 		if c.last {
+			t.HoldSignal = m.cfg.HoldCompletion
+			m.signals = append(m.signals, heldSignal{agent: in.Agent, seq: t.Seq})
 			t.SrcAux, t.DstAux = m.auxIndex, in.DstAux
 			if len(in.DstState) > 0 {
 				t.SrcState, t.DstState = c.state, in.DstState
@@ -501,10 +531,14 @@ func (m *Machine) conclude() {
 	for _, to := range m.lateTo {
 		m.notifyOnce(FailureStatus, to)
 	}
-	for _, to := range m.ackTo {
-		m.notify(AbortAck, to)
+	if !m.drainExpired {
+		// After an expired drain a write may still land in decode's pages:
+		// no ACK, so decode keeps them until its own release timeout.
+		for _, a := range m.ackTo {
+			m.fx.Notices = append(m.fx.Notices, Notice{Kind: AbortAck, To: a.to, Reason: m.reason, Gen: a.gen, HasGen: a.hasGen})
+		}
 	}
-	m.ackTo, m.lateTo = nil, nil
+	m.ackTo, m.lateTo, m.signals = nil, nil, nil
 	if m.cleared || !m.opened {
 		// Nobody will poll an unopened room; its tombstone remembers the
 		// outcome for the sender that may still come.
@@ -520,7 +554,45 @@ func (m *Machine) retire() {
 	m.fx.Retire = true
 	m.fx.Arm = Arm{}
 	// Drop what only a live room needs; the tombstone keeps the outcome.
-	m.infos, m.held, m.inflight, m.ackTo, m.lateTo = nil, nil, nil, nil, nil
+	m.infos, m.held, m.inflight, m.ackTo, m.lateTo, m.signals = nil, nil, nil, nil, nil, nil
+}
+
+// complete tells every non-dummy agent that the room succeeded. It runs in the
+// step that publishes Success, so nothing can fail the room in between.
+func (m *Machine) complete() {
+	for i := range m.infos {
+		in := &m.infos[i]
+		if in.Dummy {
+			continue
+		}
+		n := Notice{Kind: Completion, To: in.From, Agent: in.Agent}
+		for _, h := range m.signals {
+			if h.agent == in.Agent {
+				n.Signal = h.signal
+			}
+		}
+		m.fx.Notices = append(m.fx.Notices, n)
+	}
+}
+
+// holdSignal keeps a completed last-chunk transfer's notifications.
+func (m *Machine) holdSignal(msg XferDone) {
+	for i := range m.signals {
+		if m.signals[i].seq == msg.Seq {
+			m.signals[i].signal = msg.Signal
+			return
+		}
+	}
+}
+
+// ackNow answers an ABORT for a room that has nothing in flight (concluded or
+// retired), unless its drain expired.
+func (m *Machine) ackNow(msg DecodeAbort) {
+	if m.drainExpired {
+		m.fx.Ignored = true
+		return
+	}
+	m.fx.Notices = append(m.fx.Notices, Notice{Kind: AbortAck, To: msg.From, Reason: m.reason, Gen: msg.Gen, HasGen: msg.HasGen})
 }
 
 func (m *Machine) notify(kind NoticeKind, to Endpoint) {
@@ -568,6 +640,17 @@ func (m *Machine) hasAgent(agent string) bool {
 		}
 	}
 	return false
+}
+
+func appendAck(list []ackTarget, a DecodeAbort) []ackTarget {
+	t := ackTarget{to: a.From, gen: a.Gen, hasGen: a.HasGen}
+	for i := range list {
+		if list[i].to == a.From {
+			list[i] = t
+			return list
+		}
+	}
+	return append(list, t)
 }
 
 func appendEndpoint(list []Endpoint, e Endpoint) []Endpoint {

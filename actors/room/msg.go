@@ -46,8 +46,14 @@ type TransferInfo struct {
 	Dummy     bool
 }
 
-// DecodeAbort is decode's ABORT frame for this room.
-type DecodeAbort struct{ From Endpoint }
+// DecodeAbort is decode's ABORT frame for this room. Gen is the deferred-release
+// generation of SGLang 0.5.22+ (a fifth frame; HasGen false when absent): the
+// ABORT_ACK must echo it or decode ignores the ACK.
+type DecodeAbort struct {
+	From   Endpoint
+	Gen    uint64
+	HasGen bool
+}
 
 // PeerLost says a decode agent is gone (metadata dropped, link dead).
 type PeerLost struct{ Agent string }
@@ -56,9 +62,12 @@ type PeerLost struct{ Agent string }
 
 // XferDone reports that transfer Seq of this room ended; Fail is ReasonNone on
 // success, else why it failed (ReasonTransferError, ReasonPeerLost, ...).
+// Signal is the completion notifications the pool held back from a HoldSignal
+// transfer's writes.
 type XferDone struct {
-	Seq  uint32
-	Fail Reason
+	Seq    uint32
+	Fail   Reason
+	Signal [][]byte
 }
 
 // Deadline is the wrapper's timer firing for the deadline armed with Gen.

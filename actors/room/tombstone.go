@@ -8,15 +8,18 @@ type Tombstone struct {
 	Status Status
 	Reason Reason
 	Opened bool
+	// Poisoned: the drain deadline expired, so a write may still land in
+	// decode's pages; a late ABORT gets no ACK.
+	Poisoned bool
 }
 
 // Tombstone returns the compact form of a retired machine.
 func (m *Machine) Tombstone() Tombstone {
-	return Tombstone{Room: m.room, Status: m.status, Reason: m.reason, Opened: m.opened}
+	return Tombstone{Room: m.room, Status: m.status, Reason: m.reason, Opened: m.opened, Poisoned: m.drainExpired}
 }
 
 // FromTombstone rebuilds a retired machine so that a late message can be
 // stepped through the same rules as a live one.
 func FromTombstone(cfg *Config, t Tombstone) *Machine {
-	return &Machine{cfg: cfg, room: t.Room, phase: retired, status: t.Status, reason: t.Reason, opened: t.Opened}
+	return &Machine{cfg: cfg, room: t.Room, phase: retired, status: t.Status, reason: t.Reason, opened: t.Opened, drainExpired: t.Poisoned}
 }

@@ -130,6 +130,13 @@ type Config struct {
 	// before it retires to a tombstone, which still answers polls
 	// (KVXFER_LINGER_TIMEOUT, 300 s).
 	Linger time.Duration
+
+	// HoldCompletion posts the last chunk's writes without their NIXL
+	// notifications and sends those (or a success KV_STATUS) only once every
+	// write of the room completed while the room was live, so decode never
+	// completes a room the scheduler was told failed (invariant 10). Off, the
+	// notifications ride on the writes as in SGLang.
+	HoldCompletion bool
 }
 
 // DefaultConfig returns the documented defaults.

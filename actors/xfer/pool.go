@@ -110,7 +110,7 @@ func (p *Pool) RemovePeer(agent string) {
 
 // Post implements actors.Transfers. A room's transfers all go to one actor, so
 // they are posted in the order the room emitted them.
-func (p *Pool) Post(t room.Transfer, done func(room.Reason)) {
+func (p *Pool) Post(t room.Transfer, done room.DoneFunc) {
 	p.posted.Add(1)
 	p.inflight.Add(1)
 	p.system.Root.Send(p.pids[int((t.Room*0x9E3779B97F4A7C15)>>33)%len(p.pids)], &job{t: t, done: done})

@@ -12,7 +12,8 @@ import (
 
 type job struct {
 	t       room.Transfer
-	done    func(room.Reason)
+	done    room.DoneFunc
+	signal  [][]byte // notifications held back from a HoldSignal transfer
 	reqs    []nixl.XferID // posted and not yet terminal
 	fail    room.Reason
 	started time.Time
@@ -119,7 +120,16 @@ func (w *worker) start(j *job) {
 	}
 	ag := w.p.cfg.Agent
 	for i := range w.plan.Reqs {
-		x, err := sglang.MakeReq(ag, w.p.localL, pe.list, pe.peer.Agent, &w.plan.Reqs[i])
+		r := &w.plan.Reqs[i]
+		notif := r.Notif
+		if pe.peer.NoNotifs || j.t.HoldSignal {
+			if !pe.peer.NoNotifs {
+				j.signal = append(j.signal, append([]byte(nil), notif...))
+			}
+			r.Notif = nil // nil: no notification (Make's contract)
+		}
+		x, err := sglang.MakeReq(ag, w.p.localL, pe.list, pe.peer.Agent, r)
+		r.Notif = notif // keep the buffer for the next plan
 		if err != nil {
 			j.fail = classify(err)
 			break
@@ -233,7 +243,10 @@ func (w *worker) finish(j *job) {
 		w.p.failed.Add(1)
 	}
 	// Report first: once InFlight drops, the room has been sent its completion.
-	j.done(j.fail)
+	if j.fail != room.ReasonNone {
+		j.signal = nil
+	}
+	j.done(j.fail, j.signal)
 	w.p.inflight.Add(-1)
 }
 

@@ -169,7 +169,7 @@ func (e *Engine) transfer(c *chunk, ev Event) error {
 			ts = append(ts, t)
 		}
 		for _, t := range ts {
-			e.cfg.Transfers.Post(t, func(f room.Reason) { res <- f })
+			e.cfg.Transfers.Post(t, func(f room.Reason, _ [][]byte) { res <- f })
 			posted++
 		}
 	} else {
@@ -181,7 +181,7 @@ func (e *Engine) transfer(c *chunk, ev Event) error {
 			if err != nil {
 				return err // writes already posted to other agents stay in flight
 			}
-			e.cfg.Transfers.Post(t, func(f room.Reason) { res <- f })
+			e.cfg.Transfers.Post(t, func(f room.Reason, _ [][]byte) { res <- f })
 			posted++
 		}
 	}

@@ -24,14 +24,14 @@ type Gate struct {
 	hold    func(room.Transfer) bool
 	outcome func(room.Transfer) room.Reason
 	posts   []*Post
-	held    map[*Post]func(room.Reason)
+	held    map[*Post]room.DoneFunc
 	tick    int
 	changed chan struct{} // closed and replaced on every post and completion
 }
 
 // New returns a gate that completes every write successfully at once.
 func New() *Gate {
-	return &Gate{held: map[*Post]func(room.Reason){}, changed: make(chan struct{})}
+	return &Gate{held: map[*Post]room.DoneFunc{}, changed: make(chan struct{})}
 }
 
 // Hold makes later posts that match wait for Release (nil: hold none).
@@ -54,7 +54,7 @@ func Room(id uint64) func(room.Transfer) bool {
 }
 
 // Post records t and completes it, or holds it.
-func (g *Gate) Post(t room.Transfer, done func(fail room.Reason)) {
+func (g *Gate) Post(t room.Transfer, done room.DoneFunc) {
 	g.mu.Lock()
 	g.tick++
 	p := &Post{T: t, Tick: g.tick}
@@ -73,7 +73,7 @@ func (g *Gate) Post(t room.Transfer, done func(fail room.Reason)) {
 	p.Done, p.Fail = g.tick, fail
 	g.signalLocked()
 	g.mu.Unlock()
-	done(fail)
+	done(fail, nil)
 }
 
 func (g *Gate) signalLocked() {
@@ -85,7 +85,7 @@ func (g *Gate) signalLocked() {
 // many it completed. The done callbacks run in the caller's goroutine.
 func (g *Gate) Release(id uint64, fail room.Reason) int {
 	g.mu.Lock()
-	var dones []func(room.Reason)
+	var dones []room.DoneFunc
 	for p, done := range g.held {
 		if p.T.Room != id {
 			continue
@@ -98,7 +98,7 @@ func (g *Gate) Release(id uint64, fail room.Reason) int {
 	g.signalLocked()
 	g.mu.Unlock()
 	for _, d := range dones {
-		d(fail)
+		d(fail, nil)
 	}
 	return len(dones)
 }

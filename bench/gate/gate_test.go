@@ -9,7 +9,7 @@ import (
 func TestGateHoldReleaseAndTicks(t *testing.T) {
 	g := New()
 	var got []room.Reason
-	done := func(f room.Reason) { got = append(got, f) }
+	done := func(f room.Reason, _ [][]byte) { got = append(got, f) }
 	g.Post(room.Transfer{Room: 1, Chunk: 0}, done) // completes at once
 	g.Hold(Room(1))
 	g.Post(room.Transfer{Room: 1, Chunk: 1}, done)

@@ -151,15 +151,15 @@ func newTap(inner actors.Transfers, aborted *abortSet) *Tap {
 }
 
 // Post implements actors.Transfers.
-func (t *Tap) Post(tr room.Transfer, done func(room.Reason)) {
+func (t *Tap) Post(tr room.Transfer, done room.DoneFunc) {
 	t.posts.Add(1)
 	if t.aborted.after(tr.Room, tr.Chunk) {
 		t.late.Add(1)
 	}
 	t.inflight.Add(1)
-	t.Inner.Post(tr, func(r room.Reason) {
+	t.Inner.Post(tr, func(r room.Reason, signal [][]byte) {
 		t.inflight.Add(-1)
-		done(r)
+		done(r, signal)
 	})
 }
 
@@ -183,4 +183,4 @@ func (n *Notices) Notify(_ uint64, x room.Notice) {
 type Instant struct{}
 
 // Post implements actors.Transfers.
-func (Instant) Post(_ room.Transfer, done func(room.Reason)) { done(room.ReasonNone) }
+func (Instant) Post(_ room.Transfer, done room.DoneFunc) { done(room.ReasonNone, nil) }

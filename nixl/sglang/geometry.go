@@ -112,11 +112,16 @@ type PeerGeometry struct {
 	// StateSlots optionally bounds destination state indices per component
 	// (0 or absent: only the agent's region check applies).
 	StateSlots []int
+	// NoNotifs: the decode neither posts nor reads NIXL notifications (SGLang
+	// 0.5.23 completes on KV_STATUS); notifications sent to it would pile up
+	// in its agent, so none are attached to its writes.
+	NoNotifs bool
 }
 
 // Peer is a validated decode peer, ready for planning.
 type Peer struct {
 	Agent    string
+	NoNotifs bool // see PeerGeometry.NoNotifs
 	kv       Buffers // decode KV: first n buffers, decode item lens, dst slots
 	aux      []uint64
 	state    [][]uint64
@@ -141,7 +146,7 @@ func NewPeer(l *Local, g PeerGeometry) (*Peer, error) {
 	if !l.MLA && l.TPSize > 0 && g.TPSize > 0 && l.TPSize != g.TPSize {
 		return nil, nixl.Errorf(nixl.ErrInvalid, "sglang peer %s: heterogeneous TP (prefill %d, decode %d) needs head slicing, which is not supported", g.Agent, l.TPSize, g.TPSize)
 	}
-	p := &Peer{Agent: g.Agent, nbuf: n, kvKind: nixl.VRAM, gpu: g.GPU}
+	p := &Peer{Agent: g.Agent, NoNotifs: g.NoNotifs, nbuf: n, kvKind: nixl.VRAM, gpu: g.GPU}
 	if len(g.KVKinds) > 0 {
 		if len(g.KVKinds) != len(g.KVPtrs) {
 			return nil, nixl.Errorf(nixl.ErrInvalid, "sglang peer %s: %d mem kinds for %d KV buffers", g.Agent, len(g.KVKinds), len(g.KVPtrs))

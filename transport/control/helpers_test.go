@@ -24,7 +24,7 @@ var (
 // pool, as in actors/engine_test.go.
 type instantTransfers struct{}
 
-func (instantTransfers) Post(_ room.Transfer, done func(room.Reason)) { done(room.ReasonNone) }
+func (instantTransfers) Post(_ room.Transfer, done room.DoneFunc) { done(room.ReasonNone, nil) }
 
 // newEngine starts a real engine on a fake clock; it is closed after the test (and
 // after any server started later, since cleanups run last-in first-out).
