@@ -13,7 +13,7 @@ import (
 type job struct {
 	t       room.Transfer
 	done    room.DoneFunc
-	signal  [][]byte // notifications held back from a HoldSignal transfer
+	signal  [][]byte      // notifications held back from a HoldSignal transfer
 	reqs    []nixl.XferID // posted and not yet terminal
 	fail    room.Reason
 	started time.Time

@@ -121,7 +121,7 @@ type PeerGeometry struct {
 // Peer is a validated decode peer, ready for planning.
 type Peer struct {
 	Agent    string
-	NoNotifs bool // see PeerGeometry.NoNotifs
+	NoNotifs bool    // see PeerGeometry.NoNotifs
 	kv       Buffers // decode KV: first n buffers, decode item lens, dst slots
 	aux      []uint64
 	state    [][]uint64
