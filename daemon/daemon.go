@@ -20,16 +20,8 @@ import (
 	"github.com/kvxfer/kvxfer/nixl/sglang"
 	"github.com/kvxfer/kvxfer/transport"
 	"github.com/kvxfer/kvxfer/transport/control"
-)
 
-// Protocol is the decode protocol version kvxferd speaks back to decode.
-type Protocol string
-
-const (
-	// Baseline sends nothing to decode over ZMQ (SGLang main at 8905cbd).
-	Baseline Protocol = "baseline"
-	// Ack sends a failure KV_STATUS and ABORT_ACK after the drain (spec §9.2).
-	Ack Protocol = "ack"
+	"go.opentelemetry.io/otel/metric"
 )
 
 // Rank is this prefill rank's place in the parallel layout.
@@ -43,6 +35,13 @@ type Rank struct {
 // Sender is the notification sender id: pp_rank*tp_size + tp_rank (unique
 // across PP stages, which upstream's plain tp_rank is not).
 func (r Rank) Sender() int { return sglang.SenderID(r.PPRank, r.TPSize, r.TPRank) }
+
+// Unique is SGLang's _prefill_unique_rank(), the prefill_rank of KV_STATUS and
+// ABORT_ACK: attn_tp_rank·(pp_size·cp_size) + pp_rank·cp_size + cp_rank. Decode
+// counts distinct values of it, so it must differ across every rank it pulls from.
+func (r Rank) Unique() int {
+	return r.TPRank*(r.PPSize*r.CPSize) + r.PPRank*r.CPSize + r.CPRank
+}
 
 // Config configures a Daemon.
 type Config struct {
@@ -69,7 +68,20 @@ type Config struct {
 	// exporter's handler).
 	Metrics http.Handler
 
-	Protocol        Protocol
+	// Dialect pins every decode to one SGLang release's wire behaviour;
+	// DialectUnknown (the default, "auto") detects it per decode agent from
+	// what it sends. LegacyDialect is what a 23-frame registration is taken
+	// for, since 0.5.18 to 0.5.22 look alike on the wire (default 0.5.20:
+	// notifications, KV_STATUS failures and 3-frame ACKs).
+	Dialect       transport.Dialect
+	LegacyDialect transport.Dialect
+	// NoHold posts the last chunk's notifications with its writes, as SGLang
+	// does, instead of holding them until the room is known to have succeeded
+	// (for measuring what holding costs; see invariant 10).
+	NoHold bool
+	// Meter, when set, gets the kvxfer.decode.peers gauge.
+	Meter metric.Meter
+
 	NoKV            sglang.NoKVForm
 	QueueSize       int // transfer pool actors
 	StateComponents int // state lists the scheduler will register before going live
@@ -122,6 +134,7 @@ type Daemon struct {
 	ingest   *transport.Ingest
 	live     atomic.Bool
 	links    *links
+	dialects *dialects
 	peers    *peers
 	counters counters
 }
@@ -146,16 +159,20 @@ func Start(cfg Config) (*Daemon, error) {
 	if cfg.PageSize <= 0 {
 		cfg.PageSize = 1
 	}
-	if cfg.Protocol == "" {
-		cfg.Protocol = Baseline
-	}
-	if cfg.Protocol != Baseline && cfg.Protocol != Ack {
-		return nil, fmt.Errorf("daemon: decode protocol %q: want baseline or ack", cfg.Protocol)
-	}
 	d := &Daemon{cfg: cfg, log: cfg.Logger}
 	d.links = newLinks(cfg.Logger)
+	d.dialects = newDialects(cfg.Dialect, cfg.LegacyDialect)
 	d.peers = newPeers(d)
+	if cfg.Meter != nil {
+		if err := d.dialects.observe(cfg.Meter); err != nil {
+			return nil, fmt.Errorf("daemon: metrics: %w", err)
+		}
+	}
 	ec := cfg.Engine
+	if ec.Room == (room.Config{HoldCompletion: ec.Room.HoldCompletion}) {
+		ec.Room = room.DefaultConfig()
+	}
+	ec.Room.HoldCompletion = !cfg.NoHold
 	ec.Transfers = &d.xfers
 	ec.Notifier = d
 	if ec.Logger == nil {
@@ -258,6 +275,11 @@ func (d *Daemon) startDebug() error {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(map[string]any{"stats": d.eng.Stats(), "counters": d.counters.snapshot(), "rooms": d.eng.Rooms(limit)})
 	})
+	mux.HandleFunc("/debug/peers", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]any{"default_23_frame_dialect": d.dialects.legacy.String(),
+			"pinned": d.cfg.Dialect != transport.DialectUnknown, "peers": d.dialects.list()})
+	})
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		if !d.Live() {
 			http.Error(w, "not live: waiting for memory registration", http.StatusServiceUnavailable)
@@ -318,28 +340,65 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// Notify implements actors.Notifier: in the ack protocol, a failure becomes
-// KV_STATUS and an abort acknowledgement ABORT_ACK on decode's PULL socket.
+// Notify implements actors.Notifier: each notice goes out in the form the
+// decode's SGLang release reads, or not at all where it reads nothing.
+//
+//   - Completion: the held NIXL notifications (releases that complete on
+//     them), or KV_STATUS "4" (0.5.23).
+//   - FailureStatus: KV_STATUS "0" with the reason (0.5.20+; 0.5.18 never reads
+//     its PULL socket, so statuses would only queue there).
+//   - AbortAck: 4 frames echoing the ABORT's generation when it had one;
+//     otherwise 3 frames, only for 0.5.20/0.5.21 (0.5.22+ ignore them, and an
+//     ABORT without a generation means that decode waits for no ACK).
 func (d *Daemon) Notify(roomID uint64, n room.Notice) {
-	if d.cfg.Protocol != Ack || n.To.Port <= 0 {
-		return
-	}
+	dl := d.dialects.at(n.To)
 	var frames [][]byte
 	switch n.Kind {
+	case room.Completion:
+		if len(n.Signal) > 0 && dl.Notifs() {
+			d.signal(roomID, n)
+		}
+		if !dl.CompletesOnStatus() || n.To.Port <= 0 {
+			return
+		}
+		frames = (&transport.KVStatus{Room: roomID, Status: transport.KVPollSuccess, PrefillRank: d.cfg.Rank.Unique()}).Encode()
 	case room.FailureStatus:
+		if !dl.ReadsStatus() || n.To.Port <= 0 {
+			return
+		}
 		reason := n.Reason.String()
+		if n.Reason == room.ReasonPeerRejected {
+			if why := d.dialects.rejectionAt(n.To); why != "" {
+				reason += ": " + why
+			}
+		}
 		if n.DrainExpired {
 			reason += " (writes still in flight after the drain deadline)"
 		}
-		frames = (&transport.KVStatus{Room: roomID, Status: transport.KVPollFailed, PrefillRank: d.cfg.Rank.Sender(), Reason: reason}).Encode()
+		frames = (&transport.KVStatus{Room: roomID, Status: transport.KVPollFailed, PrefillRank: d.cfg.Rank.Unique(), Reason: reason}).Encode()
 	case room.AbortAck:
-		frames = (&transport.AbortAck{Room: roomID, PrefillRank: d.cfg.Rank.Sender()}).Encode()
+		if n.To.Port <= 0 || !n.HasGen && !dl.AcksWithoutGen() {
+			return
+		}
+		frames = (&transport.AbortAck{Room: roomID, PrefillRank: d.cfg.Rank.Unique(), Generation: n.Gen, HasGen: n.HasGen}).Encode()
 	default:
 		return
 	}
 	if err := d.links.send(transport.TCPEndpoint(n.To.IP, n.To.Port), frames); err != nil {
 		d.counters.noticeDropped.Add(1)
 		d.log.Warn("notice to decode dropped", "room", roomID, "to", n.To.String(), "err", err)
+	}
+}
+
+// signal sends a room's held completion notifications to its decode agent.
+func (d *Daemon) signal(roomID uint64, n room.Notice) {
+	p := d.xfers.pool.Load()
+	if p == nil {
+		return
+	}
+	if err := p.Signal(n.Agent, n.Signal); err != nil {
+		d.counters.noticeDropped.Add(1)
+		d.log.Warn("completion notification to decode dropped", "room", roomID, "agent", n.Agent, "err", err)
 	}
 }
 

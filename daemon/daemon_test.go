@@ -208,6 +208,7 @@ func newDecodeShape(t *testing.T, sh kvmem.Shape, ds ...*Daemon) *decodeRank {
 		DecodeIP: "127.0.0.1", DecodePort: r.pull.Port(), AgentName: n.Agent.Name(), AgentMetadata: md,
 		KVDataPtrs: g.KVPtrs, AuxDataPtrs: g.AuxPtrs, StateDataPtrs: g.StatePtrs, DecodeTPSize: 1, DstKVItemLen: item,
 		DstNumSlots: slots, HasDstNumSlots: true, KVItemLens: g.KVItemLens,
+		HasLayerInfo: true, DCPSize: 1, // 23 frames, as SGLang 0.5.18-0.5.22 send
 	}
 	for range g.KVPtrs {
 		r.reg.KVMemKinds = append(r.reg.KVMemKinds, transport.MemDRAM)
@@ -279,8 +280,9 @@ func (r *decodeRank) waitFrame(t *testing.T, match func(transport.Outbound) bool
 	}
 }
 
-func startDaemon(t *testing.T, proto Protocol) *Daemon {
-	return startDaemonWith(t, func(c *Config) { c.Protocol = proto })
+// startDaemon pins every decode to one dialect (transport.DialectUnknown: auto).
+func startDaemon(t *testing.T, dialect transport.Dialect) *Daemon {
+	return startDaemonWith(t, func(c *Config) { c.Dialect = dialect })
 }
 
 func startDaemonWith(t *testing.T, mod func(*Config)) *Daemon {
@@ -308,7 +310,7 @@ func startDaemonWith(t *testing.T, mod func(*Config)) *Daemon {
 }
 
 func TestDaemonMovesARoomEndToEnd(t *testing.T) {
-	d := startDaemon(t, Ack)
+	d := startDaemon(t, transport.DialectUnknown)
 	s := newScheduler(t, d)
 	dec := newDecode(t, d)
 
@@ -340,7 +342,7 @@ func TestDaemonMovesARoomEndToEnd(t *testing.T) {
 }
 
 func TestDaemonDecodeAbortIsAckedAfterDrainAndBadFramesTouchNothingElse(t *testing.T) {
-	d := startDaemon(t, Ack)
+	d := startDaemon(t, transport.DialectUnknown)
 	s := newScheduler(t, d)
 	dec := newDecode(t, d)
 
@@ -396,7 +398,7 @@ func TestDaemonDecodeAbortIsAckedAfterDrainAndBadFramesTouchNothingElse(t *testi
 }
 
 func TestDaemonShutdownFailsLiveRoomsAndTellsDecode(t *testing.T) {
-	d := startDaemon(t, Ack)
+	d := startDaemon(t, transport.DialectUnknown)
 	s := newScheduler(t, d)
 	dec := newDecode(t, d)
 	const id = 4004

@@ -87,7 +87,7 @@ func TestDaemonOverRealNIXL(t *testing.T) {
 	g := geo.AsPeer(dag.Name())
 	reg := &transport.Registration{DecodeIP: "127.0.0.1", DecodePort: 1, AgentName: dag.Name(), AgentMetadata: md,
 		KVDataPtrs: g.KVPtrs, AuxDataPtrs: g.AuxPtrs, DecodeTPSize: 1, DstKVItemLen: item, DstNumSlots: slots,
-		HasDstNumSlots: true, KVItemLens: g.KVItemLens}
+		HasDstNumSlots: true, KVItemLens: g.KVItemLens, HasLayerInfo: true, DCPSize: 1}
 	for range g.KVPtrs {
 		reg.KVMemKinds = append(reg.KVMemKinds, transport.MemDRAM)
 	}

@@ -168,6 +168,6 @@ func (d *Daemon) activateLocked(local sglang.Local) error {
 		d.cfg.OnLive(local)
 	}
 	d.log.Info("rank live", "zmq", in.Endpoint(), "bootstrap", url, "sender", local.Sender,
-		"kv_buffers", len(local.KV.Ptrs), "slots", local.KV.NumSlots, "protocol", string(d.cfg.Protocol))
+		"kv_buffers", len(local.KV.Ptrs), "slots", local.KV.NumSlots, "decode_protocol", d.dialectSetting())
 	return nil
 }

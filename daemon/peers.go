@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"errors"
+	"time"
 
 	"github.com/kvxfer/kvxfer/actors/room"
 	"github.com/kvxfer/kvxfer/nixl"
@@ -18,11 +19,16 @@ import (
 type peers struct {
 	d       *Daemon
 	byAgent map[string]*transport.Registration
+	logs    transport.LogLimiter
 }
 
-func newPeers(d *Daemon) *peers { return &peers{d: d, byAgent: map[string]*transport.Registration{}} }
+func newPeers(d *Daemon) *peers {
+	return &peers{d: d, byAgent: map[string]*transport.Registration{}, logs: transport.NewLogLimiter(time.Second, nil)}
+}
 
-// Registration: the first registration of an agent wins (as upstream).
+// Registration: the first registration of an agent wins (as upstream). Its
+// frame count says which SGLang release the decode runs; one that no supported
+// release sends is rejected, and the agent's rooms fail with peer_rejected.
 func (p *peers) Registration(r *transport.Registration) {
 	d := p.d
 	if _, ok := p.byAgent[r.AgentName]; ok {
@@ -30,7 +36,16 @@ func (p *peers) Registration(r *transport.Registration) {
 		d.log.Info("duplicate registration ignored (first wins)", "agent", r.AgentName)
 		return
 	}
-	if err := p.add(r); err != nil {
+	dialect, err := d.dialects.register(r)
+	if err != nil {
+		d.counters.badRegistrations.Add(1)
+		if ok, suppressed := p.logs.Allow(); ok {
+			d.log.Warn("decode registration rejected; its rooms fail with peer_rejected", "agent", r.AgentName,
+				"endpoint", transport.TCPEndpoint(r.DecodeIP, r.DecodePort), "err", err, "suppressed", suppressed)
+		}
+		return
+	}
+	if err := p.add(r, dialect); err != nil {
 		d.counters.badRegistrations.Add(1)
 		d.log.Warn("decode registration rejected; its transfer infos will fail their rooms", "agent", r.AgentName, "err", err)
 		return
@@ -38,10 +53,10 @@ func (p *peers) Registration(r *transport.Registration) {
 	d.counters.registrations.Add(1)
 	p.byAgent[r.AgentName] = r
 	d.log.Info("decode registered", "agent", r.AgentName, "endpoint", transport.TCPEndpoint(r.DecodeIP, r.DecodePort),
-		"kv_buffers", len(r.KVDataPtrs), "tp", r.DecodeTPSize)
+		"kv_buffers", len(r.KVDataPtrs), "tp", r.DecodeTPSize, "sglang", dialect.String(), "frames", r.Frames)
 }
 
-func (p *peers) add(r *transport.Registration) error {
+func (p *peers) add(r *transport.Registration, dialect transport.Dialect) error {
 	d := p.d
 	d.mu.Lock()
 	agent, pool := d.agent, d.pool
@@ -60,6 +75,7 @@ func (p *peers) add(r *transport.Registration) error {
 	g := sglang.PeerGeometry{
 		Agent: name, KVPtrs: r.KVDataPtrs, KVItemLens: r.KVItemLens, DstKVItemLen: uint64(r.DstKVItemLen),
 		GPU: uint64(r.GPUID), AuxPtrs: r.AuxDataPtrs, StatePtrs: r.StateDataPtrs, TPSize: r.DecodeTPSize,
+		NoNotifs: !dialect.Notifs(),
 	}
 	if r.HasDstNumSlots {
 		g.DstNumSlots = r.DstNumSlots
@@ -79,6 +95,12 @@ func (p *peers) add(r *transport.Registration) error {
 }
 
 func (p *peers) TransferInfo(t *transport.TransferInfo) {
+	defer func() {
+		if p.d.dialects.rejection(t.AgentName) != "" {
+			// After the info, so the room knows where to send the failure.
+			p.d.eng.Fail(t.Room, room.ReasonPeerRejected)
+		}
+	}()
 	p.d.eng.TransferInfo(t.Room, room.TransferInfo{
 		Agent: t.AgentName, From: room.Endpoint{IP: t.DecodeIP, Port: t.DecodePort},
 		DstPages: t.DstKVIndices, DstAux: t.DstAuxIndex, Required: t.RequiredDstInfoNum,
@@ -90,6 +112,11 @@ func (p *peers) Abort(a *transport.Abort) {
 	var from room.Endpoint
 	if a.HasEndpoint {
 		from = room.Endpoint{IP: a.DecodeIP, Port: a.DecodePort}
+	}
+	if a.HasGen {
+		p.d.dialects.sawGeneration(from)
+		p.d.eng.DecodeAbortGen(a.Room, from, a.Generation)
+		return
 	}
 	p.d.eng.DecodeAbort(a.Room, from)
 }

@@ -71,7 +71,7 @@ func seqPages(from, n int) []int32 {
 }
 
 func TestScenarioSingleAndMultiChunk(t *testing.T) {
-	d := startDaemon(t, Baseline)
+	d := startDaemon(t, transport.Dialect0518)
 	s, dec := newScheduler(t, d), newDecode(t, d)
 	for i, chunks := range [][]int{{4}, {2, 2}, {1, 1, 1, 1}, {3, 1}} {
 		r := roomSpec{id: uint64(100 + i), src: seqPages(4*i, 4), chunks: chunks, aux: i}
@@ -88,7 +88,7 @@ func TestScenarioSingleAndMultiChunk(t *testing.T) {
 }
 
 func TestScenarioTwoDecodeRanksAndDummyInfo(t *testing.T) {
-	d := startDaemon(t, Baseline)
+	d := startDaemon(t, transport.Dialect0518)
 	s := newScheduler(t, d)
 	a, b := newDecode(t, d), newDecode(t, d)
 	// required_dst_info_num = 2: both ranks get every page.
@@ -156,7 +156,7 @@ func TestScenarioTwoPrefillRanksDistinctSenders(t *testing.T) {
 }
 
 func TestScenarioPrefixHits(t *testing.T) {
-	d := startDaemon(t, Baseline)
+	d := startDaemon(t, transport.Dialect0518)
 	s, dec := newScheduler(t, d), newDecode(t, d)
 	// Full hit: decode holds every page; prefill inits 0 pages and sends one
 	// empty last chunk, which becomes aux_nokv.
@@ -209,7 +209,7 @@ func TestScenarioHybridState(t *testing.T) {
 // are exact.
 func abortRig(t *testing.T) (*Daemon, *scheduler, *decodeRank, *clock.Fake) {
 	clk := clock.NewFake(time.Unix(0, 0))
-	d := startDaemonWith(t, func(c *Config) { c.Protocol, c.Engine.Clock = Ack, clk })
+	d := startDaemonWith(t, func(c *Config) { c.Engine.Clock = clk })
 	return d, newScheduler(t, d), newDecode(t, d), clk
 }
 
@@ -266,8 +266,9 @@ func TestScenarioAbortOrderings(t *testing.T) {
 	expectFailed(602, room.ReasonDecodeAbort)
 	dec.waitFrame(t, isAck(602))
 
-	// During a transfer that never completes: Failed at once, the ACK only
-	// after the drain deadline (and it says so).
+	// During a transfer that never completes: Failed at once; after the
+	// drain deadline decode hears the failure (and why), but no ACK: a write
+	// may still land, so decode keeps the pages until its own timeout.
 	d.agent.(*loopback.Agent).SetFault(dec.node.Agent.Name(), loopback.Fault{Hang: true})
 	dec.send(t, dec.info(603, seqPages(1, 2), 1, 1))
 	s.start(t, roomSpec{id: 603, src: seqPages(0, 2), chunks: []int{1, 1}, aux: 1})
@@ -281,10 +282,14 @@ func TestScenarioAbortOrderings(t *testing.T) {
 		t.Fatalf("ABORT_ACK sent with writes in flight")
 	}
 	clk.Advance(11 * time.Second)
-	dec.waitFrame(t, isAck(603))
 	st := dec.waitFrame(t, isStatus(603)).(*transport.KVStatus)
 	if st.Reason != "decode_abort (writes still in flight after the drain deadline)" {
 		t.Fatalf("status after an expired drain: %q", st.Reason)
+	}
+	dec.abort(t, 603) // again: still no ACK for a poisoned room
+	s.cli.Poll([]uint64{603}, nil)
+	if n := dec.acks(603); n != 0 {
+		t.Fatalf("%d ABORT_ACKs for a room whose writes never drained", n)
 	}
 	d.agent.(*loopback.Agent).SetFault(dec.node.Agent.Name(), loopback.Fault{})
 
@@ -327,7 +332,7 @@ func TestScenarioLateInfoAfterClearIsToldTheFailure(t *testing.T) {
 }
 
 func TestScenarioDuplicateRegistrationAndUnknownAgent(t *testing.T) {
-	d := startDaemon(t, Baseline)
+	d := startDaemon(t, transport.Dialect0518)
 	s, dec := newScheduler(t, d), newDecode(t, d)
 	dec.send(t, dec.reg.Encode()) // first wins
 	ghost := &transport.TransferInfo{Room: 800, DecodeIP: "127.0.0.1", DecodePort: 1, AgentName: "ghost",
@@ -350,7 +355,7 @@ func TestScenarioDuplicateRegistrationAndUnknownAgent(t *testing.T) {
 }
 
 func TestScenarioDecodeVanishesMidTransfer(t *testing.T) {
-	d := startDaemon(t, Baseline)
+	d := startDaemon(t, transport.Dialect0518)
 	s := newScheduler(t, d)
 	gone, ok := newDecode(t, d), newDecode(t, d)
 	d.agent.(*loopback.Agent).SetFault(gone.node.Agent.Name(), loopback.Fault{Disconnect: true})

@@ -4,9 +4,11 @@ import (
 	"math"
 )
 
-// Abort is decode's ABORT notification (§4.3c): [b"ABORT", room, decode_ip, decode_port].
-// Upstream decode always sends 4 frames; we accept 2 to 4 (and ignore more), because the
-// room alone is enough to fail it and an abort must never be lost to a formatting quirk.
+// Abort is decode's ABORT notification (§4.3c): [b"ABORT", room, decode_ip, decode_port],
+// plus [generation] from SGLang 0.5.22 when decode armed its deferred release. We accept
+// 2 to 5 frames (and ignore more), because the room alone is enough to fail it and an
+// abort must never be lost to a formatting quirk; a bad generation reads as absent, as in
+// SGLang's own parser.
 type Abort struct {
 	Room uint64
 	// The decode endpoint (its PULL socket), where an ABORT_ACK would go (§9.2).
@@ -16,6 +18,9 @@ type Abort struct {
 	DecodePort  int
 	HasEndpoint bool
 	EndpointErr error
+	// Generation is the 5th frame (HasGen); the ABORT_ACK must echo it.
+	Generation uint64
+	HasGen     bool
 }
 
 // Kind implements Inbound.
@@ -45,6 +50,11 @@ func decodeAbort(frames [][]byte) (*Abort, error) {
 		return a, nil
 	}
 	a.DecodeIP, a.DecodePort, a.HasEndpoint = ip, port, true
+	if f.has(4) {
+		if g, err := parsePyInt(f.raw(4)); err == nil && g >= 0 {
+			a.Generation, a.HasGen = uint64(g), true
+		}
+	}
 	return a, nil
 }
 
@@ -54,6 +64,9 @@ func (a *Abort) Encode() [][]byte {
 	out := [][]byte{[]byte(TagAbort), utoa(a.Room)}
 	if a.HasEndpoint {
 		out = append(out, []byte(a.DecodeIP), intb(a.DecodePort))
+		if a.HasGen {
+			out = append(out, utoa(a.Generation))
+		}
 	}
 	return out
 }

@@ -43,6 +43,7 @@ func normalizeInbound(m Inbound) (Inbound, bool) {
 	case *Registration:
 		c := *v
 		c.LayerInfoErr = nil
+		c.Frames = 0 // how many arrived, not what they say
 		return &c, true
 	case *Abort:
 		c := *v
@@ -72,6 +73,7 @@ func checkInboundRoundTrip(t *testing.T, frames [][]byte) {
 	if err != nil {
 		t.Fatalf("re-decoding our own encoding of %T failed: %v\nframes %q", m, err, enc)
 	}
+	m2, _ = normalizeInbound(m2)
 	if !comparable {
 		return
 	}

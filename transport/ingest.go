@@ -81,7 +81,7 @@ type Ingest struct {
 	messages, registrations, transferInfos, aborts, staging atomic.Uint64
 	badFrames, unknownTags, sinkPanics, recvErrors          atomic.Uint64
 
-	limiter logLimiter // owner goroutine only
+	limiter LogLimiter // owner goroutine only
 }
 
 // StartIngest binds the PULL socket and starts the loop. It returns once the socket is
@@ -115,7 +115,7 @@ func start(cfg IngestConfig, in *Ingest) (*Ingest, error) {
 	if in.log == nil {
 		in.log = slog.New(slog.DiscardHandler)
 	}
-	in.limiter = logLimiter{every: cfg.LogEvery, now: time.Now}
+	in.limiter = LogLimiter{every: cfg.LogEvery, now: time.Now}
 	ready := make(chan error, 1)
 	go in.run(ready)
 	if err := <-ready; err != nil {
@@ -270,7 +270,7 @@ func (in *Ingest) fatal(err error, op string) bool {
 		return false
 	}
 	in.recvErrors.Add(1)
-	if ok, n := in.limiter.allow(); ok {
+	if ok, n := in.limiter.Allow(); ok {
 		in.log.Warn("transport: PULL socket error", "op", op, "err", err, "suppressed", n)
 	}
 	select {
@@ -286,7 +286,7 @@ func (in *Ingest) handle(frames [][]byte) {
 	defer func() {
 		if r := recover(); r != nil {
 			in.sinkPanics.Add(1)
-			if ok, n := in.limiter.allow(); ok {
+			if ok, n := in.limiter.Allow(); ok {
 				in.log.Error("transport: panic while handling a message; continuing", "panic", r, "suppressed", n)
 			}
 		}
@@ -301,7 +301,7 @@ func (in *Ingest) handle(frames [][]byte) {
 		if errors.Is(err, ErrUnknownTag) {
 			in.unknownTags.Add(1)
 		}
-		if ok, n := in.limiter.allow(); ok {
+		if ok, n := in.limiter.Allow(); ok {
 			in.log.Warn("transport: dropped malformed message", "err", err, "frames", len(frames), "suppressed", n)
 		}
 		in.sink.BadFrame(err)

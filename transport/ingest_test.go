@@ -266,17 +266,17 @@ func TestPushLinkQueueFull(t *testing.T) {
 
 func TestLogLimiter(t *testing.T) {
 	now := time.Unix(0, 0)
-	l := logLimiter{every: time.Second, now: func() time.Time { return now }}
-	if ok, n := l.allow(); !ok || n != 0 {
+	l := LogLimiter{every: time.Second, now: func() time.Time { return now }}
+	if ok, n := l.Allow(); !ok || n != 0 {
 		t.Fatal("first line must pass")
 	}
 	for range 3 {
-		if ok, _ := l.allow(); ok {
+		if ok, _ := l.Allow(); ok {
 			t.Fatal("must be suppressed")
 		}
 	}
 	now = now.Add(time.Second)
-	if ok, n := l.allow(); !ok || n != 3 {
+	if ok, n := l.Allow(); !ok || n != 3 {
 		t.Fatalf("ok=%v suppressed=%d", ok, n)
 	}
 }

@@ -10,7 +10,7 @@ import (
 type KVStatus struct {
 	Room        uint64
 	Status      KVPoll
-	PrefillRank int // the sender id (pp_rank*tp_size + engine_rank)
+	PrefillRank int // SGLang's _prefill_unique_rank(), not the notification sender id
 	Reason      string
 }
 
@@ -46,11 +46,13 @@ func decodeKVStatus(frames [][]byte) (*KVStatus, error) {
 }
 
 // AbortAck tells decode that no write for an aborted room is outstanding any more, so it
-// may release the room's pages (§9.2): [b"ABORT_ACK", room, prefill_rank]. Some later
-// forks carry a token instead of the rank; this is the reviewed variant's form.
+// may release the room's pages: [b"ABORT_ACK", room, prefill_rank] (SGLang 0.5.20/0.5.21),
+// or with the ABORT's generation as a 4th frame (0.5.22+, HasGen).
 type AbortAck struct {
 	Room        uint64
 	PrefillRank int
+	Generation  uint64
+	HasGen      bool
 }
 
 // Kind implements Outbound.
@@ -58,6 +60,9 @@ func (*AbortAck) Kind() Kind { return KindAbortAck }
 
 // Encode implements Outbound.
 func (m *AbortAck) Encode() [][]byte {
+	if m.HasGen {
+		return [][]byte{[]byte(TagAbortAck), utoa(m.Room), intb(m.PrefillRank), utoa(m.Generation)}
+	}
 	return [][]byte{[]byte(TagAbortAck), utoa(m.Room), intb(m.PrefillRank)}
 }
 
@@ -70,6 +75,13 @@ func decodeAbortAck(frames [][]byte) (*AbortAck, error) {
 	}
 	if m.PrefillRank, err = f.nonNeg(2, "prefill_rank"); err != nil {
 		return nil, err
+	}
+	if f.has(3) {
+		g, err := f.int(3, "generation", 0, math.MaxInt64)
+		if err != nil {
+			return nil, err
+		}
+		m.Generation, m.HasGen = uint64(g), true
 	}
 	return m, nil
 }

@@ -2,10 +2,10 @@ package transport
 
 import "time"
 
-// logLimiter lets one log line through per interval and counts what it suppressed, so a
+// LogLimiter lets one log line through per interval and counts what it suppressed, so a
 // peer that floods us with garbage cannot flood the log. Not safe for concurrent use: each
 // socket owner has its own.
-type logLimiter struct {
+type LogLimiter struct {
 	every      time.Duration
 	now        func() time.Time
 	last       time.Time
@@ -13,9 +13,9 @@ type logLimiter struct {
 	started    bool
 }
 
-// allow reports whether to log now and, if so, how many lines were suppressed since the
+// Allow reports whether to log now and, if so, how many lines were suppressed since the
 // last one that was let through.
-func (l *logLimiter) allow() (bool, int) {
+func (l *LogLimiter) Allow() (bool, int) {
 	t := l.now()
 	if l.started && t.Sub(l.last) < l.every {
 		l.suppressed++
@@ -24,4 +24,12 @@ func (l *logLimiter) allow() (bool, int) {
 	n := l.suppressed
 	l.started, l.last, l.suppressed = true, t, 0
 	return true, n
+}
+
+// NewLogLimiter lets one line through per every, timed by now (nil: the wall clock).
+func NewLogLimiter(every time.Duration, now func() time.Time) LogLimiter {
+	if now == nil {
+		now = time.Now
+	}
+	return LogLimiter{every: every, now: now}
 }

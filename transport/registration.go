@@ -57,6 +57,14 @@ type Registration struct {
 	// layout (other forks put other data there). They are then ignored, as a baseline
 	// prefill ignores trailing frames, and the registration itself is still accepted.
 	LayerInfoErr error
+
+	// SGLang 0.5.23: msg[23] state_data_lens, pack_int_lists "Q" (empty -> none).
+	HasStateDataLens bool
+	StateDataLens    [][]uint64
+
+	// Frames is the number of frames after GUARD as received: it tells the
+	// decode's release apart (DialectOf).
+	Frames int
 }
 
 // Kind implements Inbound.
@@ -74,7 +82,7 @@ func decodeRegistration(frames [][]byte) (*Registration, error) {
 	if err := f.need(regRequiredFrames-1, "dst_kv_item_len"); err != nil {
 		return nil, err
 	}
-	r := &Registration{}
+	r := &Registration{Frames: len(frames) - 1}
 	var err error
 	if r.DecodeIP, err = f.ascii(1, "endpoint"); err != nil {
 		return nil, err
@@ -158,6 +166,18 @@ func decodeRegistration(frames [][]byte) (*Registration, error) {
 			r.HasLayerInfo = true
 		}
 	}
+	if f.has(23) && r.HasLayerInfo {
+		// kvxfer does not use the lengths; a frame that does not parse is
+		// ignored like a bad layer-info tail, and Frames still counts it.
+		if !f.present(23) {
+			r.HasStateDataLens = true
+		} else if lens, err := UnpackIntLists[uint64](f.raw(23)); err == nil {
+			r.HasStateDataLens = true
+			if len(lens) > 0 {
+				r.StateDataLens = lens
+			}
+		}
+	}
 	return r, nil
 }
 
@@ -215,11 +235,12 @@ func decodeLayerInfo(f *fields, r *Registration) error {
 }
 
 // Encode returns the registration as NixlKVReceiver._register_kv_args sends it: 20 frames
-// (GUARD + msg[0..18]) at the baseline, 24 when HasLayerInfo.
+// (GUARD + msg[0..18]) at the baseline, 24 when HasLayerInfo (SGLang 0.5.18-0.5.22),
+// 25 when HasStateDataLens too (0.5.23).
 func (r *Registration) Encode() [][]byte {
 	n := regBaselineFrames
 	if r.HasLayerInfo {
-		n = regLaterFrames
+		n = regLaterFrames + 1
 	}
 	out := make([][]byte, 0, n+1)
 	out = append(out,
@@ -256,6 +277,13 @@ func (r *Registration) Encode() [][]byte {
 	out = append(out, []byte(strings.Join(kinds, ",")), packU64s(r.KVItemLens))
 	if r.HasLayerInfo {
 		out = append(out, PackIntLists(r.StateLayerIDs), packU32s(r.KVLayerIDs), intb(r.DCPSize), intb(r.DCPRank))
+		if r.HasStateDataLens {
+			if len(r.StateDataLens) == 0 {
+				out = append(out, []byte{})
+			} else {
+				out = append(out, PackIntLists(r.StateDataLens))
+			}
+		}
 	}
 	return out
 }

@@ -53,6 +53,9 @@ const (
 	ReasonInvalidRequest
 	ReasonInternalError
 	ReasonShutdown
+	// ReasonPeerRejected: the decode agent's registration was rejected (an
+	// SGLang release kvxferd does not serve, or a layout it cannot check).
+	ReasonPeerRejected
 	numReasons
 )
 
@@ -68,6 +71,7 @@ var reasonNames = [numReasons]string{
 	ReasonInvalidRequest:   "invalid_request",
 	ReasonInternalError:    "internal_error",
 	ReasonShutdown:         "shutdown",
+	ReasonPeerRejected:     "peer_rejected",
 }
 
 func (r Reason) String() string {

@@ -116,6 +116,17 @@ func (p *Pool) Post(t room.Transfer, done room.DoneFunc) {
 	p.system.Root.Send(p.pids[int((t.Room*0x9E3779B97F4A7C15)>>33)%len(p.pids)], &job{t: t, done: done})
 }
 
+// Signal sends completion notifications held back from a room's last chunk
+// (room.Transfer.HoldSignal) to a decode agent, in order.
+func (p *Pool) Signal(agent string, msgs [][]byte) error {
+	for _, m := range msgs {
+		if err := p.cfg.Agent.SendNotif(agent, m); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Stats returns the counters.
 func (p *Pool) Stats() Stats {
 	return Stats{Posted: p.posted.Load(), Requests: p.requests.Load(), Failed: p.failed.Load(),

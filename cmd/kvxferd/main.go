@@ -71,7 +71,9 @@ func run(args []string, getenv func(string) string) error {
 	fs.StringVar(&c.AuthToken, "bootstrap-auth-token", getenv(transport.EnvBootstrapAuthToken), "bearer token for PUT/POST (SGLANG_DISAGGREGATION_BOOTSTRAP_AUTH_TOKEN)")
 	fs.StringVar(&c.ControlEndpoint, "control", "", "control API endpoint (default ipc:///tmp/kvxferd-<tp-rank>.sock)")
 	fs.StringVar(&c.DebugAddr, "debug-addr", "127.0.0.1:0", "HTTP address for /debug/rooms, /healthz and /metrics (empty: off)")
-	proto := fs.String("decode-protocol", "baseline", "what decode understands: baseline (NIXL notifications only) or ack (KV_STATUS and ABORT_ACK after the drain)")
+	proto := fs.String("decode-protocol", "auto", "SGLang release of the decodes: auto (detected per decode agent from its frames) or one of 0.5.18, 0.5.20, 0.5.21, 0.5.22, 0.5.23 for every decode")
+	legacy := fs.String("decode-protocol-legacy", "0.5.20", "what auto takes a 23-frame registration for (0.5.18 to 0.5.22 look alike): 0.5.18, 0.5.20, 0.5.21 or 0.5.22")
+	hold := fs.Bool("hold-completion", true, "send the last chunk's completion notifications only once all its writes completed and the room is still live (false: with the writes, as SGLang does)")
 	nokv := fs.String("aux-nokv", "count", "aux_nokv notification form: baseline ({room}_aux_nokv_{sender}) or count (…_{n})")
 	fs.IntVar(&c.QueueSize, "queue-size", envInt(getenv, "SGLANG_DISAGGREGATION_QUEUE_SIZE", 4), "transfer pool actors (SGLANG_DISAGGREGATION_QUEUE_SIZE)")
 	fs.IntVar(&c.StateComponents, "state-components", 0, "state lists the scheduler registers before the rank goes live")
@@ -83,7 +85,14 @@ func run(args []string, getenv func(string) string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	c.Protocol = daemon.Protocol(*proto)
+	var err error
+	if c.Dialect, err = transport.ParseDialect(*proto); err != nil {
+		return fmt.Errorf("-decode-protocol: %w", err)
+	}
+	if c.LegacyDialect, err = transport.ParseDialect(*legacy); err != nil || c.LegacyDialect == transport.DialectUnknown || c.LegacyDialect == transport.Dialect0523 {
+		return fmt.Errorf("-decode-protocol-legacy %q: want 0.5.18, 0.5.20, 0.5.21 or 0.5.22", *legacy)
+	}
+	c.NoHold = !*hold
 	switch *nokv {
 	case "baseline":
 		c.NoKV = sglang.NoKVBaseline
@@ -135,6 +144,9 @@ func run(args []string, getenv func(string) string) error {
 	}
 	if *metrics {
 		c.Metrics = tel.Metrics
+	}
+	if tel.MeterProvider != nil {
+		c.Meter = tel.MeterProvider.Meter("github.com/kvxfer/kvxfer/daemon")
 	}
 	defer func() {
 		// After the daemon: rooms failed by the shutdown are exported too.

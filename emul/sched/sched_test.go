@@ -23,7 +23,7 @@ func TestSchedulerAgainstKvxferdAndDecode(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer os.RemoveAll(dir)
-	d, err := daemon.Start(daemon.Config{HostIP: "127.0.0.1", ServeBootstrap: true, Protocol: daemon.Ack,
+	d, err := daemon.Start(daemon.Config{HostIP: "127.0.0.1", ServeBootstrap: true,
 		ControlEndpoint: "ipc://" + filepath.Join(dir, "ctl.sock")})
 	if err != nil {
 		t.Fatal(err)

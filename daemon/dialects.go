@@ -1,0 +1,173 @@
+package daemon
+
+import (
+	"context"
+	"sort"
+	"sync"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/transport"
+)
+
+// maxDialectEntries caps the table: it grows with registrations, which come
+// from outside. Past it, new peers are served with the configured default.
+const maxDialectEntries = 1 << 14
+
+// dialects is what each decode peer speaks, keyed by its PULL endpoint (the
+// address notices go to) and by agent name. The ingest goroutine writes it
+// (registrations, ABORTs); room actors read it when they notify decode.
+type dialects struct {
+	fixed  transport.Dialect // -decode-protocol pinned to one release (else auto)
+	legacy transport.Dialect // the 23-frame default
+
+	mu         sync.RWMutex
+	byEndpoint map[room.Endpoint]*peerInfo
+	byAgent    map[string]*peerInfo
+}
+
+// peerInfo is one decode agent as kvxferd sees it.
+type peerInfo struct {
+	Agent    string            `json:"agent"`
+	Endpoint string            `json:"endpoint"`
+	Dialect  transport.Dialect `json:"-"`
+	Release  string            `json:"dialect"`
+	Frames   int               `json:"registration_frames"`
+	Detected string            `json:"detected_by"`
+	Rejected string            `json:"rejected,omitempty"`
+	to       room.Endpoint
+}
+
+func newDialects(fixed, legacy transport.Dialect) *dialects {
+	if legacy == transport.DialectUnknown || legacy == transport.Dialect0523 {
+		legacy = transport.Dialect0520
+	}
+	return &dialects{fixed: fixed, legacy: legacy, byEndpoint: map[room.Endpoint]*peerInfo{}, byAgent: map[string]*peerInfo{}}
+}
+
+// register records a registration's dialect, or why it was rejected.
+func (t *dialects) register(r *transport.Registration) (transport.Dialect, error) {
+	d, err := transport.DialectOf(r, t.legacy)
+	p := &peerInfo{Agent: r.AgentName, to: room.Endpoint{IP: r.DecodeIP, Port: r.DecodePort}, Frames: r.Frames, Detected: "registration"}
+	p.Endpoint = p.to.String()
+	switch {
+	case err != nil:
+		p.Rejected = err.Error()
+	case t.fixed != transport.DialectUnknown:
+		d, p.Detected = t.fixed, "pinned (-decode-protocol)"
+	case d != transport.Dialect0523:
+		p.Detected = "registration (23 frames: -decode-protocol-legacy)"
+	}
+	p.Dialect, p.Release = d, d.String()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.byAgent) >= maxDialectEntries {
+		return d, err
+	}
+	if old, ok := t.byAgent[r.AgentName]; ok && old.to != p.to {
+		delete(t.byEndpoint, old.to)
+	}
+	t.byAgent[r.AgentName] = p
+	t.byEndpoint[p.to] = p
+	return d, err
+}
+
+// sawGeneration upgrades the decode at this endpoint to 0.5.22: only 0.5.22+
+// put a generation on an ABORT.
+func (t *dialects) sawGeneration(from room.Endpoint) {
+	if t.fixed != transport.DialectUnknown {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if p, ok := t.byEndpoint[from]; ok && p.Rejected == "" && p.Dialect < transport.Dialect0522 {
+		p.Dialect, p.Release, p.Detected = transport.Dialect0522, transport.Dialect0522.String(), "ABORT with a generation"
+	}
+}
+
+// at is the dialect notices to this endpoint are written in.
+func (t *dialects) at(to room.Endpoint) transport.Dialect {
+	if t.fixed != transport.DialectUnknown {
+		return t.fixed
+	}
+	t.mu.RLock()
+	p, ok := t.byEndpoint[to]
+	t.mu.RUnlock()
+	if !ok || p.Dialect == transport.DialectUnknown {
+		return t.legacy
+	}
+	return p.Dialect
+}
+
+// rejection says why the agent's registration was rejected ("" if it was not).
+func (t *dialects) rejection(agent string) string {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	if p, ok := t.byAgent[agent]; ok {
+		return p.Rejected
+	}
+	return ""
+}
+
+// rejectionAt is rejection by endpoint.
+func (t *dialects) rejectionAt(to room.Endpoint) string {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	if p, ok := t.byEndpoint[to]; ok {
+		return p.Rejected
+	}
+	return ""
+}
+
+// list returns every peer, by agent name, for /debug/peers.
+func (t *dialects) list() []peerInfo {
+	t.mu.RLock()
+	out := make([]peerInfo, 0, len(t.byAgent))
+	for _, p := range t.byAgent {
+		out = append(out, *p)
+	}
+	t.mu.RUnlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].Agent < out[j].Agent })
+	return out
+}
+
+// counts returns the number of accepted peers per dialect and of rejected ones.
+func (t *dialects) counts() (map[transport.Dialect]int, int) {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	by, rejected := map[transport.Dialect]int{}, 0
+	for _, p := range t.byAgent {
+		if p.Rejected != "" {
+			rejected++
+			continue
+		}
+		by[p.Dialect]++
+	}
+	return by, rejected
+}
+
+// observe registers the kvxfer.decode.peers gauge: decode agents by dialect
+// (label sglang.dialect), rejected ones under "rejected".
+func (t *dialects) observe(m metric.Meter) error {
+	_, err := m.Int64ObservableGauge("kvxfer.decode.peers",
+		metric.WithDescription("Decode agents registered with this prefill rank, by the SGLang release they speak"),
+		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
+			by, rejected := t.counts()
+			for _, d := range transport.Dialects() {
+				o.Observe(int64(by[d]), metric.WithAttributes(attribute.String("sglang.dialect", d.String())))
+			}
+			o.Observe(int64(rejected), metric.WithAttributes(attribute.String("sglang.dialect", "rejected")))
+			return nil
+		}))
+	return err
+}
+
+// dialectSetting describes -decode-protocol for logs.
+func (d *Daemon) dialectSetting() string {
+	if d.cfg.Dialect != transport.DialectUnknown {
+		return "pinned " + d.cfg.Dialect.String()
+	}
+	return "auto (23 frames: " + d.dialects.legacy.String() + ")"
+}
