@@ -184,6 +184,13 @@ func newDecode(t *testing.T, ds ...*Daemon) *decodeRank {
 
 func newDecodeShape(t *testing.T, sh kvmem.Shape, ds ...*Daemon) *decodeRank {
 	t.Helper()
+	return newDecodeWith(t, sh, nil, ds...)
+}
+
+// newDecodeWith lets mod change the registration before it is sent (the
+// SGLang release it looks like).
+func newDecodeWith(t *testing.T, sh kvmem.Shape, mod func(*transport.Registration), ds ...*Daemon) *decodeRank {
+	t.Helper()
 	n, err := kvmem.New(fmt.Sprintf("dec-%d", seq.Add(1)), sh, 0, loopback.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -212,6 +219,9 @@ func newDecodeShape(t *testing.T, sh kvmem.Shape, ds ...*Daemon) *decodeRank {
 	}
 	for range g.KVPtrs {
 		r.reg.KVMemKinds = append(r.reg.KVMemKinds, transport.MemDRAM)
+	}
+	if mod != nil {
+		mod(r.reg)
 	}
 	for _, d := range ds {
 		push, err := transport.DialPush(transport.PushConfig{Endpoint: transport.TCPEndpoint("127.0.0.1", d.PullPort())})

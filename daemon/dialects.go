@@ -93,8 +93,8 @@ func (t *dialects) at(to room.Endpoint) transport.Dialect {
 		return t.fixed
 	}
 	t.mu.RLock()
+	defer t.mu.RUnlock()
 	p, ok := t.byEndpoint[to]
-	t.mu.RUnlock()
 	if !ok || p.Dialect == transport.DialectUnknown {
 		return t.legacy
 	}

@@ -234,6 +234,11 @@ func TestEveryFailureReasonIsErrorType(t *testing.T) {
 			h.clk.Advance(cfg.Drain) // the post panicked: nothing will complete
 		},
 		room.ReasonShutdown: func(h *harness, id uint64) { h.eng.Open(id); h.eng.Fail(id, room.ReasonShutdown) },
+		room.ReasonPeerRejected: func(h *harness, id uint64) {
+			h.eng.Open(id)
+			h.eng.TransferInfo(id, info("a", 2, 1))
+			h.eng.Fail(id, room.ReasonPeerRejected) // what kvxferd does for a rejected agent's info
+		},
 	}
 	for _, why := range room.Reasons() {
 		t.Run(why.String(), func(t *testing.T) {

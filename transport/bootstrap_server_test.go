@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -272,5 +273,29 @@ func TestPyJSONString(t *testing.T) {
 	want := `"\u007f\u0001\u00e9\ud83d\ude00\"\\\n\b\f/"`
 	if got != want {
 		t.Fatalf("got %s want %s", got, want)
+	}
+}
+
+// Every SGLang decode from 0.5.18 to 0.5.23 builds PrefillServerInfo(**json)
+// from the topology reply, so a key the oldest one does not know is a
+// TypeError there. Keys later releases added must never appear, even when a
+// newer prefill's PUT /route carries them.
+func TestBootstrapTopologyReadableByEveryRelease(t *testing.T) {
+	later := []string{"dsv41_spec_layout", "decode_allocation_policy", "kv_layout", "enable_kv_cache_sharding"}
+	s := NewBootstrapServer(BootstrapConfig{})
+	h := s.Handler()
+	for tp := range 2 {
+		body := strings.TrimSuffix(string(rankReg(tp, 5000+tp).JSON()), "}") +
+			`, "dsv41_spec_layout": null, "decode_allocation_policy": "early", "kv_layout": "NHD", "enable_kv_cache_sharding": false}`
+		do(t, h, "PUT", "/route", body).is(t, 200, "OK")
+	}
+	got := jsonKeys(t, do(t, h, "GET", topoQuery, "").body)
+	if !reflect.DeepEqual(got, sorted(serverInfoKeys)) {
+		t.Fatalf("topology keys %v, want exactly 0.5.18's PrefillServerInfo fields %v", got, sorted(serverInfoKeys))
+	}
+	for _, k := range later {
+		if slices.Contains(got, k) {
+			t.Fatalf("topology reply carries %q, which SGLang 0.5.18-0.5.22 decodes reject", k)
+		}
 	}
 }

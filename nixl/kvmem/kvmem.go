@@ -182,3 +182,28 @@ func (n *Node) CheckAux(slot int, r uint64) error {
 	}
 	return nil
 }
+
+// ZeroPages clears the given pages in every KV buffer (decode reusing them).
+func (n *Node) ZeroPages(slots []int32) {
+	it := n.Shape.Item
+	for _, buf := range n.KV {
+		for _, s := range slots {
+			clear(buf[int(s)*it : (int(s)+1)*it])
+		}
+	}
+}
+
+// PagesZero reports whether the given pages are all zero in every KV buffer.
+func (n *Node) PagesZero(slots []int32) bool {
+	it := n.Shape.Item
+	for _, buf := range n.KV {
+		for _, s := range slots {
+			for _, b := range buf[int(s)*it : (int(s)+1)*it] {
+				if b != 0 {
+					return false
+				}
+			}
+		}
+	}
+	return true
+}
