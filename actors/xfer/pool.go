@@ -127,6 +127,17 @@ func (p *Pool) Signal(agent string, msgs [][]byte) error {
 	return nil
 }
 
+// Notify makes the pool an actors.Notifier for in-process decodes: it sends a
+// Completion's held notifications (see Signal) and drops every other notice,
+// which travels over ZMQ in a deployment (daemon.Notify).
+func (p *Pool) Notify(roomID uint64, n room.Notice) {
+	if n.Kind == room.Completion && len(n.Signal) > 0 {
+		if err := p.Signal(n.Agent, n.Signal); err != nil {
+			p.cfg.Logger.Warn("completion notification dropped", "room", roomID, "agent", n.Agent, "err", err)
+		}
+	}
+}
+
 // Stats returns the counters.
 func (p *Pool) Stats() Stats {
 	return Stats{Posted: p.posted.Load(), Requests: p.requests.Load(), Failed: p.failed.Load(),

@@ -1,0 +1,77 @@
+package xfer_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/nixl/loopback"
+)
+
+// A client abort that lands after the last chunk was posted but before its
+// writes completed: with completion held, the bytes land but decode is never
+// told the room succeeded, so both sides agree it failed (invariant 10).
+// Without holding, SGLang's behaviour, decode completes a room prefill failed.
+func TestAbortAfterLastChunkNeverCompletesDecode(t *testing.T) {
+	for _, hold := range []bool{true, false} {
+		t.Run(fmt.Sprintf("hold=%v", hold), func(t *testing.T) {
+			r := newRigWith(t, 0, hold)
+			r.pre.Agent.SetFault(r.dec[0].Agent.Name(), loopback.Fault{Latency: loopback.Fixed(30 * time.Millisecond)})
+			c := &roomCase{id: 501, chunks: []int{2, 1}, srcBase: 0, dstBase: 10, aux: 1, dummyB: true}
+			r.start(c)
+			for r.pool.Stats().InFlight == 0 {
+				time.Sleep(100 * time.Microsecond)
+			}
+			r.eng.Abort(c.id)
+			if rep := r.wait(c.id, room.Failed); rep.Reason != room.ReasonClientAbort {
+				t.Fatalf("reason %v", rep.Reason)
+			}
+			for r.pool.Stats().InFlight != 0 {
+				time.Sleep(100 * time.Microsecond)
+			}
+			// A later room to the same decode completes: every notification
+			// of the aborted one has been delivered by then.
+			ok := &roomCase{id: 502, chunks: []int{1}, srcBase: 5, dstBase: 30, aux: 2, dummyB: true}
+			r.start(ok)
+			r.wait(ok.id, room.Success)
+			r.verify(ok)
+			notifs, _ := r.dec[0].Agent.Notifs(nil)
+			for _, n := range notifs {
+				r.checks[0].Feed(n.Msg)
+			}
+			if done := r.checks[0].Done(c.id); done == hold {
+				t.Fatalf("decode completed the aborted room: %v (hold=%v)", done, hold)
+			}
+		})
+	}
+}
+
+// BenchmarkRoomCompletion is the cost of holding completion notifications
+// back: rooms of 2 chunks × 4 pages, 64 at a time, through the engine, the
+// pool and loopback NIXL until decode's completion rule holds for each.
+func BenchmarkRoomCompletion(b *testing.B) {
+	for _, hold := range []bool{false, true} {
+		b.Run(fmt.Sprintf("hold=%v", hold), func(b *testing.B) {
+			r := newRigWith(b, 0, hold)
+			const batch = 64
+			id := uint64(1)
+			b.ResetTimer()
+			for done := 0; done < b.N; done += batch {
+				var cs []*roomCase
+				for i := range min(batch, b.N-done) {
+					c := &roomCase{id: id, chunks: []int{4, 4}, srcBase: (i * 8) % 200, dstBase: (i * 8) % 200, aux: i % 32, dummyB: true}
+					id++
+					r.start(c)
+					cs = append(cs, c)
+				}
+				for _, c := range cs {
+					r.wait(c.id, room.Success)
+				}
+				for _, c := range cs {
+					r.awaitDecode(c)
+				}
+			}
+		})
+	}
+}
