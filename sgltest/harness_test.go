@@ -156,6 +156,9 @@ func (e *env) startPeer(v Venv) *Peer {
 		t.Fatalf("decode peer %s: %v", v.Version, err)
 	}
 	t.Cleanup(func() {
+		if !p.Killed() {
+			checkPeerHealth(t, p)
+		}
 		if t.Failed() {
 			if ws, err := p.Warnings(); err == nil {
 				for _, w := range ws {
@@ -170,6 +173,43 @@ func (e *env) startPeer(v Venv) *Peer {
 		t.Fatalf("decode aux layout %v, prefill registers %v", p.Info.AuxItemLens, auxItems)
 	}
 	return p
+}
+
+// protocolComplaints are SGLang log lines that mean kvxferd sent this decode
+// something its release does not take.
+var protocolComplaints = []string{
+	"Generation-less ABORT_ACK", "unexpected message tag", "malformed prefill status",
+	"unparsable prefill status", "Incomplete ABORT_ACK", "Malformed ABORT_ACK",
+	"Ignoring non-terminal status", "No expected prefill response count",
+}
+
+// checkPeerHealth fails the test on a protocol complaint in the decode's log,
+// and on NIXL notifications left unread by a release that reads none (spec
+// §1.4: they pile up inside that decode's agent).
+func checkPeerHealth(t testing.TB, p *Peer) {
+	t.Helper()
+	ws, err := p.Warnings()
+	if err != nil {
+		t.Errorf("decode %s: %v", p.Info.Version, err)
+		return
+	}
+	for _, w := range ws {
+		for _, c := range protocolComplaints {
+			if strings.Contains(w.Msg, c) {
+				t.Errorf("decode %s logged %s: %s", p.Info.Version, w.Level, w.Msg)
+			}
+		}
+	}
+	msgs, ok, err := p.UnreadNotifs()
+	if err != nil {
+		t.Errorf("decode %s: %v", p.Info.Version, err)
+	} else if ok && len(msgs) > 0 {
+		n := len(msgs)
+		if n > 5 {
+			msgs = msgs[:5]
+		}
+		t.Errorf("decode %s never reads NIXL notifications, yet %d were sent to it, e.g. %q", p.Info.Version, n, msgs)
+	}
 }
 
 func startDaemon(t testing.TB) *daemon.Daemon {

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -153,6 +154,7 @@ type Peer struct {
 	exited  chan struct{}
 	exitErr error
 	stderr  *tail
+	killed  atomic.Bool
 }
 
 // StartPeer starts decode_peer.py and waits for its ready line.
@@ -387,8 +389,24 @@ func (p *Peer) Warnings() ([]Warning, error) {
 	return r.Warnings, err
 }
 
+// UnreadNotifs drains the NIXL notifications this decode never reads, for
+// releases that read none (0.5.23); ok is false where the release reads them.
+func (p *Peer) UnreadNotifs() (msgs []string, ok bool, err error) {
+	var r struct {
+		Notifs *[]string `json:"notifs"`
+	}
+	if err = p.Call("notifs", nil, 30*time.Second, &r); err != nil || r.Notifs == nil {
+		return nil, false, err
+	}
+	return *r.Notifs, true, nil
+}
+
+// Killed says whether Kill was called.
+func (p *Peer) Killed() bool { return p.killed.Load() }
+
 // Kill SIGKILLs the process and waits for it.
 func (p *Peer) Kill() {
+	p.killed.Store(true)
 	if p.cmd.Process != nil {
 		_ = p.cmd.Process.Signal(syscall.SIGKILL)
 	}

@@ -393,6 +393,17 @@ class Peer:
         with CAPTURE.mu:
             return {"warnings": list(CAPTURE.records)}
 
+    def op_notifs(self, cmd):
+        """NIXL notifications nobody read. Only for releases that never read
+        them (0.5.23: no update_transfer_status): there every notification a
+        prefill posts piles up in the agent. Older releases drain them in
+        poll(), so this answers null there rather than steal them."""
+        if hasattr(self.mgr, "update_transfer_status"):
+            return {"notifs": None}
+        got = self.mgr.agent.get_new_notifs()
+        msgs = [m.decode("utf-8", "replace") for ms in got.values() for m in ms]
+        return {"notifs": msgs}
+
     def op_info(self, cmd):
         return self.info()
 
