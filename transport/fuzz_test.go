@@ -100,6 +100,8 @@ func inboundSeeds() [][][]byte {
 		fr("STAGING_RSP", "42", "0", "-2", "1", "4096", agentUUID),
 		fr("NixlMsgGuard"),
 		fr("bogus", "1"),
+		append(append([][]byte{}, later...), []byte("\x01\x00\x00\x00\x08\x00\x00\x00\x00\x10\x00\x00\x00\x00\x00\x00")),
+		fr("ABORT", "42", "10.0.0.7", "41235", "7"),
 	}
 }
 
@@ -109,6 +111,7 @@ func outboundSeeds() [][][]byte {
 		fr("KV_STATUS", "42", "4", "0", ""),
 		fr("ABORT_ACK", "42", "3"),
 		fr("STAGING_REQ", "42", "1", "8", agentUUID),
+		fr("ABORT_ACK", "42", "3", "7"),
 	}
 }
 

@@ -40,7 +40,7 @@ func TestWriteFuzzSeeds(t *testing.T) {
 	}
 	names := []string{"registration", "registration_later", "registration_minimal", "transfer_info",
 		"transfer_info_later", "transfer_info_legacy", "abort", "abort_short", "watermark",
-		"staging_rsp", "guard_only", "unknown_tag"}
+		"staging_rsp", "guard_only", "unknown_tag", "registration_0523", "abort_generation"}
 	for i, s := range inboundSeeds() {
 		write("FuzzDecodeInbound", names[i], bytesLit(joinFrames(s)))
 	}
