@@ -135,6 +135,7 @@ func setupTelemetry(t *testing.T, env map[string]string, clk clock.Clock, dialec
 		c.Engine.Observer = tel.Observer
 		c.Engine.Clock = clk
 		c.Metrics = tel.Metrics
+		c.Meter = tel.MeterProvider.Meter("kvxfer-test")
 	})
 	tel.Observer.Attach(d)
 	// Cleanups run last-in first-out: the daemon's Shutdown (registered by
@@ -339,6 +340,9 @@ func TestDaemonMetricsDuringWorkload(t *testing.T) {
 	waitBadFrames(t, d, 1)
 	m = scrape(t, d)
 	wantMetrics(t, m, map[string]float64{
+		`kvxfer_decode_peers{sglang_dialect="0.5.20"}`:   1,
+		`kvxfer_decode_peers{sglang_dialect="0.5.23"}`:   0,
+		`kvxfer_decode_peers{sglang_dialect="rejected"}`: 0,
 		`kvxfer_rooms_created_total`:                     21,
 		`kvxfer_rooms{status="Bootstrapping"}`:           20,
 		`kvxfer_rooms{status="Success"}`:                 1,
