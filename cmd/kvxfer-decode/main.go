@@ -4,7 +4,9 @@
 // (emul/workload; kvxfer-sched plays the prefill side of the same rooms), and
 // verifies every byte kvxfer writes into its pages. It prints a summary (and
 // writes it as JSON with -json) and exits non-zero if any byte was wrong or any
-// page is still held at the end. See docs/emulators.md.
+// page is still held at the end. -sglang picks the release it plays (frames,
+// completion rule, ABORT generations, deferred page release). See
+// docs/emulators.md.
 package main
 
 import (
@@ -76,9 +78,12 @@ func run(args []string, getenv func(string) string, out io.Writer) error {
 	fs.IntVar(&cfg.HeartbeatMaxFailure, "heartbeat-max-failure",
 		envInt(getenv, "SGLANG_DISAGGREGATION_HEARTBEAT_MAX_FAILURE", cfg.HeartbeatMaxFailure),
 		"consecutive /health failures that fail every room (SGLANG_DISAGGREGATION_HEARTBEAT_MAX_FAILURE)")
-	fs.DurationVar(&cfg.ReleaseTimeout, "release-timeout", cfg.ReleaseTimeout, "ack mode: free an aborted room's pages after this long without every ABORT_ACK")
-	proto := fs.String("decode-protocol", "baseline", "baseline (NIXL notifications only) or ack (read KV_STATUS / ABORT_ACK; match kvxferd's -decode-protocol)")
-	fs.BoolVar(&cfg.LaterFrames, "later-frames", false, "send the later variant's frames (23-field registration, 10-frame transfer info)")
+	fs.DurationVar(&cfg.ReleaseTimeout, "release-timeout",
+		envSeconds(getenv, "SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE_TIMEOUT", cfg.ReleaseTimeout),
+		"0.5.21+: free an aborted or failed room's pages after this long without every ABORT_ACK (SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE_TIMEOUT)")
+	fs.TextVar(&cfg.Release, "sglang", cfg.Release, "SGLang release to play: 0.5.18, 0.5.20, 0.5.21, 0.5.22 or 0.5.23")
+	shard := fs.String("shard", "", "k/n: play only the rooms i with i % n == k (several decode processes sharing one workload)")
+	roomsOut := fs.String("rooms-out", "", "write every room's decode-side outcome as JSON (room id -> outcome) to this file")
 	fs.IntVar(&cfg.TopologyAttempts, "topology-attempts", 60, "GET /route topology tries while the prefill is not ready (0: forever)")
 	fs.DurationVar(&cfg.TopologyRetry, "topology-retry", cfg.TopologyRetry, "pause between topology tries")
 	jsonOut := fs.String("json", "", "write the summary as JSON to this file")
@@ -87,12 +92,10 @@ func run(args []string, getenv func(string) string, out io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	switch *proto {
-	case "baseline":
-	case "ack":
-		cfg.AckMode = true
-	default:
-		return fmt.Errorf("-decode-protocol %q: want baseline or ack", *proto)
+	if *shard != "" {
+		if _, err := fmt.Sscanf(*shard, "%d/%d", &cfg.Shard, &cfg.Shards); err != nil || cfg.Shards < 1 || cfg.Shard < 0 || cfg.Shard >= cfg.Shards {
+			return fmt.Errorf("-shard %q: want k/n with 0 <= k < n", *shard)
+		}
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
@@ -114,12 +117,18 @@ func run(args []string, getenv func(string) string, out io.Writer) error {
 		return err
 	}
 	si, m := e.Info()
-	fmt.Fprintf(out, "kvxfer-decode: %d rooms, %d in flight, prefill tp %d pp %d dp %d, %d target rank(s), protocol %s, waiting timeout %v\n",
-		cfg.Rooms, cfg.Concurrency, si.AttnTPSize, si.PPSize, si.DPSize, len(m.TPRanks)*len(m.PPRanks)*len(m.CPRanks), *proto, cfg.WaitingTimeout)
+	fmt.Fprintf(out, "kvxfer-decode: SGLang %s, %d of %d rooms, %d in flight, prefill tp %d pp %d dp %d, %d target rank(s), waiting timeout %v\n",
+		cfg.Release, len(cfg.Indices()), cfg.Rooms, cfg.Concurrency, si.AttnTPSize, si.PPSize, si.DPSize,
+		len(m.TPRanks)*len(m.PPRanks)*len(m.CPRanks), cfg.WaitingTimeout)
 	s := e.Run(ctx)
 	s.Print(out)
 	if *jsonOut != "" {
 		if err := s.WriteJSON(*jsonOut); err != nil {
+			return err
+		}
+	}
+	if *roomsOut != "" {
+		if err := s.WriteRoomOutcomes(*roomsOut); err != nil {
 			return err
 		}
 	}

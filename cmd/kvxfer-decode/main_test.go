@@ -8,8 +8,15 @@ import (
 func TestFlagErrors(t *testing.T) {
 	env := func(string) string { return "" }
 	var out strings.Builder
-	if err := run([]string{"-decode-protocol", "nope"}, env, &out); err == nil || !strings.Contains(err.Error(), "decode-protocol") {
-		t.Fatalf("bad protocol accepted: %v", err)
+	for _, args := range [][]string{{"-sglang", "nope"}, {"-sglang", "0.5.19"}, {"-decode-protocol", "ack"}, {"-later-frames"}} {
+		if err := run(args, env, &out); err == nil {
+			t.Fatalf("%v accepted", args)
+		}
+	}
+	for _, sh := range []string{"2/2", "x", "-1/3", "1/0"} {
+		if err := run([]string{"-shard", sh}, env, &out); err == nil || !strings.Contains(err.Error(), "shard") {
+			t.Fatalf("-shard %s accepted: %v", sh, err)
+		}
 	}
 	if err := run([]string{"-abort-share", "2"}, env, &out); err == nil {
 		t.Fatal("abort share 2 accepted")

@@ -8,14 +8,15 @@ import (
 	"testing"
 )
 
-// TestDemoAcrossProcesses builds kvxferd and both emulators and runs the
-// multi-process demo on a small workload in both decode protocols: three OS
-// processes that meet only over SGLang's protocol and the control API. The
-// demo exits non-zero on a pinned room, a wrong byte, held pages, or a process
-// that did not exit cleanly.
+// TestDemoAcrossProcesses builds kvxferd and the emulators and runs the
+// multi-process demo on a small workload: kvxferd, the scheduler and a fleet
+// of decode processes of different SGLang releases, meeting only over
+// SGLang's protocol and the control API. The demo exits non-zero on a pinned
+// room, a wrong byte, held pages, a disagreement between the two sides, or a
+// process that did not exit cleanly.
 func TestDemoAcrossProcesses(t *testing.T) {
 	if testing.Short() {
-		t.Skip("builds and runs four binaries")
+		t.Skip("builds and runs the daemon and the emulators")
 	}
 	bin := t.TempDir()
 	build := exec.Command("go", "build", "-o", bin+"/", "./cmd/kvxferd", "./cmd/kvxfer-sched", "./cmd/kvxfer-decode", "./cmd/kvxfer-demo")
@@ -23,17 +24,58 @@ func TestDemoAcrossProcesses(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	for _, proto := range []string{"ack", "baseline"} {
-		t.Run(proto, func(t *testing.T) {
-			cmd := exec.Command(filepath.Join(bin, "kvxfer-demo"), "-rooms", "400", "-concurrency", "32", "-decode-protocol", proto)
+	for _, tc := range []struct {
+		name  string
+		args  []string
+		fleet []string
+		// queued: whether the 0.5.18 decode is left unread messages
+		// (kvxferd takes a 23-frame decode for 0.5.20 unless told otherwise).
+		queued bool
+	}{
+		// Every release at once, kvxferd detecting each.
+		{name: "every-release-auto", fleet: []string{"0.5.18", "0.5.20", "0.5.21", "0.5.22", "0.5.23"}, queued: true},
+		// 23-frame decodes taken for 0.5.18: nothing queues on it; 0.5.22 is
+		// found out by its first armed ABORT.
+		{name: "legacy-0.5.18", args: []string{"-decode-protocol-legacy", "0.5.18"}, fleet: []string{"0.5.18", "0.5.22", "0.5.23"}},
+		// Pinned: every decode taken for one release.
+		{name: "pinned-0.5.22", args: []string{"-decode-protocol", "0.5.22"}, fleet: []string{"0.5.22", "0.5.22"}},
+		{name: "pinned-0.5.23", args: []string{"-decode-protocol", "0.5.23"}, fleet: []string{"0.5.23"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append([]string{"-rooms", "400", "-concurrency", "32", "-fleet", strings.Join(tc.fleet, ",")}, tc.args...)
+			cmd := exec.Command(filepath.Join(bin, "kvxfer-demo"), args...)
 			cmd.Env = os.Environ()
 			out, err := cmd.CombinedOutput()
 			if err != nil {
 				t.Fatalf("demo failed: %v\n%s", err, out)
 			}
-			if !strings.Contains(string(out), "OK: no room pinned") || !strings.Contains(string(out), "wrong bytes 0") {
+			if !strings.Contains(string(out), "OK: no room pinned") {
 				t.Fatalf("demo output lacks its verdict:\n%s", out)
+			}
+			// One row per decode process in each of the three summary tables.
+			for _, rel := range tc.fleet {
+				rows := rowsOf(string(out), rel)
+				if len(rows) < 3 {
+					t.Fatalf("summary lacks the rows of %s:\n%s", rel, out)
+				}
+				if rel == "0.5.18" {
+					// Second table: ... queued_unread is the 7th column.
+					if q := rows[1][6]; (q != "0") != tc.queued {
+						t.Errorf("0.5.18 queued_unread %s, want queued=%v:\n%s", q, tc.queued, out)
+					}
+				}
 			}
 		})
 	}
+}
+
+// rowsOf returns the summary table rows (split into fields) that start with rel.
+func rowsOf(out, rel string) [][]string {
+	var rows [][]string
+	for _, line := range strings.Split(out, "\n") {
+		if f := strings.Fields(line); len(f) > 6 && f[0] == rel {
+			rows = append(rows, f)
+		}
+	}
+	return rows
 }

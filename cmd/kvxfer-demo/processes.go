@@ -13,28 +13,64 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
+	"text/tabwriter"
 	"time"
 
 	"github.com/kvxfer/kvxfer/emul/decode"
 	"github.com/kvxfer/kvxfer/emul/sched"
 )
 
-// processesMain runs kvxferd, kvxfer-sched and kvxfer-decode as three OS
-// processes that only talk over SGLang's protocol (bootstrap HTTP, ZMQ frames,
-// NIXL notifications through shared memory) and kvxferd's control API.
+// defaultFleet is the decode fleet `make demo` runs: one decode process per
+// wire dialect kvxferd tells apart on its own (0.5.20/0.5.21 look like 0.5.18
+// until they fail a room; 0.5.22 shows itself with its first armed ABORT).
+const defaultFleet = "0.5.18,0.5.22,0.5.23"
+
+// decodeProc is one decode emulator process of the fleet.
+type decodeProc struct {
+	rel          decode.Release
+	cmd          *exec.Cmd
+	json, rooms  string
+	err          error
+	sum          decode.Summary
+	outcomes     map[string]string
+	disagree     int // decode Success, prefill Failed
+	prefillOnly  int // prefill Success, decode did not complete
+	missingRooms int // rooms one side did not report
+}
+
+// processesMain runs kvxferd, kvxfer-sched and one kvxfer-decode per release
+// of the fleet as OS processes that only talk over SGLang's protocol
+// (bootstrap HTTP, ZMQ frames, NIXL notifications through shared memory) and
+// kvxferd's control API. The decodes share the scheduler's workload: decode k
+// of n plays the rooms i with i % n == k.
 func processesMain(args []string) error {
 	fs := flag.NewFlagSet("kvxfer-demo", flag.ContinueOnError)
 	rooms := fs.Int("rooms", 5000, "rooms to run")
-	conc := fs.Int("concurrency", 64, "rooms in flight at once (each side)")
-	seed := fs.Uint64("seed", 1, "workload seed (shared by both emulators)")
+	conc := fs.Int("concurrency", 64, "rooms in flight at once on the prefill side (each decode gets its share)")
+	seed := fs.Uint64("seed", 1, "workload seed (shared by every emulator)")
 	abortShare := fs.Float64("abort-share", 0.2, "share of rooms with an abort plan (decode or prefill side, random phase)")
-	proto := fs.String("decode-protocol", "ack", "ack (KV_STATUS/ABORT_ACK after the drain) or baseline")
+	fleetFlag := fs.String("fleet", defaultFleet, "SGLang releases of the decode processes, comma-separated (one process each; repeats allowed)")
+	proto := fs.String("decode-protocol", "auto", "kvxferd's -decode-protocol: auto, or a release every decode is taken for")
+	legacy := fs.String("decode-protocol-legacy", "", "kvxferd's -decode-protocol-legacy (empty: its default)")
+	releaseTimeout := fs.Duration("release-timeout", 15*time.Second, "decode's deferred-release timeout (0.5.21+)")
 	limit := fs.Duration("timeout", 10*time.Minute, "give up on the whole run after this long")
 	keep := fs.Bool("keep", false, "keep the run directory (logs, JSON summaries)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	var fleet []*decodeProc
+	for _, f := range strings.Split(*fleetFlag, ",") {
+		rel, err := decode.ParseRelease(f)
+		if err != nil {
+			return fmt.Errorf("-fleet: %w", err)
+		}
+		fleet = append(fleet, &decodeProc{rel: rel})
+	}
+	if len(fleet) > *rooms {
+		return fmt.Errorf("-fleet: %d decode processes for %d rooms", len(fleet), *rooms)
 	}
 	exe, err := os.Executable()
 	if err != nil {
@@ -59,16 +95,26 @@ func processesMain(args []string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), *limit)
 	defer cancel()
 
-	fmt.Printf("kvxfer demo: kvxferd + prefill scheduler emulator + decode emulator as separate processes\n")
-	fmt.Printf("  %d rooms, %d in flight, %.0f%% with an abort plan, decode protocol %s, bootstrap %s\n\n", *rooms, *conc, 100**abortShare, *proto, boot)
+	names := make([]string, len(fleet))
+	for i, d := range fleet {
+		names[i] = d.rel.String()
+	}
+	fmt.Printf("kvxfer demo: kvxferd + prefill scheduler emulator + %d decode emulators (SGLang %s) as separate processes\n",
+		len(fleet), strings.Join(names, ", "))
+	fmt.Printf("  %d rooms, %d in flight, %.0f%% with an abort plan, kvxferd -decode-protocol %s, bootstrap %s\n\n",
+		*rooms, *conc, 100**abortShare, *proto, boot)
 
 	logFile, err := os.Create(filepath.Join(dir, "kvxferd.log"))
 	if err != nil {
 		return err
 	}
 	defer logFile.Close()
-	daemon := exec.Command(filepath.Join(bin, "kvxferd"), "-control", ctl, "-disaggregation-bootstrap-port", strconv.Itoa(port),
-		"-decode-protocol", *proto, "-log-level", "warn", "-debug-addr", "")
+	dargs := []string{"-control", ctl, "-disaggregation-bootstrap-port", strconv.Itoa(port),
+		"-decode-protocol", *proto, "-log-level", "warn", "-debug-addr", ""}
+	if *legacy != "" {
+		dargs = append(dargs, "-decode-protocol-legacy", *legacy)
+	}
+	daemon := exec.Command(filepath.Join(bin, "kvxferd"), dargs...)
 	// Deadlines short enough that a demo run shows them working, long enough
 	// for a loaded 2-core machine.
 	daemon.Env = append(os.Environ(), "SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT=15", "KVXFER_WAITING_TIMEOUT=15",
@@ -88,43 +134,64 @@ func processesMain(args []string) error {
 		return fmt.Errorf("kvxferd did not come up (log: %s): %w", logFile.Name(), err)
 	}
 
-	common := []string{"-rooms", strconv.Itoa(*rooms), "-concurrency", strconv.Itoa(*conc),
-		"-seed", strconv.FormatUint(*seed, 10), "-abort-share", strconv.FormatFloat(*abortShare, 'f', -1, 64)}
-	schedJSON, decodeJSON := filepath.Join(dir, "sched.json"), filepath.Join(dir, "decode.json")
-	schedCmd := exec.CommandContext(ctx, filepath.Join(bin, "kvxfer-sched"), append([]string{"-control", ctl, "-json", schedJSON}, common...)...)
-	// A baseline decode hears of a prefill-side abort only through its own
-	// waiting timeout (spec §6.3 P4), so the demo keeps that short.
-	waiting := "20s"
-	if *proto == "baseline" {
-		waiting = "3s"
+	workloadArgs := []string{"-rooms", strconv.Itoa(*rooms), "-seed", strconv.FormatUint(*seed, 10),
+		"-abort-share", strconv.FormatFloat(*abortShare, 'f', -1, 64)}
+	schedJSON, schedRooms := filepath.Join(dir, "sched.json"), filepath.Join(dir, "sched-rooms.json")
+	schedCmd := exec.CommandContext(ctx, filepath.Join(bin, "kvxfer-sched"), append([]string{"-control", ctl,
+		"-json", schedJSON, "-rooms-out", schedRooms, "-concurrency", strconv.Itoa(*conc)}, workloadArgs...)...)
+	cmds := []*exec.Cmd{schedCmd}
+	labels := []string{"sched"}
+	// Each decode's window covers about as many workload indices as the
+	// scheduler's, so the windows overlap (docs/emulators.md).
+	share := max(1, (*conc+len(fleet)-1)/len(fleet))
+	for k, d := range fleet {
+		d.json = filepath.Join(dir, fmt.Sprintf("decode%d.json", k))
+		d.rooms = filepath.Join(dir, fmt.Sprintf("decode%d-rooms.json", k))
+		// 0.5.18 hears of a prefill-side abort only through its own waiting
+		// timeout (it never reads KV_STATUS), so the demo keeps that short.
+		waiting := "20s"
+		if !d.rel.ReadsPull() {
+			waiting = "3s"
+		}
+		dargs := append([]string{"-bootstrap", boot, "-sglang", d.rel.String(), "-shard", fmt.Sprintf("%d/%d", k, len(fleet)),
+			"-concurrency", strconv.Itoa(share), "-json", d.json, "-rooms-out", d.rooms, "-waiting-timeout", waiting,
+			"-release-timeout", releaseTimeout.String(),
+			// The rank registers only once the scheduler registered its memory:
+			// retry the topology query often so startup does not skew latencies.
+			"-topology-retry", "20ms", "-topology-attempts", "1000"}, workloadArgs...)
+		d.cmd = exec.CommandContext(ctx, filepath.Join(bin, "kvxfer-decode"), dargs...)
+		cmds = append(cmds, d.cmd)
+		labels = append(labels, "decode "+d.rel.String())
 	}
-	decodeArgs := append([]string{"-bootstrap", boot, "-json", decodeJSON, "-waiting-timeout", waiting, "-decode-protocol", *proto,
-		// The rank registers only once the scheduler registered its memory:
-		// retry the topology query often so startup does not skew latencies.
-		"-topology-retry", "20ms", "-topology-attempts", "1000"}, common...)
-	decodeCmd := exec.CommandContext(ctx, filepath.Join(bin, "kvxfer-decode"), decodeArgs...)
+	width := 0
+	for _, l := range labels {
+		width = max(width, len(l))
+	}
 	start := time.Now()
 	var wg sync.WaitGroup
-	errs := make([]error, 2)
-	for i, c := range []*exec.Cmd{schedCmd, decodeCmd} {
-		name := []string{"sched ", "decode"}[i]
+	errs := make([]error, len(cmds))
+	for i, c := range cmds {
+		name := fmt.Sprintf("[%-*s] ", width, labels[i])
 		out, err := c.StdoutPipe()
 		if err != nil {
 			return err
 		}
 		c.Stderr = c.Stdout
 		if err := c.Start(); err != nil {
-			return fmt.Errorf("starting %s: %w", name, err)
+			return fmt.Errorf("starting %s: %w", labels[i], err)
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			prefix(out, "["+name+"] ")
+			prefix(out, name)
 			errs[i] = c.Wait()
 		}()
 	}
 	wg.Wait()
 	wall := time.Since(start)
+	for i, d := range fleet {
+		d.err = errs[i+1]
+	}
 
 	// Stop kvxferd as an operator would: SIGTERM, then it fails what is left
 	// (nothing, if the run was clean) and drains.
@@ -139,19 +206,35 @@ func processesMain(args []string) error {
 
 	var s sched.Summary
 	readJSON(schedJSON, &s)
-	var d decode.Summary
-	readJSON(decodeJSON, &d)
+	var prefillRooms map[string]string
+	readJSON(schedRooms, &prefillRooms)
+	decodeRooms := 0
+	for _, d := range fleet {
+		readJSON(d.json, &d.sum)
+		readJSON(d.rooms, &d.outcomes)
+		decodeRooms += d.sum.Rooms
+		d.join(prefillRooms)
+	}
 	fmt.Printf("\n== summary (%.1f s wall) ==\n", wall.Seconds())
-	fmt.Printf("prefill side: %d rooms, pinned %d, %.0f rooms/s, time-to-terminal p50 %.2f ms p99 %.2f ms\n",
+	fmt.Printf("prefill side: %d rooms, pinned %d, %.0f rooms/s, time-to-terminal p50 %.2f ms p99 %.2f ms\n\n",
 		s.Rooms, s.Pinned, s.RoomsPerS, s.P50Millis, s.P99Millis)
-	fmt.Printf("decode side:  %d rooms, %d bytes verified, wrong bytes %d, aux errors %d, pages held %d, unexpected outcomes %d\n",
-		d.Rooms, d.BytesVerified, d.WrongBytes, d.AuxErrors, d.PagesHeld+d.AuxHeld, d.Unexpected)
+	printFleet(os.Stdout, fleet)
+
 	var failed []string
 	if errs[0] != nil {
 		failed = append(failed, "scheduler emulator: "+errs[0].Error())
 	}
-	if errs[1] != nil {
-		failed = append(failed, "decode emulator: "+errs[1].Error())
+	for _, d := range fleet {
+		if d.err != nil {
+			failed = append(failed, fmt.Sprintf("decode emulator %s: %v", d.rel, d.err))
+		}
+		if d.sum.WrongBytes > 0 || d.sum.AuxErrors > 0 || d.sum.PagesHeld+d.sum.AuxHeld > 0 {
+			failed = append(failed, fmt.Sprintf("decode %s: %d wrong bytes, %d aux errors, %d pages held",
+				d.rel, d.sum.WrongBytes, d.sum.AuxErrors, d.sum.PagesHeld+d.sum.AuxHeld))
+		}
+		if d.disagree > 0 {
+			failed = append(failed, fmt.Sprintf("decode %s: %d rooms completed on decode that the scheduler was told failed", d.rel, d.disagree))
+		}
 	}
 	if daemonErr != nil {
 		failed = append(failed, "kvxferd: "+daemonErr.Error()+" (log: "+logFile.Name()+")")
@@ -159,17 +242,65 @@ func processesMain(args []string) error {
 	if s.Pinned > 0 || s.Rooms != *rooms {
 		failed = append(failed, fmt.Sprintf("%d rooms pinned, %d of %d reported", s.Pinned, s.Rooms, *rooms))
 	}
-	if d.WrongBytes > 0 || d.AuxErrors > 0 || d.PagesHeld > 0 || d.Rooms != *rooms {
-		failed = append(failed, fmt.Sprintf("decode: %d wrong bytes, %d aux errors, %d pages held, %d of %d rooms", d.WrongBytes, d.AuxErrors, d.PagesHeld, d.Rooms, *rooms))
+	if decodeRooms != *rooms {
+		failed = append(failed, fmt.Sprintf("decode: %d of %d rooms reported", decodeRooms, *rooms))
 	}
 	if len(failed) > 0 {
 		*keep = true
 		return fmt.Errorf("demo failed:\n  %s\n  run directory kept: %s", joinLines(failed), dir)
 	}
-	fmt.Println("OK: no room pinned, every byte decode received was verified, every process exited cleanly")
+	fmt.Println("OK: no room pinned, every byte decode received was verified, no page held, both sides agree, every process exited cleanly")
 	return nil
 }
 
+// join compares the decode's per-room outcomes with the scheduler's.
+func (d *decodeProc) join(prefill map[string]string) {
+	for id, o := range d.outcomes {
+		p, ok := prefill[id]
+		switch {
+		case !ok:
+			d.missingRooms++
+		case o == "success" && !strings.HasPrefix(p, "Success"):
+			d.disagree++
+		case o != "success" && strings.HasPrefix(p, "Success"):
+			d.prefillOnly++
+		}
+	}
+}
+
+// printFleet writes one row per decode process in three tables: outcomes and
+// completion signals; page releases and ABORT_ACK handling; byte checks and
+// the join with the scheduler's outcomes.
+func printFleet(w io.Writer, fleet []*decodeProc) {
+	table := func(header string, row func(d *decodeProc) []any) {
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, header+"\t")
+		for _, d := range fleet {
+			r := row(d)
+			fmt.Fprintf(tw, strings.Repeat("%v\t", len(r))+"\n", r...)
+		}
+		tw.Flush()
+		fmt.Fprintln(w)
+	}
+	table("SGLang\trooms\tsuccess\tfailed_kv_status\taborted\twaiting_timeout\tother\tdone_by_notifs\tdone_by_kv_status\tunexpected", func(d *decodeProc) []any {
+		o := d.sum.Outcomes
+		other := d.sum.Rooms - o["success"] - o["failed_kv_status"] - o["aborted"] - o["waiting_timeout"]
+		return []any{d.rel, d.sum.Rooms, o["success"], o["failed_kv_status"], o["aborted"], o["waiting_timeout"], other,
+			d.sum.CompletedBy[decode.CompletedByNotifs], d.sum.CompletedBy[decode.CompletedByStatus], d.sum.Unexpected}
+	})
+	table("SGLang\tpages_freed_by_ack\tpages_freed_by_timeout\tabort_generations\tacks_counted\tacks_ignored(no_gen/stale/unarmed)\tqueued_unread\tunsafe_frees", func(d *decodeProc) []any {
+		s := &d.sum
+		return []any{d.rel, s.PagesByAck, s.PagesByTimeout, s.Generations, s.AcksCounted,
+			fmt.Sprintf("%d/%d/%d", s.AcksNoGen, s.AcksStale, s.AcksUnarmed), s.Queued, s.UnsafeReleases}
+	})
+	table("SGLang\tbytes_verified\twrong_bytes\taux_errors\tpages_held\tdisagreements\tprefill_only_success", func(d *decodeProc) []any {
+		s := &d.sum
+		return []any{d.rel, s.BytesVerified, s.WrongBytes, s.AuxErrors, s.PagesHeld + s.AuxHeld, d.disagree, d.prefillOnly}
+	})
+	fmt.Fprintln(w, "disagreements: decode completed a room the scheduler saw fail (fatal); prefill_only_success: the scheduler saw")
+	fmt.Fprintln(w, "Success but decode gave up first (its abort or waiting timeout raced the completion); unsafe_frees: rooms whose")
+	fmt.Fprintln(w, "pages decode freed with no word that writes were done (0.5.18/0.5.20 after an ABORT, release timeouts)")
+}
 func joinLines(ss []string) string {
 	out := ""
 	for i, s := range ss {

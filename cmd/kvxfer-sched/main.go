@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strconv"
 	"text/tabwriter"
 	"time"
 
@@ -32,9 +33,10 @@ func main() {
 	fs.DurationVar(&cfg.Grace, "grace", 60*time.Second, "a room non-terminal this long after open counts as pinned")
 	fs.IntVar(&cfg.PageSize, "page-size", 1, "tokens per page")
 	jsonOut := fs.String("json", "", "write the summary as JSON to this file")
+	roomsOut := fs.String("rooms-out", "", "write every room's outcome as JSON (room id -> \"Status/reason\") to this file")
 	flag.Parse()
 	cfg.Progress = func(done, total int) { fmt.Printf("  sched … %d/%d rooms terminal\n", done, total) }
-	_, sum, err := sched.Run(cfg)
+	results, sum, err := sched.Run(cfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "kvxfer-sched:", err)
 		os.Exit(1)
@@ -43,6 +45,23 @@ func main() {
 	if *jsonOut != "" {
 		b, _ := json.MarshalIndent(sum, "", "  ")
 		if err := os.WriteFile(*jsonOut, b, 0o644); err != nil {
+			fmt.Fprintln(os.Stderr, "kvxfer-sched:", err)
+			os.Exit(1)
+		}
+	}
+	if *roomsOut != "" {
+		m := make(map[string]string, len(results))
+		for _, r := range results {
+			o := r.Status.String()
+			if r.Pinned {
+				o = "pinned"
+			} else if r.Reason.String() != "" {
+				o += "/" + r.Reason.String()
+			}
+			m[strconv.FormatUint(r.Room, 10)] = o
+		}
+		b, _ := json.Marshal(m)
+		if err := os.WriteFile(*roomsOut, b, 0o644); err != nil {
 			fmt.Fprintln(os.Stderr, "kvxfer-sched:", err)
 			os.Exit(1)
 		}

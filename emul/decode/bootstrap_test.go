@@ -62,7 +62,7 @@ func TestTopologyUnknownKeyRejected(t *testing.T) {
 }
 
 func TestStartChecksPageSize(t *testing.T) {
-	p := newPrefill(t, false)
+	p := newPrefill(t, prefillOpts{})
 	cfg := DefaultConfig()
 	cfg.Bootstrap, cfg.Shape, cfg.PageSize = p.http.URL, testShape(), 64
 	e, err := New(cfg)

@@ -2,6 +2,7 @@ package decode
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -49,16 +50,17 @@ type Config struct {
 	HeartbeatMaxFailure int
 	HeartbeatTimeout    time.Duration
 
-	// AckMode: decode runs the later variant's listener (spec §9.2). It reads
-	// KV_STATUS / ABORT_ACK and keeps an aborted room's pages until every target
-	// prefill rank acknowledged or ReleaseTimeout passed. Off: baseline decode,
-	// which frees at once and never reads its PULL socket (anything arriving
-	// there is counted as unsolicited).
-	AckMode        bool
+	// Release is the SGLang release decode plays (frames, completion rule,
+	// what it reads on its PULL socket, deferred page release, ABORT
+	// generations). ReleaseTimeout is
+	// SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE_TIMEOUT: how long
+	// 0.5.21+ hold a room's pages without every ABORT_ACK.
+	Release        Release
 	ReleaseTimeout time.Duration
-	// LaterFrames sends the later variant's frames: 23-field registration and
-	// 10-frame transfer info with is_dummy.
-	LaterFrames bool
+
+	// Shard and Shards split the workload between decode processes: Run plays
+	// the rooms i < Rooms with i % Shards == Shard (Shards 0 or 1: all).
+	Shard, Shards int
 
 	// TopologyAttempts / TopologyRetry: GET /route topology retries while 503
 	// (upstream 15 × ≥1 s). 0 attempts: retry until the context ends.
@@ -87,7 +89,7 @@ func DefaultConfig() Config {
 		Host: "127.0.0.1", TPSize: 1, PPSize: 1, Shape: sh,
 		Workload: workload.Default(1), Rooms: 1000, Concurrency: 32,
 		WaitingTimeout: 300 * time.Second, HeartbeatInterval: 5 * time.Second, HeartbeatMaxFailure: 2,
-		HeartbeatTimeout: 3 * time.Second, ReleaseTimeout: 30 * time.Second,
+		HeartbeatTimeout: 3 * time.Second, Release: Release0523, ReleaseTimeout: 30 * time.Second,
 		TopologyAttempts: 15, TopologyRetry: time.Second, Name: "kvxfer-decode",
 	}
 }
@@ -104,6 +106,10 @@ func (c *Config) validate() error {
 		return errors.New("decode: state needs Shape.StateSlots > 0")
 	case c.Shape.Slots < c.Workload.MaxPages:
 		return errors.New("decode: fewer KV pages than one room needs")
+	case c.Release == 0 || c.Release >= numReleases:
+		return errors.New("decode: no SGLang release")
+	case c.Shards > 1 && (c.Shard < 0 || c.Shard >= c.Shards), c.Shards < 0:
+		return fmt.Errorf("decode: shard %d of %d", c.Shard, c.Shards)
 	}
 	if c.HeartbeatMaxFailure < 1 {
 		c.HeartbeatMaxFailure = 1

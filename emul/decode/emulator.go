@@ -37,6 +37,7 @@ type Emulator struct {
 	targets  map[int][]Target // dp group -> resolved targets; dropped on heartbeat loss
 	hbFails  int
 	hbTimer  clock.Timer
+	gen      uint64 // _deferred_abort_generation: the last generation handed out (0.5.22+)
 	closed   bool
 	quit     chan struct{}
 	pollDone chan struct{}
@@ -49,12 +50,24 @@ type counters struct {
 	registrations   atomic.Int64
 	heartbeatLosses atomic.Int64
 	lateNotices     atomic.Int64 // KV_STATUS / ABORT_ACK for a room no longer tracked
-	unsolicited     atomic.Int64 // anything on the PULL socket in baseline mode
 	badOutbound     atomic.Int64 // undecodable prefill->decode messages
-	successStatus   atomic.Int64 // KV_STATUS with a non-failure status (ignored)
+	otherStatus     atomic.Int64 // KV_STATUS with a status other than 0 or 4 (ignored)
 	badNotifs       atomic.Int64 // NIXL notifications decode could not parse
 	dummyNotifs     atomic.Int64 // NIXL notifications that reached the dummy rank (must be 0)
+	unreadNotifs    atomic.Int64 // 0.5.23: notifications it never reads (must be 0)
 	pushErrors      atomic.Int64
+	foreignRanks    atomic.Int64 // KV_STATUS / ABORT_ACK from a prefill_rank the room did not target
+	generations     atomic.Int64 // armed ABORTs sent with a generation (0.5.22+)
+	unsafeReleases  atomic.Int64 // rooms freed with writes possibly in flight (see freeList)
+
+	acksCounted atomic.Int64 // ABORT_ACKs that counted toward a release
+	acksNoGen   atomic.Int64 // 0.5.22+: generation-less ACKs, ignored
+	acksStale   atomic.Int64 // 0.5.22+: ACKs with another generation, ignored
+	acksUnarmed atomic.Int64 // ACKs for a room that holds nothing (0.5.20 never arms), ignored
+
+	// Messages on the PULL sockets by kind ("KV_STATUS 0", "ABORT_ACK 4
+	// frames", …), under Emulator.mu. 0.5.18 reads none of them.
+	pull, dummyPull map[string]int64
 }
 
 // New creates the decode ranks (agents, memory, PULL sockets). It does not
@@ -65,6 +78,7 @@ func New(cfg Config) (*Emulator, error) {
 	}
 	e := &Emulator{cfg: cfg, clk: cfg.Clock, log: cfg.Logger, rooms: map[uint64]*roomState{},
 		checker: sglang.NewChecker(), targets: map[int][]Target{}, quit: make(chan struct{}), pollDone: make(chan struct{})}
+	e.c.pull, e.c.dummyPull = map[string]int64{}, map[string]int64{}
 	if e.clk == nil {
 		e.clk = clock.Real{}
 	}
@@ -254,11 +268,46 @@ func (e *Emulator) send(r *rank, t Target, frames [][]byte) {
 	}
 }
 
-// onPrimaryMsg is the primary rank's PULL listener (later variant's decode
-// listener thread). It runs on the socket goroutine and only records.
+// pullKind names a prefill->decode message for the PULL counters.
+func pullKind(frames [][]byte) string {
+	if len(frames) == 0 {
+		return "empty"
+	}
+	switch tag := string(frames[0]); tag {
+	case transport.TagKVStatus:
+		if len(frames) > 2 {
+			return "KV_STATUS " + string(frames[2])
+		}
+		return "KV_STATUS ?"
+	case transport.TagAbortAck:
+		return fmt.Sprintf("ABORT_ACK %d frames", len(frames))
+	default:
+		if len(tag) > 24 || !printable(tag) {
+			return "other"
+		}
+		return tag
+	}
+}
+
+func printable(s string) bool {
+	for _, c := range []byte(s) {
+		if c < 0x20 || c > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+// onPrimaryMsg is the primary rank's PULL socket. 0.5.18 runs no listener
+// there: messages only queue, so they are counted and nothing else. 0.5.20+
+// run _start_decode_listener_thread: KV_STATUS and ABORT_ACK are applied to
+// the room. It runs on the socket goroutine and only records.
 func (e *Emulator) onPrimaryMsg(frames [][]byte) {
-	if !e.cfg.AckMode {
-		e.c.unsolicited.Add(1)
+	rel := e.cfg.Release
+	e.mu.Lock()
+	e.c.pull[pullKind(frames)]++
+	e.mu.Unlock()
+	if !rel.ReadsPull() {
 		return
 	}
 	m, err := transport.DecodeOutbound(frames)
@@ -266,41 +315,69 @@ func (e *Emulator) onPrimaryMsg(frames [][]byte) {
 		e.c.badOutbound.Add(1)
 		return
 	}
-	var room uint64
-	var prank int
-	reason, failure := "", false
-	switch m := m.(type) {
-	case *transport.KVStatus:
-		if m.Status != transport.KVPollFailed {
-			e.c.successStatus.Add(1)
-			return
-		}
-		room, prank, reason, failure = m.Room, m.PrefillRank, m.Reason, true
-	case *transport.AbortAck:
-		room, prank = m.Room, m.PrefillRank
-	default:
-		e.c.unsolicited.Add(1)
-		return
-	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	rs, ok := e.rooms[room]
-	if !ok {
-		e.c.lateNotices.Add(1)
-		return
+	switch m := m.(type) {
+	case *transport.KVStatus:
+		rs, ok := e.rooms[m.Room]
+		if !ok || !rs.infoSent {
+			e.c.lateNotices.Add(1) // request_status has no such room: dropped
+			return
+		}
+		if !rs.ranks[m.PrefillRank] {
+			e.c.foreignRanks.Add(1)
+		}
+		switch m.Status {
+		case transport.KVPollFailed:
+			if !rs.complete && !rs.failed {
+				rs.failed, rs.failReason = true, m.Reason
+				if rs.failReason == "" {
+					rs.failReason = "Failed to get kvcache from prefill instance, it might be dead"
+				}
+			}
+		case transport.KVPollSuccess:
+			// apply_prefill_status: success once N distinct prefill_rank values said so.
+			rs.okRanks[m.PrefillRank] = true
+			if !rs.complete && !rs.failed && len(rs.okRanks) >= max(e.mapping.RequiredPrefillResponses, 1) {
+				rs.complete, rs.completedBy = true, CompletedByStatus
+			}
+		default:
+			e.c.otherStatus.Add(1)
+			return
+		}
+		rs.poke()
+	case *transport.AbortAck:
+		if rel.Generations() && !m.HasGen {
+			e.c.acksNoGen.Add(1) // "generation-less ABORT_ACK ignored" (warned once upstream)
+			return
+		}
+		rs, ok := e.rooms[m.Room]
+		if !ok {
+			e.c.lateNotices.Add(1) // released already: _do_release dropped the state
+			return
+		}
+		if !rs.ranks[m.PrefillRank] {
+			e.c.foreignRanks.Add(1)
+		}
+		if !rs.armed {
+			e.c.acksUnarmed.Add(1)
+			return
+		}
+		if rel.Generations() && m.Generation != rs.gen {
+			e.c.acksStale.Add(1)
+			return
+		}
+		e.c.acksCounted.Add(1)
+		rs.acks[m.PrefillRank] = true
+		rs.poke()
 	}
-	rs.drained[prank] = true
-	if failure && !rs.failed {
-		rs.failed, rs.failReason = true, reason
-	}
-	rs.poke()
 }
 
 // onDummyMsg: the dummy rank holds no pages for anyone; it only counts.
 func (e *Emulator) onDummyMsg(frames [][]byte) {
-	if !e.cfg.AckMode {
-		e.c.unsolicited.Add(1)
-	}
+	e.mu.Lock()
+	e.c.dummyPull[pullKind(frames)]++
+	e.mu.Unlock()
 }
 
 // pollNotifs is decode's poll(): decode has no NIXL progress thread, it drains
@@ -332,6 +409,11 @@ func (e *Emulator) pollNotifs() {
 			continue
 		}
 		idle = 20 * time.Microsecond
+		if !e.cfg.Release.Notifs() {
+			// 0.5.23 never calls get_new_notifs: these would pile up in its agent.
+			e.c.unreadNotifs.Add(int64(len(ns)))
+			continue
+		}
 		e.mu.Lock()
 		for _, n := range ns {
 			nn, err := sglang.ParseNotif(n.Msg)
@@ -344,8 +426,8 @@ func (e *Emulator) pollNotifs() {
 				continue // a write that landed after the room ended; nothing to track
 			}
 			e.checker.Status(nn.Room).Apply(nn)
-			if !rs.complete && rs.infoSent && e.checker.Done(nn.Room) {
-				rs.complete = true
+			if !rs.complete && !rs.failed && rs.infoSent && e.checker.Done(nn.Room) {
+				rs.complete, rs.completedBy = true, CompletedByNotifs
 				rs.poke()
 			}
 		}

@@ -88,3 +88,11 @@ func DPRank(si *ServerInfo, room uint64) (int, error) {
 	}
 	return int(room % uint64(si.DPSize)), nil
 }
+
+// UniqueRank is SGLang's _prefill_unique_rank() of this target, the
+// prefill_rank its KV_STATUS and ABORT_ACK carry:
+// attn_tp_rank·(pp_size·cp_size) + pp_rank·cp_size + cp_rank.
+func (t Target) UniqueRank(ppSize, cpSize int) int {
+	pp, cp := max(ppSize, 1), max(cpSize, 1)
+	return t.TP*(pp*cp) + t.PP*cp + t.CP
+}

@@ -9,6 +9,14 @@ import (
 // token-to-KV pool allocator and metadata-buffer allocator. A room that cannot
 // get what it needs waits for a release: pages are the resource a pinned room
 // leaks, so running out must slow the workload, not fail it.
+//
+// put makes entries the next to be handed out (last in, first out): a page
+// freed on kvxfer's word that nothing is in flight is reused at once, so a
+// write that still lands shows up in the next room. putBack queues entries
+// behind every free one, as SGLang's FIFO allocator does: for pages freed
+// with writes possibly in flight (0.5.18 and 0.5.20 free at once after an
+// ABORT; a release timeout), where a late write is the protocol's hazard and
+// not kvxfer's.
 type freeList struct {
 	mu    sync.Mutex
 	free  []int32
@@ -54,6 +62,17 @@ func (f *freeList) put(xs []int32) {
 	}
 	f.mu.Lock()
 	f.free = append(f.free, xs...)
+	close(f.freed)
+	f.freed = make(chan struct{})
+	f.mu.Unlock()
+}
+
+func (f *freeList) putBack(xs []int32) {
+	if len(xs) == 0 {
+		return
+	}
+	f.mu.Lock()
+	f.free = append(append(make([]int32, 0, len(f.free)+len(xs)), xs...), f.free...)
 	close(f.freed)
 	f.freed = make(chan struct{})
 	f.mu.Unlock()

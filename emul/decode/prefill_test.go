@@ -33,9 +33,26 @@ func testShape() kvmem.Shape {
 
 var prefillSeq atomic.Int64
 
+// prefillOpts say how the test prefill serves decode. The zero value is
+// kvxferd in auto mode: each decode's dialect from its registration (23
+// frames: legacy, default 0.5.20), raised to 0.5.22 by an ABORT with a
+// generation; notices written as daemon.Notify writes them.
+type prefillOpts struct {
+	legacy transport.Dialect // what a 23-frame registration is taken for
+	// An older or broken prefill: ABORT_ACKs without the generation
+	// (stripGen), no KV_STATUS "4" even for 0.5.23 (noSuccessStatus), or no
+	// notifications and KV_STATUS "4" to every decode that reads it
+	// (statusOnly).
+	stripGen, noSuccessStatus, statusOnly bool
+	// notifsToAll: notifications for every decode, 0.5.23 included (a
+	// prefill that took a 0.5.23 decode for an older one).
+	notifsToAll bool
+}
+
 // prefill is a minimal prefill rank built from kvxfer's own pieces: the
 // bootstrap server, a ZMQ ingest feeding an actors.Engine with the NIXL
-// transfer pool, and (in ack mode) PUSH links back to decode for the engine's
+// transfer pool (completion notifications held back until the room
+// succeeds, as kvxferd does), and PUSH links back to decode for the engine's
 // notices. The test plays the prefill scheduler with serve.
 type prefill struct {
 	t      *testing.T
@@ -50,22 +67,30 @@ type prefill struct {
 	sendState  bool // the scheduler sends a state slot with the last chunk
 	regs       atomic.Int64
 	infos      atomic.Int64
-	ack        bool
+	regFrames  atomic.Int64 // frames after GUARD of the last registration
+	o          prefillOpts
+	rank       int // _prefill_unique_rank (pp 1, cp 1: the TP rank)
 
 	mu     sync.Mutex
 	aborts map[uint64]int
+	gens   map[uint64]uint64                   // last ABORT generation per room
+	peers  map[room.Endpoint]transport.Dialect // decode PULL endpoint -> dialect
 	links  map[string]*transport.PushLink
 	free   []int32 // prefill pages
 	auxes  []int
 }
 
-func newPrefill(t *testing.T, ack bool) *prefill { return newPrefillRank(t, ack, 1, 0, nil) }
+func newPrefill(t *testing.T, o prefillOpts) *prefill { return newPrefillRank(t, o, 1, 0, nil) }
 
 // newPrefillRank is TP rank tpRank of a prefill instance of TP size tpSize.
 // Rank 0 hosts the bootstrap server; other ranks register into first's.
-func newPrefillRank(t *testing.T, ack bool, tpSize, tpRank int, first *prefill) *prefill {
+func newPrefillRank(t *testing.T, o prefillOpts, tpSize, tpRank int, first *prefill) *prefill {
 	t.Helper()
-	p := &prefill{t: t, ack: ack, aborts: map[uint64]int{}, links: map[string]*transport.PushLink{}}
+	if o.legacy == transport.DialectUnknown {
+		o.legacy = transport.Dialect0520
+	}
+	p := &prefill{t: t, o: o, rank: tpRank, aborts: map[uint64]int{}, gens: map[uint64]uint64{},
+		peers: map[room.Endpoint]transport.Dialect{}, links: map[string]*transport.PushLink{}}
 	node, err := kvmem.New(fmt.Sprintf("emul-prefill-%d", prefillSeq.Add(1)), testShape(), sglang.SenderID(0, tpSize, tpRank), loopback.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -81,10 +106,8 @@ func newPrefillRank(t *testing.T, ack bool, tpSize, tpRank int, first *prefill) 
 	if p.pool, err = xfer.New(xfer.Config{Agent: node.Agent, Local: &node.Geo}); err != nil {
 		t.Fatal(err)
 	}
-	cfg := actors.Config{Transfers: p.pool, Clock: clock.Real{}, Room: room.DefaultConfig()}
-	if ack {
-		cfg.Notifier = p
-	}
+	cfg := actors.Config{Transfers: p.pool, Clock: clock.Real{}, Room: room.DefaultConfig(), Notifier: p}
+	cfg.Room.HoldCompletion = true
 	if p.eng, err = actors.New(cfg); err != nil {
 		t.Fatal(err)
 	}
@@ -92,16 +115,30 @@ func newPrefillRank(t *testing.T, ack bool, tpSize, tpRank int, first *prefill) 
 		OnRegistration: p.register,
 		OnTransferInfo: func(ti *transport.TransferInfo) {
 			p.infos.Add(1)
+			if !ti.HasIsDummy {
+				t.Errorf("prefill: transfer info without is_dummy (every release sends 10 frames)")
+			}
 			p.eng.TransferInfo(ti.Room, room.TransferInfo{Agent: ti.AgentName,
 				From:     room.Endpoint{IP: ti.DecodeIP, Port: ti.DecodePort},
 				DstPages: ti.DstKVIndices, DstAux: ti.DstAuxIndex, Required: ti.RequiredDstInfoNum,
 				DstState: ti.DstStateIndices, PrefixLen: ti.DecodePrefixLen, Dummy: ti.IsDummy()})
 		},
 		OnAbort: func(a *transport.Abort) {
+			from := room.Endpoint{IP: a.DecodeIP, Port: a.DecodePort}
 			p.mu.Lock()
 			p.aborts[a.Room]++
+			if a.HasGen {
+				p.gens[a.Room] = a.Generation
+				if d, ok := p.peers[from]; ok && d < transport.Dialect0522 {
+					p.peers[from] = transport.Dialect0522
+				}
+			}
 			p.mu.Unlock()
-			p.eng.DecodeAbort(a.Room, room.Endpoint{IP: a.DecodeIP, Port: a.DecodePort})
+			if a.HasGen {
+				p.eng.DecodeAbortGen(a.Room, from, a.Generation)
+				return
+			}
+			p.eng.DecodeAbort(a.Room, from)
 		},
 		OnBadFrame: func(err error) { t.Errorf("prefill: bad frame: %v", err) },
 	}
@@ -150,13 +187,22 @@ func newPrefillRank(t *testing.T, ack bool, tpSize, tpRank int, first *prefill) 
 // hand the peer geometry to the transfer pool.
 func (p *prefill) register(reg *transport.Registration) {
 	p.regs.Add(1)
+	p.regFrames.Store(int64(reg.Frames))
+	dl, err := transport.DialectOf(reg, p.o.legacy)
+	if err != nil {
+		p.t.Errorf("prefill: %v", err)
+		return
+	}
+	p.mu.Lock()
+	p.peers[room.Endpoint{IP: reg.DecodeIP, Port: reg.DecodePort}] = dl
+	p.mu.Unlock()
 	if _, err := p.node.Agent.LoadPeer(reg.AgentMetadata); err != nil {
 		p.t.Errorf("prefill: LoadPeer: %v", err)
 		return
 	}
 	g := sglang.PeerGeometry{Agent: reg.AgentName, KVPtrs: reg.KVDataPtrs, KVItemLens: reg.KVItemLens,
 		DstKVItemLen: uint64(reg.DstKVItemLen), GPU: uint64(reg.GPUID), AuxPtrs: reg.AuxDataPtrs,
-		StatePtrs: reg.StateDataPtrs, TPSize: reg.DecodeTPSize}
+		StatePtrs: reg.StateDataPtrs, TPSize: reg.DecodeTPSize, NoNotifs: (!dl.Notifs() && !p.o.notifsToAll) || p.o.statusOnly}
 	if reg.HasDstNumSlots {
 		g.DstNumSlots = reg.DstNumSlots
 	}
@@ -172,9 +218,50 @@ func (p *prefill) register(reg *transport.Registration) {
 	}
 }
 
-// Notify sends the engine's notices to decode's PULL socket (ack mode).
+// dialectOf is the dialect notices to a decode endpoint are written in.
+func (p *prefill) dialectOf(to room.Endpoint) transport.Dialect {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if d, ok := p.peers[to]; ok {
+		return d
+	}
+	return p.o.legacy
+}
+
+// Notify writes the engine's notices as daemon.Notify does (modulo prefillOpts).
 func (p *prefill) Notify(id uint64, n room.Notice) {
-	ep := transport.TCPEndpoint(n.To.IP, n.To.Port)
+	dl := p.dialectOf(n.To)
+	var m transport.Outbound
+	switch n.Kind {
+	case room.Completion:
+		if len(n.Signal) > 0 && (dl.Notifs() || p.o.notifsToAll) && !p.o.statusOnly {
+			if err := p.pool.Signal(n.Agent, n.Signal); err != nil {
+				p.t.Errorf("prefill: signal: %v", err)
+			}
+		}
+		if n.To.Port <= 0 || p.o.noSuccessStatus || !dl.CompletesOnStatus() && !(p.o.statusOnly && dl.ReadsStatus()) {
+			return
+		}
+		m = &transport.KVStatus{Room: id, Status: transport.KVPollSuccess, PrefillRank: p.rank}
+	case room.FailureStatus:
+		if n.To.Port <= 0 || !dl.ReadsStatus() {
+			return
+		}
+		m = &transport.KVStatus{Room: id, Status: transport.KVPollFailed, PrefillRank: p.rank, Reason: n.Reason.String()}
+	case room.AbortAck:
+		if n.To.Port <= 0 || !n.HasGen && !dl.AcksWithoutGen() && !p.o.stripGen {
+			return
+		}
+		m = &transport.AbortAck{Room: id, PrefillRank: p.rank, Generation: n.Gen, HasGen: n.HasGen && !p.o.stripGen}
+	default:
+		return
+	}
+	p.sendTo(n.To, m.Encode())
+}
+
+// sendTo pushes frames to a decode PULL endpoint.
+func (p *prefill) sendTo(to room.Endpoint, frames [][]byte) {
+	ep := transport.TCPEndpoint(to.IP, to.Port)
 	p.mu.Lock()
 	l, ok := p.links[ep]
 	if !ok {
@@ -187,11 +274,14 @@ func (p *prefill) Notify(id uint64, n room.Notice) {
 		p.links[ep] = l
 	}
 	p.mu.Unlock()
-	var m transport.Outbound = &transport.AbortAck{Room: id, PrefillRank: p.node.Geo.Sender}
-	if n.Kind == room.FailureStatus {
-		m = &transport.KVStatus{Room: id, Status: transport.KVPollFailed, PrefillRank: p.node.Geo.Sender, Reason: n.Reason.String()}
-	}
-	_ = l.Send(m.Encode())
+	_ = l.Send(frames)
+}
+
+func (p *prefill) genOf(id uint64) (uint64, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	g, ok := p.gens[id]
+	return g, ok
 }
 
 func (p *prefill) takePages(n int) ([]int32, int) {

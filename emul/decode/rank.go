@@ -70,12 +70,22 @@ func (r *rank) registration(cfg *Config) (*transport.Registration, error) {
 		}
 		reg.StateItemLens = append(reg.StateItemLens, lens)
 	}
-	if cfg.LaterFrames {
-		reg.HasLayerInfo, reg.DCPSize = true, 1
-		// K and V of layer ℓ are buffers ℓ and L+ℓ: both carry layer id ℓ.
-		layers := len(g.KVPtrs) / 2
-		for i := range g.KVPtrs {
-			reg.KVLayerIDs = append(reg.KVLayerIDs, uint32(i%max(layers, 1)))
+	// Every release sends msg[19..22]; K and V of layer ℓ are buffers ℓ and
+	// L+ℓ: both carry layer id ℓ.
+	reg.HasLayerInfo, reg.DCPSize = true, 1
+	layers := len(g.KVPtrs) / 2
+	for i := range g.KVPtrs {
+		reg.KVLayerIDs = append(reg.KVLayerIDs, uint32(i%max(layers, 1)))
+	}
+	if cfg.Release >= Release0523 {
+		// msg[23] state_data_lens: the byte length of every state buffer.
+		reg.HasStateDataLens = true
+		for _, s := range r.node.Geo.State {
+			lens := make([]uint64, len(s.ItemLens))
+			for i, l := range s.ItemLens {
+				lens[i] = l * uint64(s.NumSlots)
+			}
+			reg.StateDataLens = append(reg.StateDataLens, lens)
 		}
 	}
 	return reg, nil

@@ -16,15 +16,10 @@ const (
 	// OutcomeSuccess: the completion rule held, the aux gate passed, and every
 	// byte was checked (Result.WrongBytes says how many were wrong).
 	OutcomeSuccess Outcome = iota
-	// OutcomeFailedStatus: a failure KV_STATUS arrived (ack mode); Result.Reason
+	// OutcomeFailedStatus: a failure KV_STATUS arrived (0.5.20+); Result.Reason
 	// is its reason string.
 	OutcomeFailedStatus
-	// OutcomeAbortedAcked: decode aborted and every target rank acknowledged
-	// (ABORT_ACK or a failure KV_STATUS) before the release timeout.
-	OutcomeAbortedAcked
-	// OutcomeAbortedReleaseTimeout: decode aborted and gave up waiting for acks.
-	OutcomeAbortedReleaseTimeout
-	// OutcomeAborted: decode aborted in baseline mode (no acks expected; freed at once).
+	// OutcomeAborted: decode aborted (a planned decode abort or Emulator.Abort).
 	OutcomeAborted
 	// OutcomeWaitingTimeout: no completion within the waiting timeout; ABORT sent.
 	OutcomeWaitingTimeout
@@ -36,8 +31,8 @@ const (
 	numOutcomes
 )
 
-var outcomeNames = [numOutcomes]string{"success", "failed_kv_status", "aborted_acked", "aborted_release_timeout",
-	"aborted", "waiting_timeout", "lost_connection", "error"}
+var outcomeNames = [numOutcomes]string{"success", "failed_kv_status", "aborted", "waiting_timeout",
+	"lost_connection", "error"}
 
 func (o Outcome) String() string {
 	if o < numOutcomes {
@@ -46,19 +41,57 @@ func (o Outcome) String() string {
 	return "unknown"
 }
 
+// ReleaseKind is how a room's pages went back to the free lists.
+type ReleaseKind uint8
+
+const (
+	// ReleaseNone: the room never held pages (aborted before its transfer
+	// info, or it could not run).
+	ReleaseNone ReleaseKind = iota
+	// ReleaseAtOnce: freed when the room ended (success; 0.5.18 / 0.5.20 on
+	// any failure; lost connection).
+	ReleaseAtOnce
+	// ReleaseByAck: 0.5.21+ held the pages after an armed abort or a failure
+	// until ABORT_ACKs from every target prefill rank arrived.
+	ReleaseByAck
+	// ReleaseByTimeout: as ReleaseByAck, but the release timeout (or the end
+	// of the run) came first.
+	ReleaseByTimeout
+	numReleaseKinds
+)
+
+var releaseKindNames = [numReleaseKinds]string{"none", "at_once", "by_ack", "by_timeout"}
+
+func (k ReleaseKind) String() string {
+	if k < numReleaseKinds {
+		return releaseKindNames[k]
+	}
+	return "unknown"
+}
+
+// How a successful room completed.
+const (
+	CompletedByNotifs = "notifs"    // SGLang's is_done rule over NIXL notifications
+	CompletedByStatus = "kv_status" // KV_STATUS "4" from N distinct prefill ranks
+)
+
 // Result is one room's decode-side record.
 type Result struct {
 	Plan    workload.Plan
 	Outcome Outcome
 	Reason  string
+	// CompletedBy is CompletedByNotifs or CompletedByStatus (successful rooms).
+	CompletedBy string
 	// Latency is transfer info sent → completion (successful rooms only).
 	Latency       time.Duration
 	BytesVerified int64
 	WrongBytes    int64
 	AuxError      string // aux bytes or the bootstrap_room gate were wrong
-	// ReleaseTimedOut: an abort's acks did not all arrive in time (ack mode),
-	// whatever the outcome.
-	ReleaseTimedOut bool
+	// Release is how the room's pages were freed; Pages how many it held.
+	Release ReleaseKind
+	Pages   int
+	// Generation is the armed ABORT's generation (0.5.22+; 0: none).
+	Generation uint64
 }
 
 // roomState is what the listeners, the poller and the timers record for a
@@ -66,15 +99,25 @@ type Result struct {
 type roomState struct {
 	wake chan struct{}
 
+	ranks          map[int]bool // _prefill_unique_rank of every target (dummy ones included)
 	infoSent       bool
-	complete       bool // decode's is_done rule holds
+	complete       bool   // the release's completion rule holds
+	completedBy    string // CompletedByNotifs or CompletedByStatus
 	lost           bool
 	abortReq       bool
 	waitingExpired bool
 	releaseExpired bool
 	failed         bool
 	failReason     string
-	drained        map[int]bool // prefill ranks that sent ABORT_ACK or a failure KV_STATUS
+	okRanks        map[int]bool // prefill ranks that sent KV_STATUS "4"
+
+	// Deferred release (0.5.21+): abortSent is abort_notified; armed says the
+	// ACK tracker exists, gen is its generation (0.5.22+), acks the prefill
+	// ranks whose ABORT_ACK counted.
+	abortSent bool
+	armed     bool
+	gen       uint64
+	acks      map[int]bool
 }
 
 func (rs *roomState) poke() {
@@ -86,8 +129,11 @@ func (rs *roomState) poke() {
 
 // track registers a room so that listeners can reach it. A room id that is
 // already running is refused (the workload never repeats one).
-func (e *Emulator) track(room uint64) *roomState {
-	rs := &roomState{wake: make(chan struct{}, 1), drained: map[int]bool{}}
+func (e *Emulator) track(room uint64, ts []Target) *roomState {
+	rs := &roomState{wake: make(chan struct{}, 1), ranks: map[int]bool{}, okRanks: map[int]bool{}, acks: map[int]bool{}}
+	for _, t := range ts {
+		rs.ranks[t.UniqueRank(e.info.PPSize, e.info.AttnCPSize)] = true
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if _, dup := e.rooms[room]; dup {
@@ -116,25 +162,16 @@ func (e *Emulator) snapshot(rs *roomState) roomState {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	s := *rs
-	s.drained = nil
+	s.ranks, s.okRanks, s.acks = nil, nil, nil
 	return s
 }
 
-// allDrained: every target acknowledged. Ranks are matched by sender id
-// (pp·tp_size + tp); a prefill that numbers itself differently still counts
-// once as many distinct ranks answered as there are targets.
-func (e *Emulator) allDrained(rs *roomState, ts []Target) bool {
+// allAcked: ABORT_ACKs from as many distinct prefill_rank values as the room
+// has targets (len(bootstrap_infos), dummy pairs included), as upstream counts.
+func (e *Emulator) allAcked(rs *roomState, ts []Target) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if len(rs.drained) >= len(ts) {
-		return true
-	}
-	for _, t := range ts {
-		if !rs.drained[t.SenderID(max(e.info.AttnTPSize, 1))] {
-			return false
-		}
-	}
-	return true
+	return len(rs.acks) >= len(ts)
 }
 
 // RunRoom plays one room on decode and returns when decode is done with it
@@ -149,7 +186,7 @@ func (e *Emulator) RunRoom(ctx context.Context, p workload.Plan) Result {
 	if err != nil {
 		return fail(err)
 	}
-	rs := e.track(p.Room)
+	rs := e.track(p.Room, ts)
 	if rs == nil {
 		res.Outcome, res.Reason = OutcomeError, "room already running"
 		return res
@@ -157,17 +194,14 @@ func (e *Emulator) RunRoom(ctx context.Context, p workload.Plan) Result {
 	defer e.untrack(p.Room)
 
 	if p.Abort == workload.AbortDecodeBeforeInfo {
-		e.sendAbort(p.Room, ts)
+		// No metadata sent yet: the abort is not armed (4 frames, no ACK
+		// awaited), and there are no pages to hold.
+		e.ensureAbort(rs, p.Room, ts, false)
 		res.Outcome = OutcomeAborted
-		if e.cfg.AckMode {
-			res.Outcome = OutcomeAbortedReleaseTimeout
-			if e.awaitRelease(ctx, rs, ts, &res) {
-				res.Outcome = OutcomeAbortedAcked
-			}
-		}
 		return res
 	}
 
+	var ok bool
 	required := e.mapping.RequiredDstInfoNum
 	withDummy := p.Dummy && required == 1 && e.dummy != nil
 	if withDummy {
@@ -176,30 +210,25 @@ func (e *Emulator) RunRoom(ctx context.Context, p workload.Plan) Result {
 			return fail(err)
 		}
 	}
-	pages, ok := e.pages.take(ctx, p.Pages)
-	if !ok {
+	var pages, auxSlot, stateSlot []int32
+	defer func() { e.free(pages, auxSlot, stateSlot, res.releasedUnsafe()) }()
+	if pages, ok = e.pages.take(ctx, p.Pages); !ok {
 		return fail(errNoPages(ctx, "KV pages", p.Pages))
 	}
-	defer e.pages.put(pages)
-	auxSlot, ok := e.aux.take(ctx, 1)
-	if !ok {
+	if auxSlot, ok = e.aux.take(ctx, 1); !ok {
 		return fail(errNoPages(ctx, "aux slots", 1))
 	}
-	defer e.aux.put(auxSlot)
 	var state [][]int32
-	var stateSlot []int32
 	if e.state != nil {
-		st, ok := e.state.take(ctx, 1)
-		if !ok {
+		if stateSlot, ok = e.state.take(ctx, 1); !ok {
 			return fail(errNoPages(ctx, "state slots", 1))
 		}
-		defer e.state.put(st)
-		stateSlot = st
 		for range e.primary.node.Geo.State {
-			state = append(state, st)
+			state = append(state, stateSlot)
 		}
 	}
 	e.poison(pages, int(auxSlot[0]), stateSlot)
+	res.Pages, res.Release = len(pages), ReleaseAtOnce
 
 	e.mu.Lock()
 	e.checker.Expect(p.Room, e.mapping.RequiredPrefillResponses, len(state) > 0)
@@ -207,9 +236,10 @@ func (e *Emulator) RunRoom(ctx context.Context, p workload.Plan) Result {
 	e.mu.Unlock()
 	prefixTokens := p.PrefixPages * max(deref0(e.info.PageSize), 1)
 	for _, t := range ts {
+		// Every release sends 10 frames, is_dummy included.
 		ti := &transport.TransferInfo{Room: p.Room, DecodeIP: e.cfg.Host, DecodePort: e.primary.pull.Port(),
 			AgentName: e.primary.node.Agent.Name(), DstAuxIndex: int(auxSlot[0]), RequiredDstInfoNum: required,
-			HasDecodePrefixLen: true, HasIsDummy: e.cfg.LaterFrames, DummyFlag: t.Dummy}
+			HasDecodePrefixLen: true, HasIsDummy: true, DummyFlag: t.Dummy}
 		if !t.Dummy {
 			ti.DstKVIndices, ti.DstStateIndices, ti.DecodePrefixLen = pages, state, prefixTokens
 		}
@@ -217,7 +247,7 @@ func (e *Emulator) RunRoom(ctx context.Context, p workload.Plan) Result {
 		if withDummy {
 			di := &transport.TransferInfo{Room: p.Room, DecodeIP: e.cfg.Host, DecodePort: e.dummy.pull.Port(),
 				AgentName: e.dummy.node.Agent.Name(), RequiredDstInfoNum: required, HasDecodePrefixLen: true,
-				HasIsDummy: e.cfg.LaterFrames, DummyFlag: true}
+				HasIsDummy: true, DummyFlag: true}
 			e.send(e.dummy, t, di.Encode())
 		}
 	}
@@ -244,23 +274,25 @@ func (e *Emulator) RunRoom(ctx context.Context, p workload.Plan) Result {
 		case s.complete:
 			// Decode's metadata gate: Success stays Transferring while the
 			// aux bootstrap_room is still 0; anything else but the room is
-			// corruption. The notification follows the bytes, so 0 should
-			// not be seen; if it is, look again shortly.
+			// corruption. The completion signal follows the bytes, so 0
+			// should not be seen; if it is, look again shortly.
 			if auxRoom(e.primary.node, int(auxSlot[0])) == 0 && !s.waitingExpired && !s.abortReq && !s.lost {
 				time.AfterFunc(time.Millisecond, rs.poke)
 				continue
 			}
 			res.Latency = time.Since(start)
 			e.verify(p.Room, pages, int(auxSlot[0]), stateSlot, &res)
-			res.Outcome = OutcomeSuccess
+			res.Outcome, res.CompletedBy = OutcomeSuccess, s.completedBy
 			return res
 		case s.lost:
 			res.Outcome, res.Reason = OutcomeLostConnection, "Lost connection with prefill instance"
 			return res
 		case s.failed:
 			res.Outcome, res.Reason = OutcomeFailedStatus, s.failReason
-			if !e.allDrained(rs, ts) {
-				e.sendAbortUndrained(rs, p.Room, ts)
+			// 0.5.21+: any failure calls ensure_abort_notified(force_arm=True)
+			// and defers the release. 0.5.20 frees at once, without an ABORT.
+			if e.cfg.Release.Defers() {
+				e.ensureAbort(rs, p.Room, ts, true)
 				e.awaitRelease(ctx, rs, ts, &res)
 			}
 			return res
@@ -269,17 +301,45 @@ func (e *Emulator) RunRoom(ctx context.Context, p workload.Plan) Result {
 			if s.waitingExpired && !s.abortReq {
 				res.Outcome = OutcomeWaitingTimeout
 			}
-			e.sendAbort(p.Room, ts)
-			if e.cfg.AckMode {
-				acked := e.awaitRelease(ctx, rs, ts, &res)
-				if res.Outcome == OutcomeAborted {
-					res.Outcome = OutcomeAbortedReleaseTimeout
-					if acked {
-						res.Outcome = OutcomeAbortedAcked
-					}
-				}
+			// The metadata went out, so 0.5.21+ arm (and hold); 0.5.18 and
+			// 0.5.20 free at once after the ABORT.
+			e.ensureAbort(rs, p.Room, ts, e.cfg.Release.Defers())
+			if e.cfg.Release.Defers() {
+				e.awaitRelease(ctx, rs, ts, &res)
 			}
 			return res
+		}
+	}
+}
+
+// releasedUnsafe: the room's pages went back while a write for it may still
+// be in flight (freed at once after an ABORT, a release timeout, a lost
+// prefill, or a room that never ended).
+func (r *Result) releasedUnsafe() bool {
+	switch r.Release {
+	case ReleaseByTimeout:
+		return true
+	case ReleaseAtOnce:
+		return r.Outcome != OutcomeSuccess && r.Outcome != OutcomeFailedStatus
+	}
+	return r.Outcome == OutcomeError
+}
+
+// free returns a room's pages, aux slot and state slot to their free lists.
+func (e *Emulator) free(pages, aux, state []int32, unsafe bool) {
+	if unsafe && len(pages)+len(aux) > 0 {
+		e.c.unsafeReleases.Add(1)
+	}
+	for _, x := range []struct {
+		l  *freeList
+		xs []int32
+	}{{e.pages, pages}, {e.aux, aux}, {e.state, state}} {
+		switch {
+		case x.l == nil:
+		case unsafe:
+			x.l.putBack(x.xs)
+		default:
+			x.l.put(x.xs)
 		}
 	}
 }
@@ -308,50 +368,58 @@ func errNoPages(ctx context.Context, what string, n int) error {
 	return pagesErr{what: what, n: n, ctx: ctx.Err()}
 }
 
-// sendAbort is _send_abort_notification: [ABORT, room, ip, port] once to
-// every target rank.
-func (e *Emulator) sendAbort(room uint64, ts []Target) {
+// ensureAbort is ensure_abort_notified / _send_abort_notification: once per
+// room, [ABORT, room, ip, port] to every target rank (dummy ones included).
+// arm creates the ACK tracker first (so that no ACK can beat it); from 0.5.22
+// an armed ABORT takes the next value of the process-wide generation counter
+// (the first is 1) as a 5th frame.
+func (e *Emulator) ensureAbort(rs *roomState, room uint64, ts []Target, arm bool) {
 	a := &transport.Abort{Room: room, DecodeIP: e.cfg.Host, DecodePort: e.primary.pull.Port(), HasEndpoint: true}
+	e.mu.Lock()
+	if rs.abortSent {
+		e.mu.Unlock()
+		return
+	}
+	rs.abortSent = true
+	if arm {
+		rs.armed, rs.acks = true, map[int]bool{}
+		if e.cfg.Release.Generations() {
+			e.gen++
+			rs.gen = e.gen
+			a.Generation, a.HasGen = rs.gen, true
+			e.c.generations.Add(1)
+		}
+	}
+	e.mu.Unlock()
 	for _, t := range ts {
 		e.send(e.primary, t, a.Encode())
 	}
 }
 
-// sendAbortUndrained aborts toward the target ranks that have not reported
-// yet (one rank failed the room; the others may still be writing).
-func (e *Emulator) sendAbortUndrained(rs *roomState, room uint64, ts []Target) {
-	var rest []Target
-	e.mu.Lock()
-	for _, t := range ts {
-		if !rs.drained[t.SenderID(max(e.info.AttnTPSize, 1))] {
-			rest = append(rest, t)
-		}
-	}
-	e.mu.Unlock()
-	e.sendAbort(room, rest)
-}
-
 // awaitRelease holds the room (and so its pages: the caller frees them when
 // RunRoom returns) until every target rank acknowledged, the release timeout
-// passed, the prefill was declared lost, or ctx ended. It reports whether all
-// acked.
-func (e *Emulator) awaitRelease(ctx context.Context, rs *roomState, ts []Target, res *Result) bool {
+// passed, the prefill was declared lost, or ctx ended.
+func (e *Emulator) awaitRelease(ctx context.Context, rs *roomState, ts []Target, res *Result) {
+	e.mu.Lock()
+	res.Generation = rs.gen
+	e.mu.Unlock()
 	t := e.clk.AfterFunc(e.cfg.ReleaseTimeout, func() { e.set(rs, func(s *roomState) { s.releaseExpired = true }) })
 	defer t.Stop()
 	for {
-		if e.allDrained(rs, ts) {
-			return true
+		if e.allAcked(rs, ts) {
+			res.Release = ReleaseByAck
+			return
 		}
 		s := e.snapshot(rs)
 		if s.releaseExpired || s.lost {
-			res.ReleaseTimedOut = true
-			return false
+			res.Release = ReleaseByTimeout
+			return
 		}
 		select {
 		case <-rs.wake:
 		case <-ctx.Done():
-			res.ReleaseTimedOut = true
-			return false
+			res.Release = ReleaseByTimeout
+			return
 		}
 	}
 }

@@ -8,20 +8,34 @@ import (
 	"time"
 )
 
-// Run plays cfg.Rooms rooms of the workload: room i is Workload.Plan(i),
-// started in index order at cfg.Rate rooms/s (0: as fast as cfg.Concurrency
-// allows), at most cfg.Concurrency at once. It returns when every room is done
-// on decode (or ctx ends: the rooms still running then end as errors).
+// Indices returns the workload indices Run plays: 0..Rooms-1, or with
+// Shards > 1 those with i % Shards == Shard.
+func (c *Config) Indices() []int {
+	var out []int
+	for i := range c.Rooms {
+		if c.Shards <= 1 || i%c.Shards == c.Shard {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// Run plays its share of cfg.Rooms rooms of the workload (Config.Indices):
+// room i is Workload.Plan(i), started in index order at cfg.Rate rooms/s (0:
+// as fast as cfg.Concurrency allows), at most cfg.Concurrency at once. It
+// returns when every room is done on decode (or ctx ends: the rooms still
+// running then end as errors).
 func (e *Emulator) Run(ctx context.Context) *Summary {
-	results := make([]Result, e.cfg.Rooms)
+	idx := e.cfg.Indices()
+	results := make([]Result, len(idx))
 	sem := make(chan struct{}, e.cfg.Concurrency)
 	var wg sync.WaitGroup
 	var done, ok atomic.Int64
 	start := time.Now()
-	stopProgress := e.progress(&done, &ok)
-	for i := range e.cfg.Rooms {
+	stopProgress := e.progress(&done, &ok, len(idx))
+	for n, i := range idx {
 		if e.cfg.Rate > 0 {
-			due := start.Add(time.Duration(float64(i) / e.cfg.Rate * float64(time.Second)))
+			due := start.Add(time.Duration(float64(n) / e.cfg.Rate * float64(time.Second)))
 			if d := time.Until(due); d > 0 {
 				t := time.NewTimer(d)
 				select {
@@ -37,14 +51,14 @@ func (e *Emulator) Run(ctx context.Context) *Summary {
 		}
 		p := e.cfg.Workload.Plan(i)
 		if ctx.Err() != nil {
-			results[i] = Result{Plan: p, Outcome: OutcomeError, Reason: ctx.Err().Error()}
+			results[n] = Result{Plan: p, Outcome: OutcomeError, Reason: ctx.Err().Error()}
 			continue
 		}
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			results[i] = e.RunRoom(ctx, p)
-			if results[i].Outcome == OutcomeSuccess {
+			results[n] = e.RunRoom(ctx, p)
+			if results[n].Outcome == OutcomeSuccess {
 				ok.Add(1)
 			}
 			done.Add(1)
@@ -56,7 +70,7 @@ func (e *Emulator) Run(ctx context.Context) *Summary {
 }
 
 // progress prints a line a second to cfg.Progress while rooms run.
-func (e *Emulator) progress(done, ok *atomic.Int64) func() {
+func (e *Emulator) progress(done, ok *atomic.Int64, total int) func() {
 	if e.cfg.Progress == nil {
 		return func() {}
 	}
@@ -74,7 +88,7 @@ func (e *Emulator) progress(done, ok *atomic.Int64) func() {
 			case <-t.C:
 				pages, aux := e.Held()
 				fmt.Fprintf(e.cfg.Progress, "  … %d/%d rooms done, %d succeeded, %d pages / %d aux slots held\n",
-					done.Load(), e.cfg.Rooms, ok.Load(), pages, aux)
+					done.Load(), total, ok.Load(), pages, aux)
 			}
 		}
 	}()

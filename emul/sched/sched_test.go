@@ -39,7 +39,7 @@ func TestSchedulerAgainstKvxferdAndDecode(t *testing.T) {
 
 	dc := decode.DefaultConfig()
 	dc.Bootstrap, dc.Workload, dc.Rooms, dc.Concurrency = d.BootstrapAddr(), wl, rooms, 16
-	dc.AckMode, dc.WaitingTimeout, dc.TopologyRetry, dc.TopologyAttempts = true, 20*time.Second, 10*time.Millisecond, 1000
+	dc.Release, dc.WaitingTimeout, dc.TopologyRetry, dc.TopologyAttempts = decode.Release0521, 20*time.Second, 10*time.Millisecond, 1000
 	dec, err := decode.New(dc)
 	if err != nil {
 		t.Fatal(err)
