@@ -59,8 +59,9 @@ bench: bench-suite
 bench-go:
 	$(GO) test -run='^$$' -bench=. -benchmem -count=3 $(PKGS)
 
-# kvxferd, the prefill scheduler emulator and the decode emulator as three
-# processes; `bin/kvxfer-demo -inprocess` runs the engine demo in one process.
+# kvxferd (auto-detecting each decode's SGLang release), the prefill scheduler
+# emulator and a mixed fleet of decode emulators (0.5.18, 0.5.22, 0.5.23) as
+# separate processes; `bin/kvxfer-demo -inprocess` runs the engine demo in one process.
 demo: deps
 	$(GO) build -o $(BIN)/ ./cmd/kvxferd ./cmd/kvxfer-sched ./cmd/kvxfer-decode ./cmd/kvxfer-demo
 	$(BIN)/kvxfer-demo

@@ -1,9 +1,12 @@
-// Package decode emulates one SGLang decode rank (NIXL backend) against a
-// prefill bootstrap server and its ZMQ PULL socket, per the protocol spec §8:
-// topology and endpoint queries, the KV-args registration, per-room transfer
-// infos, decode's completion rule over NIXL notifications, the aux
-// bootstrap_room gate, the waiting timeout, ABORT, the heartbeat, and (in ack
-// mode) deferred release of an aborted room's pages until ABORT_ACK.
+// Package decode emulates one SGLang decode rank (NIXL backend) of a chosen
+// release, 0.5.18 to 0.5.23 (Release; ../shared/spec/sglang-versions.md),
+// against a prefill bootstrap server and its ZMQ PULL socket: topology and
+// endpoint queries, the KV-args registration (23 or 24 frames), per-room
+// transfer infos, the release's completion rule (NIXL notifications and/or
+// KV_STATUS "4" from N distinct prefill ranks), the aux bootstrap_room gate,
+// the waiting timeout, ABORT (with a generation from 0.5.22 when armed), the
+// heartbeat, and from 0.5.21 deferred release of an aborted or failed room's
+// pages until every target's ABORT_ACK or the release timeout.
 //
 // Unlike a real decode it verifies every byte that lands in its KV pages, and
 // it poisons pages before it hands them out, so a late or misdirected write
