@@ -160,7 +160,7 @@ func Start(cfg Config) (*Daemon, error) {
 		cfg.PageSize = 1
 	}
 	d := &Daemon{cfg: cfg, log: cfg.Logger}
-	d.links = newLinks(cfg.Logger)
+	d.links = newLinks(cfg.Logger, d.decodeLost)
 	d.dialects = newDialects(cfg.Dialect, cfg.LegacyDialect)
 	d.peers = newPeers(d)
 	if cfg.Meter != nil {
@@ -384,9 +384,24 @@ func (d *Daemon) Notify(roomID uint64, n room.Notice) {
 	default:
 		return
 	}
-	if err := d.links.send(transport.TCPEndpoint(n.To.IP, n.To.Port), frames); err != nil {
+	if err := d.links.send(n.To, frames); err != nil {
 		d.counters.noticeDropped.Add(1)
 		d.log.Warn("notice to decode dropped", "room", roomID, "to", n.To.String(), "err", err)
+	}
+}
+
+// decodeLost runs when the connection to a decode's PULL socket is lost (the
+// process died, SIGKILL included): every room of every agent at that endpoint
+// fails peer_lost now, including rooms with nothing in flight, which no
+// transfer error would ever fail.
+func (d *Daemon) decodeLost(at room.Endpoint) {
+	agents := d.dialects.lost(at)
+	d.counters.peersLost.Add(int64(len(agents)))
+	for _, a := range agents {
+		d.eng.PeerLost(a)
+	}
+	if len(agents) > 0 {
+		d.log.Warn("decode connection lost; its rooms fail peer_lost", "endpoint", at.String(), "agents", agents)
 	}
 }
 
@@ -428,6 +443,7 @@ func (d *Daemon) Counters() map[string]int64 { return d.counters.snapshot() }
 type counters struct {
 	registrations, duplicateRegistrations, badRegistrations atomic.Int64
 	badFrames, staging, noticeDropped                       atomic.Int64
+	peersLost                                               atomic.Int64
 }
 
 func (c *counters) snapshot() map[string]int64 {
@@ -435,5 +451,6 @@ func (c *counters) snapshot() map[string]int64 {
 		"registrations": c.registrations.Load(), "duplicate_registrations": c.duplicateRegistrations.Load(),
 		"bad_registrations": c.badRegistrations.Load(), "bad_frames": c.badFrames.Load(),
 		"staging_frames_dropped": c.staging.Load(), "notices_dropped": c.noticeDropped.Load(),
+		"peers_lost": c.peersLost.Load(),
 	}
 }

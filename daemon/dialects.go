@@ -37,6 +37,7 @@ type peerInfo struct {
 	Frames   int               `json:"registration_frames"`
 	Detected string            `json:"detected_by"`
 	Rejected string            `json:"rejected,omitempty"`
+	Lost     bool              `json:"lost,omitempty"`
 	to       room.Endpoint
 }
 
@@ -99,6 +100,21 @@ func (t *dialects) at(to room.Endpoint) transport.Dialect {
 		return t.legacy
 	}
 	return p.Dialect
+}
+
+// lost marks the agents at an endpoint lost and returns them.
+func (t *dialects) lost(at room.Endpoint) []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []string
+	for _, p := range t.byAgent {
+		if p.to == at && p.Rejected == "" {
+			p.Lost = true
+			out = append(out, p.Agent)
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 // rejection says why the agent's registration was rejected ("" if it was not).

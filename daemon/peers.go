@@ -52,6 +52,10 @@ func (p *peers) Registration(r *transport.Registration) {
 	}
 	d.counters.registrations.Add(1)
 	p.byAgent[r.AgentName] = r
+	// Dial now, so the link watches the decode from its first room on.
+	if _, err := d.links.get(room.Endpoint{IP: r.DecodeIP, Port: r.DecodePort}); err != nil {
+		d.log.Warn("link to decode; its loss will not be detected", "agent", r.AgentName, "err", err)
+	}
 	d.log.Info("decode registered", "agent", r.AgentName, "endpoint", transport.TCPEndpoint(r.DecodeIP, r.DecodePort),
 		"kv_buffers", len(r.KVDataPtrs), "tp", r.DecodeTPSize, "sglang", dialect.String(), "frames", r.Frames)
 }

@@ -410,8 +410,10 @@ func testDecodeAbort(t *testing.T, e *env, v string, p *Peer, note func(string),
 	if at == beforeSender {
 		// The transfer info created the room in kvxferd; wait until the ABORT
 		// has failed it (a poll needs no sender), so the sender below really
-		// comes after kvxferd knew. It must fail and write nothing.
-		e.sched.waitPrefill(t, []uint64{r.pre.id}, 5*time.Second, func(rep room.Reply) bool { return rep.Status.Terminal() })
+		// comes after kvxferd knew. It must fail and write nothing. (A room
+		// kvxferd has not heard of yet also polls Failed, with
+		// invalid_request: that is not the abort.)
+		e.sched.waitPrefill(t, []uint64{r.pre.id}, 5*time.Second, func(rep room.Reply) bool { return rep.Reason == room.ReasonDecodeAbort })
 		quiet(t, e, p, r, 300*time.Millisecond, func() { e.sched.open(t, r.pre); send(0); send(1); send(2) })
 	} else {
 		quiet(t, e, p, r, 300*time.Millisecond, func() { send(2) })

@@ -357,3 +357,48 @@ func TestSinkFuncs(t *testing.T) {
 	}
 	var _ Sink = SinkFuncs{}
 }
+
+// A decode whose PULL socket goes away (its process died) is noticed by the
+// link's monitor; closing the link ourselves is not a loss.
+func TestPushLinkNoticesPeerLoss(t *testing.T) {
+	got := make(chan struct{}, 1)
+	pull, err := StartPull(IngestConfig{Host: "127.0.0.1"}, func([][]byte) { got <- struct{}{} })
+	if err != nil {
+		t.Fatal(err)
+	}
+	lost := make(chan struct{}, 4)
+	link, err := DialPush(PushConfig{Endpoint: pull.Endpoint(), OnDisconnect: func() { lost <- struct{}{} }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer link.Close()
+	if err := link.Send(fr("hello")); err != nil {
+		t.Fatal(err)
+	}
+	<-got // connected and delivered
+	pull.Stop()
+	select {
+	case <-lost:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the decode's PULL socket closed and the link never noticed")
+	}
+
+	quiet := make(chan struct{}, 4)
+	pull2, err := StartPull(IngestConfig{Host: "127.0.0.1"}, func([][]byte) { got <- struct{}{} })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pull2.Stop()
+	link2, err := DialPush(PushConfig{Endpoint: pull2.Endpoint(), OnDisconnect: func() { quiet <- struct{}{} }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := link2.Send(fr("hello")); err != nil {
+		t.Fatal(err)
+	}
+	<-got
+	link2.Close()
+	if len(quiet) != 0 {
+		t.Fatal("closing our own link was reported as a lost decode")
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	zmq "github.com/pebbe/zmq4"
@@ -33,8 +34,15 @@ type PushConfig struct {
 	// to FlushTimeout for libzmq to hand them to the peer (a graceful shutdown's
 	// last KV_STATUS). 0 keeps upstream's linger 0: queued messages are dropped.
 	FlushTimeout time.Duration
+	// OnDisconnect, when set, is called each time an established connection to
+	// decode's PULL socket is lost (a ZMQ socket monitor sees the TCP
+	// connection close: a decode process that died, SIGKILL included). It runs
+	// on the link's monitor goroutine and must not block.
+	OnDisconnect func()
 	Logger       *slog.Logger
 }
+
+var monitorSeq atomic.Uint64
 
 // PushStats are cumulative counters; read them from any goroutine.
 type PushStats struct {
@@ -59,6 +67,7 @@ type PushLink struct {
 	stopOnce sync.Once
 
 	sent, dropped, failed atomic.Uint64
+	closing               atomic.Bool
 }
 
 // DialPush creates the socket and connects it (connect is asynchronous in ZMQ: it succeeds
@@ -130,7 +139,24 @@ func (l *PushLink) run(ready chan<- error) {
 		ready <- err
 		return
 	}
-	defer func() { _ = sock.Close() }()
+	watched := make(chan struct{})
+	if mon, ok := l.monitor(zctx, sock); ok {
+		go l.watch(mon, watched)
+	} else {
+		close(watched)
+	}
+	if err := sock.Connect(l.cfg.Endpoint); err != nil {
+		_ = sock.Close()
+		<-watched
+		ready <- fmt.Errorf("transport: PUSH connect %s: %w", l.cfg.Endpoint, err)
+		return
+	}
+	defer func() {
+		l.closing.Store(true)   // our own close is not a lost decode
+		_ = sock.Monitor("", 0) // MONITOR_STOPPED ends the watcher (libzmq 4.3 sends none on close)
+		_ = sock.Close()
+		<-watched // the watcher closes its socket before the context ends
+	}()
 	ready <- nil
 	for {
 		select {
@@ -183,11 +209,62 @@ func (l *PushLink) open(zctx *zmq.Context) (*zmq.Socket, error) {
 			return nil, fmt.Errorf("transport: PUSH set %s: %w", o.name, err)
 		}
 	}
-	if err := sock.Connect(l.cfg.Endpoint); err != nil {
-		_ = sock.Close()
-		return nil, fmt.Errorf("transport: PUSH connect %s: %w", l.cfg.Endpoint, err)
-	}
 	return sock, nil
+}
+
+// monitor starts a ZMQ socket monitor on sock (before it connects) and returns
+// the PAIR socket its events arrive on.
+func (l *PushLink) monitor(zctx *zmq.Context, sock *zmq.Socket) (*zmq.Socket, bool) {
+	if l.cfg.OnDisconnect == nil {
+		return nil, false
+	}
+	addr := fmt.Sprintf("inproc://kvxfer-push-monitor-%d", monitorSeq.Add(1))
+	if err := sock.Monitor(addr, zmq.EVENT_CONNECTED|zmq.EVENT_DISCONNECTED); err != nil {
+		l.log.Warn("transport: PUSH monitor; decode loss will not be detected on this link", "endpoint", l.cfg.Endpoint, "err", err)
+		return nil, false
+	}
+	mon, err := zctx.NewSocket(zmq.PAIR)
+	if err == nil {
+		_ = mon.SetLinger(0)
+		_ = mon.SetRcvtimeo(250 * time.Millisecond) // so a closing link never waits on it for long
+		err = mon.Connect(addr)
+	}
+	if err != nil {
+		l.log.Warn("transport: PUSH monitor socket", "endpoint", l.cfg.Endpoint, "err", err)
+		if mon != nil {
+			_ = mon.Close()
+		}
+		return nil, false
+	}
+	return mon, true
+}
+
+// watch owns the monitor socket: every loss of an established connection calls
+// OnDisconnect. It ends when the monitored socket closes (MONITOR_STOPPED).
+func (l *PushLink) watch(mon *zmq.Socket, done chan<- struct{}) {
+	defer close(done)
+	defer func() { _ = mon.Close() }()
+	connected := false
+	for {
+		ev, _, _, err := mon.RecvEvent(0)
+		if err != nil {
+			if e := zmq.AsErrno(err); (e == zmq.Errno(syscall.EINTR) || e == zmq.Errno(syscall.EAGAIN)) && !l.closing.Load() {
+				continue
+			}
+			return
+		}
+		switch ev {
+		case zmq.EVENT_CONNECTED:
+			connected = true
+		case zmq.EVENT_DISCONNECTED:
+			if connected && !l.closing.Load() {
+				l.cfg.OnDisconnect()
+			}
+			connected = false
+		case zmq.EVENT_MONITOR_STOPPED:
+			return
+		}
+	}
 }
 
 func (l *PushLink) send(sock *zmq.Socket, frames [][]byte, flags zmq.Flag) {
