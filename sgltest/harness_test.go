@@ -119,13 +119,19 @@ type env struct {
 
 func newEnv(t testing.TB, versions ...string) *env {
 	t.Helper()
+	return newEnvWith(t, nil, versions...)
+}
+
+// newEnvWith lets mod change kvxferd's configuration.
+func newEnvWith(t testing.TB, mod func(*daemon.Config), versions ...string) *env {
+	t.Helper()
 	venvs := make([]Venv, len(versions))
 	for i, v := range versions {
 		venvs[i] = needVenv(t, v)
 	}
 	needNIXL(t)
 	e := &env{t: t, peers: map[string]*Peer{}}
-	e.d = startDaemon(t)
+	e.d = startDaemon(t, mod)
 	e.sched = newScheduler(t, e.d)
 	for _, v := range venvs {
 		e.peers[v.Version] = e.startPeer(v)
@@ -212,7 +218,7 @@ func checkPeerHealth(t testing.TB, p *Peer) {
 	}
 }
 
-func startDaemon(t testing.TB) *daemon.Daemon {
+func startDaemon(t testing.TB, mod func(*daemon.Config)) *daemon.Daemon {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "kvs") // short: ipc paths are limited to 107 bytes
 	if err != nil {
@@ -231,6 +237,9 @@ func startDaemon(t testing.TB) *daemon.Daemon {
 		},
 	}
 	// No Dialect: kvxferd detects each decode's SGLang release from its frames.
+	if mod != nil {
+		mod(&cfg)
+	}
 	d, err := daemon.Start(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/daemon"
 	"github.com/kvxfer/kvxfer/nixl/kvmem"
 )
 
@@ -56,6 +57,15 @@ func TestSGLangDecode(t *testing.T) {
 				e := newEnv(t, v)
 				sc.run(t, e, v, e.peers[v], note)
 			})
+		}
+	}
+	for _, v := range Versions() {
+		for _, hold := range []bool{true, false} {
+			name := "abort_storm"
+			if !hold {
+				name += "_unheld"
+			}
+			m.run(t, v, name, func(t *testing.T, note func(string)) { testAbortStorm(t, v, hold, note) })
 		}
 	}
 	vs := Versions()
@@ -584,4 +594,61 @@ func testMixedFleet(t *testing.T, versions []string, note func(string)) {
 		}
 	}
 	note(fmt.Sprintf("decode success %s, %v", strings.Join(notes, ", "), time.Since(start).Round(time.Millisecond)))
+}
+
+// testAbortStorm: the scheduler aborts each of 200 rooms right after sending
+// its last chunk, so many aborts land while the last writes are in flight.
+// Both sides must agree on how every room ended (invariant 10): with
+// completion held (kvxferd's default) no room may end Failed on prefill and
+// Success on decode, or the reverse. The unheld run (-hold-completion=false,
+// SGLang's own behaviour) only reports its disagreements, for comparison.
+func testAbortStorm(t *testing.T, v string, hold bool, note func(string)) {
+	e := newEnvWith(t, func(c *daemon.Config) { c.NoHold = !hold }, v)
+	p := e.peers[v]
+	const n = 200
+	var rs []xroom
+	for i := range n {
+		rs = append(rs, mk(uint64(700_000+i), 2*i, 2*i, 2, []int{1, 1}, i, i))
+	}
+	specs := make([]RoomSpec, n)
+	for i, r := range rs {
+		specs[i] = r.spec()
+	}
+	if _, err := p.Open(specs, true); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rs {
+		e.sched.start(t, r.pre)
+		e.sched.abort(t, r.pre.id)
+	}
+	reps := e.sched.waitPrefill(t, ids(rs), 60*time.Second, nil)
+	views, timedOut, err := p.Wait(ids(rs), "terminal", decodeDeadline())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if timedOut {
+		t.Fatalf("decode rooms still open after %v", decodeDeadline())
+	}
+	var preOK, decOK, failedButDone, doneButFailed int
+	for i, rep := range reps {
+		pOK, dOK := rep.Status == room.Success, views[i].Phase == "success"
+		if pOK {
+			preOK++
+		}
+		if dOK {
+			decOK++
+			verify(t, p, rs[i].pre.id, rs[i].dst, rs[i].daux)
+		}
+		switch {
+		case !pOK && dOK:
+			failedButDone++
+		case pOK && !dOK:
+			doneButFailed++
+		}
+	}
+	note(fmt.Sprintf("hold=%v: prefill Success %d/%d, decode Success %d/%d; disagreements: prefill Failed+decode Success %d, prefill Success+decode Failed %d",
+		hold, preOK, n, decOK, n, failedButDone, doneButFailed))
+	if hold && failedButDone+doneButFailed != 0 {
+		t.Errorf("with completion held, %d rooms ended Failed on prefill but Success on decode and %d the reverse", failedButDone, doneButFailed)
+	}
 }
