@@ -20,8 +20,6 @@ import (
 	"github.com/kvxfer/kvxfer/nixl/sglang"
 	"github.com/kvxfer/kvxfer/transport"
 	"github.com/kvxfer/kvxfer/transport/control"
-
-	"go.opentelemetry.io/otel/metric"
 )
 
 // Rank is this prefill rank's place in the parallel layout.
@@ -79,8 +77,6 @@ type Config struct {
 	// does, instead of holding them until the room is known to have succeeded
 	// (for measuring what holding costs; see invariant 10).
 	NoHold bool
-	// Meter, when set, gets the kvxfer.decode.peers gauge.
-	Meter metric.Meter
 
 	NoKV            sglang.NoKVForm
 	QueueSize       int // transfer pool actors
@@ -163,11 +159,6 @@ func Start(cfg Config) (*Daemon, error) {
 	d.links = newLinks(cfg.Logger, d.decodeLost)
 	d.dialects = newDialects(cfg.Dialect, cfg.LegacyDialect)
 	d.peers = newPeers(d)
-	if cfg.Meter != nil {
-		if err := d.dialects.observe(cfg.Meter); err != nil {
-			return nil, fmt.Errorf("daemon: metrics: %w", err)
-		}
-	}
 	ec := cfg.Engine
 	if ec.Room == (room.Config{HoldCompletion: ec.Room.HoldCompletion}) {
 		ec.Room = room.DefaultConfig()

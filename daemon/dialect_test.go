@@ -119,9 +119,17 @@ func TestDialectLegacyNotificationsAndGenerationAck(t *testing.T) {
 	if !ack.HasGen || ack.Generation != 9 || ack.PrefillRank != 3 {
 		t.Fatalf("ACK %+v: want generation 9 echoed, prefill_rank 3", ack)
 	}
-	st := dec.waitFrame(t, isStatus(711)).(*transport.KVStatus)
-	if st.Status != transport.KVPollFailed || st.PrefillRank != 3 || st.Reason != "decode_abort" {
+	// A failure decode did not cause (a client abort) is a KV_STATUS "0";
+	// the decode that sent an ABORT is not told what it already knows.
+	dec.send(t, dec.info(713, seqPages(41, 1), 8, 1))
+	s.cli.Open(713, "")
+	s.cli.Abort(713)
+	st := dec.waitFrame(t, isStatus(713)).(*transport.KVStatus)
+	if st.Status != transport.KVPollFailed || st.PrefillRank != 3 || st.Reason != "client_abort" {
 		t.Fatalf("failure status %+v", st)
+	}
+	if n := dec.count(isStatus(711)); n != 0 {
+		t.Fatalf("the aborting decode was sent %d statuses for its own ABORT", n)
 	}
 	if p := debugPeers(t, d)[dec.node.Agent.Name()]; p.Release != "0.5.22" || p.Detected != "ABORT with a generation" {
 		t.Fatalf("after a 5-frame ABORT: %+v", p)

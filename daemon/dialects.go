@@ -1,12 +1,8 @@
 package daemon
 
 import (
-	"context"
 	"sort"
 	"sync"
-
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/metric"
 
 	"github.com/kvxfer/kvxfer/actors/room"
 	"github.com/kvxfer/kvxfer/transport"
@@ -164,20 +160,15 @@ func (t *dialects) counts() (map[transport.Dialect]int, int) {
 	return by, rejected
 }
 
-// observe registers the kvxfer.decode.peers gauge: decode agents by dialect
-// (label sglang.dialect), rejected ones under "rejected".
-func (t *dialects) observe(m metric.Meter) error {
-	_, err := m.Int64ObservableGauge("kvxfer.decode.peers",
-		metric.WithDescription("Decode agents registered with this prefill rank, by the SGLang release they speak"),
-		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
-			by, rejected := t.counts()
-			for _, d := range transport.Dialects() {
-				o.Observe(int64(by[d]), metric.WithAttributes(attribute.String("sglang.dialect", d.String())))
-			}
-			o.Observe(int64(rejected), metric.WithAttributes(attribute.String("sglang.dialect", "rejected")))
-			return nil
-		}))
-	return err
+// DecodePeers counts decode agents by dialect, rejected ones under
+// "rejected" (telemetry.Source: the kvxfer_decode_peers gauge).
+func (d *Daemon) DecodePeers() map[string]int64 {
+	by, rejected := d.dialects.counts()
+	out := map[string]int64{"rejected": int64(rejected)}
+	for _, dl := range transport.Dialects() {
+		out[dl.String()] = int64(by[dl])
+	}
+	return out
 }
 
 // dialectSetting describes -decode-protocol for logs.

@@ -275,18 +275,18 @@ func TestScenarioAbortOrderings(t *testing.T) {
 	for d.PoolStats().InFlight < 2 {
 		time.Sleep(100 * time.Microsecond)
 	}
-	dec.abort(t, 603)
-	expectFailed(603, room.ReasonDecodeAbort)
-	s.cli.Poll([]uint64{603}, nil) // the abort has been handled
-	if n := dec.acks(603); n != 0 {
-		t.Fatalf("ABORT_ACK sent with writes in flight")
+	s.cli.Abort(603) // the client gives up
+	expectFailed(603, room.ReasonClientAbort)
+	s.cli.Poll([]uint64{603}, nil)
+	if n := dec.count(isStatus(603)); n != 0 {
+		t.Fatalf("decode told with writes in flight")
 	}
 	clk.Advance(11 * time.Second)
 	st := dec.waitFrame(t, isStatus(603)).(*transport.KVStatus)
-	if st.Reason != "decode_abort (writes still in flight after the drain deadline)" {
+	if st.Reason != "client_abort (writes still in flight after the drain deadline)" {
 		t.Fatalf("status after an expired drain: %q", st.Reason)
 	}
-	dec.abort(t, 603) // again: still no ACK for a poisoned room
+	dec.abort(t, 603) // decode's ABORT now: no ACK for a poisoned room
 	s.cli.Poll([]uint64{603}, nil)
 	if n := dec.acks(603); n != 0 {
 		t.Fatalf("%d ABORT_ACKs for a room whose writes never drained", n)

@@ -135,7 +135,6 @@ func setupTelemetry(t *testing.T, env map[string]string, clk clock.Clock, dialec
 		c.Engine.Observer = tel.Observer
 		c.Engine.Clock = clk
 		c.Metrics = tel.Metrics
-		c.Meter = tel.MeterProvider.Meter("kvxfer-test")
 	})
 	tel.Observer.Attach(d)
 	// Cleanups run last-in first-out: the daemon's Shutdown (registered by

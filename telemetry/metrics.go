@@ -2,6 +2,7 @@ package telemetry
 
 import (
 	"context"
+	"sort"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -209,6 +210,16 @@ var daemonCounters = []struct{ key, name, desc string }{
 	{"bad_registrations", "kvxfer_bad_registrations", "Decode registrations rejected."},
 	{"staging_frames_dropped", "kvxfer_staging_frames_dropped", "Staging-buffer frames dropped (not supported)."},
 	{"notices_dropped", "kvxfer_notices_dropped", "KV_STATUS or ABORT_ACK frames that could not be sent to decode."},
+	{"peers_lost", "kvxfer_peers_lost", "Decode agents whose connection was lost (their rooms failed peer_lost)."},
+}
+
+func sortedKeys(m map[string]int64) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
 }
 
 // Produce implements the OTel metric SDK's Producer: every metric, aggregated
@@ -308,6 +319,12 @@ func (o *Observer) Produce(context.Context) ([]metricdata.ScopeMetrics, error) {
 				sum(d.name, "{frame}", d.desc, pt(noAttrs, v))
 			}
 		}
+		peers := b.s.DecodePeers()
+		var ppts []metricdata.DataPoint[int64]
+		for _, k := range sortedKeys(peers) {
+			ppts = append(ppts, pt(attribute.NewSet(attribute.String("sglang_dialect", k)), peers[k]))
+		}
+		gauge("kvxfer_decode_peers", "{agent}", "Decode agents registered with this rank, by the SGLang release they speak.", ppts...)
 		ps := b.s.PoolStats()
 		gauge("kvxfer_pool_inflight", "{transfer}", "Transfers in the NIXL pool not yet done (the queue depth).", pt(noAttrs, ps.InFlight))
 		sum("kvxfer_pool_quarantined", "{transfer}", "Transfers whose NIXL requests never completed in time (quarantined, not released).", pt(noAttrs, ps.Quarantined))

@@ -80,6 +80,9 @@ type Config struct {
 type Source interface {
 	PoolStats() xfer.Stats
 	Counters() map[string]int64
+	// DecodePeers counts registered decode agents by the SGLang release they
+	// speak ("0.5.18" … "0.5.23", and "rejected").
+	DecodePeers() map[string]int64
 }
 
 // Observer implements actors.Observer (rooms → spans and metrics) and the OTel

@@ -45,7 +45,7 @@ var holdCases = []struct {
 			{DecodeAbort{From: epA, Gen: 3, HasGen: true}, "pub=Failed/decode_abort arm=drain"},
 			{DecodeAbort{From: epA, Gen: 4, HasGen: true}, "-"},
 			{DecodeAbort{From: epB}, "-"},
-			{XferDone{Seq: 0}, "status->10.0.0.1:7001 ack->10.0.0.1:7001(gen=4) ack->10.0.0.2:7002 arm=linger"},
+			{XferDone{Seq: 0}, "ack->10.0.0.1:7001(gen=4) ack->10.0.0.2:7002 arm=linger"}, // the aborting decode knows: no status
 			{DecodeAbort{From: epA, Gen: 5, HasGen: true}, "ack->10.0.0.1:7001(gen=5)"},
 			{Clear{}, "retire"},
 			{DecodeAbort{From: epB, Gen: 6, HasGen: true}, "ack->10.0.0.2:7002(gen=6)"},
@@ -68,7 +68,7 @@ var holdCases = []struct {
 			{Init{NumPages: 1}, "-"},
 			{Send{Pages: pages(7)}, "post[a:0c0Lh] pub=Transferring arm=transfer"},
 			{DecodeAbort{From: epA, Gen: 2, HasGen: true}, "pub=Failed/decode_abort arm=drain"},
-			{Deadline{Gen: 4}, "status->10.0.0.1:7001(expired) arm=linger"},
+			{Deadline{Gen: 4}, "arm=linger"}, // the aborting decode knows, and may not be acked
 			{DecodeAbort{From: epA, Gen: 3, HasGen: true}, "ignored"},
 			{Clear{}, "retire"},
 			{DecodeAbort{From: epA, Gen: 4, HasGen: true}, "ignored"},

@@ -525,7 +525,10 @@ func (m *Machine) fail(why Reason) {
 func (m *Machine) conclude() {
 	if m.status == Failed {
 		for i := range m.infos {
-			m.notifyOnce(FailureStatus, m.infos[i].From)
+			// A decode that sent the ABORT knows; it hears the ACK instead.
+			if !m.aborted(m.infos[i].From) {
+				m.notifyOnce(FailureStatus, m.infos[i].From)
+			}
 		}
 	}
 	for _, to := range m.lateTo {
@@ -636,6 +639,15 @@ func (m *Machine) removeInflight(seq uint32) bool {
 func (m *Machine) hasAgent(agent string) bool {
 	for i := range m.infos {
 		if m.infos[i].Agent == agent {
+			return true
+		}
+	}
+	return false
+}
+
+func (m *Machine) aborted(e Endpoint) bool {
+	for _, a := range m.ackTo {
+		if a.to == e {
 			return true
 		}
 	}

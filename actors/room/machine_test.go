@@ -167,7 +167,7 @@ var transitionCases = []struct {
 			{DecodeAbort{From: epA}, "pub=Failed/decode_abort arm=drain"},
 			{Poll{}, "reply=Failed"},
 			{Send{Pages: pages(6)}, "ignored"},
-			{XferDone{Seq: 0}, "status->10.0.0.1:7001 ack->10.0.0.1:7001 arm=linger"},
+			{XferDone{Seq: 0}, "ack->10.0.0.1:7001 arm=linger"},
 			{XferDone{Seq: 0}, "ignored"},
 			{Clear{}, "retire"},
 		},

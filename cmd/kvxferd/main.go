@@ -145,9 +145,7 @@ func run(args []string, getenv func(string) string) error {
 	if *metrics {
 		c.Metrics = tel.Metrics
 	}
-	if tel.MeterProvider != nil {
-		c.Meter = tel.MeterProvider.Meter("github.com/kvxfer/kvxfer/daemon")
-	}
+
 	defer func() {
 		// After the daemon: rooms failed by the shutdown are exported too.
 		tctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
