@@ -4,7 +4,7 @@ GO    ?= go
 PKGS  ?= ./...
 BIN   ?= bin
 
-.PHONY: all deps deps-nixl bench bench-go build test unit race vet fmt-check fmt bench fuzz-smoke demo clean
+.PHONY: all deps deps-nixl deps-sglang bench bench-go build test test-sglang unit race vet fmt-check fmt bench fuzz-smoke demo clean
 
 all: build
 
@@ -18,8 +18,13 @@ deps:
 deps-nixl:
 	@scripts/install-nixl.sh
 
+# SGLang 0.5.18 and 0.5.23 (their real decode transfer code, --no-deps, import
+# stubs for torch & co.) in cached venvs under /opt/kvxfer-sglang, for sgltest.
+deps-sglang: deps-nixl
+	@scripts/install-sglang.sh
+
 # Where the libnixl backend finds NIXL's Python package (and so the library).
-export KVXFER_NIXL_PYTHON ?= $(wildcard /opt/kvxfer-nixl/bin/python)
+export KVXFER_NIXL_PYTHON ?= /opt/kvxfer-nixl/bin/python
 
 build: deps
 	$(GO) build $(PKGS)
@@ -45,8 +50,14 @@ race:
 fuzz-smoke:
 	@./scripts/fuzz-smoke.sh 5s
 
-# `make test` is what CI runs: formatting, vet, the race-enabled test suite and a fuzz smoke.
-test: fmt-check vet race fuzz-smoke
+# `make test` is what CI runs: formatting, vet, the race-enabled test suite
+# (SGLang's own decode classes against kvxferd included: sgltest) and a fuzz smoke.
+test: deps-sglang fmt-check vet race fuzz-smoke
+
+# SGLang's real decode code against kvxferd over NIXL, every release × scenario,
+# with the matrix printed; fails (not skips) when the venvs are missing.
+test-sglang: deps-sglang
+	KVXFER_REQUIRE_SGLANG=1 $(GO) test -count=1 -v -timeout 20m -run TestSGLangDecode ./sgltest/
 
 # The benchmark suite against the dict-based design: `make bench` is the quick
 # suite (under 3 minutes on 2 cores; report in bench/results), `make bench-full`

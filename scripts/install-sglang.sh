@@ -18,7 +18,8 @@ HERE=$(cd "$(dirname "$0")/.." && pwd)
 # (tests/sglang/README.md): numpy, pyzmq, requests, aiohttp (the bootstrap
 # server module is imported by common/conn.py), psutil (utils/network.py),
 # msgspec (0.5.22+ AbortNotification/AbortAck, pp_consensus_store).
-DEPS="numpy pyzmq requests aiohttp psutil msgspec"
+# Pinned to the versions the suite was proven with, so CI is reproducible.
+DEPS="numpy==2.4.6 pyzmq==27.3.0 requests==2.34.2 aiohttp==3.14.5 psutil==7.2.2 msgspec==0.23.0"
 
 probe() { # venv version
   "$1/bin/python" - "$2" "$HERE/tests/sglang/stubs" <<'PY' 2>/dev/null
