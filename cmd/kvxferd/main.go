@@ -69,7 +69,7 @@ func run(args []string, getenv func(string) string) error {
 		return err
 	}
 	fs.StringVar(&c.AuthToken, "bootstrap-auth-token", getenv(transport.EnvBootstrapAuthToken), "bearer token for PUT/POST (SGLANG_DISAGGREGATION_BOOTSTRAP_AUTH_TOKEN)")
-	fs.StringVar(&c.ControlEndpoint, "control", "", "control API endpoint (default ipc:///tmp/kvxferd-<tp-rank>.sock)")
+	fs.StringVar(&c.ControlEndpoint, "control", "", "control API endpoint (default ipc://$XDG_RUNTIME_DIR/kvxfer-<uid>-rank<tp-rank>.sock, or the temp directory when XDG_RUNTIME_DIR is unset: control.DefaultEndpoint)")
 	fs.StringVar(&c.DebugAddr, "debug-addr", "127.0.0.1:0", "HTTP address for /debug/rooms, /healthz and /metrics (empty: off)")
 	proto := fs.String("decode-protocol", "auto", "SGLang release of the decodes: auto (detected per decode agent from its frames) or one of 0.5.18, 0.5.20, 0.5.21, 0.5.22, 0.5.23 for every decode")
 	legacy := fs.String("decode-protocol-legacy", "0.5.20", "what auto takes a 23-frame registration for (0.5.18 to 0.5.22 look alike): 0.5.18, 0.5.20, 0.5.21 or 0.5.22")
