@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"syscall"
 	"unsafe"
 
 	"github.com/kvxfer/kvxfer/nixl"
@@ -18,8 +19,10 @@ import (
 type Options struct {
 	// Workers is the size of the copy worker pool (default 2).
 	Workers int
-	// Dir is where the agent's private directory is created (default /dev/shm,
-	// else os.TempDir()).
+	// Dir is the root of the namespace: the agent's private directory is
+	// created in Dir/kvxfer-<euid> (default root /dev/shm, else os.TempDir()),
+	// and LoadPeer accepts only peers whose segments are in that same
+	// namespace, so agents that exchange metadata must share Dir.
 	Dir string
 }
 
@@ -53,7 +56,8 @@ type peer struct {
 // Agent is the loopback nixl.Agent. Create it with New; Close it when done.
 type Agent struct {
 	name string
-	dir  string
+	ns   string // the namespace (Root/kvxfer-<euid>), see namespace.go
+	dir  string // this agent's directory in ns
 	conn *net.UnixConn
 
 	// mu guards everything below except what copyMu and the queue guard.
@@ -92,8 +96,16 @@ func New(name string, opt Options) (*Agent, error) {
 	if root == "" {
 		root = shmRoot()
 	}
-	dir, err := os.MkdirTemp(root, "kvxfer-nixl-")
+	ns, err := namespace(root)
 	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp(ns, agentPrefix)
+	if err != nil {
+		return nil, nixl.Errorf(nixl.ErrBackend, "loopback: %v", err)
+	}
+	if err := os.Chmod(dir, dirMode); err != nil {
+		os.RemoveAll(dir)
 		return nil, nixl.Errorf(nixl.ErrBackend, "loopback: %v", err)
 	}
 	addr := &net.UnixAddr{Name: filepath.Join(dir, "notif.sock"), Net: "unixgram"}
@@ -103,7 +115,7 @@ func New(name string, opt Options) (*Agent, error) {
 		return nil, nixl.Errorf(nixl.ErrBackend, "loopback: listen %s: %v", addr.Name, err)
 	}
 	a := &Agent{
-		name: name, dir: dir, conn: conn,
+		name: name, ns: ns, dir: dir, conn: conn,
 		allocs: map[uint64]*mapping{}, regs: map[nixl.RegID][]*region{},
 		peers: map[string]*peer{}, lists: map[nixl.ListID]*plist{},
 		xfers: map[nixl.XferID]*xfer{}, faults: map[string]Fault{},
@@ -125,7 +137,8 @@ func New(name string, opt Options) (*Agent, error) {
 // Name implements nixl.Agent.
 func (a *Agent) Name() string { return a.name }
 
-// Dir is the agent's private directory (region files and socket); removed by Close.
+// Dir is the agent's private directory (region files and socket) inside the
+// namespace; removed by Close.
 func (a *Agent) Dir() string { return a.dir }
 
 func (a *Agent) nextID() uint64 { a.seq++; return a.seq }
@@ -148,10 +161,18 @@ func (a *Agent) Alloc(n int) ([]byte, error) {
 
 // Attach maps an existing shared-memory file that another process created (the
 // prefill scheduler's KV pool, named over the control API) so that it can be
-// registered like an allocation; peers map the same file. Free unmaps it but
-// leaves the file to its owner.
+// registered like an allocation. The file is checked first (OpenAttachable:
+// regular, ours, writable by no one else, not a symlink). It is outside the
+// namespace, so peers cannot load it: attached memory is the local side of
+// transfers only. Free unmaps it but leaves the file to its owner. Should the
+// owner truncate it, transfers touching the lost pages fail; the process lives.
 func (a *Agent) Attach(path string) ([]byte, error) {
-	m, err := openMapping(path, 1)
+	f, size, err := OpenAttachable(path)
+	if err != nil {
+		return nil, err
+	}
+	m, err := mapShared(f, uint64(size))
+	f.Close()
 	if err != nil {
 		return nil, err
 	}
@@ -310,7 +331,11 @@ func (a *Agent) LocalMetadata() ([]byte, error) {
 	return md.encode(), nil
 }
 
-// LoadPeer implements nixl.Agent: it maps the peer's region files into this process.
+// LoadPeer implements nixl.Agent: it maps the peer's region files into this
+// process. Only segments a loopback agent created in this agent's namespace
+// are accepted (see namespace.go); anything else fails with ErrInvalid before
+// a file is opened for writing, and a peer whose directory is gone fails with
+// ErrRemoteDisconnect.
 func (a *Agent) LoadPeer(blob []byte) (string, error) {
 	md, err := decodeMetadata(blob)
 	if err != nil {
@@ -331,15 +356,11 @@ func (a *Agent) LoadPeer(blob []byte) (string, error) {
 	a.mu.Unlock()
 
 	p := &peer{name: md.Name, blob: bytes.Clone(blob), sock: &net.UnixAddr{Name: md.Socket, Net: "unixgram"}}
-	for _, f := range md.Files {
-		m, err := openMapping(f.Path, f.Size)
-		if err != nil {
-			for _, m := range p.maps {
-				m.unmap()
-			}
-			return "", fmt.Errorf("loopback load peer %q: %w", md.Name, err)
+	if err := a.mapPeer(md, p); err != nil {
+		for _, m := range p.maps {
+			m.unmap()
 		}
-		p.maps = append(p.maps, m)
+		return "", fmt.Errorf("loopback load peer %q: %w", md.Name, err)
 	}
 	for _, g := range md.Regions {
 		p.regions = append(p.regions, &region{kind: g.Kind, dev: g.Dev, addr: g.Addr, len: g.Len, m: p.maps[g.File], off: g.Off})
@@ -358,6 +379,44 @@ func (a *Agent) LoadPeer(blob []byte) (string, error) {
 	}
 	a.peers[md.Name] = p
 	return md.Name, nil
+}
+
+// mapPeer checks the peer's names, opens its directory, checks its socket and
+// maps each of its segments into p.maps.
+func (a *Agent) mapPeer(md *metadata, p *peer) error {
+	ad, err := peerDir(a.ns, a.dir, md)
+	if err != nil {
+		return err
+	}
+	dfd, err := openPeerDir(a.ns, ad)
+	if err != nil {
+		return err
+	}
+	defer syscall.Close(dfd)
+	dir := filepath.Join(a.ns, ad)
+	// The directories on the way are ours and 0700 (checked above), so a
+	// path lstat is as good as an fstatat here.
+	fi, err := os.Lstat(filepath.Join(dir, sockName))
+	if err != nil {
+		return nixl.Errorf(nixl.ErrRemoteDisconnect, "loopback: peer socket %s: %v", md.Socket, err)
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); !ok || fi.Mode().Type() != os.ModeSocket || int(st.Uid) != os.Geteuid() {
+		return nixl.Errorf(nixl.ErrInvalid, "loopback: peer socket %s is not a socket of ours (%v)", md.Socket, fi.Mode())
+	}
+	for _, mf := range md.Files {
+		f, _, err := openPeerSeg(dfd, dir, filepath.Base(mf.Path), mf.Size)
+		if err != nil {
+			return err
+		}
+		m, err := mapShared(f, mf.Size)
+		f.Close()
+		if err != nil {
+			return err
+		}
+		m.peer = true
+		p.maps = append(p.maps, m)
+	}
+	return nil
 }
 
 // DropPeer implements nixl.Agent. In-flight requests to the peer end Failed with

@@ -3,7 +3,6 @@ package loopback
 import (
 	"fmt"
 	"os"
-	"path/filepath"
 	"syscall"
 	"unsafe"
 
@@ -22,6 +21,8 @@ type mapping struct {
 	regs int
 	// attached: another process's file mapped by Attach; never deleted here.
 	attached bool
+	// peer: a peer's segment mapped by LoadPeer.
+	peer bool
 }
 
 func (m *mapping) base() uint64 { return uint64(uintptr(unsafe.Pointer(unsafe.SliceData(m.data)))) }
@@ -52,11 +53,15 @@ func createMapping(path string, n int) (*mapping, error) {
 		return nil, nixl.Errorf(nixl.ErrInvalid, "loopback: alloc %d bytes", n)
 	}
 	size := (uint64(n) + pageSize - 1) / pageSize * pageSize
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, segMode)
 	if err != nil {
 		return nil, nixl.Errorf(nixl.ErrBackend, "loopback: create %s: %v", path, err)
 	}
 	defer f.Close()
+	if err := f.Chmod(segMode); err != nil { // exact, whatever the umask: peers check it
+		os.Remove(path)
+		return nil, nixl.Errorf(nixl.ErrBackend, "loopback: chmod %s: %v", path, err)
+	}
 	if err := f.Truncate(int64(size)); err != nil {
 		os.Remove(path)
 		return nil, nixl.Errorf(nixl.ErrBackend, "loopback: truncate %s: %v", path, err)
@@ -69,30 +74,20 @@ func createMapping(path string, n int) (*mapping, error) {
 	return &mapping{path: path, data: data}, nil
 }
 
-// openMapping maps an existing file (a peer's region file) shared, checking that
-// it has at least minSize bytes.
-func openMapping(path string, minSize uint64) (*mapping, error) {
-	if !filepath.IsAbs(path) {
-		return nil, nixl.Errorf(nixl.ErrInvalid, "loopback: region path %q is not absolute", path)
+// mapShared maps the first size bytes of the open file f read-write, shared.
+func mapShared(f *os.File, size uint64) (*mapping, error) {
+	if size == 0 || size > uint64(maxMapLen) {
+		return nil, nixl.Errorf(nixl.ErrInvalid, "loopback: mapping of %d bytes of %s", size, f.Name())
 	}
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	data, err := syscall.Mmap(int(f.Fd()), 0, int(size), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
 	if err != nil {
-		return nil, nixl.Errorf(nixl.ErrRemoteDisconnect, "loopback: open peer region %s: %v", path, err)
+		return nil, nixl.Errorf(nixl.ErrBackend, "loopback: mmap %s: %v", f.Name(), err)
 	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, nixl.Errorf(nixl.ErrBackend, "loopback: stat %s: %v", path, err)
-	}
-	if uint64(st.Size()) < minSize || st.Size() <= 0 {
-		return nil, nixl.Errorf(nixl.ErrInvalid, "loopback: peer region file %s has %d bytes, metadata says %d", path, st.Size(), minSize)
-	}
-	data, err := syscall.Mmap(int(f.Fd()), 0, int(st.Size()), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
-	if err != nil {
-		return nil, nixl.Errorf(nixl.ErrBackend, "loopback: mmap %s: %v", path, err)
-	}
-	return &mapping{path: path, data: data}, nil
+	return &mapping{path: f.Name(), data: data}, nil
 }
+
+// maxMapLen bounds one mapping (an int on every platform this builds for).
+const maxMapLen = 1<<62 - 1
 
 // unmap releases the mapping; the caller holds Agent.copyMu for writing.
 func (m *mapping) unmap() error {

@@ -1,6 +1,7 @@
 package loopback
 
 import (
+	"runtime/debug"
 	"time"
 
 	"github.com/kvxfer/kvxfer/nixl"
@@ -279,15 +280,51 @@ func (a *Agent) run(j job) {
 }
 
 // copySegs copies every segment while holding copyMu for reading, so no mapping
-// can be unmapped underneath it.
-func (a *Agent) copySegs(segs []seg) error {
+// can be unmapped underneath it. The copy runs with debug.SetPanicOnFault: a
+// file truncated by its owner after it was mapped (a peer's segment, or a
+// scheduler's attached file) raises SIGBUS on the lost pages, which becomes a
+// recovered panic and fails this request instead of the process.
+func (a *Agent) copySegs(segs []seg) (err error) {
 	a.copyMu.RLock()
 	defer a.copyMu.RUnlock()
-	for _, s := range segs {
+	cur := -1
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if r := recover(); r != nil {
+			f, ok := r.(interface{ Addr() uintptr })
+			if !ok || cur < 0 {
+				panic(r)
+			}
+			err = faultErr(segs[cur], f.Addr())
+		}
+	}()
+	for i, s := range segs {
 		if s.src.unmapped || s.dst.unmapped {
 			return nixl.Errorf(nixl.ErrPeerUnknown, "loopback: memory of the request was unmapped (peer dropped or buffer freed)")
 		}
+		cur = i
 		copy(s.dst.data[s.dstOff:s.dstOff+s.n], s.src.data[s.srcOff:s.srcOff+s.n])
 	}
+	cur = -1
 	return nil
+}
+
+// faultErr describes a memory fault during the copy of s: which file lost the
+// page at addr. A peer's segment is ErrRemoteDisconnect (its memory is gone);
+// an own or attached file is ErrBackend.
+func faultErr(s seg, addr uintptr) error {
+	m := s.dst
+	if _, ok := s.src.contains(uint64(addr), 1); ok {
+		m = s.src
+	} else if _, ok := s.dst.contains(uint64(addr), 1); !ok {
+		m = nil
+	}
+	switch {
+	case m == nil:
+		return nixl.Errorf(nixl.ErrBackend, "loopback: memory fault at %#x copying %s -> %s", addr, s.src.path, s.dst.path)
+	case m.peer:
+		return nixl.Errorf(nixl.ErrRemoteDisconnect, "loopback: memory fault at offset %d of peer segment %s (truncated by its owner?)", uint64(addr)-m.base(), m.path)
+	default:
+		return nixl.Errorf(nixl.ErrBackend, "loopback: memory fault at offset %d of local memory %s (truncated by its owner?)", uint64(addr)-m.base(), m.path)
+	}
 }
