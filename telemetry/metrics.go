@@ -311,6 +311,7 @@ func (o *Observer) Produce(context.Context) ([]metricdata.ScopeMetrics, error) {
 	}
 	sum("kvxfer_telemetry_untracked_rooms", "{room}", "Rooms not tracked because MaxRooms was reached.", pt(noAttrs, c.untracked))
 	sum("kvxfer_bad_traceparents", "{message}", "Traceparents passed at Open that did not parse.", pt(noAttrs, o.badTraceparents.Load()))
+	processMetrics(gauge)
 
 	if b := o.src.Load(); b != nil {
 		dc := b.s.Counters()

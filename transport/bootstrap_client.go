@@ -75,6 +75,10 @@ type RegisterOptions struct {
 	Client *http.Client // nil: a client with a per-attempt Timeout
 	// Token, when set, is sent as "Authorization: Bearer <Token>" (§9.1).
 	Token string
+	// OwnerKey, when set, is sent in the X-Kvxfer-Owner-Key header: the secret
+	// of the rank a kvxferd-hosted bootstrap server serves itself
+	// (BootstrapServer.OwnerKey).
+	OwnerKey string
 	// Attempts: 0 means 5, as upstream.
 	Attempts int
 	// Timeout per attempt: 0 means 5 s, as upstream.
@@ -129,7 +133,7 @@ func RegisterRank(ctx context.Context, baseURL string, reg RankRegistration, opt
 	url := strings.TrimRight(baseURL, "/") + "/route"
 	var last error
 	for attempt := range attempts {
-		last = putRoute(ctx, client, timeout, url, body, opt.Token)
+		last = putRoute(ctx, client, timeout, url, body, opt.Token, opt.OwnerKey)
 		if last == nil {
 			return nil
 		}
@@ -147,7 +151,7 @@ func RegisterRank(ctx context.Context, baseURL string, reg RankRegistration, opt
 	return fmt.Errorf("register rank after %d attempts: %w", attempts, last)
 }
 
-func putRoute(ctx context.Context, client *http.Client, timeout time.Duration, url string, body []byte, token string) error {
+func putRoute(ctx context.Context, client *http.Client, timeout time.Duration, url string, body []byte, token, ownerKey string) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPut, url, bytes.NewReader(body))
@@ -157,6 +161,9 @@ func putRoute(ctx context.Context, client *http.Client, timeout time.Duration, u
 	req.Header.Set("Content-Type", "application/json")
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	if ownerKey != "" {
+		req.Header.Set(OwnerKeyHeader, ownerKey)
 	}
 	resp, err := client.Do(req)
 	if err != nil {

@@ -3,7 +3,9 @@ package transport
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/subtle"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -20,6 +22,24 @@ const DefaultEntryCleanupInterval = 120 * time.Second
 
 // maxBootstrapBody bounds request bodies; real ones are a few hundred bytes.
 const maxBootstrapBody = 1 << 20
+
+// Caps on the state that writes create (upstream has none). See docs/kvxferd.md
+// "Bootstrap integrity".
+const (
+	// DefaultMaxRanks caps the rank table, and the topology a PUT may declare
+	// (dp*cp*tp*pp), when BootstrapConfig.MaxRanks is 0.
+	DefaultMaxRanks = 4096
+	// DefaultMaxDPEntries caps the room -> dp_rank table when
+	// BootstrapConfig.MaxDPEntries is 0: about 2,000 rooms a second for the
+	// default 120 s clean-up interval, some 30 MiB at most.
+	DefaultMaxDPEntries = 1 << 18
+	// maxBootstrapString bounds rank_ip and kv_cache_dtype.
+	maxBootstrapString = 255
+)
+
+// OwnerKeyHeader carries the owner key of the rank a server's own process
+// serves (BootstrapConfig.Owner). kvxferd sends it with its own PUT /route.
+const OwnerKeyHeader = "X-Kvxfer-Owner-Key"
 
 // BootstrapConfig configures a BootstrapServer. The zero value is the baseline upstream
 // server: no auth, 120 s entry clean-up, the wall clock.
@@ -39,6 +59,36 @@ type BootstrapConfig struct {
 	// PrefillServerInfo(**json), so a key it does not know is a TypeError there.
 	LegacyServerInfo bool
 	Logger           *slog.Logger
+
+	// Owner, when set, is the rank the server's own process serves (kvxferd's
+	// rank), as it will register itself; its RankIP and RankPort are ignored.
+	// Its instance-wide values (sizes, page_size, kv_cache_dtype,
+	// load_balance_method, the DSA split) are fixed at server start, before
+	// any PUT: a PUT that contradicts a size, the page size or the dtype is
+	// refused with 409, and the other values of a PUT cannot replace them. A
+	// PUT for Owner's own (dp, cp, tp, pp) tuple is refused with 403 unless it
+	// carries OwnerKey in the X-Kvxfer-Owner-Key header; the bearer token does
+	// not stand in for it. Upstream has none of this.
+	Owner *RankRegistration
+	// OwnerKey is the secret of Owner's PUT; empty: NewBootstrapServer draws
+	// a random one (see BootstrapServer.OwnerKey).
+	OwnerKey string
+	// MaxRanks caps the rank table and the topology a PUT may declare
+	// (0: DefaultMaxRanks). Every PUT's ranks must also lie inside the
+	// instance topology once it is known.
+	MaxRanks int
+	// MaxDPEntries caps the room -> dp_rank table (0: DefaultMaxDPEntries); a
+	// new room beyond it is refused with 429 until the clean-up frees room.
+	MaxDPEntries int
+}
+
+// BootstrapStats counts the writes a server refused.
+type BootstrapStats struct {
+	Unauthorized  int64 // 401: no or wrong bearer token
+	OwnerRefused  int64 // 403: a PUT for the owner's tuple without the owner key
+	Conflicts     int64 // 409: a PUT contradicting the owner's fixed values
+	OutOfTopology int64 // 400: a rank outside the topology, or a topology over MaxRanks
+	TableFull     int64 // 429: a new rank or room beyond its table's cap
 }
 
 // BootstrapServer is a Go CommonKVBootstrapServer (§3): prefill ranks register their ZMQ
@@ -60,6 +110,11 @@ type BootstrapServer struct {
 	ranks                                  map[rankKey]RankEndpoint
 	registered                             int64 // counts every PUT, duplicates included (as upstream)
 	roomToDP                               map[int64]dpEntry
+	owner                                  *rankKey // Owner's tuple (nil: no owner)
+	ownerKey                               string
+	maxRanks, maxDP                        int
+	stats                                  BootstrapStats
+	refusals                               LogLimiter // guarded by mu
 }
 
 type rankKey struct{ dp, cp, tp, pp int64 }
@@ -88,7 +143,76 @@ func NewBootstrapServer(cfg BootstrapConfig) *BootstrapServer {
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
+	s.maxRanks, s.maxDP = cfg.MaxRanks, cfg.MaxDPEntries
+	if s.maxRanks <= 0 {
+		s.maxRanks = DefaultMaxRanks
+	}
+	if s.maxDP <= 0 {
+		s.maxDP = DefaultMaxDPEntries
+	}
+	s.refusals = NewLogLimiter(time.Second, nil)
+	if cfg.Owner != nil {
+		s.ownerKey = cfg.OwnerKey
+		if s.ownerKey == "" {
+			var b [16]byte
+			_, _ = rand.Read(b[:])
+			s.ownerKey = hex.EncodeToString(b[:])
+		}
+		if err := s.fixOwner(*cfg.Owner); err != nil {
+			panic("transport: BootstrapConfig.Owner: " + err.Error())
+		}
+	}
 	return s
+}
+
+// fixOwner sets the instance-wide values from the owner's registration, as its
+// own first PUT would, without registering a rank.
+func (s *BootstrapServer) fixOwner(reg RankRegistration) error {
+	var m map[string]any
+	dec := json.NewDecoder(bytes.NewReader(reg.JSON()))
+	dec.UseNumber()
+	if err := dec.Decode(&m); err != nil {
+		return err
+	}
+	p, err := parseRoutePut(m)
+	if err != nil {
+		return err
+	}
+	if err := s.checkTopology(p); err != nil {
+		return err
+	}
+	s.setInstanceLocked(p)
+	k := p.key()
+	s.owner = &k
+	return nil
+}
+
+// OwnerKey is the secret the owner's own PUT /route must carry in the
+// X-Kvxfer-Owner-Key header ("" without an Owner).
+func (s *BootstrapServer) OwnerKey() string { return s.ownerKey }
+
+// Stats returns the refused-write counters.
+func (s *BootstrapServer) Stats() BootstrapStats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stats
+}
+
+// refuseLocked answers a refused write, counts it in *counter and logs at most
+// one line a second (with the count of lines suppressed since the last).
+func (s *BootstrapServer) refuseLocked(w http.ResponseWriter, counter *int64, code int, route, msg string, r *http.Request) {
+	*counter++
+	if ok, suppressed := s.refusals.Allow(); ok {
+		s.log.Warn("bootstrap: write refused", "route", route, "status", code, "reason", msg,
+			"remote", r.RemoteAddr, "suppressed", suppressed)
+	}
+	text(w, code, msg)
+}
+
+func (s *BootstrapServer) refuse(w http.ResponseWriter, counter *int64, code int, route, msg string, r *http.Request) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.refuseLocked(w, counter, code, route, msg, r)
 }
 
 // Handler returns the HTTP handler with upstream's routes. Paths and methods are matched by
@@ -246,6 +370,9 @@ func parseRoutePut(m map[string]any) (*routePut, error) {
 	if !ok {
 		return nil, fmt.Errorf("key \"rank_ip\": missing or not a string")
 	}
+	if len(ip) > maxBootstrapString {
+		return nil, fmt.Errorf("key \"rank_ip\": longer than %d bytes", maxBootstrapString)
+	}
 	p.rankIP = ip
 	dt, ok := m["kv_cache_dtype"]
 	if !ok {
@@ -254,6 +381,9 @@ func parseRoutePut(m map[string]any) (*routePut, error) {
 	switch x := dt.(type) {
 	case nil:
 	case string:
+		if len(x) > maxBootstrapString {
+			return nil, fmt.Errorf("key \"kv_cache_dtype\": longer than %d bytes", maxBootstrapString)
+		}
 		p.kvCacheDtype = &x
 	default:
 		return nil, fmt.Errorf("key \"kv_cache_dtype\": %T is not a string", dt)
@@ -281,26 +411,64 @@ func parseRoutePut(m map[string]any) (*routePut, error) {
 	return p, nil
 }
 
-func (s *BootstrapServer) handleRoutePut(w http.ResponseWriter, r *http.Request) {
-	if !s.authorized(r) {
-		text(w, http.StatusUnauthorized, "Unauthorized")
-		return
-	}
-	m, err := readJSONObject(r)
-	if err != nil {
-		s.badRequest(w, "PUT /route", err)
-		return
-	}
-	p, err := parseRoutePut(m)
-	if err != nil {
-		s.badRequest(w, "PUT /route", err)
-		return
-	}
-	dpSize, dpGroup := p.attnDPSize, p.attnDPRank
+// group is the rank's dp group and the instance's dp size: system_dp_* when
+// system_dp_size is not 1, else attn_dp_* (upstream's rule).
+func (p *routePut) group() (dpSize, dpGroup int64) {
 	if p.systemDPSize != 1 {
-		dpSize, dpGroup = p.systemDPSize, p.systemDPRank
+		return p.systemDPSize, p.systemDPRank
 	}
-	s.mu.Lock()
+	return p.attnDPSize, p.attnDPRank
+}
+
+func (p *routePut) key() rankKey {
+	_, dp := p.group()
+	return rankKey{dp, p.attnCPRank, p.attnTPRank, p.ppRank}
+}
+
+// checkTopology refuses a PUT whose own ranks lie outside its own sizes, or
+// whose topology is larger than the rank table may hold.
+func (s *BootstrapServer) checkTopology(p *routePut) error {
+	dpSize, dpGroup := p.group()
+	n := int64(1)
+	for _, sz := range []int64{dpSize, p.attnCPSize, p.attnTPSize, p.ppSize} {
+		if sz > int64(s.maxRanks) || n*sz > int64(s.maxRanks) {
+			return fmt.Errorf("topology dp*cp*tp*pp is larger than %d ranks", s.maxRanks)
+		}
+		n *= sz
+	}
+	return inGrid(rankKey{dpGroup, p.attnCPRank, p.attnTPRank, p.ppRank}, dpSize, p.attnCPSize, p.attnTPSize, p.ppSize)
+}
+
+func inGrid(k rankKey, dp, cp, tp, pp int64) error {
+	if k.dp < 0 || k.dp >= dp || k.cp < 0 || k.cp >= cp || k.tp < 0 || k.tp >= tp || k.pp < 0 || k.pp >= pp {
+		return fmt.Errorf("rank (dp %d, cp %d, tp %d, pp %d) outside the topology (dp %d, cp %d, tp %d, pp %d)",
+			k.dp, k.cp, k.tp, k.pp, dp, cp, tp, pp)
+	}
+	return nil
+}
+
+// conflictLocked names the first of the owner's fixed values p contradicts.
+func (s *BootstrapServer) conflictLocked(p *routePut) string {
+	dpSize, _ := p.group()
+	for _, c := range []struct {
+		name string
+		have *int64
+		got  int64
+	}{{"attn_tp_size", s.attnTPSize, p.attnTPSize}, {"attn_cp_size", s.attnCPSize, p.attnCPSize},
+		{"dp_size", s.dpSize, dpSize}, {"pp_size", s.ppSize, p.ppSize}, {"page_size", s.pageSize, p.pageSize}} {
+		if c.have != nil && *c.have != c.got {
+			return fmt.Sprintf("%s %d, this instance's is %d", c.name, c.got, *c.have)
+		}
+	}
+	if s.kvCacheDtype != nil && p.kvCacheDtype != nil && *s.kvCacheDtype != *p.kvCacheDtype {
+		return fmt.Sprintf("kv_cache_dtype %q, this instance's is %q", *p.kvCacheDtype, *s.kvCacheDtype)
+	}
+	return ""
+}
+
+// setInstanceLocked fixes the instance-wide values a PUT carries, first one wins.
+func (s *BootstrapServer) setInstanceLocked(p *routePut) {
+	dpSize, _ := p.group()
 	setOnce(&s.attnTPSize, p.attnTPSize)
 	setOnce(&s.attnCPSize, p.attnCPSize)
 	setOnce(&s.dpSize, dpSize)
@@ -314,12 +482,60 @@ func (s *BootstrapServer) handleRoutePut(w http.ResponseWriter, r *http.Request)
 	}
 	setOnce(&s.followBootstrapRoom, p.loadBalanceMethod == "follow_bootstrap_room")
 	setOnce(&s.enableDSASplit, p.enableDSASplit)
-	s.ranks[rankKey{dpGroup, p.attnCPRank, p.attnTPRank, p.ppRank}] = RankEndpoint{p.rankIP, p.rankPort}
+}
+
+func (s *BootstrapServer) handleRoutePut(w http.ResponseWriter, r *http.Request) {
+	const route = "PUT /route"
+	if !s.authorized(r) {
+		s.refuse(w, &s.stats.Unauthorized, http.StatusUnauthorized, route, "Unauthorized", r)
+		return
+	}
+	m, err := readJSONObject(r)
+	if err != nil {
+		s.badRequest(w, route, err)
+		return
+	}
+	p, err := parseRoutePut(m)
+	if err != nil {
+		s.badRequest(w, route, err)
+		return
+	}
+	k := p.key()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.checkTopology(p); err != nil {
+		s.refuseLocked(w, &s.stats.OutOfTopology, http.StatusBadRequest, route, "Bad request: "+err.Error(), r)
+		return
+	}
+	if s.owner != nil {
+		if k == *s.owner && subtle.ConstantTimeCompare([]byte(r.Header.Get(OwnerKeyHeader)), []byte(s.ownerKey)) != 1 {
+			s.refuseLocked(w, &s.stats.OwnerRefused, http.StatusForbidden, route,
+				"Forbidden: this rank is served by the bootstrap server's own process", r)
+			return
+		}
+		if c := s.conflictLocked(p); c != "" {
+			s.refuseLocked(w, &s.stats.Conflicts, http.StatusConflict, route, "Conflict: "+c, r)
+			return
+		}
+	}
+	if s.expectedLocked() >= 0 {
+		// The instance topology is known: the rank must lie inside it.
+		if err := inGrid(k, *s.dpSize, *s.attnCPSize, *s.attnTPSize, *s.ppSize); err != nil {
+			s.refuseLocked(w, &s.stats.OutOfTopology, http.StatusBadRequest, route, "Bad request: "+err.Error(), r)
+			return
+		}
+	}
+	if _, known := s.ranks[k]; !known && len(s.ranks) >= s.maxRanks {
+		s.refuseLocked(w, &s.stats.TableFull, http.StatusTooManyRequests, route,
+			fmt.Sprintf("Too many prefill ranks (%d)", len(s.ranks)), r)
+		return
+	}
+	s.setInstanceLocked(p)
+	s.ranks[k] = RankEndpoint{p.rankIP, p.rankPort}
 	s.registered++
 	count, expected := s.registered, s.expectedLocked()
-	s.mu.Unlock()
-	s.log.Debug("bootstrap: registered prefill rank", "dp", dpGroup, "cp", p.attnCPRank, "tp", p.attnTPRank,
-		"pp", p.ppRank, "rank_ip", p.rankIP, "rank_port", p.rankPort, "registered", count, "expected", expected)
+	s.log.Debug("bootstrap: registered prefill rank", "dp", k.dp, "cp", k.cp, "tp", k.tp,
+		"pp", k.pp, "rank_ip", p.rankIP, "rank_port", p.rankPort, "registered", count, "expected", expected)
 	text(w, http.StatusOK, "OK")
 }
 
@@ -409,7 +625,7 @@ func (s *BootstrapServer) serverInfoLocked() []byte {
 
 func (s *BootstrapServer) handleRegisterDPRank(w http.ResponseWriter, r *http.Request) {
 	if !s.authorized(r) {
-		text(w, http.StatusUnauthorized, "Unauthorized")
+		s.refuse(w, &s.stats.Unauthorized, http.StatusUnauthorized, "POST /register_dp_rank", "Unauthorized", r)
 		return
 	}
 	m, err := readJSONObject(r)
@@ -428,8 +644,13 @@ func (s *BootstrapServer) handleRegisterDPRank(w http.ResponseWriter, r *http.Re
 		return
 	}
 	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, known := s.roomToDP[*room]; !known && len(s.roomToDP) >= s.maxDP {
+		s.refuseLocked(w, &s.stats.TableFull, http.StatusTooManyRequests, "POST /register_dp_rank",
+			fmt.Sprintf("Too many room -> dp_rank entries (%d)", len(s.roomToDP)), r)
+		return
+	}
 	s.roomToDP[*room] = dpEntry{dpRank: *dp, at: s.now()}
-	s.mu.Unlock()
 	text(w, http.StatusOK, "OK")
 }
 

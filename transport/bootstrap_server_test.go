@@ -2,6 +2,7 @@ package transport
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -297,5 +298,147 @@ func TestBootstrapTopologyReadableByEveryRelease(t *testing.T) {
 		if slices.Contains(got, k) {
 			t.Fatalf("topology reply carries %q, which SGLang 0.5.18-0.5.22 decodes reject", k)
 		}
+	}
+}
+
+// ownerServer is a kvxferd-hosted server: it serves tp rank 0 of a tp-2
+// instance itself, page 16, dtype "auto".
+func ownerServer(t *testing.T, cfg BootstrapConfig) (*BootstrapServer, http.Handler) {
+	t.Helper()
+	own := rankReg(0, 0)
+	own.LoadBalanceMethod, own.PrefillHTTPPort = "", 0
+	cfg.Owner = &own
+	s := NewBootstrapServer(cfg)
+	if s.OwnerKey() == "" {
+		t.Fatal("no owner key drawn")
+	}
+	return s, s.Handler()
+}
+
+// F7 hijack: a PUT for the rank kvxferd serves, from anyone but kvxferd, is
+// refused (403), with or without the shared bearer token; the owner's own PUT
+// (owner key) works, and re-registers.
+func TestBootstrapOwnerRankCannotBeHijacked(t *testing.T) {
+	s, h := ownerServer(t, BootstrapConfig{RequireAuth: true, AuthToken: "tok"})
+	auth := []string{"Authorization", "Bearer tok"}
+	own := string(rankReg(0, 5000).JSON())
+	do(t, h, "PUT", "/route", own, auth...).is(t, 403, "Forbidden: this rank is served by the bootstrap server's own process")
+	do(t, h, "PUT", "/route", own, "Authorization", "Bearer tok", OwnerKeyHeader, "wrong").
+		is(t, 403, "Forbidden: this rank is served by the bootstrap server's own process")
+	do(t, h, "PUT", "/route", own, OwnerKeyHeader, s.OwnerKey()).is(t, 401, "Unauthorized") // auth still applies
+	do(t, h, "PUT", "/route", own, "Authorization", "Bearer tok", OwnerKeyHeader, s.OwnerKey()).is(t, 200, "OK")
+	// The other rank is the token holder's to set, as upstream.
+	do(t, h, "PUT", "/route", string(rankReg(1, 5001).JSON()), auth...).is(t, 200, "OK")
+	hijack := rankReg(0, 6666)
+	hijack.RankIP = "10.6.6.6"
+	do(t, h, "PUT", "/route", string(hijack.JSON()), auth...).is(t, 403, "Forbidden: this rank is served by the bootstrap server's own process")
+	if ep, _ := s.Rank(0, 0, 0, 0); ep != (RankEndpoint{"10.0.0.1", 5000}) {
+		t.Fatalf("owner rank = %+v", ep)
+	}
+	do(t, h, "GET", "/route?prefill_dp_rank=0&prefill_cp_rank=0&target_tp_rank=0&target_pp_rank=0", "").
+		is(t, 200, `{"rank_ip": "10.0.0.1", "rank_port": 5000}`)
+	// The owner re-registers (a new port).
+	do(t, h, "PUT", "/route", string(rankReg(0, 5002).JSON()), "Authorization", "Bearer tok", OwnerKeyHeader, s.OwnerKey()).is(t, 200, "OK")
+	if ep, _ := s.Rank(0, 0, 0, 0); ep.RankPort != 5002 {
+		t.Fatalf("owner re-registration: %+v", ep)
+	}
+	if st := s.Stats(); st.OwnerRefused != 3 || st.Unauthorized != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+	// Without auth configured the owner key is still required for the owner's rank.
+	s2, h2 := ownerServer(t, BootstrapConfig{})
+	do(t, h2, "PUT", "/route", string(hijack.JSON())).is(t, 403, "Forbidden: this rank is served by the bootstrap server's own process")
+	do(t, h2, "PUT", "/route", own, OwnerKeyHeader, s2.OwnerKey()).is(t, 200, "OK")
+	if s2.OwnerKey() == s.OwnerKey() {
+		t.Fatal("owner keys must differ per server")
+	}
+}
+
+// F7 pre-emption: the owner's page size and dtype (and sizes) are fixed at
+// server start; a PUT that arrives first with other values is refused (409)
+// and the topology decodes read is the owner's.
+func TestBootstrapOwnerValuesCannotBePreempted(t *testing.T) {
+	s, h := ownerServer(t, BootstrapConfig{})
+	for _, mut := range []func(*RankRegistration){
+		func(r *RankRegistration) { r.PageSize = 64 },
+		func(r *RankRegistration) { r.KVCacheDtype = "fp8_e5m2" },
+		func(r *RankRegistration) { r.AttnTPSize = 4 },
+		func(r *RankRegistration) { r.PPSize, r.SystemDPSize = 1, 2 },
+	} {
+		reg := rankReg(1, 5001)
+		mut(&reg)
+		if r := do(t, h, "PUT", "/route", string(reg.JSON())); r.code != 409 || !strings.HasPrefix(r.body, "Conflict: ") {
+			t.Fatalf("pre-emptive PUT %+v: %d %q", reg, r.code, r.body)
+		}
+	}
+	// A null dtype does not conflict (no check, as upstream); a different
+	// load_balance_method or http port cannot replace the owner's.
+	reg := rankReg(1, 5001)
+	reg.KVCacheDtype = ""
+	do(t, h, "PUT", "/route", string(reg.JSON())).is(t, 200, "OK")
+	do(t, h, "PUT", "/route", string(rankReg(0, 5000).JSON()), OwnerKeyHeader, s.OwnerKey()).is(t, 200, "OK")
+	var info map[string]any
+	if err := json.Unmarshal([]byte(do(t, h, "GET", topoQuery, "").body), &info); err != nil {
+		t.Fatal(err)
+	}
+	if info["page_size"] != 16.0 || info["kv_cache_dtype"] != "auto" || info["attn_tp_size"] != 2.0 ||
+		info["follow_bootstrap_room"] != true || info["dp_size"] != 1.0 {
+		t.Fatalf("topology %v", info)
+	}
+	if st := s.Stats(); st.Conflicts != 4 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+// F7 caps: ranks outside the topology, topologies over MaxRanks, new ranks
+// over MaxRanks and new rooms over MaxDPEntries are refused, so 50,000 fake
+// rank tuples or rooms leave the tables at their caps.
+func TestBootstrapTablesAreCapped(t *testing.T) {
+	s, h := ownerServer(t, BootstrapConfig{})
+	for i := range 50_000 {
+		reg := rankReg(2+i%1000, 7000)
+		reg.AttnDPRank, reg.PPRank = i/1000, 0
+		if r := do(t, h, "PUT", "/route", string(reg.JSON())); r.code != 400 {
+			t.Fatalf("fake tuple %d: %d %q", i, r.code, r.body)
+		}
+	}
+	if n := len(s.ranks); n != 0 || s.RegisteredCount() != 0 {
+		t.Fatalf("%d fake ranks stored, %d counted", n, s.RegisteredCount())
+	}
+	if st := s.Stats(); st.OutOfTopology != 50_000 {
+		t.Fatalf("stats %+v", st)
+	}
+	// Without an owner: the first PUT's topology is the grid; one over MaxRanks is refused.
+	g := NewBootstrapServer(BootstrapConfig{MaxRanks: 8, MaxDPEntries: 3})
+	gh := g.Handler()
+	big := rankReg(0, 5000)
+	big.AttnTPSize = 9
+	do(t, gh, "PUT", "/route", string(big.JSON())).is(t, 400, "Bad request: topology dp*cp*tp*pp is larger than 8 ranks")
+	huge := rankReg(0, 5000)
+	huge.AttnTPSize, huge.PPSize, huge.SystemDPSize = 1<<40, 1<<40, 1<<40
+	do(t, gh, "PUT", "/route", string(huge.JSON())).is(t, 400, "Bad request: topology dp*cp*tp*pp is larger than 8 ranks")
+	out := rankReg(2, 5000) // tp rank 2 of tp size 2
+	if r := do(t, gh, "PUT", "/route", string(out.JSON())); r.code != 400 {
+		t.Fatalf("rank outside its own topology: %d %q", r.code, r.body)
+	}
+	do(t, gh, "PUT", "/route", string(rankReg(0, 5000).JSON())).is(t, 200, "OK")
+	four := rankReg(3, 5000)
+	four.AttnTPSize = 4 // ignored (first PUT wins), and tp 3 is outside tp size 2
+	if r := do(t, gh, "PUT", "/route", string(four.JSON())); r.code != 400 {
+		t.Fatalf("rank outside the instance topology: %d %q", r.code, r.body)
+	}
+	for room := range 3 {
+		do(t, gh, "POST", "/register_dp_rank", fmt.Sprintf(`{"bootstrap_room": %d, "dp_rank": 0}`, room)).is(t, 200, "OK")
+	}
+	do(t, gh, "POST", "/register_dp_rank", `{"bootstrap_room": 99, "dp_rank": 0}`).is(t, 429, "Too many room -> dp_rank entries (3)")
+	do(t, gh, "POST", "/register_dp_rank", `{"bootstrap_room": 1, "dp_rank": 0}`).is(t, 200, "OK") // known room: updated
+	long := rankReg(1, 5000)
+	long.RankIP = strings.Repeat("a", 256)
+	if r := do(t, gh, "PUT", "/route", string(long.JSON())); r.code != 400 {
+		t.Fatalf("256-byte rank_ip: %d", r.code)
+	}
+	// The rank table holds at most the grid, which is at most MaxRanks.
+	if st := g.Stats(); st.TableFull != 1 || st.OutOfTopology != 4 || len(g.ranks) != 1 {
+		t.Fatalf("stats %+v", st)
 	}
 }
