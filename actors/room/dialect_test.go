@@ -5,11 +5,7 @@ import "testing"
 // Cases for what SGLang's later releases read: ABORT generations, held
 // completion notifications, and the poisoned room that gets no ACK. They run
 // under holdCfg (kvxferd's setting).
-var holdCases = []struct {
-	name  string
-	steps []step
-	final Status
-}{
+var holdCases = []transitionCase{
 	{
 		name: "held notifications ride on the completion, sent in the step that publishes Success",
 		steps: []step{
@@ -77,21 +73,7 @@ var holdCases = []struct {
 	},
 }
 
-func TestHoldAndGenerations(t *testing.T) {
-	for _, tc := range holdCases {
-		t.Run(tc.name, func(t *testing.T) {
-			m := New(&holdCfg, 9)
-			for i, s := range tc.steps {
-				if got := summary(m.Step(s.msg)); got != s.want {
-					t.Fatalf("step %d %s:\n got  %s\n want %s", i, msgName(s.msg), got, s.want)
-				}
-			}
-			if st, _ := m.Status(); st != tc.final {
-				t.Fatalf("final status %v, want %v", st, tc.final)
-			}
-		})
-	}
-}
+func TestHoldAndGenerations(t *testing.T) { runTransitions(t, &holdCfg, holdCases) }
 
 func TestPoisonSurvivesTheTombstone(t *testing.T) {
 	m := New(&holdCfg, 3)

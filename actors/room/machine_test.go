@@ -9,11 +9,15 @@ type step struct {
 
 // Gen numbers in Deadline messages are the machine's arm generations; each case
 // below lists them as they are produced (a fresh room arms generation 1).
-var transitionCases = []struct {
+// transitionCase is one table case: the messages in order, the effects each
+// must produce, and the status the room ends in.
+type transitionCase struct {
 	name  string
 	steps []step
 	final Status
-}{
+}
+
+var transitionCases = []transitionCase{
 	{
 		name: "happy path, one agent, one chunk",
 		steps: []step{
@@ -381,10 +385,12 @@ var transitionCases = []struct {
 	},
 }
 
-func TestTransitions(t *testing.T) {
-	for _, tc := range transitionCases {
+func TestTransitions(t *testing.T) { runTransitions(t, &testCfg, transitionCases) }
+
+func runTransitions(t *testing.T, cfg *Config, cases []transitionCase) {
+	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			m := New(&testCfg, 42)
+			m := New(cfg, 42)
 			for i, s := range tc.steps {
 				if got := summary(m.Step(s.msg)); got != s.want {
 					t.Fatalf("step %d %s:\n got  %s\n want %s", i, msgName(s.msg), got, s.want)
