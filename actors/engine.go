@@ -42,8 +42,9 @@ type Notifier interface {
 type Observer interface {
 	RoomCreated(roomID uint64)
 	Traceparent(roomID uint64, traceparent string)
-	// TransferInfo sees each decode transfer info as it is handed to the
-	// engine (before the room does): agent and required_dst_info_num.
+	// TransferInfo sees each decode transfer info that reaches a live room
+	// (before the room does): agent and required_dst_info_num. An info
+	// refused by the room cap, or absorbed by a tombstone, is not seen.
 	TransferInfo(roomID uint64, agent string, required int)
 	StatusChanged(roomID uint64, s room.Status, why room.Reason)
 	Posted(t *room.Transfer)
@@ -53,17 +54,34 @@ type Observer interface {
 	TombstoneEvicted(roomID uint64)
 }
 
+// RefusalObserver is an Observer that also hears of refused rooms (optional):
+// a message that would have made a room live beyond Config.RoomCap
+// (peerShare false) or beyond its decode agent's Config.PeerRoomCap (true).
+// A refused Open also shows as a room created and retired Failed/room_cap.
+type RefusalObserver interface {
+	RoomRefused(roomID uint64, peerShare bool)
+}
+
 // Config configures an Engine. Transfers is required; the rest has defaults.
 type Config struct {
 	Room         room.Config
 	Shards       int           // directory shards; default 4 × GOMAXPROCS
 	TombstoneTTL time.Duration // default 600 s
 	TombstoneCap int           // across all shards; default 262,144
-	Clock        clock.Clock   // default the wall clock
-	Transfers    Transfers
-	Notifier     Notifier
-	Observer     Observer
-	Logger       *slog.Logger
+	// RoomCap caps live rooms across all shards (split evenly; each shard
+	// refuses at its share). Default DefaultRoomCap(MemoryLimit()). A message
+	// that would create or revive a room beyond it is refused (room_cap).
+	RoomCap int
+	// PeerRoomCap caps the live rooms one decode agent's transfer infos may
+	// create (split over the shards too); default RoomCap / 2, so one decode
+	// cannot take every room. Rooms the scheduler opened first are charged to
+	// nobody.
+	PeerRoomCap int
+	Clock       clock.Clock // default the wall clock
+	Transfers   Transfers
+	Notifier    Notifier
+	Observer    Observer
+	Logger      *slog.Logger
 }
 
 // withDefaults fills zero fields with the documented defaults and validates.
@@ -92,6 +110,12 @@ func (c *Config) defaulted() Config {
 	}
 	if out.TombstoneCap <= 0 {
 		out.TombstoneCap = 1 << 18
+	}
+	if out.RoomCap <= 0 {
+		out.RoomCap = DefaultRoomCap(MemoryLimit())
+	}
+	if out.PeerRoomCap <= 0 {
+		out.PeerRoomCap = defaultPeerRoomCap(out.RoomCap)
 	}
 	if out.Clock == nil {
 		out.Clock = clock.Real{}
@@ -132,12 +156,19 @@ func New(cfg Config) (*Engine, error) {
 	}))
 	e := &Engine{cfg: c, system: sys, closed: make(chan struct{}), stopped: make(chan struct{})}
 	capPerShard := (c.TombstoneCap + c.Shards - 1) / c.Shards
+	lim := shardLimits(c.RoomCap, c.PeerRoomCap, c.Shards)
 	for i := 0; i < c.Shards; i++ {
-		props := actor.PropsFromProducer(func() actor.Actor { return newShard(e, capPerShard) },
+		props := actor.PropsFromProducer(func() actor.Actor { return newShard(e, capPerShard, lim) },
 			actor.WithSupervisor(actor.NewOneForOneStrategy(0, 0, func(any) actor.Directive { return actor.StopDirective })))
 		e.shards = append(e.shards, sys.Root.Spawn(props))
 	}
 	return e, nil
+}
+
+// shardLimits splits the caps over the shards, rounding up, so the total is
+// at least the configured cap and every shard admits at least one room.
+func shardLimits(roomCap, peerCap, shards int) limits {
+	return limits{rooms: (roomCap + shards - 1) / shards, peer: (peerCap + shards - 1) / shards}
 }
 
 func (e *Engine) shardFor(roomID uint64) *actor.PID { return e.shards[e.shardIndex(roomID)] }
@@ -241,8 +272,8 @@ func (e *Engine) shardIndex(roomID uint64) int {
 // Decode side.
 
 // TransferInfo delivers one decode agent's transfer info for a room.
+// A room it would create is charged to ti.Agent (Config.PeerRoomCap).
 func (e *Engine) TransferInfo(roomID uint64, ti room.TransferInfo) {
-	e.cfg.Observer.TransferInfo(roomID, ti.Agent, ti.Required)
 	e.route(roomID, ti)
 }
 
@@ -268,10 +299,16 @@ func (e *Engine) PeerLost(agent string) {
 	}
 }
 
-// Stats counts live rooms and tombstones across the shards.
+// Stats counts live rooms and tombstones across the shards, and the messages
+// refused because they would have made a room live beyond a cap.
 type Stats struct {
 	LiveRooms  int
 	Tombstones int
+	RoomCap    int // the live-room cap in force (the shards' shares summed)
+	// RefusedRoomCap: refused at the room cap; RefusedPeerShare: refused at
+	// the decode agent's share.
+	RefusedRoomCap   uint64
+	RefusedPeerShare uint64
 }
 
 // Stats asks every shard for its counts.
@@ -281,6 +318,9 @@ func (e *Engine) Stats() Stats {
 		s := sh.(Stats)
 		st.LiveRooms += s.LiveRooms
 		st.Tombstones += s.Tombstones
+		st.RoomCap += s.RoomCap
+		st.RefusedRoomCap += s.RefusedRoomCap
+		st.RefusedPeerShare += s.RefusedPeerShare
 	}
 	return st
 }

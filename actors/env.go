@@ -1,8 +1,14 @@
 package actors
 
 import (
+	"bufio"
+	"bytes"
 	"fmt"
+	"math"
+	"os"
+	"runtime/debug"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -17,7 +23,67 @@ const (
 	EnvTombstoneTTL     = "KVXFER_TOMBSTONE_TTL"                    // seconds, 600
 	EnvTombstoneCap     = "KVXFER_TOMBSTONE_CAP"                    // count, 262144
 	EnvShards           = "KVXFER_DIRECTORY_SHARDS"                 // count, 4×GOMAXPROCS
+	EnvRoomCap          = "KVXFER_ROOM_CAP"                         // count, DefaultRoomCap(MemoryLimit())
+	EnvPeerRoomCap      = "KVXFER_PEER_ROOM_CAP"                    // count, room cap / 2
 )
+
+// The default live-room cap: a quarter of the memory kvxferd may use, at
+// RoomBudget bytes a room, between MinRoomCap and MaxRoomCap. A live room
+// costs about 2.4 KB of heap with one transfer info of a few pages (actor,
+// mailbox, machine; docs/engine.md) and about 4 KB as measured in RSS under a
+// flood of transfer infos for unknown rooms; RoomBudget leaves room for long
+// page lists and the tombstone each room leaves. The ceiling is far above any
+// scheduler's queue of rooms (thousands) and bounds the rooms a flood can hold
+// to about half a GiB of RSS even on a large host.
+const (
+	RoomBudget = 32 << 10
+	MinRoomCap = 1 << 15
+	MaxRoomCap = 1 << 17
+)
+
+// DefaultRoomCap sizes the live-room cap from a memory limit in bytes (0:
+// unknown, which gets MaxRoomCap / 2).
+func DefaultRoomCap(memLimit int64) int {
+	if memLimit <= 0 {
+		return MaxRoomCap / 2
+	}
+	return int(min(max(memLimit/4/RoomBudget, MinRoomCap), MaxRoomCap))
+}
+
+func defaultPeerRoomCap(roomCap int) int { return max(roomCap/2, 1) }
+
+// MemoryLimit is the least of the limits that apply to this process, in bytes:
+// the cgroup's (v2 memory.max, v1 memory.limit_in_bytes), GOMEMLIMIT when set,
+// and the machine's memory (MemTotal); 0 when none can be read.
+func MemoryLimit() int64 {
+	lim := int64(math.MaxInt64)
+	for _, f := range []string{"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"} {
+		if b, err := os.ReadFile(f); err == nil {
+			if v, err := strconv.ParseInt(string(bytes.TrimSpace(b)), 10, 64); err == nil && v > 0 {
+				lim = min(lim, v) // "max" (no limit) does not parse
+			}
+		}
+	}
+	if v := debug.SetMemoryLimit(-1); v > 0 {
+		lim = min(lim, v)
+	}
+	if f, err := os.Open("/proc/meminfo"); err == nil {
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			if rest, ok := strings.CutPrefix(sc.Text(), "MemTotal:"); ok {
+				if kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64); err == nil && kb > 0 {
+					lim = min(lim, kb<<10)
+				}
+				break
+			}
+		}
+		_ = f.Close()
+	}
+	if lim == math.MaxInt64 {
+		return 0
+	}
+	return lim
+}
 
 // ConfigFromEnv overlays the environment onto cfg (zero fields take their
 // defaults first). getenv is os.Getenv in production. Values are seconds
@@ -25,6 +91,7 @@ const (
 // default.
 func ConfigFromEnv(cfg Config, getenv func(string) string) (Config, error) {
 	c := cfg.defaulted()
+	peerSet := cfg.PeerRoomCap > 0 || getenv(EnvPeerRoomCap) != ""
 	durations := []struct {
 		name string
 		dst  *time.Duration
@@ -50,7 +117,7 @@ func ConfigFromEnv(cfg Config, getenv func(string) string) (Config, error) {
 	counts := []struct {
 		name string
 		dst  *int
-	}{{EnvTombstoneCap, &c.TombstoneCap}, {EnvShards, &c.Shards}}
+	}{{EnvTombstoneCap, &c.TombstoneCap}, {EnvShards, &c.Shards}, {EnvRoomCap, &c.RoomCap}, {EnvPeerRoomCap, &c.PeerRoomCap}}
 	for _, n := range counts {
 		v := getenv(n.name)
 		if v == "" {
@@ -61,6 +128,9 @@ func ConfigFromEnv(cfg Config, getenv func(string) string) (Config, error) {
 			return cfg, fmt.Errorf("actors: %s=%q: want a positive integer", n.name, v)
 		}
 		*n.dst = k
+	}
+	if !peerSet {
+		c.PeerRoomCap = defaultPeerRoomCap(c.RoomCap) // follows KVXFER_ROOM_CAP
 	}
 	return c, c.Room.Validate()
 }

@@ -11,15 +11,19 @@ import (
 
 // shard is one directory actor: it routes room messages to room actors, spawns
 // a room on the first message that names it, and keeps the tombstones of
-// retired rooms. It owns its maps; nothing else touches them.
+// retired rooms. It owns its maps and counts; nothing else touches them.
 type shard struct {
 	eng      *Engine
 	capacity int // tombstones kept before the oldest is evicted
+	lim      limits
 
 	rooms map[uint64]*live
-	tombs map[uint64]tombEntry
-	queue []tombRef // insertion order == expiry order (one TTL for all)
-	head  int
+	peers map[string]int // live rooms charged to each decode agent (created by its transfer info)
+	// refused counts messages that would have made a room live beyond a cap.
+	refusedCap, refusedShare uint64
+	tombs                    map[uint64]tombEntry
+	queue                    []tombRef // insertion order == expiry order (one TTL for all)
+	head                     int
 
 	self  *actor.PID
 	timer clock.Timer
@@ -32,6 +36,36 @@ type live struct {
 	pid        *actor.PID
 	sent, seen uint32
 	reply      room.Reply
+	peer       string // the decode agent charged for the room ("" for the scheduler)
+}
+
+// limits are one shard's part of Config.RoomCap and Config.PeerRoomCap.
+type limits struct {
+	rooms int // live rooms in this shard
+	peer  int // live rooms one decode agent's transfer infos may create in this shard
+}
+
+// refusal says why a message may not make a room live.
+type refusal uint8
+
+const (
+	admitted  refusal = iota
+	roomCap           // the shard has its share of Config.RoomCap live rooms
+	peerShare         // the decode agent has its share of Config.PeerRoomCap
+)
+
+// admit decides whether msg, which would make a room live, may: the shard's
+// live rooms stay under its cap, and a room created by a transfer info is
+// charged to its agent, whose rooms stay under the per-peer share. Opens are
+// charged to nobody. peers is the live rooms per charged agent.
+func (l limits) admit(msg room.Msg, live int, peers map[string]int) refusal {
+	if live >= l.rooms {
+		return roomCap
+	}
+	if ti, ok := msg.(room.TransferInfo); ok && peers[ti.Agent] >= l.peer {
+		return peerShare
+	}
+	return admitted
 }
 
 type tombEntry struct {
@@ -44,8 +78,9 @@ type tombRef struct {
 	expires time.Time
 }
 
-func newShard(e *Engine, capacity int) *shard {
-	return &shard{eng: e, capacity: capacity, rooms: map[uint64]*live{}, tombs: map[uint64]tombEntry{}}
+func newShard(e *Engine, capacity int, lim limits) *shard {
+	return &shard{eng: e, capacity: capacity, lim: lim, rooms: map[uint64]*live{}, peers: map[string]int{},
+		tombs: map[uint64]tombEntry{}}
 }
 
 func (s *shard) Receive(ctx actor.Context) {
@@ -74,7 +109,8 @@ func (s *shard) Receive(ctx actor.Context) {
 		s.expire(s.eng.cfg.Clock.Now())
 		s.armSweep()
 	case *statsReq:
-		m.reply <- Stats{LiveRooms: len(s.rooms), Tombstones: len(s.tombs)}
+		m.reply <- Stats{LiveRooms: len(s.rooms), Tombstones: len(s.tombs), RoomCap: s.lim.rooms,
+			RefusedRoomCap: s.refusedCap, RefusedPeerShare: s.refusedShare}
 	case *dumpReq:
 		n := 0
 		for _, lr := range s.rooms {
@@ -100,37 +136,95 @@ func (s *shard) route(ctx actor.Context, env *envelope) {
 			answer(env, lr.reply) // the room has handled everything routed to it
 			return
 		}
+		s.seeInfo(env)
 		lr.sent++
 		ctx.Send(lr.pid, env)
 		return
 	}
 	var m *room.Machine
+	created := false
 	if te, ok := s.tombs[env.room]; ok {
 		m = room.FromTombstone(&s.eng.cfg.Room, te.t)
 	} else if room.Creates(env.msg) {
-		m = room.New(&s.eng.cfg.Room, env.room)
-		s.eng.cfg.Observer.RoomCreated(env.room)
+		m, created = room.New(&s.eng.cfg.Room, env.room), true
 	} else {
 		s.unknownRoom(env)
 		return
 	}
+	// Step is pure: a refused message leaves no trace of this step.
 	fx := m.Step(env.msg)
-	if fx.Revived {
-		s.eng.cfg.Observer.RoomCreated(env.room) // a tombstone came back to life
+	alive := !m.Retired()
+	if alive {
+		if why := s.lim.admit(env.msg, len(s.rooms), s.peers); why != admitted {
+			s.refuse(env, why)
+			return
+		}
+		s.seeInfo(env)
 	}
-	if !m.Retired() {
+	if created || fx.Revived {
+		s.eng.cfg.Observer.RoomCreated(env.room) // new, or a tombstone came back to life
+	}
+	if alive {
 		// The room is (again) alive: it gets an actor, which executes this
 		// first step's effects once it runs.
 		delete(s.tombs, env.room)
 		pid := ctx.Spawn(actor.PropsFromProducer(func() actor.Actor {
 			return newRoomActor(s.eng, m, fx, env, ctx.Self())
 		}))
-		s.rooms[env.room] = &live{pid: pid, reply: m.Reply()}
+		lr := &live{pid: pid, reply: m.Reply()}
+		if ti, ok := env.msg.(room.TransferInfo); ok {
+			lr.peer = ti.Agent
+			s.peers[ti.Agent]++
+		}
+		s.rooms[env.room] = lr
 		return
 	}
 	// Still (or at once) a tombstone: nothing here can post or arm.
 	execStateless(s.eng, env, m, fx)
 	s.keepTombstone(m.Tombstone())
+}
+
+// seeInfo shows the observer a transfer info that reaches a live room (before
+// the room handles it). Infos refused or absorbed by a tombstone are not
+// shown: the observer keeps a record per room it sees, and only live rooms
+// retire.
+func (s *shard) seeInfo(env *envelope) {
+	if ti, ok := env.msg.(room.TransferInfo); ok {
+		s.eng.cfg.Observer.TransferInfo(env.room, ti.Agent, ti.Required)
+	}
+}
+
+// refuse turns away a message that would make a room live beyond a cap: the
+// room is not created (nor revived), the refusal is counted, and what is kept
+// is a Failed room_cap tombstone, which the TTL and the tombstone cap bound.
+// An Open's room answers polls Failed/room_cap (a later Open starts a new
+// incarnation, admitted once rooms have freed up). A transfer info is stepped
+// through that tombstone, so decode is told at once (KV_STATUS failure, as for
+// any info that reaches a failed room) and frees its pages; the tombstone then
+// fails the sender when the scheduler opens the room.
+func (s *shard) refuse(env *envelope, why refusal) {
+	if why == peerShare {
+		s.refusedShare++
+	} else {
+		s.refusedCap++
+	}
+	obs := s.eng.cfg.Observer
+	if ro, ok := obs.(RefusalObserver); ok {
+		ro.RoomRefused(env.room, why == peerShare)
+	}
+	t := room.Tombstone{Room: env.room, Status: room.Failed, Reason: room.ReasonRoomCap}
+	if _, open := env.msg.(room.Open); open {
+		// The scheduler's room: it gets a (short) story of its own.
+		t.Opened = true
+		obs.RoomCreated(env.room)
+		obs.StatusChanged(env.room, room.Failed, room.ReasonRoomCap)
+		obs.RoomRetired(t)
+		s.keepTombstone(t)
+		return
+	}
+	m := room.FromTombstone(&s.eng.cfg.Room, t)
+	execStateless(s.eng, env, m, m.Step(env.msg))
+	s.keepTombstone(t)
 }
 
 // unknownRoom answers a poll for a room nobody named with room.UnknownReply;
@@ -150,6 +244,11 @@ func (s *shard) onRetired(ctx actor.Context, m *retired) {
 		return
 	}
 	delete(s.rooms, id)
+	if lr.peer != "" {
+		if s.peers[lr.peer]--; s.peers[lr.peer] <= 0 {
+			delete(s.peers, lr.peer)
+		}
+	}
 	s.keepTombstone(m.tomb)
 	// Poison, not Stop: whatever was routed to the room before this point is
 	// still handled (bounced back here, to the tombstone) before it stops.

@@ -109,6 +109,7 @@ type Observer struct {
 
 	// Rare events: plain atomics.
 	evicted, badTraceparents, queueFull atomic.Int64
+	refusedCap, refusedShare            atomic.Int64
 	exported, exportErrors              atomic.Int64
 	src                                 atomic.Pointer[sourceBox]
 
@@ -117,7 +118,10 @@ type Observer struct {
 	stopped chan struct{}
 }
 
-var _ actors.Observer = (*Observer)(nil)
+var (
+	_ actors.Observer        = (*Observer)(nil)
+	_ actors.RefusalObserver = (*Observer)(nil)
+)
 
 type sourceBox struct{ s Source }
 
@@ -576,6 +580,15 @@ func (o *Observer) Ignored(id uint64, msg room.Msg) {
 
 // TombstoneEvicted implements actors.Observer.
 func (o *Observer) TombstoneEvicted(uint64) { o.evicted.Add(1) }
+
+// RoomRefused implements actors.RefusalObserver.
+func (o *Observer) RoomRefused(_ uint64, peerShare bool) {
+	if peerShare {
+		o.refusedShare.Add(1)
+	} else {
+		o.refusedCap.Add(1)
+	}
+}
 
 // RoomRetired implements actors.Observer: the room's record is closed, and
 // its spans are emitted if the tail sampler keeps it.

@@ -1,6 +1,7 @@
 package telemetry
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/kvxfer/kvxfer/actors"
 	"github.com/kvxfer/kvxfer/actors/room"
 )
 
@@ -239,6 +241,12 @@ func TestEveryFailureReasonIsErrorType(t *testing.T) {
 			h.eng.TransferInfo(id, info("a", 2, 1))
 			h.eng.Fail(id, room.ReasonPeerRejected) // what kvxferd does for a rejected agent's info
 		},
+		room.ReasonRoomCap: func(h *harness, id uint64) {
+			h.capped(1)
+			h.eng.Open(id + 1)
+			h.expect(id+1, room.Bootstrapping)
+			h.eng.Open(id) // beyond the cap: refused
+		},
 	}
 	for _, why := range room.Reasons() {
 		t.Run(why.String(), func(t *testing.T) {
@@ -271,6 +279,10 @@ func TestEveryFailureReasonIsErrorType(t *testing.T) {
 				t.Fatalf("failures{reason=%s} = %d", why, v)
 			}
 			switch why {
+			case room.ReasonRoomCap:
+				if v := h.value(ms, "kvxfer_rooms_refused", "cause", "room_cap"); v != 1 {
+					t.Fatalf("refused{cause=room_cap} = %d", v)
+				}
 			case room.ReasonTransferError:
 				c := h.spans(TransferSpan)
 				if len(c) != 1 || mustAttr(t, "transfer", c[0].Attributes, AttrErrorType).AsString() != "transfer_error" || c[0].Status.Code != codes.Error {
@@ -284,6 +296,25 @@ func TestEveryFailureReasonIsErrorType(t *testing.T) {
 			}
 		})
 	}
+}
+
+// capped replaces h's engine with one of a single shard that keeps at most
+// rooms live rooms.
+func (h *harness) capped(rooms int) {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = h.eng.Close(ctx)
+	eng, err := actors.New(actors.Config{Clock: h.clk, Transfers: h.xf, Observer: h.obs, Shards: 1, RoomCap: rooms})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.eng = eng
+	h.t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = eng.Close(ctx)
+	})
 }
 
 const traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"

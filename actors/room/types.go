@@ -56,6 +56,9 @@ const (
 	// ReasonPeerRejected: the decode agent's registration was rejected (an
 	// SGLang release kvxferd does not serve, or a layout it cannot check).
 	ReasonPeerRejected
+	// ReasonRoomCap: kvxferd refused to create the room: its live-room cap, or
+	// the decode agent's share of it, was reached (actors.Config.RoomCap).
+	ReasonRoomCap
 	numReasons
 )
 
@@ -72,6 +75,7 @@ var reasonNames = [numReasons]string{
 	ReasonInternalError:    "internal_error",
 	ReasonShutdown:         "shutdown",
 	ReasonPeerRejected:     "peer_rejected",
+	ReasonRoomCap:          "room_cap",
 }
 
 func (r Reason) String() string {

@@ -314,6 +314,8 @@ func FailureMessage(r room.Reply) string {
 		return "Invalid request from the scheduler."
 	case room.ReasonShutdown:
 		return "kvxferd is shutting down."
+	case room.ReasonRoomCap:
+		return "kvxferd refused the room: too many live rooms (KVXFER_ROOM_CAP)."
 	case room.ReasonNone:
 		return "KVSender failed."
 	}
