@@ -45,7 +45,32 @@ type IngestConfig struct {
 	// limited to one per LogEvery (0: 1 s), with a count of the suppressed ones.
 	Logger   *slog.Logger
 	LogEvery time.Duration
+	// MaxFrame caps one frame (ZMQ_MAXMSGSIZE): libzmq reads a frame's length first and
+	// drops the connection of a peer that announces more, before allocating it (counted in
+	// IngestStats.Disconnects; the peer's PUSH socket reconnects). 0: DefaultMaxFrame;
+	// negative: no cap (upstream).
+	MaxFrame int64
+	// RcvHWM bounds the messages queued per connection before libzmq stops reading it
+	// (TCP then pushes back on the sender). 0: DefaultRcvHWM; negative: unbounded, as
+	// upstream's RCVHWM 0.
+	RcvHWM int
 }
+
+// The largest legal frame. A transfer info's dst_kv_indices is 4 bytes a page and is the
+// largest frame any decode sends: MaxTransferInfoPages pages (a 4M-token request at page
+// size 1) make 16 MiB. A registration's frames are far smaller: the NIXL agent metadata
+// (connection info plus one descriptor per registered region: tens to hundreds of KiB) and
+// pointer arrays of 8 bytes a buffer (a few thousand at most). The other frames are a
+// room id, an address, small integers and an agent name.
+const (
+	MaxTransferInfoPages = 1 << 22
+	DefaultMaxFrame      = 4 * MaxTransferInfoPages
+	// DefaultRcvHWM is libzmq's own default. The loop drains the socket without
+	// blocking (the Sink only hands messages to mailboxes), so the queue fills only
+	// while kvxferd is overwhelmed, and then the senders wait instead of kvxferd's
+	// memory growing.
+	DefaultRcvHWM = 1000
+)
 
 // IngestStats are cumulative counters; read them from any goroutine.
 type IngestStats struct {
@@ -58,6 +83,9 @@ type IngestStats struct {
 	UnknownTags   uint64
 	SinkPanics    uint64
 	RecvErrors    uint64 // socket errors other than EAGAIN/EINTR
+	// Disconnects counts peer connections libzmq closed: a frame over MaxFrame (the
+	// frame is never read, the peer reconnects), or the peer going away.
+	Disconnects uint64
 }
 
 // drainBatch bounds how many messages are drained between stop checks.
@@ -80,6 +108,7 @@ type Ingest struct {
 
 	messages, registrations, transferInfos, aborts, staging atomic.Uint64
 	badFrames, unknownTags, sinkPanics, recvErrors          atomic.Uint64
+	disconnects                                             atomic.Uint64
 
 	limiter LogLimiter // owner goroutine only
 }
@@ -110,6 +139,12 @@ func start(cfg IngestConfig, in *Ingest) (*Ingest, error) {
 	}
 	if cfg.LogEvery <= 0 {
 		cfg.LogEvery = time.Second
+	}
+	if cfg.MaxFrame == 0 {
+		cfg.MaxFrame = DefaultMaxFrame
+	}
+	if cfg.RcvHWM == 0 {
+		cfg.RcvHWM = DefaultRcvHWM
 	}
 	in.cfg, in.log, in.stop, in.done = cfg, cfg.Logger, make(chan struct{}), make(chan struct{})
 	if in.log == nil {
@@ -147,7 +182,7 @@ func (in *Ingest) Stats() IngestStats {
 		Messages: in.messages.Load(), Registrations: in.registrations.Load(),
 		TransferInfos: in.transferInfos.Load(), Aborts: in.aborts.Load(), Staging: in.staging.Load(),
 		BadFrames: in.badFrames.Load(), UnknownTags: in.unknownTags.Load(),
-		SinkPanics: in.sinkPanics.Load(), RecvErrors: in.recvErrors.Load(),
+		SinkPanics: in.sinkPanics.Load(), RecvErrors: in.recvErrors.Load(), Disconnects: in.disconnects.Load(),
 	}
 }
 
@@ -169,8 +204,38 @@ func (in *Ingest) run(ready chan<- error) {
 		return
 	}
 	defer func() { _ = sock.Close() }()
+	mon, err := monitor(zctx, sock)
+	if err != nil {
+		ready <- err
+		return
+	}
+	defer func() { _ = mon.Close() }() // before the socket: deferred calls run in reverse
 	ready <- nil
-	in.loop(sock)
+	in.loop(sock, mon)
+}
+
+var monitors atomic.Uint64
+
+// monitor watches sock for closed connections (an oversize frame among them) on an
+// inproc PAIR socket that the loop polls with sock.
+func monitor(zctx *zmq.Context, sock *zmq.Socket) (*zmq.Socket, error) {
+	addr := fmt.Sprintf("inproc://kvxfer-ingest-monitor-%d", monitors.Add(1))
+	if err := sock.Monitor(addr, zmq.EVENT_DISCONNECTED); err != nil {
+		return nil, fmt.Errorf("transport: PULL monitor: %w", err)
+	}
+	mon, err := zctx.NewSocket(zmq.PAIR)
+	if err == nil {
+		if err = mon.SetLinger(0); err == nil {
+			err = mon.Connect(addr)
+		}
+		if err != nil {
+			_ = mon.Close()
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("transport: PULL monitor: %w", err)
+	}
+	return mon, nil
 }
 
 func (in *Ingest) open(zctx *zmq.Context) (*zmq.Socket, error) {
@@ -186,10 +251,13 @@ func (in *Ingest) open(zctx *zmq.Context) (*zmq.Socket, error) {
 		_ = sock.Close()
 		return nil, fmt.Errorf("transport: PULL %s: %w", what, err)
 	}
-	// RCVHWM 0 (unlimited) as upstream: decode must never block on us; linger 0 so a Stop
-	// never waits on the network.
-	if err := sock.SetRcvhwm(0); err != nil {
+	// A bounded queue and frame size (upstream: RCVHWM 0, no MAXMSGSIZE, so a peer could
+	// make kvxferd hold whatever it sent); linger 0 so a Stop never waits on the network.
+	if err := sock.SetRcvhwm(max(in.cfg.RcvHWM, 0)); err != nil {
 		return fail("set RCVHWM", err)
+	}
+	if err := sock.SetMaxmsgsize(max(in.cfg.MaxFrame, -1)); err != nil {
+		return fail("set MAXMSGSIZE", err)
 	}
 	if err := sock.SetLinger(0); err != nil {
 		return fail("set LINGER", err)
@@ -233,9 +301,10 @@ func (in *Ingest) stopping() bool {
 	}
 }
 
-func (in *Ingest) loop(sock *zmq.Socket) {
+func (in *Ingest) loop(sock, mon *zmq.Socket) {
 	poller := zmq.NewPoller()
 	poller.Add(sock, zmq.POLLIN)
+	poller.Add(mon, zmq.POLLIN)
 	for !in.stopping() {
 		polled, err := poller.Poll(in.cfg.PollInterval)
 		if err != nil {
@@ -246,6 +315,15 @@ func (in *Ingest) loop(sock *zmq.Socket) {
 		}
 		if len(polled) == 0 {
 			continue
+		}
+		for range drainBatch {
+			ev, _, _, err := mon.RecvEvent(zmq.DONTWAIT)
+			if err != nil {
+				break
+			}
+			if ev&zmq.EVENT_DISCONNECTED != 0 {
+				in.disconnects.Add(1)
+			}
 		}
 		for range drainBatch {
 			frames, err := sock.RecvMessageBytes(zmq.DONTWAIT)

@@ -402,3 +402,65 @@ func TestPushLinkNoticesPeerLoss(t *testing.T) {
 		t.Fatal("closing our own link was reported as a lost decode")
 	}
 }
+
+// A frame over MaxFrame never reaches kvxferd: libzmq drops the sender's
+// connection (counted as a disconnect) before allocating it, and the ingest
+// goes on serving that peer (it reconnects) and every other one. A frame of
+// exactly MaxFrame is legal.
+func TestIngestOversizeFrameDropped(t *testing.T) {
+	const maxFrame = 4096
+	sink := newRecSink()
+	in, err := StartIngest(IngestConfig{Host: "127.0.0.1", PollInterval: 10 * time.Millisecond, MaxFrame: maxFrame}, sink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Stop()
+	zctx, err := zmq.NewContext()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = zctx.Term() }()
+	pages := func(n int) [][]byte {
+		f := goldenTransferInfoFrames()
+		f[5] = make([]byte, n)
+		return f
+	}
+	flooder := testPush(t, zctx, in.Endpoint())
+	defer func() { _ = flooder.Close() }()
+	sendFrames(t, flooder, pages(maxFrame+4))
+	deadline := time.Now().Add(20 * time.Second) // turns a hang into a failure only
+	for in.Stats().Disconnects == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("oversize frame not dropped: %+v", in.Stats())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	honest := testPush(t, zctx, in.Endpoint())
+	defer func() { _ = honest.Close() }()
+	sendFrames(t, honest, pages(maxFrame))
+	sendFrames(t, flooder, goldenTransferInfoFrames()) // the flooder reconnected
+	got := sink.wait(t, 2)
+	for i, g := range got {
+		if _, ok := g.(*TransferInfo); !ok {
+			t.Fatalf("got[%d] = %#v", i, g)
+		}
+	}
+	if st := in.Stats(); st.Messages != 2 || st.TransferInfos != 2 || st.Disconnects != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+// The defaults: the largest legal transfer info fits, and the queue is bounded.
+func TestIngestDefaultLimits(t *testing.T) {
+	if mf, hwm := int64(DefaultMaxFrame), DefaultRcvHWM; mf != 16<<20 || hwm <= 0 {
+		t.Fatalf("max frame %d, rcvhwm %d", DefaultMaxFrame, DefaultRcvHWM)
+	}
+	in, err := StartIngest(IngestConfig{Host: "127.0.0.1"}, newRecSink())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Stop()
+	if in.cfg.MaxFrame != DefaultMaxFrame || in.cfg.RcvHWM != DefaultRcvHWM {
+		t.Fatalf("config %+v", in.cfg)
+	}
+}
