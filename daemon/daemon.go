@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -65,6 +66,12 @@ type Config struct {
 	// Metrics, when set, is served at /metrics on DebugAddr (the Prometheus
 	// exporter's handler).
 	Metrics http.Handler
+	// HTTP bounds both HTTP servers (bootstrap and debug); zero values take
+	// the defaults (see HTTPLimits).
+	HTTP HTTPLimits
+	// BootstrapMaxRanks and BootstrapMaxDPEntries cap the hosted bootstrap
+	// server's rank and room -> dp_rank tables (0: transport's defaults).
+	BootstrapMaxRanks, BootstrapMaxDPEntries int
 
 	// Dialect pins every decode to one SGLang release's wire behaviour;
 	// DialectUnknown (the default, "auto") detects it per decode agent from
@@ -238,7 +245,16 @@ func (d *Daemon) startBootstrap() error {
 	if !d.cfg.ServeBootstrap {
 		return nil
 	}
-	bc := transport.BootstrapConfig{Logger: d.log, EntryCleanupInterval: d.cfg.BootstrapCleanup}
+	r := d.cfg.Rank
+	// The rank this process serves: its PUT /route alone may set its route,
+	// and its instance-wide values are fixed before any PUT (issue 14, F7).
+	own := transport.RankRegistration{
+		AttnTPSize: r.TPSize, AttnTPRank: r.TPRank, AttnCPSize: r.CPSize, AttnCPRank: r.CPRank,
+		AttnDPSize: r.DPSize, AttnDPRank: r.DPRank, PPSize: r.PPSize, PPRank: r.PPRank,
+		SystemDPSize: r.DPSize, SystemDPRank: r.DPRank, PageSize: d.cfg.PageSize, KVCacheDtype: d.cfg.KVCacheDtype,
+	}
+	bc := transport.BootstrapConfig{Logger: d.log, EntryCleanupInterval: d.cfg.BootstrapCleanup, Owner: &own,
+		MaxRanks: d.cfg.BootstrapMaxRanks, MaxDPEntries: d.cfg.BootstrapMaxDPEntries}
 	if d.cfg.AuthToken != "" {
 		bc.RequireAuth, bc.AuthToken = true, d.cfg.AuthToken
 	}
@@ -248,12 +264,22 @@ func (d *Daemon) startBootstrap() error {
 		return fmt.Errorf("daemon: bootstrap server: %w", err)
 	}
 	d.bootLn = ln
-	d.bootSrv = &http.Server{Handler: d.boot.Handler(), ReadHeaderTimeout: 10 * time.Second}
-	go d.bootSrv.Serve(ln)
+	d.bootSrv = d.cfg.HTTP.server(d.boot.Handler())
+	go d.bootSrv.Serve(d.cfg.HTTP.listener(ln))
 	ctx, cancel := context.WithCancel(context.Background())
 	d.stopBoot = cancel
 	go d.boot.RunCleanup(ctx) // drops room -> dp_rank entries past their interval
 	return nil
+}
+
+// registerOptions are the options of this rank's PUT /route to url: the
+// owner key when url is the hosted bootstrap server.
+func (d *Daemon) registerOptions(url string) transport.RegisterOptions {
+	opt := transport.RegisterOptions{Token: d.cfg.AuthToken}
+	if d.boot != nil && d.bootLn != nil && url == "http://"+d.bootLn.Addr().String() {
+		opt.OwnerKey = d.boot.OwnerKey()
+	}
+	return opt
 }
 
 func (d *Daemon) startDebug() error {
@@ -286,8 +312,16 @@ func (d *Daemon) startDebug() error {
 		return fmt.Errorf("daemon: debug server: %w", err)
 	}
 	d.debugLn = ln
-	d.debug = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go d.debug.Serve(ln)
+	if isLoopback(ln.Addr()) {
+		// Profiles only where nothing off the host can ask for them.
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
+	d.debug = d.cfg.HTTP.server(mux)
+	go d.debug.Serve(d.cfg.HTTP.listener(ln))
 	return nil
 }
 

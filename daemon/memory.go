@@ -159,7 +159,7 @@ func (d *Daemon) activateLocked(local sglang.Local) error {
 			SystemDPSize: r.DPSize, SystemDPRank: r.DPRank, RankIP: d.cfg.HostIP, RankPort: in.Port(),
 			PageSize: d.cfg.PageSize, KVCacheDtype: d.cfg.KVCacheDtype,
 		}
-		if err := transport.RegisterRank(context.Background(), url, reg, transport.RegisterOptions{Token: d.cfg.AuthToken}); err != nil {
+		if err := transport.RegisterRank(context.Background(), url, reg, d.registerOptions(url)); err != nil {
 			return fmt.Errorf("registering the rank with the bootstrap server %s: %w", url, err)
 		}
 	}
