@@ -149,7 +149,7 @@ def _scenario(endpoint):
         {"shm": "psm_abc", "offset": 0, "length": 1 << 20, "item_len": 4096, "mem": "DRAM", "dev": 0},
         {"shm": "/dev/shm/v0", "offset": 4096, "length": 1 << 20, "item_len": 4096, "mem": "DRAM", "dev": 0},
     ])
-    big = (1 << 63) + 5  # rooms are unsigned 64-bit
+    big = (1 << 63) - 5  # rooms are 63-bit; ids of 2^63 and above are refused
     out["traced"] = c.open(big, "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
     c.init(big, 3, 7)
     c.send(big, [1, 2, -3], state=[[4, 5], None])

@@ -116,6 +116,9 @@ func (s *Server) dispatch(b []byte, q *request) (out []byte, e *Error) {
 			return b, e
 		}
 		for _, r := range rooms {
+			if q.sliced {
+				break // served turn by turn already (fair.go)
+			}
 			if q.op == OpAbort {
 				s.cfg.Engine.Abort(r)
 			} else {
@@ -237,6 +240,9 @@ func (s *Server) poll(b []byte, q *request) ([]byte, *Error) {
 	if e != nil {
 		return b, e
 	}
+	if q.sliced {
+		return q.cols.appendResult(b, q.op, len(rooms)), nil // served turn by turn (fair.go)
+	}
 	s.replies = s.cfg.Engine.Poll(rooms, s.replies)
 	rs := s.replies
 	if len(rs) != len(rooms) {
@@ -264,13 +270,47 @@ func (s *Server) poll(b []byte, q *request) ([]byte, *Error) {
 		for _, r := range rs {
 			b = appendStr(b, FailureMessage(r))
 		}
-		if q.clear {
+		if q.clear && !q.sliced {
 			for _, r := range rooms {
 				s.cfg.Engine.Clear(r)
 			}
 		}
 	}
 	return b, nil
+}
+
+// columns are a poll result's arrays, encoded a slice of rooms at a time
+// (fair.go); appendResult writes the same bytes as poll does at once.
+type columns struct{ status, reason, third []byte }
+
+func (c *columns) add(op string, rs []room.Reply) {
+	for _, r := range rs {
+		switch op {
+		case OpPoll:
+			c.status = appendUint(c.status, uint64(r.Status))
+			c.reason = appendStr(c.reason, r.Reason.String())
+			c.third = appendInt(c.third, int64(r.PrefixLen))
+		case OpFailure:
+			c.status = appendUint(c.status, uint64(r.Status))
+			c.reason = appendStr(c.reason, r.Reason.String())
+			c.third = appendStr(c.third, FailureMessage(r))
+		case OpPopDecodePrefixLen:
+			c.third = appendInt(c.third, int64(r.PrefixLen))
+		}
+	}
+}
+
+func (c *columns) appendResult(b []byte, op string, n int) []byte {
+	if op == OpPopDecodePrefixLen {
+		return append(appendArrayHeader(appendStr(appendMapHeader(b, 1), "prefix_len"), n), c.third...)
+	}
+	b = append(appendArrayHeader(appendStr(appendMapHeader(b, 3), "status"), n), c.status...)
+	b = append(appendArrayHeader(appendStr(b, "reason"), n), c.reason...)
+	third := "prefix_len"
+	if op == OpFailure {
+		third = "message"
+	}
+	return append(appendArrayHeader(appendStr(b, third), n), c.third...)
 }
 
 func appendReasons(b []byte, rs []room.Reply) []byte {

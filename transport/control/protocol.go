@@ -38,7 +38,12 @@ const (
 	CodeRejected           = "rejected"            // the daemon refused a valid registration
 	CodeUnsupported        = "unsupported"         // a feature this daemon does not offer
 	CodeInternal           = "internal"            // a bug on the server side (recovered panic)
+	CodeBusy               = "busy"                // too many requests queued from this client
 )
+
+// MaxRoom is the largest room id: SGLang's bootstrap_room is a random 63-bit
+// id, and the wire (ZMQ frames, HTTP) carries rooms below 2^63 only.
+const MaxRoom = 1<<63 - 1
 
 // Error is a failed request: Code is one of the Code constants.
 type Error struct {
@@ -91,6 +96,11 @@ type request struct {
 	// batch
 	reqs    []*request
 	hasReqs bool
+
+	// served turn by turn (fair.go): the engine was already driven, and a
+	// poll's result columns are encoded in cols.
+	sliced bool
+	cols   *columns
 }
 
 func (q *request) fail(e *Error) {
@@ -163,7 +173,9 @@ func (q *request) field(r *reader, key string, nested bool) error {
 		q.dpRank, err = r.readInt()
 		q.hasDP = err == nil
 	case "room":
-		q.room, err = r.readUint()
+		if q.room, err = r.readUint(); err == nil {
+			err = checkRoom(q.room)
+		}
 		q.hasRoom = err == nil
 	case "rooms":
 		q.rooms, err = readRooms(r)
@@ -210,11 +222,22 @@ func readRooms(r *reader) ([]uint64, error) {
 	}
 	out := make([]uint64, n)
 	for i := range out {
-		if out[i], err = r.readUint(); err != nil {
+		if out[i], err = r.readUint(); err == nil {
+			err = checkRoom(out[i])
+		}
+		if err != nil {
 			return nil, fmt.Errorf("rooms[%d]: %w", i, err)
 		}
 	}
 	return out, nil
+}
+
+// checkRoom refuses room ids no decode can name (F9 of issue 14).
+func checkRoom(id uint64) error {
+	if id > MaxRoom {
+		return fmt.Errorf("room %d is not below 2^63 (SGLang's bootstrap_room is a 63-bit id)", id)
+	}
+	return nil
 }
 
 // readInt32sBin reads packed little-endian int32 values. The result is a fresh slice:

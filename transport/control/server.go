@@ -31,6 +31,9 @@ type Config struct {
 	// MaxMessage caps one request (ZMQ_MAXMSGSIZE); libzmq disconnects a client that
 	// sends more, without a reply. 0 means 64 MiB.
 	MaxMessage int64
+	// Slice is how many room operations one client's turn serves before the next
+	// client's (fair.go); 0 means DefaultSlice.
+	Slice int
 	// Context to create the socket in; nil: the server creates and terminates its own.
 	Context *zmq.Context
 	Logger  *slog.Logger
@@ -50,8 +53,10 @@ type Stats struct {
 const drainBatch = 1024
 
 // Server owns the ROUTER socket of one kvxferd: a single goroutine creates, binds,
-// reads, writes and closes it (zmq sockets are not goroutine safe), so requests are
-// served one at a time in arrival order. No input stops it; only Stop does.
+// reads, writes and closes it (zmq sockets are not goroutine safe). Each client's
+// requests are served one at a time in arrival order; clients take turns, and a big
+// batched op is served in slices between other clients' requests (fair.go). No input
+// stops it; only Stop does.
 type Server struct {
 	cfg      Config
 	log      *slog.Logger
@@ -64,10 +69,12 @@ type Server struct {
 
 	messages, errors, dropped, sendErrors, recvErrors, panics atomic.Uint64
 
-	// Owned by the loop goroutine, reused across requests.
-	out     []byte
-	replies []room.Reply
-	parts   []any
+	// Owned by the loop goroutine.
+	replies []room.Reply       // reused across polls
+	clients map[string]*client // by ROUTER identity, those with queued requests
+	ring    []*client          // the same, in turn order
+	queued  int
+	sendMsg func(parts []any) error
 }
 
 // Start binds the socket and starts serving. It returns once the socket is bound (or
@@ -85,7 +92,11 @@ func Start(cfg Config) (*Server, error) {
 	if cfg.MaxMessage <= 0 {
 		cfg.MaxMessage = 64 << 20
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, stop: make(chan struct{}), done: make(chan struct{})}
+	if cfg.Slice <= 0 {
+		cfg.Slice = DefaultSlice
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, stop: make(chan struct{}), done: make(chan struct{}),
+		clients: map[string]*client{}}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -155,6 +166,10 @@ func (s *Server) run(ep endpoint, ready chan<- error) {
 		return
 	}
 	ready <- nil
+	s.sendMsg = func(parts []any) error {
+		_, err := sock.SendMessageDontwait(parts...)
+		return err
+	}
 	s.loop(sock)
 }
 
@@ -199,7 +214,11 @@ func (s *Server) loop(sock *zmq.Socket) {
 			return
 		default:
 		}
-		polled, err := p.Poll(s.cfg.PollInterval)
+		wait := s.cfg.PollInterval
+		if s.queued > 0 {
+			wait = 0 // requests are waiting for their turn: only look for new ones
+		}
+		polled, err := p.Poll(wait)
 		if err != nil {
 			if zmq.AsErrno(err) == zmq.ETERM {
 				return
@@ -207,11 +226,8 @@ func (s *Server) loop(sock *zmq.Socket) {
 			s.recvErrors.Add(1)
 			continue
 		}
-		if len(polled) == 0 {
-			continue
-		}
 	drain:
-		for i := 0; i < drainBatch; i++ {
+		for i := 0; len(polled) > 0 && i < drainBatch; i++ {
 			frames, err := sock.RecvMessageBytes(zmq.DONTWAIT)
 			if err != nil {
 				switch zmq.AsErrno(err) {
@@ -223,47 +239,9 @@ func (s *Server) loop(sock *zmq.Socket) {
 				}
 				break drain
 			}
-			s.serve(sock, frames)
+			s.enqueue(frames)
 		}
-	}
-}
-
-// serve answers one message. A ROUTER message is [identity, (empty delimiter from a
-// REQ or a DEALER that mimics one), body]; the reply goes back with the same envelope.
-func (s *Server) serve(sock *zmq.Socket, frames [][]byte) {
-	s.messages.Add(1)
-	if len(frames) < 2 {
-		s.dropped.Add(1)
-		return
-	}
-	env := 1
-	if len(frames) >= 3 && len(frames[1]) == 0 {
-		env = 2
-	}
-	body := frames[env:]
-	var q *request
-	if len(body) != 1 {
-		q = &request{err: errorf(CodeBadRequest, "want one body frame, got %d", len(body))}
-	} else if dq, err := decodeRequest(body[0]); err != nil {
-		q = &request{err: errorf(CodeBadRequest, "undecodable request: %v", err)}
-	} else {
-		q = dq
-	}
-	if q.err != nil {
-		s.log.Debug("control: bad request", "err", q.err.Message)
-	}
-	s.out = s.handle(s.out[:0], q, true)
-	s.parts = s.parts[:0]
-	for _, f := range frames[:env] {
-		s.parts = append(s.parts, f)
-	}
-	s.parts = append(s.parts, s.out)
-	if _, err := sock.SendMessageDontwait(s.parts...); err != nil {
-		s.sendErrors.Add(1)
-		s.log.Debug("control: reply not sent", "err", err)
-	}
-	if cap(s.out) > 1<<20 {
-		s.out = nil // do not pin one huge reply's buffer forever
+		s.turn()
 	}
 }
 
