@@ -3,17 +3,20 @@ package daemon
 import (
 	"errors"
 	"fmt"
-	"os"
 	"sync"
 	"syscall"
 
 	"github.com/kvxfer/kvxfer/nixl"
+	"github.com/kvxfer/kvxfer/nixl/loopback"
 )
 
 // WithFileMapping gives a NIXL agent that cannot map files itself (the libnixl
 // backend) the Attach the daemon needs: the scheduler's shared-memory file is
 // mapped shared into this process and registered like any host memory. The
-// mappings are released when the agent closes.
+// mappings are released when the agent closes. The file is checked as the
+// loopback backend checks it (loopback.OpenAttachable). Copies out of it are the
+// library's (C, often the NIC's), so a scheduler truncating its file under a
+// live transfer is outside what Go can guard here; do not truncate live pools.
 func WithFileMapping(a nixl.Agent) Agent { return &fileMapped{Agent: a} }
 
 type fileMapped struct {
@@ -23,19 +26,14 @@ type fileMapped struct {
 }
 
 func (f *fileMapped) Attach(path string) ([]byte, error) {
-	fd, err := os.OpenFile(path, os.O_RDWR, 0)
-	if err != nil {
-		return nil, fmt.Errorf("attach %s: %w", path, err)
-	}
-	defer fd.Close()
-	st, err := fd.Stat()
+	// The same checks as the loopback backend's Attach: a regular file of
+	// ours, writable by no one else, not reached through a final symlink.
+	fd, size, err := loopback.OpenAttachable(path)
 	if err != nil {
 		return nil, err
 	}
-	if st.Size() <= 0 {
-		return nil, fmt.Errorf("attach %s: empty file", path)
-	}
-	b, err := syscall.Mmap(int(fd.Fd()), 0, int(st.Size()), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
+	defer fd.Close()
+	b, err := syscall.Mmap(int(fd.Fd()), 0, int(size), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
 	if err != nil {
 		return nil, fmt.Errorf("attach %s: mmap: %w", path, err)
 	}

@@ -109,7 +109,9 @@ func processesMain(args []string) error {
 		return err
 	}
 	defer logFile.Close()
-	dargs := []string{"-control", ctl, "-disaggregation-bootstrap-port", strconv.Itoa(port),
+	// The loopback backend: every process of the demo is on this host and
+	// shares the user's namespace /dev/shm/kvxfer-<euid>.
+	dargs := []string{"-nixl-backend", "loopback", "-control", ctl, "-disaggregation-bootstrap-port", strconv.Itoa(port),
 		"-decode-protocol", *proto, "-log-level", "warn", "-debug-addr", ""}
 	if *legacy != "" {
 		dargs = append(dargs, "-decode-protocol-legacy", *legacy)

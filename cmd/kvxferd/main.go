@@ -83,7 +83,7 @@ func run(args []string, getenv func(string) string) error {
 	fs.IntVar(&c.StateComponents, "state-components", 0, "state lists the scheduler registers before the rank goes live")
 	logJSON := fs.Bool("log-json", false, "JSON logs")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
-	backend := fs.String("nixl-backend", "loopback", "loopback (shared memory, pure Go) or nixl (the real library, loaded at run time; its plugin and params come from SGLANG_DISAGGREGATION_NIXL_BACKEND and _PARAMS)")
+	backend := fs.String("nixl-backend", "", "required: nixl for production (the real library, loaded at run time; its plugin and params come from SGLANG_DISAGGREGATION_NIXL_BACKEND and _PARAMS), or loopback for tests and demos on one host (shared memory, pure Go)")
 	metrics := fs.Bool("metrics", true, "serve Prometheus /metrics on -debug-addr (tracing: the OTEL_* environment, see docs/observability.md)")
 	bytesPerPage := fs.Int64("kv-bytes-per-page", 0, "KV bytes of one page over all layers of this rank, for kv_transfer.bytes and kvxfer_transfer_bytes_total (0: taken from the registered memory)")
 	if err := fs.Parse(args); err != nil {
@@ -106,6 +106,8 @@ func run(args []string, getenv func(string) string) error {
 		return fmt.Errorf("-aux-nokv %q: want baseline or count", *nokv)
 	}
 	switch *backend {
+	case "":
+		return fmt.Errorf("-nixl-backend is required: nixl (production) or loopback (tests and demos on one host); see docs/nixl.md")
 	case "loopback":
 	case "nixl":
 		c.NewAgent = func(name string) (daemon.Agent, error) {
@@ -128,6 +130,9 @@ func run(args []string, getenv func(string) string) error {
 		h = slog.NewJSONHandler(os.Stderr, opts)
 	}
 	c.Logger = slog.New(h).With("rank", c.Rank.TPRank, "pp", c.Rank.PPRank)
+	if *backend == "loopback" {
+		c.Logger.Warn("NIXL backend loopback: shared memory on this host only, for tests and demos; production runs -nixl-backend nixl")
+	}
 	ec, err := actors.ConfigFromEnv(actors.Config{}, getenv)
 	if err != nil {
 		return err
