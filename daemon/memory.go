@@ -136,7 +136,7 @@ func (d *Daemon) activateLocked(local sglang.Local) error {
 	if _, err := sglang.RegisterBuffers(d.agent, sets...); err != nil {
 		return fmt.Errorf("registering memory with NIXL: %w", err)
 	}
-	pool, err := xfer.New(xfer.Config{Agent: d.agent, Local: &local, Actors: d.cfg.QueueSize, Logger: d.log})
+	pool, err := xfer.New(xfer.Config{Agent: d.agent, Local: &local, Actors: d.cfg.QueueSize, Logger: d.log, Clock: d.cfg.Engine.Clock})
 	if err != nil {
 		return err
 	}

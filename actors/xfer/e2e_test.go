@@ -56,7 +56,7 @@ func newRigQuarantine(t *testing.T, quarantineAfter time.Duration) *rig {
 // pool then sends them as the engine's Notifier.
 func newRigWith(t testing.TB, quarantineAfter time.Duration, hold bool) *rig {
 	r := &rig{t: t, clk: clock.NewFake(time.Unix(0, 0)), pre: node(t, "prefill", 3)}
-	pool, err := xfer.New(xfer.Config{Agent: r.pre.Agent, Local: &r.pre.Geo, QuarantineAfter: quarantineAfter})
+	pool, err := xfer.New(xfer.Config{Agent: r.pre.Agent, Local: &r.pre.Geo, QuarantineAfter: quarantineAfter, Clock: r.clk})
 	if err != nil {
 		t.Fatal(err)
 	}

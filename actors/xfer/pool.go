@@ -10,6 +10,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/internal/clock"
 	"github.com/kvxfer/kvxfer/nixl"
 	"github.com/kvxfer/kvxfer/nixl/sglang"
 )
@@ -28,7 +29,12 @@ type Config struct {
 	// check per request in flight, so an unbounded window makes every poll
 	// tick grow with the load while the transfers themselves go no faster.
 	MaxInFlight int
-	Logger      *slog.Logger
+	// Clock decides quarantine: a transfer in flight longer than
+	// QuarantineAfter on it is quarantined (default the wall clock). Give it
+	// the engine's clock so a fake one drives both. Poll pacing stays on
+	// wall time: it only spaces polls, it decides nothing.
+	Clock  clock.Clock
+	Logger *slog.Logger
 }
 
 // Stats are the pool's counters.
@@ -67,6 +73,9 @@ func New(cfg Config) (*Pool, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
 	}
 	l, err := sglang.PrepLocalKV(cfg.Agent, cfg.Local)
 	if err != nil {

@@ -100,7 +100,7 @@ func (w *worker) Receive(ctx actor.Context) {
 // start plans the transfer and posts its requests. A failure to plan or post
 // still waits for the requests already posted before the job reports done.
 func (w *worker) start(j *job) {
-	j.started = time.Now()
+	j.started = w.p.cfg.Clock.Now()
 	pe, ok := w.peers[j.t.Agent]
 	if !ok {
 		w.p.cfg.Logger.Warn("transfer for an unregistered decode agent", "room", j.t.Room, "agent", j.t.Agent)
@@ -173,8 +173,8 @@ func (w *worker) startWaiting() {
 // quarantined ones once a second). It reports whether anything completed.
 func (w *worker) poll() bool {
 	progress := w.pollJobs(&w.active, true)
-	if len(w.quarantine) > 0 && time.Since(w.lastQuar) >= quarantinePoll {
-		w.lastQuar = time.Now()
+	if now := w.p.cfg.Clock.Now(); len(w.quarantine) > 0 && now.Sub(w.lastQuar) >= quarantinePoll {
+		w.lastQuar = now
 		w.pollJobs(&w.quarantine, false)
 	}
 	return progress
@@ -198,7 +198,7 @@ func (w *worker) pollJobs(list *[]*job, mayQuarantine bool) bool {
 		return false
 	}
 	progress := false
-	now := time.Now()
+	now := w.p.cfg.Clock.Now()
 	kept := jobs[:0]
 	k := 0
 	for _, j := range jobs {
