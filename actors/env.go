@@ -32,13 +32,16 @@ const (
 // costs about 2.4 KB of heap with one transfer info of a few pages (actor,
 // mailbox, machine; docs/engine.md) and about 4 KB as measured in RSS under a
 // flood of transfer infos for unknown rooms; RoomBudget leaves room for long
-// page lists and the tombstone each room leaves. The ceiling is far above any
-// scheduler's queue of rooms (thousands) and bounds the rooms a flood can hold
-// to about half a GiB of RSS even on a large host.
+// page lists, the observer's record and the tombstone each room leaves. The
+// ceiling is far above any scheduler's queue of rooms (thousands: SGLang's
+// running and bootstrapping requests) and bounds what a flood of transfer
+// infos can hold: measured against a real kvxferd (make test-hostile,
+// TestF4UnknownRoomsAndHugeFrames), 300,000 infos for unknown rooms took RSS
+// from 31 to 1,146 MiB uncapped, to 754 MiB with a ceiling of 131,072.
 const (
 	RoomBudget = 32 << 10
-	MinRoomCap = 1 << 15
-	MaxRoomCap = 1 << 17
+	MinRoomCap = 1 << 14
+	MaxRoomCap = 1 << 15
 )
 
 // DefaultRoomCap sizes the live-room cap from a memory limit in bytes (0:

@@ -55,7 +55,7 @@ func TestRoomCapFromEnvAndMemory(t *testing.T) {
 	}{
 		{0, MaxRoomCap / 2},                 // unknown
 		{512 << 20, MinRoomCap},             // a small cgroup: the floor
-		{8 << 30, 8 << 30 / 4 / RoomBudget}, // a quarter of 8 GiB at 32 KiB a room
+		{3 << 30, 3 << 30 / 4 / RoomBudget}, // a quarter of 3 GiB at 32 KiB a room
 		{1 << 40, MaxRoomCap},               // a large host: the ceiling
 	} {
 		if got := DefaultRoomCap(tc.mem); got != tc.want {

@@ -96,7 +96,8 @@ func TestEngineTenThousandRoomsConcurrently(t *testing.T) {
 	x.never = func(tr room.Transfer) bool { return byRoom[tr.Room].stuck }
 	clk := clock.NewFake(time.Unix(0, 0))
 	obs := newRecorder()
-	eng, err := New(Config{Clock: clk, Transfers: x, Observer: obs, Notifier: &noticeLog{}})
+	// The room cap is not under test here: 10,000 rooms, most from one agent.
+	eng, err := New(Config{Clock: clk, Transfers: x, Observer: obs, Notifier: &noticeLog{}, RoomCap: 1 << 20, PeerRoomCap: 1 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
