@@ -21,7 +21,9 @@ import (
 // registered decode, then 4 huge frames: RSS stays bounded.
 func TestF4UnknownRoomsAndHugeFrames(t *testing.T) {
 	hostile(t)
-	d := startDaemon(t, daemonOpts{})
+	// SGLang's default bootstrap deadline (300 s), so the flood's rooms are
+	// held for the whole test, as they would be in production.
+	d := startDaemon(t, daemonOpts{env: []string{"SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT=300"}})
 	c := newCanary(t, t.TempDir(), 4096)
 	w := startWorkload(t, d, workloadOpts{rooms: 300, rate: 15})
 	if err := d.waitLive(20 * time.Second); err != nil {
@@ -51,8 +53,12 @@ func TestF4UnknownRoomsAndHugeFrames(t *testing.T) {
 		st = st2
 	}
 	afterRooms := d.proc()
-	m := fmt.Sprintf("%d infos in %.1f s: RSS %.0f → %.0f MiB (peak %.0f); live rooms %v, cap %v, refused at cap %v, at peer share %v",
-		sent, time.Since(start).Seconds(), before.rssMiB(), afterRooms.rssMiB(), s.now().rssMiB(), st["LiveRooms"], st["RoomCap"], st["RefusedRoomCap"], st["RefusedPeerShare"])
+	perRoom := ""
+	if live, ok := st["LiveRooms"].(float64); ok && live > 0 {
+		perRoom = fmt.Sprintf(" (%.1f KiB RSS per live room)", (afterRooms.rssMiB()-before.rssMiB())*1024/live)
+	}
+	m := fmt.Sprintf("%d infos in %.1f s: RSS %.0f → %.0f MiB (peak %.0f)%s; live rooms %v, cap %v, refused at cap %v, at peer share %v",
+		sent, time.Since(start).Seconds(), before.rssMiB(), afterRooms.rssMiB(), s.now().rssMiB(), perRoom, st["LiveRooms"], st["RoomCap"], st["RefusedRoomCap"], st["RefusedPeerShare"])
 	if err != nil {
 		m += " (flood stopped: " + err.Error() + ")"
 	}
