@@ -32,6 +32,6 @@ var bounds = struct {
 	f2bMaps:     4,
 	f3Exit:      10 * time.Second,
 	f5LogBytes:  256 << 10,
-	f8P99:       50 * time.Millisecond,
+	f8P99:       100 * time.Millisecond, // measured 18 ms (413 ms before); room for a loaded CI box
 	f6ProbeWait: 3 * time.Second,
 }
