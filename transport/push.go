@@ -30,9 +30,10 @@ type PushConfig struct {
 	// QueueSize is the number of messages Send may queue ahead of the socket: 0 means 1024.
 	QueueSize int
 	// FlushTimeout, when > 0, makes Close deliver what is still queued: it sends
-	// the queue with blocking sends bounded by FlushTimeout each and lingers up
-	// to FlushTimeout for libzmq to hand them to the peer (a graceful shutdown's
-	// last KV_STATUS). 0 keeps upstream's linger 0: queued messages are dropped.
+	// the queue with blocking sends and lingers for libzmq to hand them to the
+	// peer (a graceful shutdown's last KV_STATUS), all within FlushTimeout
+	// overall, not per message. 0 keeps upstream's linger 0: queued messages
+	// are dropped. CloseBy sets the bound explicitly.
 	FlushTimeout time.Duration
 	// OnDisconnect, when set, is called each time an established connection to
 	// decode's PULL socket is lost (a ZMQ socket monitor sees the TCP
@@ -49,6 +50,9 @@ type PushStats struct {
 	Sent    uint64 // handed to libzmq
 	Dropped uint64 // refused by Send (queue full) or discarded at Close
 	Failed  uint64 // libzmq send errors (timeout, ...)
+	// Discarded counts the part of Dropped that was still queued when the
+	// close's flush deadline passed.
+	Discarded uint64
 }
 
 // PushLink sends multipart messages to one decode PULL socket. One goroutine owns the
@@ -67,7 +71,10 @@ type PushLink struct {
 	stopOnce sync.Once
 
 	sent, dropped, failed atomic.Uint64
+	discarded             atomic.Uint64
 	closing               atomic.Bool
+	flushBy               atomic.Int64 // unix nanos: the close's flush deadline (0: no flush)
+	logs                  LogLimiter   // the link goroutine's per-message warnings
 }
 
 // DialPush creates the socket and connects it (connect is asynchronous in ZMQ: it succeeds
@@ -80,7 +87,7 @@ func DialPush(cfg PushConfig) (*PushLink, error) {
 		cfg.QueueSize = 1024
 	}
 	l := &PushLink{cfg: cfg, log: cfg.Logger, queue: make(chan [][]byte, cfg.QueueSize),
-		stop: make(chan struct{}), done: make(chan struct{})}
+		stop: make(chan struct{}), done: make(chan struct{}), logs: NewLogLimiter(time.Second, nil)}
 	if l.log == nil {
 		l.log = slog.New(slog.DiscardHandler)
 	}
@@ -110,16 +117,37 @@ func (l *PushLink) Send(frames [][]byte) error {
 	}
 }
 
-// Close stops the link: messages already queued are handed to libzmq without waiting,
-// then the socket is closed with linger 0. Idempotent.
+// Close stops the link: with FlushTimeout 0, messages already queued are handed
+// to libzmq without waiting and the socket is closed with linger 0; with
+// FlushTimeout > 0 it is CloseBy(now + FlushTimeout). Idempotent.
 func (l *PushLink) Close() {
-	l.stopOnce.Do(func() { close(l.stop) })
+	var by time.Time
+	if l.cfg.FlushTimeout > 0 {
+		by = time.Now().Add(l.cfg.FlushTimeout)
+	}
+	l.CloseBy(by)
+}
+
+// CloseBy stops the link and delivers what is still queued until deadline, and
+// no later: blocking sends bounded by the time left, then a linger of the time
+// left; whatever is still queued at the deadline is dropped (Stats.Dropped). A
+// zero or past deadline drops without waiting. It returns once the socket is
+// closed, which is bounded by the deadline (plus the monitor's 250 ms poll);
+// with a shared Context the linger runs on in libzmq until Context.Term, which
+// it bounds the same way. Only the first Close or CloseBy sets the deadline.
+func (l *PushLink) CloseBy(deadline time.Time) {
+	l.stopOnce.Do(func() {
+		if !deadline.IsZero() {
+			l.flushBy.Store(deadline.UnixNano())
+		}
+		close(l.stop)
+	})
 	<-l.done
 }
 
 // Stats returns a snapshot of the counters.
 func (l *PushLink) Stats() PushStats {
-	return PushStats{Sent: l.sent.Load(), Dropped: l.dropped.Load(), Failed: l.failed.Load()}
+	return PushStats{Sent: l.sent.Load(), Dropped: l.dropped.Load(), Failed: l.failed.Load(), Discarded: l.discarded.Load()}
 }
 
 func (l *PushLink) run(ready chan<- error) {
@@ -161,23 +189,116 @@ func (l *PushLink) run(ready chan<- error) {
 	for {
 		select {
 		case frames := <-l.queue:
-			l.send(sock, frames, 0)
+			l.sendUntil(sock, frames, time.Now().Add(l.cfg.SendTimeout))
 		case <-l.stop:
-			flags := zmq.DONTWAIT
-			if l.cfg.FlushTimeout > 0 {
-				flags = 0
-				_ = sock.SetSndtimeo(l.cfg.FlushTimeout)
-				_ = sock.SetLinger(l.cfg.FlushTimeout)
-			}
-			for {
-				select {
-				case frames := <-l.queue:
-					l.send(sock, frames, flags)
-				default:
-					return
-				}
-			}
+			l.flush(sock)
+			return
 		}
+	}
+}
+
+// flushDeadline is the close's flush deadline (zero: no flush).
+func (l *PushLink) flushDeadline() time.Time {
+	if n := l.flushBy.Load(); n != 0 {
+		return time.Unix(0, n)
+	}
+	return time.Time{}
+}
+
+// flush sends what is queued within the close's deadline and sets the linger
+// to the time then left; the rest is dropped.
+func (l *PushLink) flush(sock *zmq.Socket) {
+	by := l.flushDeadline()
+	dropped := 0
+	for {
+		var frames [][]byte
+		select {
+		case frames = <-l.queue:
+		default:
+			if dropped > 0 {
+				l.log.Warn("transport: PUSH link closed; queued messages dropped at the flush deadline",
+					"endpoint", l.cfg.Endpoint, "dropped", dropped)
+			}
+			_ = sock.SetLinger(max(time.Until(by), 0))
+			return
+		}
+		left := time.Until(by)
+		switch {
+		case len(frames) == 0:
+			continue
+		case by.IsZero():
+			l.sendNow(sock, frames)
+			continue
+		case left <= 0:
+			l.dropped.Add(1)
+			l.discarded.Add(1)
+			dropped++
+			continue
+		}
+		l.sendUntil(sock, frames, by)
+	}
+}
+
+// sendStep is the longest one blocking send waits before sendUntil looks
+// again whether the link is closing.
+const sendStep = 100 * time.Millisecond
+
+// sendUntil sends one message, blocking until limit at most. It blocks in
+// steps of sendStep so that a Close is noticed: from then on the limit is the
+// close's flush deadline if that is sooner (no flush: now).
+func (l *PushLink) sendUntil(sock *zmq.Socket, frames [][]byte, limit time.Time) {
+	if len(frames) == 0 {
+		return
+	}
+	for {
+		select {
+		case <-l.stop:
+			if by := l.flushDeadline(); by.Before(limit) {
+				limit = by
+			}
+		default:
+		}
+		left := time.Until(limit)
+		if left <= 0 {
+			l.failed.Add(1)
+			l.warn(zmq.Errno(syscall.EAGAIN))
+			return
+		}
+		_ = sock.SetSndtimeo(max(min(left, sendStep), time.Millisecond))
+		first, err := sendParts(sock, frames, 0)
+		if err == nil {
+			l.sent.Add(1)
+			return
+		}
+		if first && zmq.AsErrno(err) == zmq.Errno(syscall.EAGAIN) {
+			continue // nothing was queued: try again until the limit
+		}
+		l.failed.Add(1)
+		l.warn(err)
+		return
+	}
+}
+
+// sendParts sends a multipart message part by part. Only the first part can
+// time out (first reports it): libzmq takes the rest of a message whose first
+// part it accepted, so a first part refused left nothing queued.
+func sendParts(sock *zmq.Socket, frames [][]byte, flags zmq.Flag) (first bool, err error) {
+	for i, f := range frames {
+		opt := flags
+		if i < len(frames)-1 {
+			opt |= zmq.SNDMORE
+		}
+		if _, err := sock.SendBytes(f, opt); err != nil {
+			return i == 0, err
+		}
+	}
+	return false, nil
+}
+
+// warn logs a failed send, at most one line a second (the link goroutine's).
+func (l *PushLink) warn(err error) {
+	if ok, suppressed := l.logs.Allow(); ok {
+		l.log.Warn("transport: PUSH send failed", "endpoint", l.cfg.Endpoint, "err", err, "suppressed", suppressed)
 	}
 }
 
@@ -267,23 +388,14 @@ func (l *PushLink) watch(mon *zmq.Socket, done chan<- struct{}) {
 	}
 }
 
-func (l *PushLink) send(sock *zmq.Socket, frames [][]byte, flags zmq.Flag) {
+// sendNow hands one message to libzmq without waiting; refused, it is dropped.
+func (l *PushLink) sendNow(sock *zmq.Socket, frames [][]byte) {
 	if len(frames) == 0 {
 		return
 	}
-	var err error
-	if flags&zmq.DONTWAIT != 0 {
-		_, err = sock.SendMessageDontwait(frames)
-	} else {
-		_, err = sock.SendMessage(frames)
-	}
-	if err != nil {
-		if flags&zmq.DONTWAIT != 0 {
-			l.dropped.Add(1)
-		} else {
-			l.failed.Add(1)
-		}
-		l.log.Warn("transport: PUSH send failed", "endpoint", l.cfg.Endpoint, "err", err)
+	if _, err := sendParts(sock, frames, zmq.DONTWAIT); err != nil {
+		l.dropped.Add(1)
+		l.warn(err)
 		return
 	}
 	l.sent.Add(1)
