@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -84,6 +85,10 @@ type Config struct {
 	// does, instead of holding them until the room is known to have succeeded
 	// (for measuring what holding costs; see invariant 10).
 	NoHold bool
+	// MaxLinks caps the live PUSH links to decode endpoints, and so the
+	// accepted decode agents (each keeps its link); 0: KVXFER_MAX_DECODE_LINKS,
+	// else an eighth of the fd limit, at most 512.
+	MaxLinks int
 
 	NoKV            sglang.NoKVForm
 	QueueSize       int // transfer pool actors
@@ -140,6 +145,8 @@ type Daemon struct {
 	dialects *dialects
 	peers    *peers
 	counters counters
+	// Per-message warnings, one line a second each (issue 14, F5).
+	noticeLogs, signalLogs, lostLogs, dropLogs *logLimiter
 }
 
 // Start brings the daemon up (not yet live; see the package comment).
@@ -163,9 +170,22 @@ func Start(cfg Config) (*Daemon, error) {
 		cfg.PageSize = 1
 	}
 	d := &Daemon{cfg: cfg, log: cfg.Logger}
-	d.links = newLinks(cfg.Logger, d.decodeLost)
 	d.dialects = newDialects(cfg.Dialect, cfg.LegacyDialect)
-	d.peers = newPeers(d)
+	for _, l := range []**logLimiter{&d.noticeLogs, &d.signalLogs, &d.lostLogs, &d.dropLogs} {
+		*l = newLogLimiter(time.Second, &d.counters.logsSuppressed)
+	}
+	if cfg.MaxLinks <= 0 {
+		cfg.MaxLinks, _ = strconv.Atoi(os.Getenv("KVXFER_MAX_DECODE_LINKS"))
+		d.cfg.MaxLinks = cfg.MaxLinks
+	}
+	links, err := newLinks(cfg.Logger, cfg.MaxLinks, d.dialects.known,
+		func(at room.Endpoint) { go d.decodeLost(at) }) // not on the link's monitor goroutine
+	if err != nil {
+		return nil, fmt.Errorf("daemon: ZMQ context for decode links: %w", err)
+	}
+	d.links, d.counters.links = links, links
+	d.peers = newPeers(d, links.max)
+	d.xfers.peerLost = func(agent string) { go d.dropAgent(agent, "NIXL connection lost", true) }
 	ec := cfg.Engine
 	if ec.Room == (room.Config{HoldCompletion: ec.Room.HoldCompletion}) {
 		ec.Room = room.DefaultConfig()
@@ -178,6 +198,7 @@ func Start(cfg Config) (*Daemon, error) {
 	}
 	eng, err := actors.New(ec)
 	if err != nil {
+		links.closeAll(time.Now())
 		return nil, err
 	}
 	d.eng = eng
@@ -358,7 +379,13 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 		errs = append(errs, d.agent.Close())
 	}
 	d.mu.Unlock()
-	d.links.closeAll()
+	// The links flush in parallel, all by one deadline: the context's, at
+	// most shutdownFlush from now (issue 14, F3).
+	by := time.Now().Add(shutdownFlush)
+	if dl, ok := ctx.Deadline(); ok && dl.Before(by) {
+		by = dl
+	}
+	d.links.closeAll(by)
 	if d.debug != nil {
 		errs = append(errs, d.debug.Shutdown(ctx))
 	}
@@ -411,7 +438,9 @@ func (d *Daemon) Notify(roomID uint64, n room.Notice) {
 	}
 	if err := d.links.send(n.To, frames); err != nil {
 		d.counters.noticeDropped.Add(1)
-		d.log.Warn("notice to decode dropped", "room", roomID, "to", n.To.String(), "err", err)
+		if ok, suppressed := d.noticeLogs.allow(); ok {
+			d.log.Warn("notice to decode dropped", "room", roomID, "to", n.To.String(), "err", err, "suppressed", suppressed)
+		}
 	}
 }
 
@@ -423,10 +452,13 @@ func (d *Daemon) decodeLost(at room.Endpoint) {
 	agents := d.dialects.lost(at)
 	d.counters.peersLost.Add(int64(len(agents)))
 	for _, a := range agents {
-		d.eng.PeerLost(a)
+		d.dropAgent(a, "connection lost", true)
 	}
 	if len(agents) > 0 {
-		d.log.Warn("decode connection lost; its rooms fail peer_lost", "endpoint", at.String(), "agents", agents)
+		if ok, suppressed := d.lostLogs.allow(); ok {
+			d.log.Warn("decode connection lost; its rooms fail peer_lost", "endpoint", at.String(), "agents", agents,
+				"suppressed", suppressed)
+		}
 	}
 }
 
@@ -438,17 +470,34 @@ func (d *Daemon) signal(roomID uint64, n room.Notice) {
 	}
 	if err := p.Signal(n.Agent, n.Signal); err != nil {
 		d.counters.noticeDropped.Add(1)
-		d.log.Warn("completion notification to decode dropped", "room", roomID, "agent", n.Agent, "err", err)
+		if ok, suppressed := d.signalLogs.allow(); ok {
+			d.log.Warn("completion notification to decode dropped", "room", roomID, "agent", n.Agent, "err", err,
+				"suppressed", suppressed)
+		}
 	}
 }
 
 // lazyTransfers forwards to the pool once memory is registered; before that a
 // transfer cannot be planned (no local memory), so it fails its room.
-type lazyTransfers struct{ pool atomic.Pointer[xfer.Pool] }
+// A transfer that fails peer_lost (the NIXL connection to its decode agent is
+// lost) also drops that agent (peerLost).
+type lazyTransfers struct {
+	pool     atomic.Pointer[xfer.Pool]
+	peerLost func(agent string)
+}
 
 func (l *lazyTransfers) Post(t room.Transfer, done room.DoneFunc) {
 	if p := l.pool.Load(); p != nil {
-		p.Post(t, done)
+		if l.peerLost == nil {
+			p.Post(t, done)
+			return
+		}
+		p.Post(t, func(fail room.Reason, signal [][]byte) {
+			if fail == room.ReasonPeerLost {
+				l.peerLost(t.Agent)
+			}
+			done(fail, signal)
+		})
 		return
 	}
 	done(room.ReasonInvalidRequest, nil)
@@ -468,7 +517,9 @@ func (d *Daemon) Counters() map[string]int64 { return d.counters.snapshot() }
 type counters struct {
 	registrations, duplicateRegistrations, badRegistrations atomic.Int64
 	badFrames, staging, noticeDropped                       atomic.Int64
-	peersLost                                               atomic.Int64
+	peersLost, peersDropped, abortsRefused                  atomic.Int64
+	logsSuppressed                                          atomic.Int64
+	links                                                   *links
 }
 
 func (c *counters) snapshot() map[string]int64 {
@@ -476,6 +527,8 @@ func (c *counters) snapshot() map[string]int64 {
 		"registrations": c.registrations.Load(), "duplicate_registrations": c.duplicateRegistrations.Load(),
 		"bad_registrations": c.badRegistrations.Load(), "bad_frames": c.badFrames.Load(),
 		"staging_frames_dropped": c.staging.Load(), "notices_dropped": c.noticeDropped.Load(),
-		"peers_lost": c.peersLost.Load(),
+		"peers_lost": c.peersLost.Load(), "peers_dropped": c.peersDropped.Load(),
+		"abort_endpoints_refused": c.abortsRefused.Load(), "log_lines_suppressed": c.logsSuppressed.Load(),
+		"links_evicted": c.links.evicted.Load(), "notices_send_failed": c.links.failed(),
 	}
 }

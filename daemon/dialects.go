@@ -10,7 +10,14 @@ import (
 
 // maxDialectEntries caps the table: it grows with registrations, which come
 // from outside. Past it, new peers are served with the configured default.
-const maxDialectEntries = 1 << 14
+// Accepted agents are capped by the peers table (the link cap); rejected and
+// dropped ones are kept, for /debug/peers, up to maxRejectedEntries and
+// maxDroppedEntries, oldest forgotten first.
+const (
+	maxDialectEntries  = 1 << 14
+	maxRejectedEntries = 1 << 10
+	maxDroppedEntries  = 256
+)
 
 // dialects is what each decode peer speaks, keyed by its PULL endpoint (the
 // address notices go to) and by agent name. The ingest goroutine writes it
@@ -20,8 +27,10 @@ type dialects struct {
 	legacy transport.Dialect // the 23-frame default
 
 	mu         sync.RWMutex
-	byEndpoint map[room.Endpoint]*peerInfo
+	byEndpoint map[room.Endpoint]*peerInfo // the latest registration at each endpoint, while not dropped
 	byAgent    map[string]*peerInfo
+	rejected   []*peerInfo // oldest first, to forget past maxRejectedEntries
+	dropped    []*peerInfo // oldest first, to forget past maxDroppedEntries
 }
 
 // peerInfo is one decode agent as kvxferd sees it.
@@ -34,6 +43,7 @@ type peerInfo struct {
 	Detected string            `json:"detected_by"`
 	Rejected string            `json:"rejected,omitempty"`
 	Lost     bool              `json:"lost,omitempty"`
+	Dropped  string            `json:"dropped,omitempty"` // why kvxferd forgot the peer
 	to       room.Endpoint
 }
 
@@ -46,7 +56,19 @@ func newDialects(fixed, legacy transport.Dialect) *dialects {
 
 // register records a registration's dialect, or why it was rejected.
 func (t *dialects) register(r *transport.Registration) (transport.Dialect, error) {
+	return t.registerOr(r, nil)
+}
+
+// reject records a registration rejected for why, whatever its frames say.
+func (t *dialects) reject(r *transport.Registration, why error) {
+	_, _ = t.registerOr(r, why)
+}
+
+func (t *dialects) registerOr(r *transport.Registration, why error) (transport.Dialect, error) {
 	d, err := transport.DialectOf(r, t.legacy)
+	if why != nil {
+		err = why
+	}
 	p := &peerInfo{Agent: r.AgentName, to: room.Endpoint{IP: r.DecodeIP, Port: r.DecodePort}, Frames: r.Frames, Detected: "registration"}
 	p.Endpoint = p.to.String()
 	switch {
@@ -63,12 +85,67 @@ func (t *dialects) register(r *transport.Registration) (transport.Dialect, error
 	if len(t.byAgent) >= maxDialectEntries {
 		return d, err
 	}
-	if old, ok := t.byAgent[r.AgentName]; ok && old.to != p.to {
+	if old, ok := t.byAgent[r.AgentName]; ok && old.to != p.to && t.byEndpoint[old.to] == old {
 		delete(t.byEndpoint, old.to)
 	}
 	t.byAgent[r.AgentName] = p
 	t.byEndpoint[p.to] = p
+	if p.Rejected != "" {
+		t.rejected = t.forgetLocked(append(t.rejected, p), maxRejectedEntries)
+	}
 	return d, err
+}
+
+// forgetLocked drops the oldest entries of list past n from the table.
+func (t *dialects) forgetLocked(list []*peerInfo, n int) []*peerInfo {
+	for len(list) > n {
+		p := list[0]
+		list[0] = nil
+		list = list[1:]
+		if t.byAgent[p.Agent] == p {
+			delete(t.byAgent, p.Agent)
+		}
+		if t.byEndpoint[p.to] == p {
+			delete(t.byEndpoint, p.to)
+		}
+	}
+	return list
+}
+
+// known says whether a registered decode (accepted or rejected, not dropped)
+// is at this endpoint: only such endpoints get a link.
+func (t *dialects) known(to room.Endpoint) bool {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	_, ok := t.byEndpoint[to]
+	return ok
+}
+
+// acceptedAt is the accepted, live agent registered last at an endpoint ("" if none).
+func (t *dialects) acceptedAt(to room.Endpoint) string {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	if p, ok := t.byEndpoint[to]; ok && p.Rejected == "" && p.Dropped == "" {
+		return p.Agent
+	}
+	return ""
+}
+
+// drop marks an agent dropped (kept for /debug/peers, bounded) and forgets
+// its endpoint, so no link is dialled for it again; it returns the endpoint.
+func (t *dialects) drop(agent, why string, lost bool) (room.Endpoint, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	p, ok := t.byAgent[agent]
+	if !ok || p.Dropped != "" {
+		return room.Endpoint{}, false
+	}
+	p.Dropped, p.Lost = why, p.Lost || lost
+	if t.byEndpoint[p.to] == p {
+		delete(t.byEndpoint, p.to)
+	}
+	t.dropped = t.forgetLocked(append(t.dropped, p), maxDroppedEntries)
+	return p.to, true
 }
 
 // sawGeneration upgrades the decode at this endpoint to 0.5.22: only 0.5.22+
@@ -98,13 +175,13 @@ func (t *dialects) at(to room.Endpoint) transport.Dialect {
 	return p.Dialect
 }
 
-// lost marks the agents at an endpoint lost and returns them.
+// lost marks the accepted, live agents at an endpoint lost and returns them.
 func (t *dialects) lost(at room.Endpoint) []string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var out []string
 	for _, p := range t.byAgent {
-		if p.to == at && p.Rejected == "" {
+		if p.to == at && p.Rejected == "" && p.Dropped == "" {
 			p.Lost = true
 			out = append(out, p.Agent)
 		}
@@ -151,11 +228,12 @@ func (t *dialects) counts() (map[transport.Dialect]int, int) {
 	defer t.mu.RUnlock()
 	by, rejected := map[transport.Dialect]int{}, 0
 	for _, p := range t.byAgent {
-		if p.Rejected != "" {
+		switch {
+		case p.Rejected != "":
 			rejected++
-			continue
+		case p.Dropped == "":
+			by[p.Dialect]++
 		}
-		by[p.Dialect]++
 	}
 	return by, rejected
 }

@@ -2,6 +2,8 @@ package daemon
 
 import (
 	"errors"
+	"fmt"
+	"sync"
 	"time"
 
 	"github.com/kvxfer/kvxfer/actors/room"
@@ -16,48 +18,129 @@ import (
 // descriptor preparation, handing the peer to the pool) before the next frame
 // is read guarantees that no transfer for that agent is planned before the
 // pool knows it. A per-agent actor would give that ordering up.
+//
+// byAgent holds the accepted agents, at most max (the link cap: each has a
+// pinned link). Registrations write it on the ingest goroutine; drops (a lost
+// connection, a lost NIXL peer) delete from it on others, hence mu.
 type peers struct {
-	d       *Daemon
+	d   *Daemon
+	max int
+
+	mu      sync.Mutex
 	byAgent map[string]*transport.Registration
-	logs    transport.LogLimiter
+
+	dupLogs, rejectLogs, addLogs *logLimiter
 }
 
-func newPeers(d *Daemon) *peers {
-	return &peers{d: d, byAgent: map[string]*transport.Registration{}, logs: transport.NewLogLimiter(time.Second, nil)}
+func newPeers(d *Daemon, maxPeers int) *peers {
+	s := &d.counters.logsSuppressed
+	return &peers{d: d, max: maxPeers, byAgent: map[string]*transport.Registration{},
+		dupLogs: newLogLimiter(time.Second, s), rejectLogs: newLogLimiter(time.Second, s),
+		// Honest registrations come in bursts at start-up: 20 lines a second.
+		addLogs: newLogLimiter(50*time.Millisecond, s)}
 }
 
 // Registration: the first registration of an agent wins (as upstream). Its
 // frame count says which SGLang release the decode runs; one that no supported
 // release sends is rejected, and the agent's rooms fail with peer_rejected.
+// A new agent at the endpoint of an accepted one means that decode restarted:
+// the old agent is dropped first. Past the peer cap, registrations are
+// rejected (peer_rejected, with the reason).
 func (p *peers) Registration(r *transport.Registration) {
 	d := p.d
-	if _, ok := p.byAgent[r.AgentName]; ok {
+	to := room.Endpoint{IP: r.DecodeIP, Port: r.DecodePort}
+	p.mu.Lock()
+	_, dup := p.byAgent[r.AgentName]
+	p.mu.Unlock()
+	if dup {
 		d.counters.duplicateRegistrations.Add(1)
-		d.log.Info("duplicate registration ignored (first wins)", "agent", r.AgentName)
+		if ok, suppressed := p.dupLogs.allow(); ok {
+			d.log.Info("duplicate registration ignored (first wins)", "agent", r.AgentName, "suppressed", suppressed)
+		}
 		return
 	}
-	dialect, err := d.dialects.register(r)
+	if old := d.dialects.acceptedAt(to); old != "" && old != r.AgentName {
+		d.dropAgent(old, "re-registered: a new agent registered from its endpoint", false)
+	}
+	p.mu.Lock()
+	full := len(p.byAgent) >= p.max
+	p.mu.Unlock()
+	var (
+		dialect transport.Dialect
+		err     error
+	)
+	if full {
+		err = fmt.Errorf("peer table full: %d decode agents registered (the link cap)", p.max)
+		d.dialects.reject(r, err)
+	} else {
+		dialect, err = d.dialects.register(r)
+	}
 	if err != nil {
 		d.counters.badRegistrations.Add(1)
-		if ok, suppressed := p.logs.Allow(); ok {
+		if ok, suppressed := p.rejectLogs.allow(); ok {
 			d.log.Warn("decode registration rejected; its rooms fail with peer_rejected", "agent", r.AgentName,
-				"endpoint", transport.TCPEndpoint(r.DecodeIP, r.DecodePort), "err", err, "suppressed", suppressed)
+				"endpoint", to.String(), "err", err, "suppressed", suppressed)
 		}
 		return
 	}
 	if err := p.add(r, dialect); err != nil {
 		d.counters.badRegistrations.Add(1)
-		d.log.Warn("decode registration rejected; its transfer infos will fail their rooms", "agent", r.AgentName, "err", err)
+		if ok, suppressed := p.rejectLogs.allow(); ok {
+			d.log.Warn("decode registration rejected; its transfer infos will fail their rooms", "agent", r.AgentName,
+				"err", err, "suppressed", suppressed)
+		}
 		return
 	}
 	d.counters.registrations.Add(1)
+	p.mu.Lock()
 	p.byAgent[r.AgentName] = r
-	// Dial now, so the link watches the decode from its first room on.
-	if _, err := d.links.get(room.Endpoint{IP: r.DecodeIP, Port: r.DecodePort}); err != nil {
-		d.log.Warn("link to decode; its loss will not be detected", "agent", r.AgentName, "err", err)
+	p.mu.Unlock()
+	// Dial now (pinned), so the link watches the decode from its first room on.
+	if _, err := d.links.get(to, true); err != nil {
+		if ok, suppressed := p.rejectLogs.allow(); ok {
+			d.log.Warn("link to decode; its loss will not be detected", "agent", r.AgentName, "err", err, "suppressed", suppressed)
+		}
 	}
-	d.log.Info("decode registered", "agent", r.AgentName, "endpoint", transport.TCPEndpoint(r.DecodeIP, r.DecodePort),
-		"kv_buffers", len(r.KVDataPtrs), "tp", r.DecodeTPSize, "sglang", dialect.String(), "frames", r.Frames)
+	if ok, suppressed := p.addLogs.allow(); ok {
+		d.log.Info("decode registered", "agent", r.AgentName, "endpoint", to.String(),
+			"kv_buffers", len(r.KVDataPtrs), "tp", r.DecodeTPSize, "sglang", dialect.String(), "frames", r.Frames,
+			"suppressed", suppressed)
+	}
+}
+
+// dropAgent forgets an accepted decode agent: its rooms fail peer_lost, the
+// pool and the NIXL agent drop it (its memory is unmapped), its entry is
+// marked dropped and its link is closed. lost says its connection was lost.
+// Idempotent; safe from any goroutine but a link's monitor (it may wait on
+// the NIXL agent).
+func (d *Daemon) dropAgent(agent, why string, lost bool) {
+	p := d.peers
+	p.mu.Lock()
+	_, ok := p.byAgent[agent]
+	delete(p.byAgent, agent)
+	p.mu.Unlock()
+	to, known := d.dialects.drop(agent, why, lost)
+	if !ok && !known {
+		return
+	}
+	d.counters.peersDropped.Add(1)
+	d.eng.PeerLost(agent)
+	d.mu.Lock()
+	nx, pool := d.agent, d.pool
+	d.mu.Unlock()
+	if pool != nil {
+		pool.RemovePeer(agent)
+	}
+	if nx != nil && ok {
+		_ = nx.DropPeer(agent)
+	}
+	if known {
+		d.links.retire(to)
+	}
+	if ok, suppressed := d.dropLogs.allow(); ok {
+		d.log.Warn("decode agent dropped; its rooms fail peer_lost", "agent", agent, "endpoint", to.String(), "why", why,
+			"suppressed", suppressed)
+	}
 }
 
 func (p *peers) add(r *transport.Registration, dialect transport.Dialect) error {
@@ -112,10 +195,17 @@ func (p *peers) TransferInfo(t *transport.TransferInfo) {
 	})
 }
 
+// Abort: the return address is taken only when it is a registered decode's
+// endpoint; any other ABORT still fails its room, but no ABORT_ACK is sent and
+// no link is dialled for it (counted: abort_endpoints_refused).
 func (p *peers) Abort(a *transport.Abort) {
 	var from room.Endpoint
 	if a.HasEndpoint {
 		from = room.Endpoint{IP: a.DecodeIP, Port: a.DecodePort}
+		if !p.d.dialects.known(from) {
+			p.d.counters.abortsRefused.Add(1)
+			from = room.Endpoint{}
+		}
 	}
 	if a.HasGen {
 		p.d.dialects.sawGeneration(from)

@@ -211,6 +211,11 @@ var daemonCounters = []struct{ key, name, desc string }{
 	{"staging_frames_dropped", "kvxfer_staging_frames_dropped", "Staging-buffer frames dropped (not supported)."},
 	{"notices_dropped", "kvxfer_notices_dropped", "KV_STATUS or ABORT_ACK frames that could not be sent to decode."},
 	{"peers_lost", "kvxfer_peers_lost", "Decode agents whose connection was lost (their rooms failed peer_lost)."},
+	{"peers_dropped", "kvxfer_peers_dropped", "Decode agents dropped: connection or NIXL peer lost, or a new agent registered from their endpoint."},
+	{"abort_endpoints_refused", "kvxfer_abort_endpoints_refused", "ABORT frames whose return address is no registered decode's endpoint (room failed, no ABORT_ACK, no link)."},
+	{"links_evicted", "kvxfer_links_evicted", "PUSH links to decode closed to stay under the link cap (least recently used first)."},
+	{"notices_send_failed", "kvxfer_notices_send_failed", "Frames to decode that libzmq failed to send, or still queued at a link's flush deadline."},
+	{"log_lines_suppressed", "kvxfer_log_lines_suppressed", "Per-message warnings not logged by the rate limiter (one line a second per kind)."},
 }
 
 func sortedKeys(m map[string]int64) []string {

@@ -54,7 +54,8 @@ func (fakeSource) PoolStats() xfer.Stats {
 }
 func (fakeSource) Counters() map[string]int64 {
 	return map[string]int64{"bad_frames": 5, "registrations": 2, "notices_dropped": 0, "duplicate_registrations": 0,
-		"bad_registrations": 0, "staging_frames_dropped": 0, "peers_lost": 0}
+		"bad_registrations": 0, "staging_frames_dropped": 0, "peers_lost": 0, "peers_dropped": 0, "abort_endpoints_refused": 0,
+		"links_evicted": 0, "notices_send_failed": 0, "log_lines_suppressed": 0}
 }
 func (fakeSource) DecodePeers() map[string]int64 {
 	return map[string]int64{"0.5.18": 1, "0.5.20": 0, "0.5.22": 0, "0.5.23": 2, "rejected": 0}

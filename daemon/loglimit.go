@@ -1,0 +1,35 @@
+package daemon
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/kvxfer/kvxfer/transport"
+)
+
+// logLimiter is transport.LogLimiter for warnings logged from many goroutines
+// (room actors, link monitors, the ingest): one line per interval, with the
+// count suppressed since the last one; every suppressed line also counts in
+// total (the log_lines_suppressed counter).
+type logLimiter struct {
+	mu    sync.Mutex
+	l     transport.LogLimiter
+	total *atomic.Int64
+}
+
+func newLogLimiter(every time.Duration, total *atomic.Int64) *logLimiter {
+	return &logLimiter{l: transport.NewLogLimiter(every, nil), total: total}
+}
+
+// allow reports whether to log now and, if so, how many lines were suppressed
+// since the last one let through.
+func (r *logLimiter) allow() (bool, int) {
+	r.mu.Lock()
+	ok, n := r.l.Allow()
+	r.mu.Unlock()
+	if !ok && r.total != nil {
+		r.total.Add(1)
+	}
+	return ok, n
+}
