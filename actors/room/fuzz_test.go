@@ -68,13 +68,15 @@ func fuzzMsg(op byte, next func() byte, m *Machine, c *checker) Msg {
 		return PeerLost{Agent: "a"}
 	case 10, 11:
 		seq := uint32(next() % 8)
+		var signal [][]byte // what the pool hands back for a held transfer
 		if len(c.posts) > 0 {
-			seq = c.posts[int(seq)%len(c.posts)].Seq
+			p := c.posts[int(seq)%len(c.posts)]
+			seq, signal = p.Seq, signalFor(p)
 		}
 		if op%15 == 11 {
 			return XferDone{Seq: seq, Fail: ReasonTransferError}
 		}
-		return XferDone{Seq: seq}
+		return XferDone{Seq: seq, Signal: signal}
 	case 12:
 		_, gen := m.Armed()
 		return Deadline{Gen: gen - uint32(next()%2)} // current or stale
