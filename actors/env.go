@@ -30,14 +30,17 @@ const (
 // The default live-room cap: a quarter of the memory kvxferd may use, at
 // RoomBudget bytes a room, between MinRoomCap and MaxRoomCap. A live room
 // costs about 2.4 KB of heap with one transfer info of a few pages (actor,
-// mailbox, machine; docs/engine.md) and about 4 KB as measured in RSS under a
-// flood of transfer infos for unknown rooms; RoomBudget leaves room for long
-// page lists, the observer's record and the tombstone each room leaves. The
+// mailbox, machine; docs/engine.md), but 11–16 KiB of RSS each as measured
+// while a flood of transfer infos for unknown rooms held 16,384–65,536 of them
+// (the runtime's spare heap and the infos' page lists come with them);
+// RoomBudget of 32 KiB leaves room for long page lists, the observer's record
+// and the tombstone each room leaves. The
 // ceiling is far above any scheduler's queue of rooms (thousands: SGLang's
 // running and bootstrapping requests) and bounds what a flood of transfer
 // infos can hold: measured against a real kvxferd (make test-hostile,
 // TestF4UnknownRoomsAndHugeFrames), 300,000 infos for unknown rooms took RSS
-// from 31 to 1,146 MiB uncapped, to 754 MiB with a ceiling of 131,072.
+// from 31 to 1,146 MiB uncapped, to 754 MiB with a ceiling of 131,072 and
+// to 284 MiB with this one (16,384 rooms held: one decode's share).
 const (
 	RoomBudget = 32 << 10
 	MinRoomCap = 1 << 14
