@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -213,7 +212,7 @@ func TestWithFileMappingChecksTheFile(t *testing.T) {
 // bytes. Now the registration is rejected, the room fails, and the file keeps
 // its bytes and mtime.
 func TestHostileRegistrationTouchesNoFile(t *testing.T) {
-	var logs f1LogBuf
+	var logs logBuf
 	d := startDaemonWith(t, func(c *Config) {
 		c.Dialect = transport.Dialect0518
 		c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
@@ -242,23 +241,6 @@ func TestHostileRegistrationTouchesNoFile(t *testing.T) {
 	if !strings.Contains(logs.String(), "outside the loopback namespace") {
 		t.Fatalf("the registration was not refused by the namespace check; log:\n%s", logs.String())
 	}
-}
-
-type f1LogBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *f1LogBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *f1LogBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // retargetSegments rewrites loopback metadata (magic, version, name, socket,

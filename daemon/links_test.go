@@ -39,6 +39,12 @@ func (l *logBuf) count(sub string) int {
 
 func (l *logBuf) logger() *slog.Logger { return slog.New(slog.NewTextHandler(l, nil)) }
 
+func (l *logBuf) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
 // procCounts is this process's threads and open fds.
 func procCounts(t *testing.T) (threads, fds int) {
 	t.Helper()

@@ -185,11 +185,33 @@ func openPeerSeg(dfd int, dir, name string, minSize uint64) (*os.File, uint64, e
 		}
 		return nil, 0, nixl.Errorf(nixl.ErrInvalid, "loopback: open peer segment %s: %v", path, err)
 	}
+	f, st, why, err := statOwned(fd, path, func(st *syscall.Stat_t) string {
+		switch {
+		case st.Mode&0o7777 != segMode:
+			return fmt.Sprintf("mode %#o, want %#o", st.Mode&0o7777, segMode)
+		case st.Size <= 0 || uint64(st.Size) < minSize:
+			return fmt.Sprintf("%d bytes, metadata says %d", st.Size, minSize)
+		}
+		return ""
+	})
+	if err != nil {
+		return nil, 0, nixl.Errorf(nixl.ErrBackend, "loopback: fstat %s: %v", path, err)
+	}
+	if why != "" {
+		return nil, 0, nixl.Errorf(nixl.ErrInvalid, "loopback: peer segment %s is not a loopback segment: %s", path, why)
+	}
+	return f, uint64(st.Size), nil
+}
+
+// statOwned wraps fd and checks what every file kvxferd maps must be: a
+// regular file of this user with one link, then extra. On a failed check the
+// file is closed and why says what was wrong.
+func statOwned(fd int, path string, extra func(*syscall.Stat_t) string) (*os.File, *syscall.Stat_t, string, error) {
 	f := os.NewFile(uintptr(fd), path)
 	var st syscall.Stat_t
 	if err := syscall.Fstat(fd, &st); err != nil {
 		f.Close()
-		return nil, 0, nixl.Errorf(nixl.ErrBackend, "loopback: fstat %s: %v", path, err)
+		return nil, nil, "", err
 	}
 	var why string
 	switch {
@@ -197,18 +219,16 @@ func openPeerSeg(dfd int, dir, name string, minSize uint64) (*os.File, uint64, e
 		why = fmt.Sprintf("not a regular file (mode %#o)", st.Mode)
 	case int(st.Uid) != os.Geteuid():
 		why = fmt.Sprintf("owned by uid %d, not %d", st.Uid, os.Geteuid())
-	case st.Mode&0o7777 != segMode:
-		why = fmt.Sprintf("mode %#o, want %#o", st.Mode&0o7777, segMode)
 	case st.Nlink != 1:
 		why = fmt.Sprintf("%d links, want 1", st.Nlink)
-	case st.Size <= 0 || uint64(st.Size) < minSize:
-		why = fmt.Sprintf("%d bytes, metadata says %d", st.Size, minSize)
+	default:
+		why = extra(&st)
 	}
 	if why != "" {
 		f.Close()
-		return nil, 0, nixl.Errorf(nixl.ErrInvalid, "loopback: peer segment %s is not a loopback segment: %s", path, why)
+		return nil, nil, why, nil
 	}
-	return f, uint64(st.Size), nil
+	return f, &st, "", nil
 }
 
 // OpenAttachable opens a shared-memory file that another local process (the
@@ -226,27 +246,19 @@ func OpenAttachable(path string) (*os.File, int64, error) {
 	if err != nil {
 		return nil, 0, nixl.Errorf(nixl.ErrInvalid, "attach %s: %v", path, err)
 	}
-	f := os.NewFile(uintptr(fd), path)
-	var st syscall.Stat_t
-	if err := syscall.Fstat(fd, &st); err != nil {
-		f.Close()
+	f, st, why, err := statOwned(fd, path, func(st *syscall.Stat_t) string {
+		switch {
+		case st.Mode&0o7022 != 0:
+			return fmt.Sprintf("mode %#o is writable by others or set-id", st.Mode&0o7777)
+		case st.Size <= 0:
+			return "empty file"
+		}
+		return ""
+	})
+	if err != nil {
 		return nil, 0, nixl.Errorf(nixl.ErrBackend, "attach %s: fstat: %v", path, err)
 	}
-	var why string
-	switch {
-	case st.Mode&syscall.S_IFMT != syscall.S_IFREG:
-		why = fmt.Sprintf("not a regular file (mode %#o)", st.Mode)
-	case int(st.Uid) != os.Geteuid():
-		why = fmt.Sprintf("owned by uid %d, not %d", st.Uid, os.Geteuid())
-	case st.Mode&0o7022 != 0:
-		why = fmt.Sprintf("mode %#o is writable by others or set-id", st.Mode&0o7777)
-	case st.Nlink != 1:
-		why = fmt.Sprintf("%d links, want 1", st.Nlink)
-	case st.Size <= 0:
-		why = "empty file"
-	}
 	if why != "" {
-		f.Close()
 		return nil, 0, nixl.Errorf(nixl.ErrInvalid, "attach %s: %s", path, why)
 	}
 	return f, st.Size, nil
