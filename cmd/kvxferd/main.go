@@ -85,6 +85,7 @@ func run(args []string, getenv func(string) string) error {
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	backend := fs.String("nixl-backend", "", "required: nixl for production (the real library, loaded at run time; its plugin and params come from SGLANG_DISAGGREGATION_NIXL_BACKEND and _PARAMS), or loopback for tests and demos on one host (shared memory, pure Go)")
 	metrics := fs.Bool("metrics", true, "serve Prometheus /metrics on -debug-addr (tracing: the OTEL_* environment, see docs/observability.md)")
+	parentPID := fs.Int("parent-pid", 0, "exit (as on SIGTERM) once this process is no longer our parent: the SGLang scheduler that started us died (0: off)")
 	bytesPerPage := fs.Int64("kv-bytes-per-page", 0, "KV bytes of one page over all layers of this rank, for kv_transfer.bytes and kvxfer_transfer_bytes_total (0: taken from the registered memory)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -173,9 +174,38 @@ func run(args []string, getenv func(string) string) error {
 		"control", d.ControlEndpoint(), "bootstrap", d.BootstrapAddr(), "debug", d.DebugAddr(), "telemetry", tel.Tracing)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
+	if *parentPID > 0 {
+		ctx = watchParent(ctx, *parentPID, 200*time.Millisecond, os.Getppid, c.Logger)
+	}
 	<-ctx.Done()
 	c.Logger.Info("shutting down: stopping ingest, failing live rooms (reason shutdown), draining writes")
 	sctx, cancel := context.WithTimeout(context.Background(), ec.Room.Drain+5*time.Second)
 	defer cancel()
 	return d.Shutdown(sctx)
+}
+
+// watchParent returns a context that is also done once getppid no longer
+// answers parent: the process that started kvxferd (an SGLang scheduler
+// through the kvxfer plug-in) has died and we were re-parented. PR_SET_PDEATHSIG
+// in the starter covers most exits; this covers the rest (the starting thread
+// outliving nothing, a starter that could not set it).
+func watchParent(ctx context.Context, parent int, every time.Duration, getppid func() int, log *slog.Logger) context.Context {
+	ctx, cancel := context.WithCancel(ctx)
+	go func() {
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			if getppid() != parent {
+				log.Warn("parent process gone: shutting down", "parent_pid", parent)
+				cancel()
+				return
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return ctx
 }
