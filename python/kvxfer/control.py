@@ -1,7 +1,7 @@
 """Minimal Python client for kvxferd's control API (protocol version 1).
 
 This is the reference for an SGLang adapter (a KVSender that forwards to kvxferd):
-pyzmq + msgpack only, no numpy needed (numpy int32 arrays are accepted as is).
+pyzmq + msgpack (or msgspec, which SGLang depends on) only, no numpy needed (numpy int32 arrays are accepted as is).
 See docs/control-api.md for every op and field.
 
     c = ControlClient("ipc:///run/user/1000/kvxfer-1000-rank0.sock")
@@ -19,8 +19,21 @@ import struct
 import sys
 import time
 
-import msgpack
 import zmq
+
+try:
+    import msgpack
+
+    def _pack(obj):
+        return msgpack.packb(obj, use_bin_type=True)
+
+    def _unpack(data):
+        return msgpack.unpackb(data, raw=False)
+except ImportError:  # SGLang's environment has msgspec (its own dependency) instead
+    import msgspec.msgpack
+
+    _pack = msgspec.msgpack.encode
+    _unpack = msgspec.msgpack.decode
 
 PROTOCOL_VERSION = 1
 
@@ -49,7 +62,11 @@ class ControlClient:
     thread only. A DEALER (not REQ) so that a timeout leaves the socket usable: a late
     reply is recognised by its id and dropped."""
 
-    def __init__(self, endpoint, timeout_ms=10000, ctx=None):
+    def __init__(self, endpoint, timeout_ms=10000, ctx=None, alive=None):
+        """alive: optional zero-arg callable checked every 100 ms while a call
+        waits; when it returns False the call raises ConnectionError at once
+        (the kvxferd child died) instead of waiting out timeout_ms."""
+        self._alive = alive
         self._ctx = ctx or zmq.Context.instance()
         self._sock = self._ctx.socket(zmq.DEALER)
         self._sock.setsockopt(zmq.LINGER, 0)
@@ -64,13 +81,17 @@ class ControlClient:
         rid = next(self._ids)
         req = {"id": rid, "op": op}
         req.update(fields)
-        self._sock.send_multipart([b"", msgpack.packb(req, use_bin_type=True)])
+        self._sock.send_multipart([b"", _pack(req)])
         deadline = time.monotonic() + self.timeout_ms / 1000
         while True:
             left = int((deadline - time.monotonic()) * 1000)
-            if left <= 0 or not self._sock.poll(left):
+            if left <= 0:
                 raise TimeoutError(f"kvxferd did not answer {op} in {self.timeout_ms} ms")
-            rep = msgpack.unpackb(self._sock.recv_multipart()[-1], raw=False)
+            if not self._sock.poll(left if self._alive is None else min(left, 100)):
+                if self._alive is not None and not self._alive():
+                    raise ConnectionError(f"kvxferd exited while answering {op}")
+                continue
+            rep = _unpack(self._sock.recv_multipart()[-1])
             if rep.get("id") != rid:
                 continue  # late reply to an earlier call that timed out
             if not rep["ok"]:

@@ -1,0 +1,81 @@
+"""Resolve a host pointer of this process to the shared mapping behind it.
+
+kvxferd is another process: it can only reach the scheduler's KV and aux
+buffers through a file both can map. /proc/self/maps says which file (and at
+what offset) backs an address; only a MAP_SHARED mapping of a file that still
+exists works. Anything else gets a MemoryError that says what kvxfer needs.
+"""
+
+import os
+
+
+class UnsupportedMemory(RuntimeError):
+    """A KVArgs buffer kvxferd cannot map (private, anonymous, VRAM, unlinked)."""
+
+
+NEEDS = ("kvxfer needs host buffers allocated in a shared, file-backed mapping "
+         "(e.g. mmap of a file under /dev/shm with MAP_SHARED) so that kvxferd, a separate "
+         "process, can map the same pages; GPU (VRAM) buffers need CUDA IPC, not supported yet")
+
+
+class Mapping:
+    __slots__ = ("start", "end", "perms", "offset", "path")
+
+    def __init__(self, start, end, perms, offset, path):
+        self.start, self.end, self.perms, self.offset, self.path = start, end, perms, offset, path
+
+
+def read_maps(pid="self"):
+    out = []
+    with open(f"/proc/{pid}/maps") as f:
+        for line in f:
+            parts = line.rstrip("\n").split(None, 5)
+            if len(parts) < 5:
+                continue
+            lo, hi = parts[0].split("-")
+            path = parts[5].strip() if len(parts) == 6 else ""
+            out.append(Mapping(int(lo, 16), int(hi, 16), parts[1], int(parts[2], 16), path))
+    out.sort(key=lambda m: m.start)
+    return out
+
+
+def resolve(ptr, length, what="buffer", maps=None):
+    """(path, file offset, length) of [ptr, ptr+length), or UnsupportedMemory."""
+    if length <= 0:
+        raise UnsupportedMemory(f"{what}: length {length}")
+    maps = read_maps() if maps is None else maps
+    i = next((k for k, m in enumerate(maps) if m.start <= ptr < m.end), None)
+    if i is None:
+        raise UnsupportedMemory(
+            f"{what} at {ptr:#x} (+{length}) is not host memory of this process "
+            f"(a GPU pointer?): {NEEDS}")
+    m = maps[i]
+    kind = _unsupported(m)
+    if kind:
+        raise UnsupportedMemory(f"{what} at {ptr:#x} (+{length}) is in {kind}: {NEEDS}")
+    # The buffer may span adjacent mappings of the same file at contiguous offsets.
+    end, j = m.end, i
+    while end < ptr + length:
+        j += 1
+        if j >= len(maps):
+            break
+        n = maps[j]
+        if n.start != end or n.path != m.path or _unsupported(n) or \
+                n.offset != m.offset + (n.start - m.start):
+            break
+        end = n.end
+    if end < ptr + length:
+        raise UnsupportedMemory(f"{what} at {ptr:#x} (+{length}) runs past its mapping of {m.path}: {NEEDS}")
+    return m.path, m.offset + (ptr - m.start), length
+
+
+def _unsupported(m):
+    if not m.path or m.path.startswith("["):
+        return "private anonymous memory" if "p" in m.perms else "anonymous shared memory (no file to map)"
+    if m.path.endswith(" (deleted)"):
+        return f"a mapping of a deleted file ({m.path})"
+    if "s" not in m.perms:
+        return f"a private (copy-on-write) mapping of {m.path}"
+    if not os.path.isabs(m.path):
+        return f"a mapping without a file path ({m.path})"
+    return None

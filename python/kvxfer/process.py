@@ -1,0 +1,154 @@
+"""Start (or attach to) the kvxferd of one prefill rank and watch it.
+
+The child gets the rank's identity flags, SGLang's bootstrap server as
+-bootstrap-url (kvxferd registers its rank there, as SGLang's prefill ranks
+do), -parent-pid, and PR_SET_PDEATHSIG(SIGKILL) from a preexec hook, so it
+never outlives the scheduler process that started it.
+"""
+
+import ctypes
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+from .control import ControlClient
+
+log = logging.getLogger("kvxfer")
+
+PR_SET_PDEATHSIG = 1
+
+
+def find_binary():
+    """KVXFER_BIN, else the binary shipped in the wheel (kvxfer/bin/kvxferd), else PATH."""
+    env = os.environ.get("KVXFER_BIN")
+    if env:
+        return env
+    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bin", "kvxferd")
+    if os.access(here, os.X_OK):
+        return here
+    found = shutil.which("kvxferd")
+    if found:
+        return found
+    raise FileNotFoundError(
+        "kvxfer: no kvxferd binary: install the platform wheel (make wheel), put kvxferd on PATH "
+        "or set KVXFER_BIN")
+
+
+def _pdeathsig():
+    # Runs in the child between fork and exec: die with the parent (thread).
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except Exception:  # noqa: BLE001 - -parent-pid still covers it
+        pass
+
+
+def default_endpoint(tag):
+    base = os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir()
+    path = os.path.join(base, f"kvxfer-{os.getuid()}-{os.getpid()}-{tag}.sock")
+    if len(path) > 107:
+        path = os.path.join(tempfile.gettempdir(), f"kvx-{os.getpid()}-{tag}.sock")
+    return "ipc://" + path
+
+
+class Kvxferd:
+    """One kvxferd: a child we started (argv given) or one we attach to
+    (endpoint given, argv None). generation counts incarnations: a room
+    opened under an older one was lost with its process."""
+
+    def __init__(self, endpoint, argv=None, env=None, hello=None, start_timeout=60.0,
+                 call_timeout_ms=10000):
+        self.endpoint = endpoint
+        self.argv = argv
+        self.env = env
+        self.hello_fields = hello or {}
+        self.start_timeout = start_timeout
+        self.call_timeout_ms = call_timeout_ms
+        self.proc = None
+        self.client = None
+        self.generation = 0
+        self.start_seconds = None
+        self.lost_reason = None
+
+    @property
+    def pid(self):
+        return self.proc.pid if self.proc else None
+
+    def alive(self):
+        return self.proc is None or self.proc.poll() is None
+
+    def start(self):
+        """Start (or reconnect) and wait until the control API answers hello."""
+        self.close_client()
+        t0 = time.monotonic()
+        if self.argv is not None:
+            self.proc = subprocess.Popen(self.argv, env=self.env, stdin=subprocess.DEVNULL,
+                                         preexec_fn=_pdeathsig, close_fds=True)
+        deadline = t0 + self.start_timeout
+        last = None
+        while time.monotonic() < deadline:
+            if not self.alive():
+                raise RuntimeError(f"kvxfer: kvxferd exited with status {self.proc.returncode} at start-up "
+                                   f"({' '.join(self.argv)})")
+            c = ControlClient(self.endpoint, timeout_ms=500, alive=self.alive)
+            try:
+                info = c.hello(**self.hello_fields)
+            except (TimeoutError, ConnectionError) as e:
+                last = e
+                c.close()
+                continue
+            c.timeout_ms = self.call_timeout_ms
+            self.client = c
+            self.generation += 1
+            self.lost_reason = None
+            self.start_seconds = time.monotonic() - t0
+            log.info("kvxfer: kvxferd %s live in %.3f s (pid %s, control %s, generation %d)",
+                     "started" if self.proc else "attached", self.start_seconds,
+                     info.get("pid"), self.endpoint, self.generation)
+            return info
+        self.stop()
+        raise TimeoutError(f"kvxfer: kvxferd at {self.endpoint} not live after {self.start_timeout} s: {last}")
+
+    def lost(self, why):
+        """Mark this incarnation lost; the next start() makes a new one."""
+        if self.lost_reason is None:
+            self.lost_reason = why
+            log.error("kvxfer: kvxferd (pid %s, control %s) lost: %s; its non-terminal rooms fail "
+                      "(transfer_process_lost), new rooms get a restarted kvxferd", self.pid, self.endpoint, why)
+            self.close_client()
+            if self.proc is not None and self.proc.poll() is None:
+                self.proc.kill()
+            if self.proc is not None:
+                try:
+                    self.proc.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    pass
+
+    def check(self):
+        """False (and marked lost) once the child has exited."""
+        if self.lost_reason is not None:
+            return False
+        if not self.alive():
+            self.lost(f"kvxferd exited with status {self.proc.returncode}")
+            return False
+        return True
+
+    def close_client(self):
+        if self.client is not None:
+            self.client.close()
+            self.client = None
+
+    def stop(self):
+        self.close_client()
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()

@@ -1,0 +1,329 @@
+"""kvxfer's prefill-side manager and sender for SGLang (NIXL backend).
+
+Loaded only inside SGLang (by kvxfer.sglang_plugin). The manager is one
+prefill rank: it resolves the KVArgs buffers to shared mappings, starts (or
+attaches to) that rank's kvxferd and registers the memory; each sender is one
+room, forwarded to kvxferd's control API. If kvxferd dies, every room it held
+answers Failed (transfer_process_lost) and the next new room restarts it.
+"""
+
+import logging
+import os
+import time
+
+from sglang.srt.disaggregation.base.conn import BaseKVManager, BaseKVSender, KVPoll
+
+try:
+    from sglang.srt.disaggregation.base.conn import KVTransferMetric
+except ImportError:  # pragma: no cover
+    KVTransferMetric = None
+try:
+    from sglang.srt.disaggregation.common.conn import KVTransferError
+except ImportError:  # pragma: no cover
+    from .sender import KVTransferError
+
+from . import memmap
+from .control import ControlError
+from .process import Kvxferd, default_endpoint, find_binary
+
+log = logging.getLogger("kvxfer")
+
+LOST = "transfer_process_lost"
+_ERRORS = (ConnectionError, TimeoutError)
+
+
+def _attr(obj, name, default=None):
+    v = getattr(obj, name, default)
+    return default if v is None else v
+
+
+def _buffers(kind, ptrs, lens, item_lens, mem_kinds=None):
+    out = []
+    for i, (p, n, it) in enumerate(zip(ptrs, lens, item_lens)):
+        mem = (mem_kinds[i] if mem_kinds and i < len(mem_kinds) else "DRAM") or "DRAM"
+        if str(mem).upper() not in ("DRAM", "CPU", "HOST"):
+            raise memmap.UnsupportedMemory(
+                f"kvxfer: {kind} buffer {i} is {mem} memory: kvxferd maps host memory only until CUDA IPC "
+                f"support lands; {memmap.NEEDS}")
+        path, off, length = memmap.resolve(int(p), int(n), f"kvxfer: {kind} buffer {i}")
+        out.append({"shm": path, "offset": off, "length": length, "item_len": int(it), "mem": "DRAM", "dev": 0})
+    return out
+
+
+def _free_port():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]
+
+
+class KvxferPrefillManager(BaseKVManager):
+    """SGLang's prefill-side KV manager, backed by one kvxferd per rank."""
+
+    supports_deferred_decode_kv_release = True  # kvxferd sends ABORT_ACK
+    supports_role_switch = False
+    reports_transfer_latency = False
+    kv_status_msg_carries_reason = True
+
+    def __init__(self, args, disaggregation_mode, server_args, is_mla_backend=False, **kwargs):
+        self.kv_args = args
+        self.disaggregation_mode = disaggregation_mode
+        self.server_args = server_args
+        self.is_mla_backend = bool(is_mla_backend)
+        self.enable_all_cp_ranks_for_transfer = False
+        self.is_dummy_cp_rank = False
+        self._poll_cache = {}
+        self._poll_time = 0.0
+        self._rooms = {}
+        self._next_restart = 0.0
+
+        sa = server_args
+        dp_attn = bool(_attr(sa, "enable_dp_attention", False))
+        tp_size = int(_attr(sa, "tp_size", 1))
+        dp_size = int(_attr(sa, "dp_size", 1)) if dp_attn else 1
+        self.tp_size = tp_size // dp_size if dp_attn else tp_size
+        self.tp_rank = int(args.engine_rank) % self.tp_size
+        self.pp_size = int(_attr(sa, "pp_size", 1))
+        self.pp_rank = int(_attr(args, "pp_rank", 0))
+        self.dp_size = dp_size
+        self.dp_rank = int(_attr(args, "system_dp_rank", 0)) if dp_attn else 0
+
+        # Memory first: a buffer kvxferd cannot map is a start-up error.
+        self._memory = [("kv", 0, None, _buffers("kv", args.kv_data_ptrs, args.kv_data_lens, args.kv_item_lens,
+                                                 getattr(args, "kv_data_mem_kinds", None)))]
+        types = list(_attr(args, "state_types", []) or [])
+        for i, st in enumerate(types):
+            self._memory.append(("state", i, str(getattr(st, "value", st)), _buffers(
+                "state", args.state_data_ptrs[i], args.state_data_lens[i], args.state_item_lens[i])))
+        self._memory.append(("aux", 0, None, _buffers("aux", args.aux_data_ptrs, args.aux_data_lens,
+                                                      args.aux_item_lens)))
+
+        self.bootstrap_host, self.bootstrap_port = self._bootstrap(sa)
+        hello = {"rank": self.tp_rank, "pp_rank": self.pp_rank, "dp_rank": self.dp_rank}
+        attach = os.environ.get("KVXFER_CONTROL")
+        if attach:
+            self.daemon = Kvxferd(attach, hello=hello)
+        else:
+            tag = f"tp{self.tp_rank}-pp{self.pp_rank}-dp{self.dp_rank}"
+            endpoint = default_endpoint(tag)
+            self.daemon = Kvxferd(endpoint, argv=self._argv(endpoint, len(types)), env=self._env(),
+                                  hello=hello, start_timeout=float(os.environ.get("KVXFER_START_TIMEOUT", "60")))
+        self._start()
+
+    # -- kvxferd ------------------------------------------------------------
+
+    @staticmethod
+    def _bootstrap(sa):
+        host = _attr(sa, "host", "127.0.0.1")
+        dist = _attr(sa, "dist_init_addr", None)
+        if dist and int(_attr(sa, "nnodes", 1)) > 1:
+            host = dist.rsplit(":", 1)[0].strip("[]")
+        if host in ("0.0.0.0", "::", ""):
+            host = "127.0.0.1"
+        return host, int(_attr(sa, "disaggregation_bootstrap_port", 8998))
+
+    def _argv(self, endpoint, state_components):
+        sa = self.server_args
+        host = os.environ.get("SGLANG_HOST_IP") or os.environ.get("HOST_IP")
+        if not host:
+            try:
+                from sglang.srt.utils.network import get_local_ip_auto
+                host = get_local_ip_auto()
+            except Exception:  # noqa: BLE001
+                host = "127.0.0.1"
+        bh = f"[{self.bootstrap_host}]" if ":" in self.bootstrap_host else self.bootstrap_host
+        argv = [find_binary(),
+                "-nixl-backend", os.environ.get("KVXFER_NIXL_BACKEND", "nixl"),
+                "-host", host,
+                "-tp-size", str(self.tp_size), "-tp-rank", str(self.tp_rank),
+                "-pp-size", str(self.pp_size), "-pp-rank", str(self.pp_rank),
+                "-dp-size", str(self.dp_size), "-dp-rank", str(self.dp_rank),
+                "-page-size", str(int(_attr(self.kv_args, "page_size", _attr(sa, "page_size", 1)))),
+                "-kv-cache-dtype", str(_attr(sa, "kv_cache_dtype", "auto")),
+                "-serve-bootstrap=false",
+                "-disaggregation-bootstrap-port", str(self.bootstrap_port),
+                "-bootstrap-url", f"http://{bh}:{self.bootstrap_port}",
+                "-control", endpoint,
+                # The same PULL port for every incarnation: decodes cache the rank's address.
+                "-zmq-port", str(_free_port()),
+                "-parent-pid", str(os.getpid()),
+                "-state-components", str(state_components)]
+        if self.is_mla_backend:
+            argv.append("-mla")
+        extra = os.environ.get("KVXFER_ARGS", "").split()
+        return argv + extra
+
+    @staticmethod
+    def _env():
+        # SGLANG_DISAGGREGATION_*, UCX_*, NIXL and kvxfer settings pass through with the rest.
+        env = dict(os.environ)
+        if not env.get("KVXFER_LIBNIXL") and not env.get("KVXFER_NIXL_PYTHON"):
+            import sys
+
+            env["KVXFER_NIXL_PYTHON"] = sys.executable  # SGLang's python has the nixl wheel
+        return env
+
+    def _start(self):
+        self.daemon.start()
+        c = self.daemon.client
+        for kind, comp, st, bufs in self._memory:
+            if kind == "state":
+                c.register_memory(kind, bufs, component=comp, state_type=st)
+            else:
+                c.register_memory(kind, bufs)
+
+    def ensure_live(self):
+        """The client of a live kvxferd, restarting it after a loss; None while it cannot be."""
+        d = self.daemon
+        if d.check() and d.client is not None:
+            return d.client
+        now = time.monotonic()
+        if now < self._next_restart:
+            return None
+        self._next_restart = now + 1.0
+        try:
+            self._start()
+            log.warning("kvxfer: kvxferd restarted for rank tp%d pp%d dp%d in %.3f s (generation %d)",
+                        self.tp_rank, self.pp_rank, self.dp_rank, d.start_seconds, d.generation)
+            return d.client
+        except Exception as e:  # noqa: BLE001
+            log.error("kvxfer: restarting kvxferd failed: %s", e)
+            d.lost(f"restart failed: {e}")
+            return None
+
+    def call(self, fn):
+        """fn(client) against the live kvxferd; a lost process marks it lost and returns None."""
+        d = self.daemon
+        if not d.check() or d.client is None:
+            return None
+        try:
+            return fn(d.client)
+        except _ERRORS as e:
+            d.lost(str(e))
+            return None
+
+    def poll_room(self, room):
+        """One room's status from a batched poll of every room of this rank."""
+        now = time.monotonic()
+        if room in self._poll_cache and now - self._poll_time < 0.002:
+            return self._poll_cache.pop(room)
+        rooms = [r for r, g in self._rooms.items() if g == self.daemon.generation]
+        if room not in rooms:
+            rooms.append(room)
+        res = self.call(lambda c: c.poll(rooms))
+        if res is None:
+            return None
+        self._poll_cache = dict(zip(rooms, res[0]))
+        self._poll_time = now
+        return self._poll_cache.pop(room)
+
+    # -- what prefill.py calls ----------------------------------------------
+
+    def register_buffer_to_engine(self):
+        pass  # registered with kvxferd at start-up
+
+    def deregister_buffer_to_engine(self):
+        pass
+
+    def register_to_bootstrap(self):
+        pass  # kvxferd registers its rank with SGLang's bootstrap server
+
+    def shutdown(self):
+        self.daemon.stop()
+
+
+class KvxferPrefillSender(BaseKVSender):
+    """One room. Accepts 0.5.18's (dest_tp_ranks, pp_rank) and 0.5.22+'s
+    signature, positionally or by keyword."""
+
+    def __init__(self, mgr, bootstrap_addr=None, bootstrap_room=None, *args, **kwargs):
+        self.kv_mgr = mgr
+        self.bootstrap_addr = bootstrap_addr
+        self.bootstrap_room = int(bootstrap_room)
+        self.req_has_disagg_prefill_dp_rank = kwargs.get("req_has_disagg_prefill_dp_rank",
+                                                         args[-1] if len(args) in (1, 3) and isinstance(args[-1], bool) else False)
+        self.num_kv_indices = None
+        self.aux_index = None
+        self._sent_pages = 0
+        self._lost = None
+        self._failed = False
+        self._t0 = time.monotonic()
+        client = mgr.ensure_live()
+        self.generation = mgr.daemon.generation
+        if client is None or mgr.call(lambda c: c.open(self.bootstrap_room)) is None:
+            self._lost = mgr.daemon.lost_reason or "kvxferd is not running"
+            return
+        mgr._rooms[self.bootstrap_room] = self.generation
+
+    def _is_lost(self):
+        if self._lost is None and (self.generation != self.kv_mgr.daemon.generation or not self.kv_mgr.daemon.check()):
+            self._lost = self.kv_mgr.daemon.lost_reason or "kvxferd restarted"
+        return self._lost is not None
+
+    def _do(self, fn):
+        if self._is_lost():
+            return None
+        r = self.kv_mgr.call(fn)
+        self._is_lost()
+        return r
+
+    def init(self, num_kv_indices, aux_index=None):
+        self.num_kv_indices = num_kv_indices
+        self.aux_index = aux_index
+        self._do(lambda c: c.init(self.bootstrap_room, int(num_kv_indices), -1 if aux_index is None else int(aux_index)))
+
+    def send(self, kv_indices, state_indices=None, num_kv_tokens=None, **kwargs):
+        if self._failed:
+            return
+        self._sent_pages += len(kv_indices)
+        self._do(lambda c: c.send(self.bootstrap_room, kv_indices, state_indices))
+
+    def poll(self):
+        if self._failed or self._is_lost():
+            return KVPoll.Failed
+        st = self.kv_mgr.poll_room(self.bootstrap_room)
+        if st is None:
+            self._is_lost()
+            return KVPoll.Failed
+        return KVPoll.Failed if st == 0 else st
+
+    def poll_pp_consensus(self):
+        return self.poll()
+
+    def mark_prefill_complete(self):
+        pass
+
+    def pop_decode_prefix_len(self):
+        r = self._do(lambda c: c.pop_decode_prefix_len([self.bootstrap_room]))
+        return int(r[0]) if r else 0
+
+    def get_transfer_metric(self):
+        if KVTransferMetric is None:
+            return None
+        try:
+            return KVTransferMetric(transfer_latency_s=time.monotonic() - self._t0)
+        except TypeError:
+            return KVTransferMetric()
+
+    def failure_exception(self):
+        self._failed = True
+        self.kv_mgr._rooms.pop(self.bootstrap_room, None)
+        if self._is_lost():
+            raise KVTransferError(self.bootstrap_room, f"{LOST}: kvxferd lost ({self._lost})")
+        r = self._do(lambda c: c.failure([self.bootstrap_room], clear=True))
+        if r is None:
+            raise KVTransferError(self.bootstrap_room, f"{LOST}: kvxferd lost ({self._lost})")
+        _, reason, message = r[0]
+        raise KVTransferError(self.bootstrap_room, message or reason or "kvxfer: failed")
+
+    def clear(self):
+        self.kv_mgr._rooms.pop(self.bootstrap_room, None)
+        self._do(lambda c: c.clear(self.bootstrap_room))
+
+    def abort(self):
+        self._failed = True
+        self._do(lambda c: c.abort(self.bootstrap_room))
+
+
+__all__ = ["KvxferPrefillManager", "KvxferPrefillSender", "LOST", "ControlError"]
