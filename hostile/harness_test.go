@@ -521,6 +521,11 @@ func TestMain(m *testing.M) {
 // <!-- name:end --> in the markdown file at path (appending the markers when
 // missing).
 func writeSection(path, name, body string) error {
+	if !filepath.IsAbs(path) {
+		// Relative to the repository root (make runs from there; go test
+		// runs in this package's directory).
+		path = filepath.Join("..", path)
+	}
 	b, err := os.ReadFile(path)
 	if err != nil && !os.IsNotExist(err) {
 		return err
