@@ -4,7 +4,7 @@ GO    ?= go
 PKGS  ?= ./...
 BIN   ?= bin
 
-.PHONY: all deps deps-nixl deps-sglang bench bench-go build test test-sglang unit race vet fmt-check fmt bench fuzz-smoke demo clean
+.PHONY: wheel all deps deps-nixl deps-sglang bench bench-go build test test-sglang unit race vet fmt-check fmt bench fuzz-smoke demo clean
 
 all: build
 
@@ -29,6 +29,13 @@ export KVXFER_NIXL_PYTHON ?= /opt/kvxfer-nixl/bin/python
 build: deps
 	$(GO) build $(PKGS)
 	$(GO) build -o $(BIN)/ ./cmd/...
+
+# The kvxfer wheel (python/): the SGLang plug-in with this platform's kvxferd
+# inside (kvxfer/bin/kvxferd), in dist/. `pip install dist/kvxfer-*.whl` into
+# SGLang's environment; see docs/sglang-plugin.md.
+wheel: deps
+	CGO_ENABLED=1 $(GO) build -trimpath -o $(BIN)/kvxferd ./cmd/kvxferd
+	python3 scripts/build-wheel.py $(BIN)/kvxferd dist
 
 vet:
 	$(GO) vet $(PKGS)
