@@ -31,7 +31,9 @@ type Notifier interface {
 }
 
 // Observer sees what rooms do, for metrics and tracing. Its methods are called
-// from actor goroutines and must be safe for concurrent use and cheap.
+// from actor goroutines and must be safe for concurrent use and cheap. A
+// method that panics fails at most the room it was called for
+// (internal_error; docs/engine.md, Panics).
 //
 // A room's story, in order: RoomCreated (first message naming it, from any
 // side), Traceparent (only if the scheduler opened it with one; may come
@@ -77,11 +79,27 @@ type Config struct {
 	// cannot take every room. Rooms the scheduler opened first are charged to
 	// nobody.
 	PeerRoomCap int
+	// PollTimeout bounds how long Poll and PollSync wait for a room's
+	// answer, on Clock (default 10 s). A room that has not answered by then
+	// (its actor died with the poll in its mailbox, or is stuck) is answered
+	// Failed/internal_error, so no poll blocks the scheduler's loop forever.
+	PollTimeout time.Duration
 	Clock       clock.Clock // default the wall clock
 	Transfers   Transfers
 	Notifier    Notifier
 	Observer    Observer
 	Logger      *slog.Logger
+
+	hooks testHooks // tests only
+}
+
+// testHooks inject panics where no callback reaches (tests only; nil
+// otherwise): the shard's own step of a tombstone or new room, a room actor
+// taking a message, and a room actor handling a panic.
+type testHooks struct {
+	shardStep func(roomID uint64, msg room.Msg)
+	roomMsg   func(roomID uint64, msg any)
+	roomFault func(roomID uint64)
 }
 
 // withDefaults fills zero fields with the documented defaults and validates.
@@ -117,6 +135,9 @@ func (c *Config) defaulted() Config {
 	if out.PeerRoomCap <= 0 {
 		out.PeerRoomCap = defaultPeerRoomCap(out.RoomCap)
 	}
+	if out.PollTimeout <= 0 {
+		out.PollTimeout = DefaultPollTimeout
+	}
 	if out.Clock == nil {
 		out.Clock = clock.Real{}
 	}
@@ -131,6 +152,10 @@ func (c *Config) defaulted() Config {
 	}
 	return out
 }
+
+// DefaultPollTimeout is Config.PollTimeout's default: polls answer in
+// microseconds; only a room that cannot answer is waited for this long.
+const DefaultPollTimeout = 10 * time.Second
 
 // Engine is the scheduler- and decode-facing API over the room actors. Its
 // methods are safe for concurrent use; messages from one goroutine to one room
@@ -184,9 +209,15 @@ func (e *Engine) Open(roomID uint64) { e.route(roomID, room.Open{}) }
 
 // OpenTraced is Open with the scheduler's W3C traceparent: the room's span
 // joins that trace.
+// A panicking Observer.Traceparent fails the room (internal_error).
 func (e *Engine) OpenTraced(roomID uint64, traceparent string) {
 	if traceparent != "" {
-		e.cfg.Observer.Traceparent(roomID, traceparent)
+		if p := recoverFrom(func() { e.cfg.Observer.Traceparent(roomID, traceparent) }); p != nil {
+			e.cfg.Logger.Error("observer panicked on a traceparent; failing the room", "room", roomID, "panic", fmt.Sprint(p))
+			e.route(roomID, room.Open{})
+			e.route(roomID, room.Fail{Reason: room.ReasonInternalError})
+			return
+		}
 	}
 	e.route(roomID, room.Open{})
 }
@@ -213,7 +244,9 @@ func (e *Engine) Clear(roomID uint64) { e.route(roomID, room.Clear{}) }
 // directory shard, one message per shard for the whole batch; any other room
 // answers itself. So a poll never misses the caller's earlier calls, and a
 // status change a room made on its own (a completion, a deadline) shows once
-// the room has reported it. out is reused when it has the capacity.
+// the room has reported it. out is reused when it has the capacity. Every
+// room is answered within Config.PollTimeout: one that has not answered by
+// then is answered Failed/internal_error.
 func (e *Engine) Poll(rooms []uint64, out []room.Reply) []room.Reply {
 	return e.poll(rooms, out, false)
 }
@@ -231,6 +264,11 @@ func (e *Engine) poll(rooms []uint64, out []room.Reply, sync bool) []room.Reply 
 		return out
 	}
 	answers := make(chan pollAnswer, len(rooms))
+	// Armed before the rooms are asked: a poll that reached a room is
+	// already under its deadline.
+	expired := make(chan struct{})
+	timer := e.cfg.Clock.AfterFunc(e.cfg.PollTimeout, func() { close(expired) })
+	defer timer.Stop()
 	batches := make([]*pollBatch, len(e.shards))
 	for i, r := range rooms {
 		s := e.shardIndex(r)
@@ -246,17 +284,23 @@ func (e *Engine) poll(rooms []uint64, out []room.Reply, sync bool) []room.Reply 
 		}
 	}
 	answered := make([]bool, len(rooms))
+	rest := func(r room.Reply) []room.Reply {
+		for i := range out {
+			if !answered[i] {
+				out[i] = r
+			}
+		}
+		return out
+	}
 	for range rooms {
 		select {
 		case a := <-answers:
 			out[a.index], answered[a.index] = a.reply, true
 		case <-e.stopped:
-			for i := range out {
-				if !answered[i] {
-					out[i] = room.Reply{Status: room.Failed, Reason: room.ReasonShutdown}
-				}
-			}
-			return out
+			return rest(room.Reply{Status: room.Failed, Reason: room.ReasonShutdown})
+		case <-expired:
+			e.cfg.Logger.Error("rooms did not answer a poll in time; answered internal_error", "timeout", e.cfg.PollTimeout)
+			return rest(room.Reply{Status: room.Failed, Reason: room.ReasonInternalError})
 		}
 	}
 	return out

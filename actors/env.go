@@ -25,6 +25,7 @@ const (
 	EnvShards           = "KVXFER_DIRECTORY_SHARDS"                 // count, 4×GOMAXPROCS
 	EnvRoomCap          = "KVXFER_ROOM_CAP"                         // count, DefaultRoomCap(MemoryLimit())
 	EnvPeerRoomCap      = "KVXFER_PEER_ROOM_CAP"                    // count, room cap / 2
+	EnvPollTimeout      = "KVXFER_POLL_TIMEOUT"                     // seconds, 10
 )
 
 // The default live-room cap: a quarter of the memory kvxferd may use, at
@@ -108,6 +109,7 @@ func ConfigFromEnv(cfg Config, getenv func(string) string) (Config, error) {
 		{EnvDrainTimeout, &c.Room.Drain},
 		{EnvLingerTimeout, &c.Room.Linger},
 		{EnvTombstoneTTL, &c.TombstoneTTL},
+		{EnvPollTimeout, &c.PollTimeout},
 	}
 	for _, d := range durations {
 		v := getenv(d.name)

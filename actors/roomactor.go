@@ -28,19 +28,34 @@ type roomActor struct {
 	recv     uint32     // envelopes handled (the shard counts what it routed)
 	reported room.Reply // last view sent to the shard
 	repRecv  uint32
+
+	pendingDone *room.XferDone // a completion being observed, not yet stepped
 }
 
 func newRoomActor(e *Engine, m *room.Machine, first room.Effects, env *envelope, shard *actor.PID) *roomActor {
 	return &roomActor{eng: e, m: m, shard: shard, first: first, firstEnv: env, born: e.cfg.Clock.Now()}
 }
 
+// Receive handles one message. A panic anywhere in it (the room's rules, an
+// effect, a callback: Observer, Notifier, Transfers) is recovered here and
+// fails this room with internal_error (see fault); nothing else is touched.
 func (a *roomActor) Receive(ctx actor.Context) {
+	defer func() {
+		if r := recover(); r != nil {
+			a.fault(ctx, r)
+		}
+	}()
+	if h := a.eng.cfg.hooks.roomMsg; h != nil {
+		h(a.m.Room(), ctx.Message())
+	}
 	switch msg := ctx.Message().(type) {
 	case *actor.Started:
 		a.self = ctx.Self()
 		a.reported = a.m.Reply() // the shard took this view when it spawned us
-		a.safely(ctx, a.firstEnv, func() room.Effects { return a.first })
-		a.first, a.firstEnv = room.Effects{}, nil
+		fx, env := a.first, a.firstEnv
+		a.first = room.Effects{}
+		a.exec(ctx, env, fx)
+		a.firstEnv = nil
 		a.report(ctx)
 	case *envelope:
 		if a.gone {
@@ -50,11 +65,14 @@ func (a *roomActor) Receive(ctx actor.Context) {
 			return
 		}
 		a.recv++
-		a.safely(ctx, msg, func() room.Effects { return a.m.Step(msg.msg) })
+		a.exec(ctx, msg, a.m.Step(msg.msg))
 		a.report(ctx)
 	case xferDone:
+		done := room.XferDone{Seq: msg.seq, Fail: msg.fail, Signal: msg.signal}
+		a.pendingDone = &done // stepped by fault if the observer panics
 		a.eng.cfg.Observer.TransferDone(a.m.Room(), msg.seq, msg.fail)
-		a.stepDirect(ctx, room.XferDone{Seq: msg.seq, Fail: msg.fail, Signal: msg.signal})
+		a.pendingDone = nil
+		a.stepDirect(ctx, done)
 		a.report(ctx)
 	case deadline:
 		a.stepDirect(ctx, room.Deadline{Gen: msg.gen})
@@ -89,35 +107,67 @@ func (a *roomActor) stepDirect(ctx actor.Context, msg room.Msg) {
 		a.eng.cfg.Observer.Ignored(a.m.Room(), msg)
 		return
 	}
-	a.safely(ctx, nil, func() room.Effects { return a.m.Step(msg) })
+	a.exec(ctx, nil, a.m.Step(msg))
 }
 
-// safely steps and executes; a panic anywhere in that fails this room with
-// internal_error and touches nothing else.
-func (a *roomActor) safely(ctx actor.Context, env *envelope, step func() room.Effects) {
-	defer func() {
-		if r := recover(); r != nil {
-			a.onPanic(ctx, env, r)
-		}
-	}()
-	a.exec(ctx, env, step())
-}
-
-func (a *roomActor) onPanic(ctx actor.Context, env *envelope, r any) {
-	a.eng.cfg.Logger.Error("room handler panicked; failing the room", "room", a.m.Room(), "panic", fmt.Sprint(r))
-	defer func() {
-		if r2 := recover(); r2 != nil {
+// fault handles a panic recovered from Receive: the room fails with
+// internal_error (stepped through its rules, so decode is told and writes in
+// flight drain as for any failure); a completion whose observer call panicked
+// is still stepped. If failing the room panics too, the machine is taken as
+// broken and only a Failed internal_error tombstone is kept (retired at once).
+// Whatever the message was, its asker is answered: a poll with the room's
+// status, a describe with its info. If even that panics, the panic escapes:
+// the shard's supervisor stops this actor and the shard, which watches its
+// rooms, keeps the Failed tombstone (shard.onTerminated).
+func (a *roomActor) fault(ctx actor.Context, r any) {
+	id := a.m.Room()
+	a.eng.cfg.Logger.Error("room handler panicked; failing the room", "room", id, "panic", fmt.Sprint(r))
+	if h := a.eng.cfg.hooks.roomFault; h != nil {
+		h(id)
+	}
+	env, _ := ctx.Message().(*envelope)
+	if _, started := ctx.Message().(*actor.Started); started {
+		env = a.firstEnv
+		a.first, a.firstEnv = room.Effects{}, nil
+	}
+	if !a.gone {
+		if p := recoverFrom(func() {
+			a.exec(ctx, nil, a.m.Step(room.Fail{Reason: room.ReasonInternalError}))
+			if d := a.pendingDone; d != nil {
+				a.pendingDone = nil
+				a.stepDirect(ctx, *d)
+			}
+			if a.m.Retired() && !a.gone {
+				a.retire(ctx) // it retired in the step that panicked
+			}
+		}); p != nil {
 			// The machine itself is broken: keep only a Failed tombstone.
-			a.m = room.FromTombstone(&a.eng.cfg.Room, room.Tombstone{Room: a.m.Room(), Status: room.Failed, Reason: room.ReasonInternalError, Opened: true})
-			a.eng.cfg.Observer.StatusChanged(a.m.Room(), room.Failed, room.ReasonInternalError)
+			a.eng.cfg.Logger.Error("failing the room panicked; keeping a Failed tombstone", "room", id, "panic", fmt.Sprint(p))
+			a.pendingDone = nil
+			a.m = room.FromTombstone(&a.eng.cfg.Room, room.Tombstone{Room: id, Status: room.Failed, Reason: room.ReasonInternalError, Opened: true})
+			obs := a.eng.cfg.Observer
+			recoverFrom(func() { obs.StatusChanged(id, room.Failed, room.ReasonInternalError) })
+			recoverFrom(func() { obs.RoomRetired(a.m.Tombstone()) })
 			a.retire(ctx)
 		}
-		if env != nil && env.answers != nil {
-			st, why := a.m.Status()
-			answer(env, room.Reply{Status: st, Reason: why})
-		}
-	}()
-	a.exec(ctx, nil, a.m.Step(room.Fail{Reason: room.ReasonInternalError}))
+	}
+	st, why := a.m.Status()
+	if env != nil && env.answers != nil {
+		answer(env, room.Reply{Status: st, Reason: why})
+	}
+	if d, ok := ctx.Message().(*describe); ok {
+		d.reply <- RoomInfo{Room: id, Status: st.String(), Reason: why.String(), Phase: "fault"}
+	}
+	if !a.gone {
+		a.report(ctx)
+	}
+}
+
+// recoverFrom runs f and returns what it panicked with (nil if it returned).
+func recoverFrom(f func()) (p any) {
+	defer func() { p = recover() }()
+	f()
+	return nil
 }
 
 func (a *roomActor) exec(ctx actor.Context, env *envelope, fx room.Effects) {

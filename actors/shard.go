@@ -1,6 +1,9 @@
 package actors
 
 import (
+	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -27,6 +30,12 @@ type shard struct {
 
 	self  *actor.PID
 	timer clock.Timer
+
+	// creating: the room being routed is being created or revived;
+	// announced: RoomCreated was told for it (routeFault then closes its
+	// story); dumped: describes sent for the dump being served.
+	creating, announced bool
+	dumped              int
 }
 
 // live is a room with an actor: its PID, how many messages the shard routed
@@ -37,6 +46,7 @@ type live struct {
 	sent, seen uint32
 	reply      room.Reply
 	peer       string // the decode agent charged for the room ("" for the scheduler)
+	opened     bool   // the scheduler's Open was routed to it
 }
 
 // limits are one shard's part of Config.RoomCap and Config.PeerRoomCap.
@@ -83,7 +93,16 @@ func newShard(e *Engine, capacity int, lim limits) *shard {
 		tombs: map[uint64]tombEntry{}}
 }
 
+// Receive handles one message. A panic anywhere in it is recovered: routing a
+// room's message is guarded per room (route), so a panic fails only that room;
+// anything else is logged and its asker answered (fault). A shard never dies,
+// so its rooms and tombstones are never forgotten.
 func (s *shard) Receive(ctx actor.Context) {
+	defer func() {
+		if r := recover(); r != nil {
+			s.fault(ctx, r)
+		}
+	}()
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
 		s.self = ctx.Self()
@@ -99,6 +118,8 @@ func (s *shard) Receive(ctx actor.Context) {
 			lr.sent++
 			ctx.Send(lr.pid, &envelope{room: id, msg: m.msg})
 		}
+	case *actor.Terminated:
+		s.onTerminated(m.Who)
 	case *view:
 		if lr, ok := s.rooms[m.room]; ok && lr.pid.Equal(m.pid) {
 			lr.seen, lr.reply = m.seen, m.reply
@@ -112,15 +133,15 @@ func (s *shard) Receive(ctx actor.Context) {
 		m.reply <- Stats{LiveRooms: len(s.rooms), Tombstones: len(s.tombs), RoomCap: s.lim.rooms,
 			RefusedRoomCap: s.refusedCap, RefusedPeerShare: s.refusedShare}
 	case *dumpReq:
-		n := 0
+		s.dumped = 0
 		for _, lr := range s.rooms {
-			if n == m.limit {
+			if s.dumped == m.limit {
 				break
 			}
 			ctx.Send(lr.pid, &describe{reply: m.reply})
-			n++
+			s.dumped++
 		}
-		m.reply <- dumpCount(n)
+		m.reply <- dumpCount(s.dumped)
 	case *actor.Stopping:
 		if s.timer != nil {
 			s.timer.Stop()
@@ -128,15 +149,118 @@ func (s *shard) Receive(ctx actor.Context) {
 	}
 }
 
+// fault handles a panic recovered from Receive outside route: it is logged,
+// and a request that waits for an answer gets one.
+func (s *shard) fault(ctx actor.Context, r any) {
+	s.eng.cfg.Logger.Error("directory shard panicked", "message", fmt.Sprintf("%T", ctx.Message()), "panic", fmt.Sprint(r))
+	switch m := ctx.Message().(type) {
+	case *statsReq:
+		m.reply <- Stats{LiveRooms: len(s.rooms), Tombstones: len(s.tombs), RoomCap: s.lim.rooms,
+			RefusedRoomCap: s.refusedCap, RefusedPeerShare: s.refusedShare}
+	case *dumpReq:
+		m.reply <- dumpCount(s.dumped)
+	case sweep:
+		s.armSweep()
+	}
+}
+
 // route delivers a room message to the room's actor, or steps it through the
-// room's tombstone, or creates the room if the message may name a new one.
+// room's tombstone, or creates the room if the message may name a new one. A
+// panic while doing so (the tombstone's step, an Observer or Notifier call)
+// fails that room and touches nothing else (routeFault).
 func (s *shard) route(ctx actor.Context, env *envelope) {
+	s.creating, s.announced = false, false
+	defer func() {
+		if r := recover(); r != nil {
+			s.routeFault(ctx, env, r)
+		}
+	}()
+	s.routeOne(ctx, env)
+}
+
+// routeFault fails the room whose message panicked in route. A live room is
+// sent Fail(internal_error), and then the message itself if it is a poll (so
+// the room answers it after failing). A tombstone is kept as it is (its room's
+// story is over; a late message cannot change it), and a poll answered from
+// it. A room that was being created or revived is kept as a Failed
+// internal_error tombstone, its story closed if RoomCreated was told.
+func (s *shard) routeFault(ctx actor.Context, env *envelope, r any) {
+	s.eng.cfg.Logger.Error("routing a room message panicked; failing the room", "room", env.room, "panic", fmt.Sprint(r))
+	if lr, ok := s.rooms[env.room]; ok {
+		lr.sent++
+		ctx.Send(lr.pid, &envelope{room: env.room, msg: room.Fail{Reason: room.ReasonInternalError}})
+		if env.answers != nil {
+			lr.sent++
+			env.sync = true
+			ctx.Send(lr.pid, env)
+		}
+		return
+	}
+	if te, ok := s.tombs[env.room]; ok && !s.creating {
+		answer(env, tombReply(te.t))
+		return
+	}
+	_, open := env.msg.(room.Open)
+	t := room.Tombstone{Room: env.room, Status: room.Failed, Reason: room.ReasonInternalError, Opened: open}
+	if te, ok := s.tombs[env.room]; ok {
+		t.Opened = t.Opened || te.t.Opened
+	}
+	if s.announced {
+		obs := s.eng.cfg.Observer
+		recoverFrom(func() { obs.StatusChanged(env.room, room.Failed, room.ReasonInternalError) })
+		recoverFrom(func() { obs.RoomRetired(t) })
+	}
+	s.keepTombstone(t)
+	answer(env, tombReply(t))
+}
+
+// onTerminated hears that a child stopped (a shard's room actors are its
+// children: protoactor tells the parent). A room retires before the shard
+// stops its actor, so a PID still routed is a room actor that died: its room
+// becomes a Failed internal_error tombstone at once, which answers its polls
+// (those already in the dead actor's mailbox end by Engine's poll deadline).
+func (s *shard) onTerminated(who *actor.PID) {
+	id, ok := roomOfPID(who)
+	if !ok {
+		return
+	}
+	lr, ok := s.rooms[id]
+	if !ok || !lr.pid.Equal(who) {
+		return // retired first, as every room normally does
+	}
+	s.eng.cfg.Logger.Error("room actor died; keeping a Failed tombstone", "room", id)
+	s.forget(id, lr)
+	t := room.Tombstone{Room: id, Status: room.Failed, Reason: room.ReasonInternalError, Opened: lr.opened}
+	obs := s.eng.cfg.Observer
+	recoverFrom(func() { obs.StatusChanged(id, room.Failed, room.ReasonInternalError) })
+	recoverFrom(func() { obs.RoomRetired(t) })
+	s.keepTombstone(t)
+}
+
+// roomPrefix names a room actor after its room, so a Terminated PID says
+// which room it was: "<shard>/r<room hex>$<unique>".
+func roomPrefix(id uint64) string { return "r" + strconv.FormatUint(id, 16) }
+
+func roomOfPID(pid *actor.PID) (uint64, bool) {
+	name := pid.Id[strings.LastIndexByte(pid.Id, '/')+1:]
+	hex, _, ok := strings.Cut(strings.TrimPrefix(name, "r"), "$")
+	if !ok || len(name) == len(hex) {
+		return 0, false
+	}
+	id, err := strconv.ParseUint(hex, 16, 64)
+	return id, err == nil
+}
+
+func (s *shard) routeOne(ctx actor.Context, env *envelope) {
 	if lr, ok := s.rooms[env.room]; ok {
 		if _, poll := env.msg.(room.Poll); poll && !env.sync && lr.seen == lr.sent {
 			answer(env, lr.reply) // the room has handled everything routed to it
 			return
 		}
 		s.seeInfo(env)
+		if _, open := env.msg.(room.Open); open {
+			lr.opened = true
+		}
 		lr.sent++
 		ctx.Send(lr.pid, env)
 		return
@@ -151,6 +275,9 @@ func (s *shard) route(ctx actor.Context, env *envelope) {
 		s.unknownRoom(env)
 		return
 	}
+	if h := s.eng.cfg.hooks.shardStep; h != nil {
+		h(env.room, env.msg)
+	}
 	// Step is pure: a refused message leaves no trace of this step.
 	fx := m.Step(env.msg)
 	alive := !m.Retired()
@@ -162,16 +289,21 @@ func (s *shard) route(ctx actor.Context, env *envelope) {
 		s.seeInfo(env)
 	}
 	if created || fx.Revived {
+		s.creating = true
 		s.eng.cfg.Observer.RoomCreated(env.room) // new, or a tombstone came back to life
+		s.announced = true
 	}
 	if alive {
 		// The room is (again) alive: it gets an actor, which executes this
-		// first step's effects once it runs.
+		// first step's effects once it runs. The machine is the actor's from
+		// the spawn on: what the shard needs of it is taken before.
+		_, open := env.msg.(room.Open)
+		lr := &live{reply: m.Reply(), opened: open || m.Tombstone().Opened}
 		delete(s.tombs, env.room)
-		pid := ctx.Spawn(actor.PropsFromProducer(func() actor.Actor {
-			return newRoomActor(s.eng, m, fx, env, ctx.Self())
-		}))
-		lr := &live{pid: pid, reply: m.Reply()}
+		self := ctx.Self()
+		lr.pid = ctx.SpawnPrefix(actor.PropsFromProducer(func() actor.Actor {
+			return newRoomActor(s.eng, m, fx, env, self)
+		}), roomPrefix(env.room))
 		if ti, ok := env.msg.(room.TransferInfo); ok {
 			lr.peer = ti.Agent
 			s.peers[ti.Agent]++
@@ -243,16 +375,21 @@ func (s *shard) onRetired(ctx actor.Context, m *retired) {
 	if !ok || !lr.pid.Equal(m.pid) {
 		return
 	}
+	s.forget(id, lr)
+	// Poison, not Stop: whatever was routed to the room before this point is
+	// still handled (bounced back here, to the tombstone) before it stops.
+	ctx.Poison(lr.pid)
+	s.keepTombstone(m.tomb)
+}
+
+// forget drops a live room and its charge to its decode agent.
+func (s *shard) forget(id uint64, lr *live) {
 	delete(s.rooms, id)
 	if lr.peer != "" {
 		if s.peers[lr.peer]--; s.peers[lr.peer] <= 0 {
 			delete(s.peers, lr.peer)
 		}
 	}
-	s.keepTombstone(m.tomb)
-	// Poison, not Stop: whatever was routed to the room before this point is
-	// still handled (bounced back here, to the tombstone) before it stops.
-	ctx.Poison(lr.pid)
 }
 
 func (s *shard) keepTombstone(t room.Tombstone) {
@@ -284,7 +421,10 @@ func (s *shard) evictOldest() {
 		s.head++
 		if te, ok := s.tombs[ref.room]; ok && te.expires.Equal(ref.expires) {
 			delete(s.tombs, ref.room)
-			s.eng.cfg.Observer.TombstoneEvicted(ref.room)
+			obs := s.eng.cfg.Observer
+			if p := recoverFrom(func() { obs.TombstoneEvicted(ref.room) }); p != nil {
+				s.eng.cfg.Logger.Error("observer panicked on an evicted tombstone", "room", ref.room, "panic", fmt.Sprint(p))
+			}
 			return
 		}
 	}
@@ -306,3 +446,5 @@ func (s *shard) armSweep() {
 	self, root := s.self, s.eng.system.Root
 	s.timer = s.eng.cfg.Clock.AfterFunc(every, func() { root.Send(self, sweep{}) })
 }
+
+func tombReply(t room.Tombstone) room.Reply { return room.Reply{Status: t.Status, Reason: t.Reason} }

@@ -11,6 +11,7 @@ import (
 	"github.com/kvxfer/kvxfer/actors/room"
 	"github.com/kvxfer/kvxfer/actors/xfer"
 	"github.com/kvxfer/kvxfer/internal/clock"
+	"github.com/kvxfer/kvxfer/nixl"
 	"github.com/kvxfer/kvxfer/nixl/kvmem"
 	"github.com/kvxfer/kvxfer/nixl/loopback"
 	"github.com/kvxfer/kvxfer/nixl/sglang"
@@ -55,8 +56,24 @@ func newRigQuarantine(t *testing.T, quarantineAfter time.Duration) *rig {
 // newRigWith can hold completion notifications back (kvxferd's setting); the
 // pool then sends them as the engine's Notifier.
 func newRigWith(t testing.TB, quarantineAfter time.Duration, hold bool) *rig {
+	return newRigOpts(t, rigOpts{quarantineAfter: quarantineAfter, hold: hold})
+}
+
+type rigOpts struct {
+	quarantineAfter time.Duration
+	hold            bool
+	actors          int                         // pool actors (default the pool's)
+	wrap            func(nixl.Agent) nixl.Agent // what the pool sees of prefill's agent
+}
+
+func newRigOpts(t testing.TB, o rigOpts) *rig {
+	quarantineAfter, hold := o.quarantineAfter, o.hold
 	r := &rig{t: t, clk: clock.NewFake(time.Unix(0, 0)), pre: node(t, "prefill", 3)}
-	pool, err := xfer.New(xfer.Config{Agent: r.pre.Agent, Local: &r.pre.Geo, QuarantineAfter: quarantineAfter, Clock: r.clk})
+	var agent nixl.Agent = r.pre.Agent
+	if o.wrap != nil {
+		agent = o.wrap(agent)
+	}
+	pool, err := xfer.New(xfer.Config{Agent: agent, Local: &r.pre.Geo, QuarantineAfter: quarantineAfter, Clock: r.clk, Actors: o.actors})
 	if err != nil {
 		t.Fatal(err)
 	}

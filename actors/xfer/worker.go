@@ -1,6 +1,7 @@
 package xfer
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -65,7 +66,19 @@ type worker struct {
 
 func newWorker(p *Pool) *worker { return &worker{p: p, peers: map[string]peerEntry{}} }
 
+// Receive handles one message. A panic is recovered at three levels: starting
+// a job (start) and polling its requests (pollJobs) fail only the job whose
+// agent call panicked, reported done with internal_error; anything else is
+// recovered here, logged, and polling goes on. A worker never dies, so the
+// other rooms' jobs it holds are never lost.
 func (w *worker) Receive(ctx actor.Context) {
+	defer func() {
+		if r := recover(); r != nil {
+			w.p.cfg.Logger.Error("transfer worker panicked", "message", fmt.Sprintf("%T", ctx.Message()), "panic", fmt.Sprint(r))
+			w.pending = false
+			w.schedule(ctx)
+		}
+	}()
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
 		w.self = ctx.Self()
@@ -97,9 +110,30 @@ func (w *worker) Receive(ctx actor.Context) {
 	}
 }
 
-// start plans the transfer and posts its requests. A failure to plan or post
-// still waits for the requests already posted before the job reports done.
+// start starts a job (startJob). If that panics (an agent call, the plan),
+// the job alone is reported done with internal_error; its requests already
+// posted are abandoned to the agent, never released (their state is unknown).
 func (w *worker) start(j *job) {
+	defer func() {
+		if r := recover(); r != nil {
+			w.p.cfg.Logger.Error("starting a transfer panicked; failing it", "room", j.t.Room, "agent", j.t.Agent,
+				"abandoned", len(j.reqs), "panic", fmt.Sprint(r))
+			w.failJob(j)
+		}
+	}()
+	w.startJob(j)
+}
+
+// failJob reports a job done with internal_error and abandons its requests.
+func (w *worker) failJob(j *job) {
+	j.reqs = nil
+	j.fail = room.ReasonInternalError
+	w.finish(j)
+}
+
+// startJob plans the transfer and posts its requests. A failure to plan or post
+// still waits for the requests already posted before the job reports done.
+func (w *worker) startJob(j *job) {
 	j.started = w.p.cfg.Clock.Now()
 	pe, ok := w.peers[j.t.Agent]
 	if !ok {
@@ -193,7 +227,26 @@ func (w *worker) pollJobs(list *[]*job, mayQuarantine bool) bool {
 		w.st = make([]nixl.Status, len(w.ids))
 	}
 	st := w.st[:len(w.ids)]
-	if err := w.p.cfg.Agent.Poll(w.ids, st); err != nil {
+	var err error
+	if p := recoverFrom(func() { err = w.p.cfg.Agent.Poll(w.ids, st) }); p != nil {
+		// Find the jobs whose requests make the agent panic: poll each job
+		// alone; those fail (internal_error), the rest go on.
+		w.p.cfg.Logger.Error("polling transfers panicked; polling each transfer alone", "panic", fmt.Sprint(p))
+		jobs, err = w.isolate(jobs, mayQuarantine)
+		*list = jobs
+		if len(jobs) == 0 {
+			return true
+		}
+		w.ids = w.ids[:0]
+		for _, j := range jobs {
+			w.ids = append(w.ids, j.reqs...)
+		}
+		st = w.st[:len(w.ids)]
+		if err == nil {
+			err = w.p.cfg.Agent.Poll(w.ids, st)
+		}
+	}
+	if err != nil {
 		w.p.cfg.Logger.Error("polling transfers", "err", err)
 		return false
 	}
@@ -236,6 +289,38 @@ func (w *worker) pollJobs(list *[]*job, mayQuarantine bool) bool {
 	clear(jobs[len(kept):])
 	*list = kept
 	return progress
+}
+
+// isolate polls each job's requests alone and fails the jobs whose poll
+// panics (their requests leave the window, abandoned). It returns the others.
+func (w *worker) isolate(jobs []*job, mayQuarantine bool) ([]*job, error) {
+	kept := jobs[:0]
+	var err error
+	for _, j := range jobs {
+		st := make([]nixl.Status, len(j.reqs))
+		var e error
+		if p := recoverFrom(func() { e = w.p.cfg.Agent.Poll(j.reqs, st) }); p != nil {
+			w.p.cfg.Logger.Error("polling a transfer panicked; failing it", "room", j.t.Room, "agent", j.t.Agent, "panic", fmt.Sprint(p))
+			if mayQuarantine {
+				w.inflight -= len(j.reqs)
+			}
+			w.failJob(j)
+			continue
+		}
+		if e != nil {
+			err = e
+		}
+		kept = append(kept, j)
+	}
+	clear(jobs[len(kept):])
+	return kept, err
+}
+
+// recoverFrom runs f and returns what it panicked with (nil if it returned).
+func recoverFrom(f func()) (p any) {
+	defer func() { p = recover() }()
+	f()
+	return nil
 }
 
 func (w *worker) finish(j *job) {

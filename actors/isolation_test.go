@@ -1,0 +1,226 @@
+package actors
+
+import (
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/kvxfer/kvxfer/actors/room"
+)
+
+// panicky is an Observer that panics in one callback for one room and
+// records like recorder otherwise.
+type panicky struct {
+	*recorder
+	at     string
+	victim uint64
+	hits   atomic.Int64 // panics thrown
+}
+
+func (p *panicky) hit(name string, id uint64) {
+	if p.at == name && id == p.victim {
+		p.hits.Add(1)
+		panic(fmt.Sprintf("observer bug in %s", name))
+	}
+}
+
+func (p *panicky) RoomCreated(id uint64)                   { p.hit("RoomCreated", id) }
+func (p *panicky) Traceparent(id uint64, _ string)         { p.hit("Traceparent", id) }
+func (p *panicky) TransferInfo(id uint64, _ string, _ int) { p.hit("TransferInfo", id) }
+func (p *panicky) Posted(t *room.Transfer)                 { p.hit("Posted", t.Room) }
+func (p *panicky) RoomRetired(t room.Tombstone)            { p.hit("RoomRetired", t.Room) }
+func (p *panicky) TransferDone(id uint64, _ uint32, _ room.Reason) {
+	p.hit("TransferDone", id)
+}
+func (p *panicky) StatusChanged(id uint64, s room.Status, why room.Reason) {
+	p.hit("StatusChanged", id)
+	p.recorder.StatusChanged(id, s, why)
+}
+func (p *panicky) Ignored(id uint64, msg room.Msg) {
+	p.hit("Ignored", id)
+	p.recorder.Ignored(id, msg)
+}
+func (p *panicky) TombstoneEvicted(id uint64) {
+	p.hit("TombstoneEvicted", id)
+	p.recorder.TombstoneEvicted(id)
+}
+
+// runRooms drives rooms through a whole story that reaches every Observer
+// callback (a traced open, a duplicate Open that is ignored, a transfer info,
+// a posted and completed write, success, clear and retirement), and fails the
+// test unless every room but victim succeeds, victim ends terminal, every
+// poll returns and no room is left live. It returns victim's last answer.
+func runRooms(t *testing.T, f *fixture, ids []uint64, victim uint64) room.Reply {
+	t.Helper()
+	for _, id := range ids {
+		f.eng.OpenTraced(id, "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
+		f.eng.Open(id) // ignored: a duplicate
+		f.eng.TransferInfo(id, info("a", 2, 1))
+		f.eng.Init(id, 2, 0)
+		f.eng.Send(id, []int32{1, 2}, nil)
+	}
+	for _, id := range ids {
+		if id != victim {
+			f.waitStatus(id, room.Success)
+		}
+	}
+	var last room.Reply
+	deadline := time.Now().Add(20 * time.Second)
+	for last = f.poll(victim); !last.Status.Terminal(); last = f.poll(victim) {
+		if time.Now().After(deadline) {
+			t.Fatalf("victim %d still %v", victim, last.Status)
+		}
+		time.Sleep(50 * time.Microsecond)
+	}
+	for _, id := range ids {
+		f.eng.Clear(id)
+	}
+	f.settle(ids...)
+	f.clk.Advance(20 * time.Second) // a write the victim never posted drains
+	f.settle(ids...)
+	for _, id := range ids {
+		if id == victim {
+			continue
+		}
+		if got := f.obs.terminal(id); len(got) != 1 || got[0] != room.Success {
+			t.Fatalf("room %d: terminal answers %v, want one Success", id, got)
+		}
+	}
+	if st := f.eng.Stats(); st.LiveRooms != 0 {
+		t.Fatalf("rooms still live: %+v %+v", st, f.eng.Rooms(10))
+	}
+	return last
+}
+
+// An Observer that panics at any one of its callbacks, for one room, fails
+// at most that room (internal_error); every other room succeeds, every poll
+// returns, nothing is left live, and the engine keeps serving new rooms.
+func TestObserverPanicAtEveryCallback(t *testing.T) {
+	for _, at := range []string{"RoomCreated", "Traceparent", "TransferInfo", "StatusChanged", "Posted",
+		"TransferDone", "RoomRetired", "Ignored", "TombstoneEvicted"} {
+		t.Run(at, func(t *testing.T) {
+			const victim = 3
+			obs := &panicky{recorder: newRecorder(), at: at, victim: victim}
+			f := newFixture(t, &transfersDouble{}, func(c *Config) {
+				c.Observer = obs
+				c.Shards = 2
+				c.TombstoneCap = 4 // tombstones are evicted, the victim's too
+			})
+			f.obs = obs.recorder
+			last := runRooms(t, f, []uint64{1, 2, victim, 4, 5, 6}, victim)
+			// A panic once the room has succeeded (retiring, evicting its
+			// tombstone) cannot fail it; any earlier one does.
+			want := room.Reply{Status: room.Failed, Reason: room.ReasonInternalError}
+			if at == "RoomRetired" || at == "TombstoneEvicted" {
+				want = room.Reply{Status: room.Success}
+			}
+			if last.Status != want.Status || last.Reason != want.Reason {
+				t.Fatalf("victim ended %v/%v, want %v/%v", last.Status, last.Reason, want.Status, want.Reason)
+			}
+			// Evict every tombstone, the victim's among them.
+			for id := uint64(100); id < 110; id++ {
+				f.eng.Abort(id)
+			}
+			f.settle(victim, 100, 101)
+			if obs.hits.Load() == 0 {
+				t.Fatalf("the observer never panicked at %s", at)
+			}
+			// The engine still serves: a new room, and the victim's id again.
+			runRooms(t, f, []uint64{200, 201}, 0)
+			if r := f.poll(victim); r.Status != room.Failed {
+				t.Fatalf("victim's id after eviction polls %+v", r)
+			}
+		})
+	}
+}
+
+// The shard's own step of a new room or a tombstone panics: the new room is
+// kept as a Failed internal_error tombstone and answers at once; a retired
+// room's tombstone is kept as it was; every other room succeeds.
+func TestShardStepPanicFailsOnlyThatRoom(t *testing.T) {
+	const victim, retiredOK = 3, 4
+	armed := make(chan struct{})
+	f := newFixture(t, &transfersDouble{}, func(c *Config) {
+		c.Shards = 2
+		c.hooks.shardStep = func(id uint64, msg room.Msg) {
+			if id == victim {
+				panic("shard step bug")
+			}
+			select {
+			case <-armed:
+				if id == retiredOK {
+					panic("shard step bug on a tombstone")
+				}
+			default:
+			}
+		}
+	})
+	runRooms(t, f, []uint64{1, 2, retiredOK, 5}, 0)
+	f.eng.Open(victim)
+	if r := f.poll(victim); r.Status != room.Failed || r.Reason != room.ReasonInternalError {
+		t.Fatalf("victim polls %+v, want Failed/internal_error", r)
+	}
+	close(armed)
+	f.eng.TransferInfo(retiredOK, info("a", 1, 1)) // late: steps the tombstone, which panics
+	if r := f.poll(retiredOK); r.Status != room.Success {
+		t.Fatalf("retired room polls %+v after a panic on its tombstone, want Success", r)
+	}
+	runRooms(t, f, []uint64{6, 7, 8}, 0)
+}
+
+// A room actor that dies (its panic handling panics too) is seen by its
+// shard: its room becomes a Failed internal_error tombstone that answers at
+// once, it is no longer routed, and a poll lost in the dead actor's mailbox
+// ends by the poll deadline, on the engine's clock.
+func TestDeadRoomActorBecomesFailedTombstone(t *testing.T) {
+	const victim = 3
+	f := newFixture(t, &transfersDouble{}, func(c *Config) {
+		c.Shards = 2
+		c.PollTimeout = 5 * time.Second
+		c.hooks.roomMsg = func(id uint64, msg any) {
+			if env, ok := msg.(*envelope); ok && id == victim && env.sync {
+				panic("room bug")
+			}
+		}
+		c.hooks.roomFault = func(id uint64) { panic("panic handling bug") }
+	})
+	ids := []uint64{1, 2, victim, 4}
+	for _, id := range ids {
+		f.eng.Open(id)
+	}
+	f.settle(1, 2, 4)
+	live := f.eng.Stats().LiveRooms
+	lost := make(chan room.Reply)
+	go func() { lost <- f.eng.PollSync([]uint64{victim}, nil)[0] }()
+	deadline := time.Now().Add(20 * time.Second)
+	for f.eng.Stats().LiveRooms != live-1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the dead room is still routed: %+v", f.eng.Stats())
+		}
+		time.Sleep(50 * time.Microsecond)
+	}
+	if r := f.poll(victim); r.Status != room.Failed || r.Reason != room.ReasonInternalError {
+		t.Fatalf("dead room polls %+v, want Failed/internal_error", r)
+	}
+	select {
+	case r := <-lost:
+		t.Fatalf("the poll lost in the dead mailbox answered %+v before its deadline", r)
+	default:
+	}
+	f.clk.Advance(5 * time.Second)
+	if r := <-lost; r.Status != room.Failed || r.Reason != room.ReasonInternalError {
+		t.Fatalf("lost poll answered %+v at its deadline, want Failed/internal_error", r)
+	}
+	for _, id := range []uint64{1, 2, 4} {
+		f.eng.TransferInfo(id, info("a", 2, 1))
+		f.eng.Init(id, 2, 0)
+		f.eng.Send(id, []int32{1, 2}, nil)
+		f.waitStatus(id, room.Success)
+	}
+	f.eng.Open(victim) // opened again: a new incarnation, served
+	f.eng.TransferInfo(victim, info("a", 1, 1))
+	f.eng.Init(victim, 1, 0)
+	f.eng.Send(victim, []int32{1}, nil)
+	f.waitStatus(victim, room.Success)
+}
