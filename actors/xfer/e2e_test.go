@@ -315,9 +315,11 @@ func TestEndToEndFaultsFailOnlyAffectedRooms(t *testing.T) {
 			r.wait(healthy.id, room.Success)
 			r.verify(healthy)
 			if tc.want == room.ReasonTransferTimeout {
-				// Decode 0's writes complete; decode 1's never do. Time passes.
+				// Decode 0's writes complete; decode 1's never do. Time passes
+				// once every write is posted (healthy: 2, hit: 2 chunks × 2
+				// decodes) and only decode 1's two are left in flight.
 				deadline := time.Now().Add(20 * time.Second)
-				for r.pool.Stats().InFlight > 2 && time.Now().Before(deadline) {
+				for st := r.pool.Stats(); (st.Posted < 6 || st.InFlight > 2) && time.Now().Before(deadline); st = r.pool.Stats() {
 					time.Sleep(100 * time.Microsecond)
 				}
 				// Every completion so far is handled (each re-arms the
