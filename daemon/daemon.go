@@ -100,6 +100,12 @@ type Config struct {
 
 	// NewAgent creates the NIXL agent when memory is registered (loopback by default).
 	NewAgent func(name string) (Agent, error)
+	// StateDir, when set, keeps the decode registrations this rank accepted in
+	// StateDir/registrations and replays them when the rank next goes live (a
+	// restarted kvxferd of the same rank; see state.go). The directory must
+	// be ours and private (created 0700).
+	StateDir string
+
 	// OnLive, when set, is called once the rank is live with the geometry the
 	// scheduler registered (telemetry takes its bytes per page from it).
 	OnLive func(local sglang.Local)
@@ -144,6 +150,8 @@ type Daemon struct {
 	links    *links
 	dialects *dialects
 	peers    *peers
+	state    *regStore  // nil: no -state-dir
+	replay   [][][]byte // registrations to replay when live (then nil)
 	counters counters
 	// Per-message warnings, one line a second each (issue 14, F5).
 	noticeLogs, signalLogs, lostLogs, dropLogs *logLimiter
@@ -185,6 +193,9 @@ func Start(cfg Config) (*Daemon, error) {
 	}
 	d.links, d.counters.links = links, links
 	d.peers = newPeers(d, links.max)
+	if cfg.StateDir != "" {
+		d.state, d.replay = openRegStore(cfg.StateDir, d.stateScope(), links.max, cfg.Logger)
+	}
 	d.xfers.peerLost = func(agent string) { go d.dropAgent(agent, "NIXL connection lost", true) }
 	ec := cfg.Engine
 	if ec.Room == (room.Config{HoldCompletion: ec.Room.HoldCompletion}) {
@@ -225,6 +236,18 @@ func Start(cfg Config) (*Daemon, error) {
 		}
 	}
 	return d, nil
+}
+
+// stateScope names the rank and deployment a state file belongs to: a file
+// written for another is not replayed.
+func (d *Daemon) stateScope() string {
+	r := d.cfg.Rank
+	boot := d.cfg.BootstrapURL
+	if boot == "" {
+		boot = "hosted:" + strconv.Itoa(d.cfg.BootstrapPort)
+	}
+	return fmt.Sprintf("tp=%d/%d pp=%d/%d cp=%d/%d dp=%d/%d host=%s bootstrap=%s", r.TPRank, r.TPSize, r.PPRank, r.PPSize,
+		r.CPRank, r.CPSize, r.DPRank, r.DPSize, d.cfg.HostIP, boot)
 }
 
 // Engine is the daemon's engine (for tests and embedding).
@@ -351,6 +374,7 @@ func (d *Daemon) startDebug() error {
 // in-flight writes (bounded by ctx) so decode is told after the drain, then
 // stops the pool, the agent, the links and the debug server.
 func (d *Daemon) Shutdown(ctx context.Context) error {
+	d.state.close() // what the next incarnation replays stays as it is
 	d.mu.Lock()
 	in := d.ingest
 	d.mu.Unlock()

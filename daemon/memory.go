@@ -142,7 +142,15 @@ func (d *Daemon) activateLocked(local sglang.Local) error {
 	}
 	d.pool = pool
 	d.xfers.pool.Store(pool)
-	in, err := transport.StartIngest(transport.IngestConfig{Host: d.cfg.HostIP, Port: d.cfg.PullPort, Logger: d.log}, d.peers)
+	replay := d.replay
+	d.replay = nil
+	ic := transport.IngestConfig{Host: d.cfg.HostIP, Port: d.cfg.PullPort, Logger: d.log}
+	if len(replay) > 0 {
+		// On the ingest goroutine (it owns the peer table), before any frame
+		// from the socket: a decode's next transfer info finds its agent.
+		ic.Before = func() { d.peers.replay(replay) }
+	}
+	in, err := transport.StartIngest(ic, d.peers)
 	if err != nil {
 		return fmt.Errorf("binding the ZMQ PULL socket: %w", err)
 	}

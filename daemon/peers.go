@@ -46,7 +46,34 @@ func newPeers(d *Daemon, maxPeers int) *peers {
 // A new agent at the endpoint of an accepted one means that decode restarted:
 // the old agent is dropped first. Past the peer cap, registrations are
 // rejected (peer_rejected, with the reason).
-func (p *peers) Registration(r *transport.Registration) {
+func (p *peers) Registration(r *transport.Registration) { p.register(r, nil, false) }
+
+// RegistrationFrames is Registration with the frames as received: an accepted
+// registration is kept in the state file (-state-dir) for the next kvxferd.
+func (p *peers) RegistrationFrames(r *transport.Registration, frames [][]byte) {
+	p.register(r, frames, false)
+}
+
+// replay registers what the state file kept, on the ingest goroutine before
+// the socket is read. A registration that no longer loads (the decode is
+// gone) is dropped quietly and forgotten.
+func (p *peers) replay(msgs [][][]byte) {
+	n := 0
+	for _, frames := range msgs {
+		m, err := transport.DecodeInbound(frames)
+		r, ok := m.(*transport.Registration)
+		if err != nil || !ok {
+			continue // load() decoded it already
+		}
+		if p.register(r, frames, true) {
+			n++
+		}
+	}
+	p.d.log.Info("decode registrations replayed from the state file", "replayed", n, "kept", len(msgs))
+}
+
+// register reports whether r was accepted.
+func (p *peers) register(r *transport.Registration, frames [][]byte, replay bool) bool {
 	d := p.d
 	to := room.Endpoint{IP: r.DecodeIP, Port: r.DecodePort}
 	p.mu.Lock()
@@ -57,7 +84,7 @@ func (p *peers) Registration(r *transport.Registration) {
 		if ok, suppressed := p.dupLogs.allow(); ok {
 			d.log.Info("duplicate registration ignored (first wins)", "agent", r.AgentName, "suppressed", suppressed)
 		}
-		return
+		return false
 	}
 	if old := d.dialects.acceptedAt(to); old != "" && old != r.AgentName {
 		d.dropAgent(old, "re-registered: a new agent registered from its endpoint", false)
@@ -81,20 +108,31 @@ func (p *peers) Registration(r *transport.Registration) {
 			d.log.Warn("decode registration rejected; its rooms fail with peer_rejected", "agent", r.AgentName,
 				"endpoint", to.String(), "err", err, "suppressed", suppressed)
 		}
-		return
+		return false
 	}
 	if err := p.add(r, dialect); err != nil {
+		if replay {
+			// The decode is gone (or changed): forget it, quietly.
+			d.dialects.drop(r.AgentName, "replayed registration no longer loads", false)
+			d.state.remove(r.AgentName)
+			d.log.Info("replayed decode registration dropped: it no longer loads", "agent", r.AgentName,
+				"endpoint", to.String(), "err", err)
+			return false
+		}
 		d.counters.badRegistrations.Add(1)
 		if ok, suppressed := p.rejectLogs.allow(); ok {
 			d.log.Warn("decode registration rejected; its transfer infos will fail their rooms", "agent", r.AgentName,
 				"err", err, "suppressed", suppressed)
 		}
-		return
+		return false
 	}
 	d.counters.registrations.Add(1)
 	p.mu.Lock()
 	p.byAgent[r.AgentName] = r
 	p.mu.Unlock()
+	if frames != nil {
+		d.state.put(r, frames)
+	}
 	// Dial now (pinned), so the link watches the decode from its first room on.
 	if _, err := d.links.get(to, true); err != nil {
 		if ok, suppressed := p.rejectLogs.allow(); ok {
@@ -106,6 +144,7 @@ func (p *peers) Registration(r *transport.Registration) {
 			"kv_buffers", len(r.KVDataPtrs), "tp", r.DecodeTPSize, "sglang", dialect.String(), "frames", r.Frames,
 			"suppressed", suppressed)
 	}
+	return true
 }
 
 // dropAgent forgets an accepted decode agent: its rooms fail peer_lost, the
@@ -120,6 +159,7 @@ func (d *Daemon) dropAgent(agent, why string, lost bool) {
 	delete(p.byAgent, agent)
 	p.mu.Unlock()
 	to, known := d.dialects.drop(agent, why, lost)
+	d.state.remove(agent)
 	if !ok && !known {
 		return
 	}

@@ -28,6 +28,14 @@ type Sink interface {
 	BadFrame(err error)
 }
 
+// RegistrationFramesSink is a Sink that also wants a registration's frames as received:
+// when the Sink implements it, registrations go to RegistrationFrames instead of
+// Registration (kvxferd keeps accepted ones to replay after a restart). The frames are
+// the socket's; r aliases them.
+type RegistrationFramesSink interface {
+	RegistrationFrames(r *Registration, frames [][]byte)
+}
+
 // IngestConfig configures the prefill-side PULL socket.
 type IngestConfig struct {
 	// Context to create the socket in; nil: the ingest creates (and terminates) its own.
@@ -54,6 +62,11 @@ type IngestConfig struct {
 	// (TCP then pushes back on the sender). 0: DefaultRcvHWM; negative: unbounded, as
 	// upstream's RCVHWM 0.
 	RcvHWM int
+	// Before, when set, runs once on the loop goroutine after the socket is bound and
+	// before anything is read from it: work that must come before the first decode frame
+	// and may touch what only the Sink's goroutine touches (kvxferd replays remembered
+	// registrations there). A panic in it is recovered and counted as a Sink panic.
+	Before func()
 }
 
 // The largest legal frame. A transfer info's dst_kv_indices is 4 bytes a page and is the
@@ -211,6 +224,9 @@ func (in *Ingest) run(ready chan<- error) {
 	}
 	defer func() { _ = mon.Close() }() // before the socket: deferred calls run in reverse
 	ready <- nil
+	if in.cfg.Before != nil {
+		in.before()
+	}
 	in.loop(sock, mon)
 }
 
@@ -358,6 +374,16 @@ func (in *Ingest) fatal(err error, op string) bool {
 	return false
 }
 
+func (in *Ingest) before() {
+	defer func() {
+		if r := recover(); r != nil {
+			in.sinkPanics.Add(1)
+			in.log.Error("transport: panic in the ingest's Before hook; continuing", "panic", r)
+		}
+	}()
+	in.cfg.Before()
+}
+
 // handle decodes and dispatches one message; nothing it receives can escape as a panic.
 func (in *Ingest) handle(frames [][]byte) {
 	in.messages.Add(1)
@@ -388,7 +414,11 @@ func (in *Ingest) handle(frames [][]byte) {
 	switch m := msg.(type) {
 	case *Registration:
 		in.registrations.Add(1)
-		in.sink.Registration(m)
+		if rs, ok := in.sink.(RegistrationFramesSink); ok {
+			rs.RegistrationFrames(m, frames)
+		} else {
+			in.sink.Registration(m)
+		}
 	case *TransferInfo:
 		in.transferInfos.Add(1)
 		in.sink.TransferInfo(m)

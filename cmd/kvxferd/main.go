@@ -60,6 +60,7 @@ func run(args []string, getenv func(string) string) error {
 	fs.StringVar(&c.KVCacheDtype, "kv-cache-dtype", "auto", "KV cache dtype decode must match (--kv-cache-dtype)")
 	fs.BoolVar(&c.MLA, "mla", false, "MLA model: one KV buffer per layer, replicated across TP")
 	fs.IntVar(&c.PullPort, "zmq-port", 0, "ZMQ PULL port for decode frames (0: random)")
+	fs.StringVar(&c.StateDir, "state-dir", "", "private directory (ours, 0700; created) where the decode registrations this rank accepted are kept and from which they are replayed when it next goes live: a restarted kvxferd serves decodes that registered with the one before (empty: off)")
 	fs.BoolVar(&c.ServeBootstrap, "serve-bootstrap", true, "host the bootstrap HTTP server (the instance's rank 0 does)")
 	fs.IntVar(&c.BootstrapPort, "disaggregation-bootstrap-port", 8998, "bootstrap HTTP port")
 	fs.StringVar(&c.BootstrapURL, "bootstrap-url", "", "register into this bootstrap server (http://host:port) instead of the hosted one")
