@@ -7,6 +7,7 @@ never outlives the scheduler process that started it.
 """
 
 import ctypes
+import hashlib
 import logging
 import os
 import shutil
@@ -54,6 +55,39 @@ def default_endpoint(tag):
     if len(path) > 107:
         path = os.path.join(tempfile.gettempdir(), f"kvx-{os.getpid()}-{tag}.sock")
     return "ipc://" + path
+
+
+def state_dir(tag, bootstrap):
+    """A private directory (0700, ours) for kvxferd's -state-dir: the decode
+    registrations one rank accepted, replayed by its next incarnation (emptied
+    here: the manager calls this once, when it is created). Keyed
+    by the rank (tag) and SGLang's bootstrap address, so another deployment
+    never replays it. None when it cannot be made private."""
+    base = os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir()
+    key = hashlib.sha256(f"{bootstrap}|{tag}".encode()).hexdigest()[:16]
+    path = os.path.join(base, f"kvxfer-{os.getuid()}-state-{tag}-{key}")
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    except OSError as e:
+        log.warning("kvxfer: no state dir %s (%s): a restarted kvxferd will not know decodes that "
+                    "registered with the one before", path, e)
+        return None
+    st = os.lstat(path)
+    import stat
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+        log.warning("kvxfer: %s is not our directory; kvxferd runs without -state-dir", path)
+        return None
+    os.chmod(path, 0o700)
+    # Fresh for this scheduler process: only its own kvxferd restarts replay
+    # (a crashed earlier deployment on the same address leaves nothing behind).
+    for name in ("registrations", "registrations.tmp"):
+        try:
+            os.unlink(os.path.join(path, name))
+        except FileNotFoundError:
+            pass
+    return path
 
 
 class Kvxferd:

@@ -24,7 +24,7 @@ except ImportError:  # pragma: no cover
 
 from . import memmap
 from .control import ControlError
-from .process import Kvxferd, default_endpoint, find_binary
+from .process import Kvxferd, default_endpoint, find_binary, state_dir
 
 log = logging.getLogger("kvxfer")
 
@@ -107,6 +107,8 @@ class KvxferPrefillManager(BaseKVManager):
         else:
             tag = f"tp{self.tp_rank}-pp{self.pp_rank}-dp{self.dp_rank}"
             endpoint = default_endpoint(tag)
+            # Decode registrations outlive a kvxferd restart (SGLang's decode registers once).
+            self.state_dir = state_dir(tag, f"{self.bootstrap_host}:{self.bootstrap_port}")
             self.daemon = Kvxferd(endpoint, argv=self._argv(endpoint, len(types)), env=self._env(),
                                   hello=hello, start_timeout=float(os.environ.get("KVXFER_START_TIMEOUT", "60")))
         self._start()
@@ -149,6 +151,8 @@ class KvxferPrefillManager(BaseKVManager):
                 "-zmq-port", str(_free_port()),
                 "-parent-pid", str(os.getpid()),
                 "-state-components", str(state_components)]
+        if getattr(self, "state_dir", None):
+            argv += ["-state-dir", self.state_dir]
         if self.is_mla_backend:
             argv.append("-mla")
         extra = os.environ.get("KVXFER_ARGS", "").split()
@@ -231,6 +235,11 @@ class KvxferPrefillManager(BaseKVManager):
 
     def shutdown(self):
         self.daemon.stop()
+        if getattr(self, "state_dir", None):
+            # A clean exit: the next deployment starts with no registrations.
+            import shutil
+
+            shutil.rmtree(self.state_dir, ignore_errors=True)
 
 
 class KvxferPrefillSender(BaseKVSender):

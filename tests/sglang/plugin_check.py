@@ -330,13 +330,13 @@ def run(a, work):
     restart = mgr.daemon.start_seconds
     st = poll_until(s, (KVPoll.Success, KVPoll.Failed)) if not err else KVPoll.Failed
     w = peer.call("wait", rooms=[room], until="terminal", timeout=15)
-    # Known gap: SGLang's decode caches the rank's connection and registers its
-    # NIXL agent once, so the restarted kvxferd does not know it; the room must
-    # still end (Failed on both sides), never hang.
-    ok = mgr.daemon.pid != pid and st in (KVPoll.Success, KVPoll.Failed) and w["rooms"][0]["phase"] in ("success", "failed")
-    report("restart: same decode's next room ends", ok, new_pid=mgr.daemon.pid, restart_s=round(restart or 0, 3),
-           prefill=int(st), decode=w["rooms"][0]["phase"],
-           note="decode registered with the old kvxferd only" if st != KVPoll.Success else "")
+    # SGLang's decode caches the rank's connection and registers its NIXL agent
+    # once; the restarted kvxferd replays that registration from its -state-dir,
+    # so the SAME decode's next room must succeed, every byte verified.
+    ok = (mgr.daemon.pid != pid and st == KVPoll.Success and w["rooms"][0]["phase"] == "success"
+          and verify(layout))
+    report("restart: same decode's next room succeeds", ok, new_pid=mgr.daemon.pid, restart_s=round(restart or 0, 3),
+           prefill=int(st), decode=w["rooms"][0]["phase"], error=err)
     s.clear()
     peer.close()
     peer = Peer(f"127.0.0.1:{port}")  # a decode that registers with the restarted kvxferd
