@@ -169,13 +169,19 @@ class KvxferPrefillManager(BaseKVManager):
         return env
 
     def _start(self):
-        self.daemon.start()
+        info = self.daemon.start()
         c = self.daemon.client
+        pid = (info or {}).get("pid")
+        if pid is not None and pid == getattr(self, "_registered_pid", None):
+            # Reconnected to the same process (an attached kvxferd that outlived
+            # a lost connection): its memory is ours already and it is live.
+            return
         for kind, comp, st, bufs in self._memory:
             if kind == "state":
                 c.register_memory(kind, bufs, component=comp, state_type=st)
             else:
                 c.register_memory(kind, bufs)
+        self._registered_pid = pid
 
     def ensure_live(self):
         """The client of a live kvxferd, restarting it after a loss; None while it cannot be."""
@@ -188,7 +194,8 @@ class KvxferPrefillManager(BaseKVManager):
         self._next_restart = now + 1.0
         try:
             self._start()
-            log.warning("kvxfer: kvxferd restarted for rank tp%d pp%d dp%d in %.3f s (generation %d)",
+            log.warning("kvxfer: kvxferd %s for rank tp%d pp%d dp%d in %.3f s (generation %d)",
+                        "restarted" if d.argv is not None else "reconnected (attached; not ours to restart)",
                         self.tp_rank, self.pp_rank, self.dp_rank, d.start_seconds, d.generation)
             return d.client
         except Exception as e:  # noqa: BLE001

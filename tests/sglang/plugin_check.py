@@ -348,7 +348,76 @@ def run(a, work):
     s.clear()
     peer.close()
     mgr.shutdown()
+
+    # 6. Attach: KVXFER_CONTROL names a kvxferd started here (the flags the
+    # manager would pass, registering with SGLang's bootstrap server); the
+    # manager starts no child, moves a room to Success, and neither kills nor
+    # restarts the kvxferd it did not start.
+    port = free_port()
+    bs = B(host="127.0.0.1", port=port)
+    sa.disaggregation_bootstrap_port = port
+    endpoint = "ipc://" + os.path.join(work, "attach.sock")
+    ext = subprocess.Popen([os.environ["KVXFER_BIN"], "-nixl-backend", "nixl", "-host", "127.0.0.1",
+                            "-tp-size", "1", "-tp-rank", "0", "-pp-size", "1", "-pp-rank", "0",
+                            "-dp-size", "1", "-dp-rank", "0", "-page-size", "1", "-kv-cache-dtype", "auto",
+                            "-serve-bootstrap=false", "-disaggregation-bootstrap-port", str(port),
+                            "-bootstrap-url", f"http://127.0.0.1:{port}", "-control", endpoint,
+                            "-zmq-port", str(free_port()), "-state-components", "0"],
+                           env=dict(os.environ, KVXFER_NIXL_PYTHON=sys.executable), stdin=subprocess.DEVNULL)
+    try:
+        before = children()
+        os.environ["KVXFER_CONTROL"] = endpoint
+        try:
+            mgr = M(args, DisaggregationMode.PREFILL, sa, False)
+        finally:
+            del os.environ["KVXFER_CONTROL"]
+        spawned = children() - before
+        hello_pid = mgr.daemon.client.hello().get("pid")
+        report("attach: no child started", mgr.daemon.proc is None and not spawned and hello_pid == ext.pid,
+               spawned=sorted(spawned), kvxferd_pid=hello_pid, external_pid=ext.pid,
+               attach_s=round(mgr.daemon.start_seconds, 3))
+        peer = Peer(f"127.0.0.1:{port}")
+        s, room, err, layout = transfer()
+        st = poll_until(s, (KVPoll.Success, KVPoll.Failed)) if not err else KVPoll.Failed
+        w = peer.call("wait", rooms=[room], until="terminal", timeout=15)
+        ok = st == KVPoll.Success and w["rooms"][0]["phase"] == "success" and verify(layout)
+        report("attach: room succeeds", ok, prefill=int(st), decode=w["rooms"][0]["phase"], error=err)
+        s.clear()
+        # A lost connection: the manager reconnects to the same kvxferd (no
+        # kill, no new process, memory not registered twice) for the next room.
+        mgr.daemon.lost("test: connection dropped")
+        time.sleep(1.05)  # the restart back-off
+        s, room, err, layout = transfer()
+        st = poll_until(s, (KVPoll.Success, KVPoll.Failed)) if not err else KVPoll.Failed
+        w = peer.call("wait", rooms=[room], until="terminal", timeout=15)
+        ok = (ext.poll() is None and mgr.daemon.proc is None and not (children() - before - {peer.p.pid})
+              and mgr.daemon.client is not None and mgr.daemon.client.hello().get("pid") == ext.pid
+              and st == KVPoll.Success and w["rooms"][0]["phase"] == "success" and verify(layout))
+        report("attach: reconnect, not restart", ok, prefill=int(st), decode=w["rooms"][0]["phase"], error=err,
+               external_alive=ext.poll() is None, generation=mgr.daemon.generation)
+        s.clear()
+        peer.close()
+        mgr.shutdown()
+        time.sleep(0.3)
+        report("attach: shutdown leaves the kvxferd it did not start", ext.poll() is None, external_pid=ext.pid)
+    finally:
+        ext.kill()
+        ext.wait()
     return 1 if failed else 0
+
+
+def children():
+    """pids whose parent is this process."""
+    me, out = os.getpid(), set()
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    if int(f.read().rsplit(") ", 1)[1].split()[1]) == me:
+                        out.add(int(d))
+            except (OSError, IndexError, ValueError):
+                pass
+    return out
 
 
 def scenario_exit(a, work):
