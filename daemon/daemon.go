@@ -50,6 +50,8 @@ type Config struct {
 	PullPort     int    // 0: random
 	PageSize     int
 	KVCacheDtype string
+	// LoadBalanceMethod is sent as load_balance_method in PUT /route; "" omits it.
+	LoadBalanceMethod string
 
 	// ServeBootstrap hosts a bootstrap HTTP server on BootstrapPort (the
 	// prefill instance's rank 0 does this in SGLang).
@@ -296,6 +298,7 @@ func (d *Daemon) startBootstrap() error {
 		AttnTPSize: r.TPSize, AttnTPRank: r.TPRank, AttnCPSize: r.CPSize, AttnCPRank: r.CPRank,
 		AttnDPSize: r.DPSize, AttnDPRank: r.DPRank, PPSize: r.PPSize, PPRank: r.PPRank,
 		SystemDPSize: r.DPSize, SystemDPRank: r.DPRank, PageSize: d.cfg.PageSize, KVCacheDtype: d.cfg.KVCacheDtype,
+		LoadBalanceMethod: d.cfg.LoadBalanceMethod,
 	}
 	bc := transport.BootstrapConfig{Logger: d.log, EntryCleanupInterval: d.cfg.BootstrapCleanup, Owner: &own,
 		MaxRanks: d.cfg.BootstrapMaxRanks, MaxDPEntries: d.cfg.BootstrapMaxDPEntries}

@@ -165,7 +165,7 @@ func (d *Daemon) activateLocked(local sglang.Local) error {
 			AttnTPSize: r.TPSize, AttnTPRank: r.TPRank, AttnCPSize: r.CPSize, AttnCPRank: r.CPRank,
 			AttnDPSize: r.DPSize, AttnDPRank: r.DPRank, PPSize: r.PPSize, PPRank: r.PPRank,
 			SystemDPSize: r.DPSize, SystemDPRank: r.DPRank, RankIP: d.cfg.HostIP, RankPort: in.Port(),
-			PageSize: d.cfg.PageSize, KVCacheDtype: d.cfg.KVCacheDtype,
+			PageSize: d.cfg.PageSize, KVCacheDtype: d.cfg.KVCacheDtype, LoadBalanceMethod: d.cfg.LoadBalanceMethod,
 		}
 		if err := transport.RegisterRank(context.Background(), url, reg, d.registerOptions(url)); err != nil {
 			return fmt.Errorf("registering the rank with the bootstrap server %s: %w", url, err)

@@ -58,6 +58,7 @@ func run(args []string, getenv func(string) string) error {
 	fs.IntVar(&c.Rank.DPRank, "dp-rank", 0, "data parallel rank")
 	fs.IntVar(&c.PageSize, "page-size", 1, "tokens per KV page (--page-size)")
 	fs.StringVar(&c.KVCacheDtype, "kv-cache-dtype", "auto", "KV cache dtype decode must match (--kv-cache-dtype)")
+	fs.StringVar(&c.LoadBalanceMethod, "load-balance-method", "", "SGLang's --load-balance-method, sent in PUT /route (empty: the key is omitted, which SGLang reads as follow_bootstrap_room)")
 	fs.BoolVar(&c.MLA, "mla", false, "MLA model: one KV buffer per layer, replicated across TP")
 	fs.IntVar(&c.PullPort, "zmq-port", 0, "ZMQ PULL port for decode frames (0: random)")
 	fs.StringVar(&c.StateDir, "state-dir", "", "private directory (ours, 0700; created) where the decode registrations this rank accepted are kept and from which they are replayed when it next goes live: a restarted kvxferd serves decodes that registered with the one before (empty: off)")

@@ -88,6 +88,10 @@ class KvxferPrefillManager(BaseKVManager):
         self.pp_rank = int(_attr(args, "pp_rank", 0))
         self.dp_size = dp_size
         self.dp_rank = int(_attr(args, "system_dp_rank", 0)) if dp_attn else 0
+        # SGLang's sender registers bootstrap_room -> dp rank when there is more
+        # than one DP rank (attention DP groups or replicas: ServerArgs.dp_size).
+        self.num_dp_ranks = int(_attr(sa, "dp_size", 1))
+        self.load_balance_method = str(_attr(sa, "load_balance_method", "round_robin"))
 
         # Memory first: a buffer kvxferd cannot map is a start-up error.
         self._memory = [("kv", 0, None, _buffers("kv", args.kv_data_ptrs, args.kv_data_lens, args.kv_item_lens,
@@ -153,6 +157,9 @@ class KvxferPrefillManager(BaseKVManager):
                 "-state-components", str(state_components)]
         if getattr(self, "state_dir", None):
             argv += ["-state-dir", self.state_dir]
+        if self.num_dp_ranks > 1:
+            # Decodes read follow_bootstrap_room off the topology: say what SGLang's ranks say.
+            argv += ["-load-balance-method", self.load_balance_method]
         if self.is_mla_backend:
             argv.append("-mla")
         extra = os.environ.get("KVXFER_ARGS", "").split()
@@ -249,6 +256,33 @@ class KvxferPrefillManager(BaseKVManager):
             shutil.rmtree(self.state_dir, ignore_errors=True)
 
 
+def _new_force_rule():
+    """0.5.23 registers whenever the force flag is set (0.5.18: only on a conflict)."""
+    try:
+        from importlib.metadata import version
+
+        return tuple(int(x) for x in version("sglang").split(".")[:3]) >= (0, 5, 23)
+    except Exception:  # noqa: BLE001
+        return True
+
+
+def register_dp_rank(bootstrap_addr, room, dp_rank):
+    """POST /register_dp_rank to SGLang's bootstrap server, as its prefill
+    sender does (5 s timeout; a failure is logged, the room goes on)."""
+    import json
+    import urllib.request
+
+    req = urllib.request.Request(f"http://{bootstrap_addr}/register_dp_rank", method="POST",
+                                 data=json.dumps({"bootstrap_room": int(room), "dp_rank": int(dp_rank)}).encode(),
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=5) as r:
+            if r.status != 200:
+                log.error("kvxfer: failed to register prefill dp_rank: %s", r.status)
+    except Exception as e:  # noqa: BLE001
+        log.error("kvxfer: failed to register prefill dp_rank: %s", e)
+
+
 class KvxferPrefillSender(BaseKVSender):
     """One room. Accepts 0.5.18's (dest_tp_ranks, pp_rank) and 0.5.22+'s
     signature, positionally or by keyword."""
@@ -265,6 +299,10 @@ class KvxferPrefillSender(BaseKVSender):
         self._lost = None
         self._failed = False
         self._t0 = time.monotonic()
+        self._error = None
+        if mgr.num_dp_ranks > 1 and not self.req_has_disagg_prefill_dp_rank and not self._route_dp_rank():
+            self.generation = mgr.daemon.generation
+            return
         client = mgr.ensure_live()
         self.generation = mgr.daemon.generation
         if client is None or mgr.call(lambda c: c.open(self.bootstrap_room)) is None:
@@ -272,7 +310,29 @@ class KvxferPrefillSender(BaseKVSender):
             return
         mgr._rooms[self.bootstrap_room] = self.generation
 
+    def _route_dp_rank(self):
+        """What SGLang's CommonKVSender does for a request without a prefill dp
+        rank when there are several DP ranks: POST /register_dp_rank (room ->
+        this rank's attention DP rank) unless the decode follows the room
+        (load_balance_method follow_bootstrap_room), where a room of another DP
+        rank fails. SGLANG_DISAGGREGATION_FORCE_QUERY_PREFILL_DP_RANK=1 registers
+        instead: always from 0.5.23, only on that conflict in 0.5.18. False: failed."""
+        mgr, n = self.kv_mgr, self.kv_mgr.num_dp_ranks
+        force = os.environ.get("SGLANG_DISAGGREGATION_FORCE_QUERY_PREFILL_DP_RANK", "").lower() in ("1", "true")
+        conflict = mgr.dp_rank != self.bootstrap_room % n
+        if mgr.load_balance_method != "follow_bootstrap_room" or (force and (conflict or _new_force_rule())):
+            register_dp_rank(self.bootstrap_addr, self.bootstrap_room, mgr.dp_rank)
+        elif conflict:
+            self._error = (f"follow_bootstrap_room conflict: dispatched to dp_rank {mgr.dp_rank} but "
+                           f"bootstrap_room {self.bootstrap_room} implies dp_rank {self.bootstrap_room % n}. "
+                           f"Set SGLANG_DISAGGREGATION_FORCE_QUERY_PREFILL_DP_RANK=1 to allow mixed routing.")
+            self._failed = True
+            return False
+        return True
+
     def _is_lost(self):
+        if self._error:
+            return True  # never opened in kvxferd
         if self._lost is None and (self.generation != self.kv_mgr.daemon.generation or not self.kv_mgr.daemon.check()):
             self._lost = self.kv_mgr.daemon.lost_reason or "kvxferd restarted"
         return self._lost is not None
@@ -324,6 +384,8 @@ class KvxferPrefillSender(BaseKVSender):
 
     def failure_exception(self):
         self._failed = True
+        if self._error:
+            raise KVTransferError(self.bootstrap_room, self._error)
         self.kv_mgr._rooms.pop(self.bootstrap_room, None)
         if self._is_lost():
             raise KVTransferError(self.bootstrap_room, f"{LOST}: kvxferd lost ({self._lost})")

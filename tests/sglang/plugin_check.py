@@ -403,6 +403,57 @@ def run(a, work):
     finally:
         ext.kill()
         ext.wait()
+
+    # 7. DP ranks: the rank of attention-DP group 1 of 2 (its kvxferd registers
+    # dp_size 2 with SGLang's bootstrap server). A request without a prefill dp
+    # rank registers room -> 1 (POST /register_dp_rank), read back through
+    # SGLang's /query_dp_ranks; one carrying it does not; with
+    # follow_bootstrap_room nothing is registered and a room of the other DP
+    # rank fails, as in SGLang's sender. (No transfer: the topology would need
+    # every DP rank registered, and the stub decode has one.)
+    import urllib.request
+
+    def query(rooms):
+        req = urllib.request.Request(f"http://127.0.0.1:{port}/query_dp_ranks", method="POST",
+                                     data=json.dumps({"bootstrap_rooms": rooms}).encode(),
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=5) as r:
+            return json.loads(r.read())
+
+    port = free_port()
+    bs = B(host="127.0.0.1", port=port)
+    sa.disaggregation_bootstrap_port = port
+    sa.enable_dp_attention, sa.dp_size, sa.tp_size, sa.load_balance_method = True, 2, 2, "round_robin"
+    args.engine_rank, args.system_dp_rank = 1, 1
+    mgr = M(args, DisaggregationMode.PREFILL, sa, False)
+    try:
+        s1 = new_sender(7000)  # no prefill dp rank: registered
+        kw = dict(mgr=mgr, bootstrap_addr=f"127.0.0.1:{port}", bootstrap_room=7002, req_has_disagg_prefill_dp_rank=True)
+        if "dest_tp_ranks" in conn.NixlKVSender.kvxfer_original.__init__.__code__.co_varnames:
+            kw.update(dest_tp_ranks=[0], pp_rank=0)
+        s2 = S(**kw)
+        got = query([7000, 7002])
+        report("dp rank registered with SGLang's bootstrap server", got == {"7000": 1} and mgr.dp_rank == 1,
+               query_dp_ranks=got, dp_rank=mgr.dp_rank)
+        for x in (s1, s2):
+            x.abort()
+            x.clear()
+        mgr.load_balance_method = "follow_bootstrap_room"
+        s3, s4 = new_sender(7101), new_sender(7200)  # 7101 % 2 == 1: ours; 7200: DP rank 0's
+        got = query([7101, 7200])
+        try:
+            s4.failure_exception()
+            msg = None
+        except Exception as e:  # noqa: BLE001
+            msg = str(e)
+        ok = got == {} and s4.poll() == KVPoll.Failed and msg and "follow_bootstrap_room conflict" in msg \
+            and s3.poll() != KVPoll.Failed
+        report("dp rank: follow_bootstrap_room registers nothing, a foreign room fails", bool(ok),
+               query_dp_ranks=got, failure=msg, ours=int(s3.poll()))
+        s3.abort()
+        s3.clear()
+    finally:
+        mgr.shutdown()
     return 1 if failed else 0
 
 
