@@ -1,37 +1,18 @@
 package daemon
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/kvxfer/kvxfer/actors/room"
 	"github.com/kvxfer/kvxfer/transport"
 )
-
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 func freePort(t *testing.T) int {
 	t.Helper()
@@ -49,7 +30,7 @@ func freePort(t *testing.T) int {
 func TestStateDirReplaysRegistrationsAfterRestart(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "state")
 	port := freePort(t)
-	logs := &syncBuf{}
+	logs := &logBuf{}
 	mod := func(c *Config) {
 		c.StateDir, c.PullPort = dir, port
 		c.Logger = slog.New(slog.NewTextHandler(logs, nil))
@@ -134,7 +115,7 @@ func TestStateStoreDedupAndReplayOfAGoneDecode(t *testing.T) {
 
 	// A decode gone before the restart: the daemon starts, goes live, and
 	// forgets it.
-	logs := &syncBuf{}
+	logs := &logBuf{}
 	scope := (&Daemon{cfg: Config{HostIP: "127.0.0.1", Rank: Rank{TPSize: 1, PPSize: 1, CPSize: 1, DPSize: 1}}}).stateScope()
 	s, _ = openRegStore(dir, scope, 4, log)
 	s.put(reg("gone", 9), reg("gone", 9).Encode())
@@ -201,7 +182,7 @@ func TestStateFileRefused(t *testing.T) {
 			dir := t.TempDir()
 			good(dir)
 			c.prep(t, filepath.Join(dir, stateFile))
-			logs := &syncBuf{}
+			logs := &logBuf{}
 			s, msgs := openRegStore(dir, "x", 4, slog.New(slog.NewTextHandler(logs, nil)))
 			if s == nil || msgs != nil {
 				t.Fatalf("store %v, replay %d", s, len(msgs))
@@ -219,7 +200,7 @@ func TestStateFileRefused(t *testing.T) {
 	// A directory others can reach turns the store off, and the daemon starts.
 	dir := t.TempDir()
 	os.Chmod(dir, 0o777)
-	logs := &syncBuf{}
+	logs := &logBuf{}
 	if s, _ := openRegStore(dir, "x", 4, slog.New(slog.NewTextHandler(logs, nil))); s != nil || !strings.Contains(logs.String(), "state dir refused") {
 		t.Fatalf("open dir accepted:\n%s", logs.String())
 	}
