@@ -108,7 +108,7 @@ func (d *demo) runRoom(p roomPlan) result {
 		if time.Now().After(deadline) {
 			return result{phase: p.phase, status: rep.Status, pinned: true}
 		}
-		time.Sleep(200 * time.Microsecond)
+		time.Sleep(time.Millisecond) // polling; a sub-ms sleep takes ~1.1 ms anyway
 	}
 	elapsed := time.Since(start)
 	if rep.Status == room.Success {
@@ -257,7 +257,7 @@ func (r *decodeRank) drainNotifs() {
 			}
 		}
 		r.mu.Unlock()
-		time.Sleep(100 * time.Microsecond)
+		time.Sleep(time.Millisecond) // a sub-ms sleep takes ~1.1 ms anyway
 	}
 }
 

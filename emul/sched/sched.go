@@ -248,7 +248,7 @@ func (s *loop) run() ([]Result, Summary, error) {
 			lastProgress = time.Now()
 			s.cfg.Progress(len(s.results), s.cfg.Rooms)
 		}
-		time.Sleep(200 * time.Microsecond) // a forward pass's worth of other work
+		time.Sleep(time.Millisecond) // a forward pass's worth of other work (sub-ms sleeps take ~1.1 ms here anyway)
 	}
 	return s.results, summarize(s.results, time.Since(start)), nil
 }

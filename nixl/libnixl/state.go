@@ -206,7 +206,7 @@ func (s *state) shutdown(wait time.Duration) error {
 	for s.inflight > 0 && time.Now().Before(deadline) {
 		s.progress()
 		if s.inflight > 0 {
-			time.Sleep(200 * time.Microsecond)
+			time.Sleep(time.Millisecond) // sub-ms sleeps take ~1.1 ms here anyway
 		}
 	}
 	for id, x := range s.xfers {
