@@ -488,8 +488,10 @@ func (m *Machine) post(c *chunk) bool {
 			SrcPages: c.pages, DstPages: in.DstPages[c.start:end:end],
 		}
 		if c.last {
-			t.HoldSignal = m.cfg.HoldCompletion
-			m.signals = append(m.signals, heldSignal{agent: in.Agent, seq: t.Seq})
+			if m.cfg.HoldCompletion {
+				t.HoldSignal = true
+				m.signals = append(m.signals, heldSignal{agent: in.Agent, seq: t.Seq})
+			}
 			t.SrcAux, t.DstAux = m.auxIndex, in.DstAux
 			if len(in.DstState) > 0 {
 				t.SrcState, t.DstState = c.state, in.DstState
@@ -538,7 +540,7 @@ func (m *Machine) conclude() {
 		// After an expired drain a write may still land in decode's pages:
 		// no ACK, so decode keeps them until its own release timeout.
 		for _, a := range m.ackTo {
-			m.fx.Notices = append(m.fx.Notices, Notice{Kind: AbortAck, To: a.to, Reason: m.reason, Gen: a.gen, HasGen: a.hasGen})
+			m.ack(a)
 		}
 	}
 	m.ackTo, m.lateTo, m.signals = nil, nil, nil
@@ -595,7 +597,11 @@ func (m *Machine) ackNow(msg DecodeAbort) {
 		m.fx.Ignored = true
 		return
 	}
-	m.fx.Notices = append(m.fx.Notices, Notice{Kind: AbortAck, To: msg.From, Reason: m.reason, Gen: msg.Gen, HasGen: msg.HasGen})
+	m.ack(ackTarget{to: msg.From, gen: msg.Gen, hasGen: msg.HasGen})
+}
+
+func (m *Machine) ack(a ackTarget) {
+	m.fx.Notices = append(m.fx.Notices, Notice{Kind: AbortAck, To: a.to, Reason: m.reason, Gen: a.gen, HasGen: a.hasGen})
 }
 
 func (m *Machine) notify(kind NoticeKind, to Endpoint) {
@@ -655,7 +661,7 @@ func (m *Machine) aborted(e Endpoint) bool {
 }
 
 func appendAck(list []ackTarget, a DecodeAbort) []ackTarget {
-	t := ackTarget{to: a.From, gen: a.Gen, hasGen: a.HasGen}
+	t := ackTarget{to: a.From, gen: a.Gen, hasGen: a.HasGen} // the latest ABORT per endpoint wins
 	for i := range list {
 		if list[i].to == a.From {
 			list[i] = t
