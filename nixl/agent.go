@@ -1,5 +1,7 @@
 package nixl
 
+import "time"
+
 // Agent is a NIXL agent, reduced to what a prefill-side engine needs and shaped
 // after NIXL's cost structure:
 //
@@ -90,4 +92,33 @@ type Agent interface {
 	// Close releases everything the agent holds. Requests still in flight are
 	// abandoned; their memory stays valid until Close returns.
 	Close() error
+}
+
+// Waker is an optional Agent interface: the agent tells pollers when a Poll
+// may find progress, so a poller that found none can park instead of polling
+// on a timer (Go timers below 1 ms fire at about 1.1 ms; the transfer pool
+// spins through its mailbox for a while, then parks until woken).
+//
+// OnProgress registers wake; stop unregisters it (wake is not called after
+// stop returns). The agent calls every registered wake, from any goroutine,
+// after anything a Poll would observe changed: a request reached Done or
+// Failed, or came due (a backend that completes requests when they are polled
+// at or after a due time calls wake once the earliest due time has passed,
+// or reports it through Due). wake must be cheap and must not block or call
+// back into the agent; the agent must not hold a lock that Poll, Post or
+// Release take while it calls wake. Spurious calls are allowed; a missed one
+// is not: a request that changes state after a Poll returned is followed by
+// a wake.
+type Waker interface {
+	OnProgress(wake func()) (stop func())
+}
+
+// Dueer is an optional Agent interface for backends whose requests complete
+// when polled at or after a due time (the loopback's injected latency): Due
+// reports the earliest due time, on the monotonic clock, of the requests
+// posted and still in flight (ok false: none). A poller may spin until then
+// instead of parking. Requests with no due time (in progress on a worker, or
+// hung by a fault) are not counted.
+type Dueer interface {
+	Due() (at time.Time, ok bool)
 }
