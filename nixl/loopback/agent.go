@@ -10,8 +10,10 @@ import (
 	"slices"
 	"sync"
 	"syscall"
+	"time"
 	"unsafe"
 
+	"github.com/kvxfer/kvxfer/internal/clock"
 	"github.com/kvxfer/kvxfer/nixl"
 )
 
@@ -24,6 +26,10 @@ type Options struct {
 	// and LoadPeer accepts only peers whose segments are in that same
 	// namespace, so agents that exchange metadata must share Dir.
 	Dir string
+	// Clock reads the time that injected latency is measured on (default the
+	// real, monotonic clock). Nothing is scheduled on it: a delayed request
+	// completes when polled at or after its due time.
+	Clock clock.Clock
 }
 
 // region is one registered region, local or a peer's, with its bytes located in
@@ -71,6 +77,14 @@ type Agent struct {
 	xfers    map[nixl.XferID]*xfer
 	faults   map[string]Fault
 	inflight int
+	dues     dueHeap // delayed posts by due time (stale entries dropped lazily)
+
+	clk  clock.Clock
+	base time.Time
+
+	wmu    sync.Mutex
+	wseq   uint64
+	wakers map[uint64]func() // OnProgress
 
 	// copyMu is held for reading while a worker copies bytes, and for writing
 	// while any mapping is unmapped, so a copy never touches unmapped memory.
@@ -120,6 +134,11 @@ func New(name string, opt Options) (*Agent, error) {
 		peers: map[string]*peer{}, lists: map[nixl.ListID]*plist{},
 		xfers: map[nixl.XferID]*xfer{}, faults: map[string]Fault{},
 	}
+	a.clk = opt.Clock
+	if a.clk == nil {
+		a.clk = clock.Real{}
+	}
+	a.base = a.clk.Now()
 	a.q.init()
 	n := opt.Workers
 	if n <= 0 {
@@ -436,6 +455,7 @@ func (a *Agent) DropPeer(name string) error {
 	a.failInflightLocked(func(x *xfer) bool { return x.peer == p },
 		nixl.Errorf(nixl.ErrPeerUnknown, "loopback: peer %q dropped while the request was in flight", name))
 	a.mu.Unlock()
+	a.wake()
 	a.copyMu.Lock()
 	for _, m := range p.maps {
 		m.unmap()
@@ -453,13 +473,8 @@ func (a *Agent) Close() error {
 		return nil
 	}
 	a.closed = true
-	for _, x := range a.xfers {
-		if x.timer != nil {
-			x.timer.Stop()
-			x.timer = nil
-		}
-	}
 	a.mu.Unlock()
+	a.wake()
 	a.q.close()
 	a.workers.Wait()
 	err := a.conn.Close()

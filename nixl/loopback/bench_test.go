@@ -69,6 +69,13 @@ func benchWrite(b *testing.B, total, size int) {
 		b.Fatal(err)
 	}
 	st := make([]nixl.Status, 1)
+	woke := make(chan struct{}, 1)
+	defer a.OnProgress(func() {
+		select {
+		case woke <- struct{}{}:
+		default:
+		}
+	})()
 	b.SetBytes(int64(total))
 	iters := -1 // the first round is a warm-up: it faults in both mappings
 	for iters < 0 || b.Loop() {
@@ -84,12 +91,12 @@ func benchWrite(b *testing.B, total, size int) {
 			if st[0].State != nixl.InProgress {
 				break
 			}
-			// Spin briefly, then back off as a real pool does (nixl.md §6.1), so
-			// the poller does not steal the copying core.
+			// Spin briefly, then park on the agent's wake-up (nixl.Waker) so the
+			// poller does not steal the copying core; no timer.
 			if spin < 20 {
 				runtime.Gosched()
 			} else {
-				time.Sleep(20 * time.Microsecond)
+				<-woke
 			}
 		}
 		if st[0].State != nixl.Done {

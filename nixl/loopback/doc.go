@@ -22,9 +22,15 @@
 // ErrBackend for local memory) and never the process. This is a backend for
 // tests and demos on one host; production uses NIXL itself (package libnixl).
 //
-// Fault injection (SetFault) is per peer name: added latency, failure, a request
-// that never completes, and disconnect. It exists so that the transfer pool and
-// the conformance suite can exercise every failure path without real hardware.
+// Fault injection (SetFault) is per peer name: added latency (Latency, plus
+// bytes ÷ Bandwidth), failure, a request that never completes, and disconnect.
+// It exists so that the transfer pool, the conformance suite and the benchmarks
+// can exercise every failure path and a modelled wire without real hardware.
+// Latency uses no timer: a delayed post copies at once on a worker and gets a
+// due time on the monotonic clock; the first Poll at or after it sends the
+// notification and reports Done (Due, nixl.Dueer, tells a poller when that
+// is). Workers finishing requests call the OnProgress wakers (nixl.Waker), so a
+// poller can park instead of polling on a timer.
 //
 // Limits: one host only; VRAM is host memory with a VRAM label; no progress
 // engine is needed because the initiator does the copy (one-sided, like RDMA);

@@ -11,9 +11,14 @@ import (
 // value is a healthy peer. Faults are keyed by peer name and survive
 // DropPeer/LoadPeer; SetFault(peer, Fault{}) clears them.
 type Fault struct {
-	// Latency, if set, delays each posted request's copy by the returned duration
-	// (see Fixed and Uniform). The request stays InProgress meanwhile.
+	// Latency, if set, is each posted request's wire time (see Fixed and
+	// Uniform): the copy runs at once, but the notification and Done wait for
+	// the first Poll at or after post time + latency (monotonic clock; no
+	// timer fires). The request stays InProgress meanwhile.
 	Latency func() time.Duration
+	// Bandwidth, if set, adds bytes ÷ Bandwidth (bytes per second) to each
+	// request's latency: a wire of that speed.
+	Bandwidth float64
 	// Fail makes each posted request end Failed (ErrBackend) without copying or notifying.
 	Fail bool
 	// Hang makes each posted request stay InProgress forever (it can never be
@@ -24,11 +29,15 @@ type Fault struct {
 	Disconnect bool
 }
 
-func (f Fault) delay() time.Duration {
-	if f.Latency == nil {
-		return 0
+func (f Fault) delay(bytes uint64) time.Duration {
+	var d time.Duration
+	if f.Latency != nil {
+		d = f.Latency()
 	}
-	return f.Latency()
+	if f.Bandwidth > 0 {
+		d += time.Duration(float64(bytes) / f.Bandwidth * float64(time.Second))
+	}
+	return d
 }
 
 // Fixed is a constant latency.
@@ -44,9 +53,10 @@ func Uniform(min, max time.Duration) func() time.Duration {
 
 // SetFault sets the fault for transfers to peer (loaded or not yet).
 func (a *Agent) SetFault(peer string, f Fault) {
+	defer a.wake() // after the unlock below
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if f.Latency == nil && !f.Fail && !f.Hang && !f.Disconnect {
+	if f.Latency == nil && f.Bandwidth == 0 && !f.Fail && !f.Hang && !f.Disconnect {
 		delete(a.faults, peer)
 	} else {
 		a.faults[peer] = f

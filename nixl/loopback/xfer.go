@@ -2,7 +2,6 @@ package loopback
 
 import (
 	"runtime/debug"
-	"time"
 
 	"github.com/kvxfer/kvxfer/nixl"
 )
@@ -24,8 +23,17 @@ type xfer struct {
 	hasNotif bool
 	state    nixl.State
 	err      error
-	epoch    uint64      // bumped by each Post, so a stale job cannot finish a new post
-	timer    *time.Timer // pending injected latency
+	epoch    uint64 // bumped by each Post, so a stale job cannot finish a new post
+	// due is the monotonic time (mono) before which a post with injected
+	// latency cannot complete; 0 for a post without latency. Nothing fires at
+	// that time: the request completes when it is polled at or after it.
+	due int64
+	// landed: the worker finished a delayed post (bytes copied, or failed with
+	// pendErr); the notification and the terminal state wait for a poll at or
+	// after due.
+	landed  bool
+	pendErr error
+	sending bool // a poll is sending the notification of this post
 }
 
 // appendSeg adds a copy, merging it into the previous one when both sides are
@@ -182,23 +190,82 @@ func (a *Agent) Post(id nixl.XferID) (nixl.State, error) {
 	if f.Hang {
 		return nixl.InProgress, nil
 	}
-	if d := f.delay(); d > 0 {
-		x.timer = time.AfterFunc(d, func() { a.q.push(j) })
-		return nixl.InProgress, nil
+	x.due, x.landed, x.pendErr, x.sending = 0, false, nil, false
+	if d := f.delay(x.bytes()); d > 0 {
+		// The copy runs now; completion (notification, Done) waits for a
+		// poll at or after due. No timer.
+		x.due = a.mono() + int64(d)
+		a.dues.push(dueEntry{due: x.due, x: x, epoch: x.epoch})
 	}
 	a.q.push(j)
 	return nixl.InProgress, nil
 }
 
-// Poll implements nixl.Agent.
+// bytes is the request's payload size.
+func (x *xfer) bytes() uint64 {
+	var n uint64
+	for _, s := range x.segs {
+		n += s.n
+	}
+	return n
+}
+
+// Poll implements nixl.Agent. A request posted with injected latency whose
+// bytes have landed completes here, in the first poll at or after its due
+// time: its notification is sent, then it reports Done.
 func (a *Agent) Poll(xs []nixl.XferID, out []nixl.Status) error {
 	if len(out) < len(xs) {
 		return nixl.Errorf(nixl.ErrInvalid, "loopback poll: %d results for %d requests", len(out), len(xs))
 	}
 	a.mu.Lock()
-	defer a.mu.Unlock()
 	if a.closed {
+		a.mu.Unlock()
 		return nixl.ErrClosed
+	}
+	var now int64
+	var sendBuf [16]job
+	send := sendBuf[:0]
+	for _, id := range xs {
+		x := a.xfers[id]
+		if x == nil || x.state != nixl.InProgress || !x.landed || x.sending {
+			continue
+		}
+		if now == 0 {
+			now = a.mono()
+		}
+		if now < x.due {
+			continue
+		}
+		switch {
+		case x.pendErr != nil:
+			x.state, x.err = nixl.Failed, x.pendErr
+		case !x.hasNotif:
+			x.state, x.err = nixl.Done, nil
+		default:
+			x.sending = true
+			send = append(send, job{id: id, x: x, epoch: x.epoch})
+		}
+	}
+	if len(send) > 0 {
+		// Send outside the lock (a datagram write), then settle.
+		a.mu.Unlock()
+		var errBuf [16]error
+		errs := errBuf[:0]
+		for _, j := range send {
+			errs = append(errs, a.sendRaw(j.x.peer, j.x.notif))
+		}
+		a.mu.Lock()
+		for i, j := range send {
+			x := j.x
+			if x.epoch == j.epoch && x.state == nixl.InProgress {
+				x.sending = false
+				if errs[i] != nil {
+					x.state, x.err = nixl.Failed, errs[i]
+				} else {
+					x.state, x.err = nixl.Done, nil
+				}
+			}
+		}
 	}
 	for i, id := range xs {
 		x := a.xfers[id]
@@ -208,6 +275,7 @@ func (a *Agent) Poll(xs []nixl.XferID, out []nixl.Status) error {
 		}
 		out[i] = nixl.Status{State: x.state, Err: x.err}
 	}
+	a.mu.Unlock()
 	return nil
 }
 
@@ -232,20 +300,29 @@ func (a *Agent) Release(id nixl.XferID) error {
 // finish moves a request to a terminal state if it is still the same post.
 func (a *Agent) finish(j job, st nixl.State, err error) {
 	a.mu.Lock()
-	defer a.mu.Unlock()
 	if j.x.epoch == j.epoch && j.x.state == nixl.InProgress {
-		j.x.state, j.x.err, j.x.timer = st, err, nil
+		j.x.state, j.x.err = st, err
 	}
+	a.mu.Unlock()
+	a.wake()
+}
+
+// land records that a delayed post's worker is done (err nil: the bytes were
+// copied, the notification is still to send); a poll at or after its due time
+// completes it.
+func (a *Agent) land(j job, err error) {
+	a.mu.Lock()
+	if j.x.epoch == j.epoch && j.x.state == nixl.InProgress {
+		j.x.landed, j.x.pendErr = true, err
+	}
+	a.mu.Unlock()
+	a.wake()
 }
 
 // failInflightLocked fails every in-flight request matching pick (a.mu held).
 func (a *Agent) failInflightLocked(pick func(*xfer) bool, err error) {
 	for _, x := range a.xfers {
 		if x.state == nixl.InProgress && pick(x) {
-			if x.timer != nil {
-				x.timer.Stop()
-				x.timer = nil
-			}
 			x.state, x.err = nixl.Failed, err
 		}
 	}
@@ -261,13 +338,27 @@ func (a *Agent) run(j job) {
 	}
 	f := a.faults[x.peer.name]
 	p := x.peer
+	delayed := x.due != 0
 	a.mu.Unlock()
 	if f.Fail {
-		a.finish(j, nixl.Failed, nixl.Errorf(nixl.ErrBackend, "loopback: injected failure for peer %q", p.name))
+		err := nixl.Errorf(nixl.ErrBackend, "loopback: injected failure for peer %q", p.name)
+		if delayed {
+			a.land(j, err)
+		} else {
+			a.finish(j, nixl.Failed, err)
+		}
 		return
 	}
 	if err := a.copySegs(x.segs); err != nil {
-		a.finish(j, nixl.Failed, err)
+		if delayed {
+			a.land(j, err)
+		} else {
+			a.finish(j, nixl.Failed, err)
+		}
+		return
+	}
+	if delayed {
+		a.land(j, nil)
 		return
 	}
 	if x.hasNotif {
