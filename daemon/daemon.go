@@ -20,8 +20,10 @@ import (
 	"github.com/kvxfer/kvxfer/actors/xfer"
 	"github.com/kvxfer/kvxfer/nixl"
 	"github.com/kvxfer/kvxfer/nixl/sglang"
-	"github.com/kvxfer/kvxfer/transport"
+	"github.com/kvxfer/kvxfer/transport/bootstrap"
 	"github.com/kvxfer/kvxfer/transport/control"
+	"github.com/kvxfer/kvxfer/transport/wire"
+	"github.com/kvxfer/kvxfer/transport/zmqio"
 )
 
 // Rank is this prefill rank's place in the parallel layout.
@@ -81,8 +83,8 @@ type Config struct {
 	// what it sends. LegacyDialect is what a 23-frame registration is taken
 	// for, since 0.5.18 to 0.5.22 look alike on the wire (default 0.5.20:
 	// notifications, KV_STATUS failures and 3-frame ACKs).
-	Dialect       transport.Dialect
-	LegacyDialect transport.Dialect
+	Dialect       wire.Dialect
+	LegacyDialect wire.Dialect
 	// NoHold posts the last chunk's notifications with its writes, as SGLang
 	// does, instead of holding them until the room is known to have succeeded
 	// (for measuring what holding costs; see invariant 10).
@@ -136,7 +138,7 @@ type Daemon struct {
 	eng      *actors.Engine
 	xfers    lazyTransfers
 	control  *control.Server
-	boot     *transport.BootstrapServer
+	boot     *bootstrap.BootstrapServer
 	bootLn   net.Listener
 	bootSrv  *http.Server
 	stopBoot context.CancelFunc
@@ -147,7 +149,7 @@ type Daemon struct {
 	agent    Agent
 	mem      memory
 	pool     *xfer.Pool
-	ingest   *transport.Ingest
+	ingest   *zmqio.Ingest
 	live     atomic.Bool
 	links    *links
 	dialects *dialects
@@ -294,18 +296,18 @@ func (d *Daemon) startBootstrap() error {
 	r := d.cfg.Rank
 	// The rank this process serves: its PUT /route alone may set its route,
 	// and its instance-wide values are fixed before any PUT (issue 14, F7).
-	own := transport.RankRegistration{
+	own := bootstrap.RankRegistration{
 		AttnTPSize: r.TPSize, AttnTPRank: r.TPRank, AttnCPSize: r.CPSize, AttnCPRank: r.CPRank,
 		AttnDPSize: r.DPSize, AttnDPRank: r.DPRank, PPSize: r.PPSize, PPRank: r.PPRank,
 		SystemDPSize: r.DPSize, SystemDPRank: r.DPRank, PageSize: d.cfg.PageSize, KVCacheDtype: d.cfg.KVCacheDtype,
 		LoadBalanceMethod: d.cfg.LoadBalanceMethod,
 	}
-	bc := transport.BootstrapConfig{Logger: d.log, EntryCleanupInterval: d.cfg.BootstrapCleanup, Owner: &own,
+	bc := bootstrap.BootstrapConfig{Logger: d.log, EntryCleanupInterval: d.cfg.BootstrapCleanup, Owner: &own,
 		MaxRanks: d.cfg.BootstrapMaxRanks, MaxDPEntries: d.cfg.BootstrapMaxDPEntries}
 	if d.cfg.AuthToken != "" {
 		bc.RequireAuth, bc.AuthToken = true, d.cfg.AuthToken
 	}
-	d.boot = transport.NewBootstrapServer(bc)
+	d.boot = bootstrap.NewBootstrapServer(bc)
 	ln, err := net.Listen("tcp", net.JoinHostPort(d.cfg.HostIP, strconv.Itoa(d.cfg.BootstrapPort)))
 	if err != nil {
 		return fmt.Errorf("daemon: bootstrap server: %w", err)
@@ -321,8 +323,8 @@ func (d *Daemon) startBootstrap() error {
 
 // registerOptions are the options of this rank's PUT /route to url: the
 // owner key when url is the hosted bootstrap server.
-func (d *Daemon) registerOptions(url string) transport.RegisterOptions {
-	opt := transport.RegisterOptions{Token: d.cfg.AuthToken}
+func (d *Daemon) registerOptions(url string) bootstrap.RegisterOptions {
+	opt := bootstrap.RegisterOptions{Token: d.cfg.AuthToken}
 	if d.boot != nil && d.bootLn != nil && url == "http://"+d.bootLn.Addr().String() {
 		opt.OwnerKey = d.boot.OwnerKey()
 	}
@@ -342,7 +344,7 @@ func (d *Daemon) startDebug() error {
 	mux.HandleFunc("/debug/peers", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(map[string]any{"default_23_frame_dialect": d.dialects.legacy.String(),
-			"pinned": d.cfg.Dialect != transport.DialectUnknown, "peers": d.dialects.list()})
+			"pinned": d.cfg.Dialect != wire.DialectUnknown, "peers": d.dialects.list()})
 	})
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		if !d.Live() {
@@ -440,7 +442,7 @@ func (d *Daemon) Notify(roomID uint64, n room.Notice) {
 		if !dl.CompletesOnStatus() || n.To.Port <= 0 {
 			return
 		}
-		frames = (&transport.KVStatus{Room: roomID, Status: transport.KVPollSuccess, PrefillRank: d.cfg.Rank.Unique()}).Encode()
+		frames = (&wire.KVStatus{Room: roomID, Status: wire.KVPollSuccess, PrefillRank: d.cfg.Rank.Unique()}).Encode()
 	case room.FailureStatus:
 		if !dl.ReadsStatus() || n.To.Port <= 0 {
 			return
@@ -454,12 +456,12 @@ func (d *Daemon) Notify(roomID uint64, n room.Notice) {
 		if n.DrainExpired {
 			reason += " (writes still in flight after the drain deadline)"
 		}
-		frames = (&transport.KVStatus{Room: roomID, Status: transport.KVPollFailed, PrefillRank: d.cfg.Rank.Unique(), Reason: reason}).Encode()
+		frames = (&wire.KVStatus{Room: roomID, Status: wire.KVPollFailed, PrefillRank: d.cfg.Rank.Unique(), Reason: reason}).Encode()
 	case room.AbortAck:
 		if n.To.Port <= 0 || !n.HasGen && !dl.AcksWithoutGen() {
 			return
 		}
-		frames = (&transport.AbortAck{Room: roomID, PrefillRank: d.cfg.Rank.Unique(), Generation: n.Gen, HasGen: n.HasGen}).Encode()
+		frames = (&wire.AbortAck{Room: roomID, PrefillRank: d.cfg.Rank.Unique(), Generation: n.Gen, HasGen: n.HasGen}).Encode()
 	default:
 		return
 	}

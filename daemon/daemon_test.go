@@ -17,8 +17,9 @@ import (
 	"github.com/kvxfer/kvxfer/nixl/kvmem"
 	"github.com/kvxfer/kvxfer/nixl/loopback"
 	"github.com/kvxfer/kvxfer/nixl/sglang"
-	"github.com/kvxfer/kvxfer/transport"
 	"github.com/kvxfer/kvxfer/transport/control"
+	"github.com/kvxfer/kvxfer/transport/wire"
+	"github.com/kvxfer/kvxfer/transport/zmqio"
 )
 
 var seq atomic.Int64
@@ -161,10 +162,10 @@ func (s *scheduler) waitTerminal(t *testing.T, id uint64) room.Reply {
 // decode does.
 type decodeRank struct {
 	node    *kvmem.Node
-	pushes  []*transport.PushLink
-	pull    *transport.Ingest
+	pushes  []*zmqio.PushLink
+	pull    *zmqio.Ingest
 	checker *sglang.Checker
-	reg     *transport.Registration
+	reg     *wire.Registration
 	mu      sync.Mutex
 	got     [][][]byte // frames received on decode's PULL socket
 }
@@ -189,7 +190,7 @@ func newDecodeShape(t *testing.T, sh kvmem.Shape, ds ...*Daemon) *decodeRank {
 
 // newDecodeWith lets mod change the registration before it is sent (the
 // SGLang release it looks like).
-func newDecodeWith(t *testing.T, sh kvmem.Shape, mod func(*transport.Registration), ds ...*Daemon) *decodeRank {
+func newDecodeWith(t *testing.T, sh kvmem.Shape, mod func(*wire.Registration), ds ...*Daemon) *decodeRank {
 	t.Helper()
 	n, err := kvmem.New(fmt.Sprintf("dec-%d", seq.Add(1)), sh, 0, loopback.Options{})
 	if err != nil {
@@ -197,7 +198,7 @@ func newDecodeWith(t *testing.T, sh kvmem.Shape, mod func(*transport.Registratio
 	}
 	t.Cleanup(func() { n.Close() })
 	r := &decodeRank{node: n, checker: sglang.NewChecker()}
-	r.pull, err = transport.StartPull(transport.IngestConfig{Host: "127.0.0.1"}, func(f [][]byte) {
+	r.pull, err = zmqio.StartPull(zmqio.IngestConfig{Host: "127.0.0.1"}, func(f [][]byte) {
 		r.mu.Lock()
 		r.got = append(r.got, f)
 		r.mu.Unlock()
@@ -211,20 +212,20 @@ func newDecodeWith(t *testing.T, sh kvmem.Shape, mod func(*transport.Registratio
 		t.Fatal(err)
 	}
 	g := n.Peer()
-	r.reg = &transport.Registration{
+	r.reg = &wire.Registration{
 		DecodeIP: "127.0.0.1", DecodePort: r.pull.Port(), AgentName: n.Agent.Name(), AgentMetadata: md,
 		KVDataPtrs: g.KVPtrs, AuxDataPtrs: g.AuxPtrs, StateDataPtrs: g.StatePtrs, DecodeTPSize: 1, DstKVItemLen: item,
 		DstNumSlots: slots, HasDstNumSlots: true, KVItemLens: g.KVItemLens,
 		HasLayerInfo: true, DCPSize: 1, // 23 frames, as SGLang 0.5.18-0.5.22 send
 	}
 	for range g.KVPtrs {
-		r.reg.KVMemKinds = append(r.reg.KVMemKinds, transport.MemDRAM)
+		r.reg.KVMemKinds = append(r.reg.KVMemKinds, wire.MemDRAM)
 	}
 	if mod != nil {
 		mod(r.reg)
 	}
 	for _, d := range ds {
-		push, err := transport.DialPush(transport.PushConfig{Endpoint: transport.TCPEndpoint("127.0.0.1", d.PullPort())})
+		push, err := zmqio.DialPush(zmqio.PushConfig{Endpoint: zmqio.TCPEndpoint("127.0.0.1", d.PullPort())})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -245,7 +246,7 @@ func (r *decodeRank) send(t *testing.T, frames [][]byte) {
 }
 
 func (r *decodeRank) info(id uint64, dst []int32, aux, required int) [][]byte {
-	ti := &transport.TransferInfo{Room: id, DecodeIP: "127.0.0.1", DecodePort: r.pull.Port(), AgentName: r.node.Agent.Name(),
+	ti := &wire.TransferInfo{Room: id, DecodeIP: "127.0.0.1", DecodePort: r.pull.Port(), AgentName: r.node.Agent.Name(),
 		DstKVIndices: dst, DstAuxIndex: aux, RequiredDstInfoNum: required, HasDecodePrefixLen: true}
 	return ti.Encode()
 }
@@ -271,13 +272,13 @@ func (r *decodeRank) waitDone(t *testing.T, id uint64) {
 }
 
 // waitFrame waits until decode's PULL socket got a frame for which match holds.
-func (r *decodeRank) waitFrame(t *testing.T, match func(transport.Outbound) bool) transport.Outbound {
+func (r *decodeRank) waitFrame(t *testing.T, match func(wire.Outbound) bool) wire.Outbound {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		r.mu.Lock()
 		for _, f := range r.got {
-			if m, err := transport.DecodeOutbound(f); err == nil && match(m) {
+			if m, err := wire.DecodeOutbound(f); err == nil && match(m) {
 				r.mu.Unlock()
 				return m
 			}
@@ -290,8 +291,8 @@ func (r *decodeRank) waitFrame(t *testing.T, match func(transport.Outbound) bool
 	}
 }
 
-// startDaemon pins every decode to one dialect (transport.DialectUnknown: auto).
-func startDaemon(t *testing.T, dialect transport.Dialect) *Daemon {
+// startDaemon pins every decode to one dialect (wire.DialectUnknown: auto).
+func startDaemon(t *testing.T, dialect wire.Dialect) *Daemon {
 	return startDaemonWith(t, func(c *Config) { c.Dialect = dialect })
 }
 
@@ -320,7 +321,7 @@ func startDaemonWith(t *testing.T, mod func(*Config)) *Daemon {
 }
 
 func TestDaemonMovesARoomEndToEnd(t *testing.T) {
-	d := startDaemon(t, transport.DialectUnknown)
+	d := startDaemon(t, wire.DialectUnknown)
 	s := newScheduler(t, d)
 	dec := newDecode(t, d)
 
@@ -352,7 +353,7 @@ func TestDaemonMovesARoomEndToEnd(t *testing.T) {
 }
 
 func TestDaemonDecodeAbortIsAckedAfterDrainAndBadFramesTouchNothingElse(t *testing.T) {
-	d := startDaemon(t, transport.DialectUnknown)
+	d := startDaemon(t, wire.DialectUnknown)
 	s := newScheduler(t, d)
 	dec := newDecode(t, d)
 
@@ -368,15 +369,15 @@ func TestDaemonDecodeAbortIsAckedAfterDrainAndBadFramesTouchNothingElse(t *testi
 	if rep := s.waitTerminal(t, 7); rep.Status != room.Failed || rep.Reason != room.ReasonInvalidRequest {
 		t.Fatalf("room named by a malformed frame: %v/%v", rep.Status, rep.Reason)
 	}
-	dec.send(t, (&transport.Abort{Room: id, DecodeIP: "127.0.0.1", DecodePort: dec.pull.Port(), HasEndpoint: true}).Encode())
+	dec.send(t, (&wire.Abort{Room: id, DecodeIP: "127.0.0.1", DecodePort: dec.pull.Port(), HasEndpoint: true}).Encode())
 	if rep := s.waitTerminal(t, id); rep.Status != room.Failed || rep.Reason != room.ReasonDecodeAbort {
 		t.Fatalf("aborted room: %v/%v", rep.Status, rep.Reason)
 	}
-	ack := dec.waitFrame(t, func(m transport.Outbound) bool {
-		a, ok := m.(*transport.AbortAck)
+	ack := dec.waitFrame(t, func(m wire.Outbound) bool {
+		a, ok := m.(*wire.AbortAck)
 		return ok && a.Room == id
 	})
-	if a := ack.(*transport.AbortAck); a.PrefillRank != 0 {
+	if a := ack.(*wire.AbortAck); a.PrefillRank != 0 {
 		t.Fatalf("ABORT_ACK from sender %d", a.PrefillRank)
 	}
 	fails, err := s.cli.Failure([]uint64{id}, true)
@@ -408,7 +409,7 @@ func TestDaemonDecodeAbortIsAckedAfterDrainAndBadFramesTouchNothingElse(t *testi
 }
 
 func TestDaemonShutdownFailsLiveRoomsAndTellsDecode(t *testing.T) {
-	d := startDaemon(t, transport.DialectUnknown)
+	d := startDaemon(t, wire.DialectUnknown)
 	s := newScheduler(t, d)
 	dec := newDecode(t, d)
 	const id = 4004
@@ -432,11 +433,11 @@ func TestDaemonShutdownFailsLiveRoomsAndTellsDecode(t *testing.T) {
 	if err := d.Shutdown(ctx); err != nil {
 		t.Fatal(err)
 	}
-	st := dec.waitFrame(t, func(m transport.Outbound) bool {
-		k, ok := m.(*transport.KVStatus)
+	st := dec.waitFrame(t, func(m wire.Outbound) bool {
+		k, ok := m.(*wire.KVStatus)
 		return ok && k.Room == id
-	}).(*transport.KVStatus)
-	if st.Status != transport.KVPollFailed || st.Reason != "shutdown" {
+	}).(*wire.KVStatus)
+	if st.Status != wire.KVPollFailed || st.Reason != "shutdown" {
 		t.Fatalf("decode heard %+v, want Failed/shutdown", st)
 	}
 }

@@ -9,33 +9,33 @@ import (
 
 	"github.com/kvxfer/kvxfer/actors/room"
 	"github.com/kvxfer/kvxfer/nixl/loopback"
-	"github.com/kvxfer/kvxfer/transport"
+	"github.com/kvxfer/kvxfer/transport/wire"
 )
 
 // as0523 makes a registration look like SGLang 0.5.23's (24 frames).
-func as0523(r *transport.Registration) { r.HasStateDataLens = true }
+func as0523(r *wire.Registration) { r.HasStateDataLens = true }
 
 // cpRank has a _prefill_unique_rank (3) that differs from the notification
 // sender id (1), so a test can tell which one a frame carries.
 func cpRank(c *Config) { c.Rank = Rank{PPSize: 2, PPRank: 1, CPSize: 2, CPRank: 1} }
 
-func isSuccess(id uint64) func(transport.Outbound) bool {
-	return func(m transport.Outbound) bool {
-		k, ok := m.(*transport.KVStatus)
-		return ok && k.Room == id && k.Status == transport.KVPollSuccess
+func isSuccess(id uint64) func(wire.Outbound) bool {
+	return func(m wire.Outbound) bool {
+		k, ok := m.(*wire.KVStatus)
+		return ok && k.Room == id && k.Status == wire.KVPollSuccess
 	}
 }
 
 func (r *decodeRank) abortGen(t *testing.T, id, gen uint64) {
-	r.send(t, (&transport.Abort{Room: id, DecodeIP: "127.0.0.1", DecodePort: r.pull.Port(), HasEndpoint: true, Generation: gen, HasGen: true}).Encode())
+	r.send(t, (&wire.Abort{Room: id, DecodeIP: "127.0.0.1", DecodePort: r.pull.Port(), HasEndpoint: true, Generation: gen, HasGen: true}).Encode())
 }
 
-func (r *decodeRank) count(match func(transport.Outbound) bool) int {
+func (r *decodeRank) count(match func(wire.Outbound) bool) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	n := 0
 	for _, f := range r.got {
-		if m, err := transport.DecodeOutbound(f); err == nil && match(m) {
+		if m, err := wire.DecodeOutbound(f); err == nil && match(m) {
 			n++
 		}
 	}
@@ -69,7 +69,7 @@ func TestDialect0523CompletesOnSuccessStatus(t *testing.T) {
 	dst := seqPages(20, 3)
 	dec.send(t, dec.info(700, dst, 5, 1))
 	s.start(t, roomSpec{id: 700, src: seqPages(0, 3), chunks: []int{2, 1}, aux: 5})
-	st := dec.waitFrame(t, isSuccess(700)).(*transport.KVStatus)
+	st := dec.waitFrame(t, isSuccess(700)).(*wire.KVStatus)
 	if st.PrefillRank != 3 || st.Reason != "" {
 		t.Fatalf("success status %+v: want prefill_rank 3 (_prefill_unique_rank) and no reason", st)
 	}
@@ -115,7 +115,7 @@ func TestDialectLegacyNotificationsAndGenerationAck(t *testing.T) {
 	dec.send(t, dec.info(711, seqPages(40, 1), 7, 1))
 	s.cli.Open(711, "")
 	dec.abortGen(t, 711, 9)
-	ack := dec.waitFrame(t, isAck(711)).(*transport.AbortAck)
+	ack := dec.waitFrame(t, isAck(711)).(*wire.AbortAck)
 	if !ack.HasGen || ack.Generation != 9 || ack.PrefillRank != 3 {
 		t.Fatalf("ACK %+v: want generation 9 echoed, prefill_rank 3", ack)
 	}
@@ -124,8 +124,8 @@ func TestDialectLegacyNotificationsAndGenerationAck(t *testing.T) {
 	dec.send(t, dec.info(713, seqPages(41, 1), 8, 1))
 	s.cli.Open(713, "")
 	s.cli.Abort(713)
-	st := dec.waitFrame(t, isStatus(713)).(*transport.KVStatus)
-	if st.Status != transport.KVPollFailed || st.PrefillRank != 3 || st.Reason != "client_abort" {
+	st := dec.waitFrame(t, isStatus(713)).(*wire.KVStatus)
+	if st.Status != wire.KVPollFailed || st.PrefillRank != 3 || st.Reason != "client_abort" {
 		t.Fatalf("failure status %+v", st)
 	}
 	if n := dec.count(isStatus(711)); n != 0 {
@@ -142,7 +142,7 @@ func TestDialectLegacyNotificationsAndGenerationAck(t *testing.T) {
 		t.Fatal(rep.Status)
 	}
 	dec.abortGen(t, 712, 10) // a later armed ABORT of the same room: acked now
-	if a := dec.waitFrame(t, isAck(712)).(*transport.AbortAck); a.Generation != 10 {
+	if a := dec.waitFrame(t, isAck(712)).(*wire.AbortAck); a.Generation != 10 {
 		t.Fatalf("ACK %+v", a)
 	}
 	if n := dec.acks(712); n != 1 {
@@ -152,7 +152,7 @@ func TestDialectLegacyNotificationsAndGenerationAck(t *testing.T) {
 
 // 0.5.18 reads nothing on its PULL socket: kvxferd sends it nothing.
 func TestDialect0518IsSentNothing(t *testing.T) {
-	d := startDaemonWith(t, func(c *Config) { c.LegacyDialect = transport.Dialect0518 })
+	d := startDaemonWith(t, func(c *Config) { c.LegacyDialect = wire.Dialect0518 })
 	s := newScheduler(t, d)
 	dec := newDecode(t, d)
 	dec.checker.Expect(720, 1, false)
@@ -174,7 +174,7 @@ func TestDialect0518IsSentNothing(t *testing.T) {
 	witness.send(t, witness.info(722, seqPages(2, 1), 3, 2))
 	s.cli.Abort(722)
 	witness.waitFrame(t, isStatus(722))
-	if n := dec.count(func(transport.Outbound) bool { return true }); n != 0 {
+	if n := dec.count(func(wire.Outbound) bool { return true }); n != 0 {
 		t.Fatalf("a 0.5.18 decode was sent %d frames", n)
 	}
 	dec.mu.Lock()
@@ -216,7 +216,7 @@ func TestDialectMixedFleet(t *testing.T) {
 	if ns, _ := modern.node.Agent.Notifs(nil); len(ns) != 0 {
 		t.Fatalf("0.5.23 decode got %d notifications", len(ns))
 	}
-	if legacy.count(isSuccess(0)) != 0 || legacy.count(func(m transport.Outbound) bool { _, ok := m.(*transport.KVStatus); return ok }) != 0 {
+	if legacy.count(isSuccess(0)) != 0 || legacy.count(func(m wire.Outbound) bool { _, ok := m.(*wire.KVStatus); return ok }) != 0 {
 		t.Fatal("the legacy decode got KV_STATUS frames for successful rooms")
 	}
 }
@@ -224,15 +224,15 @@ func TestDialectMixedFleet(t *testing.T) {
 // A registration no supported release sends is rejected; the agent's rooms
 // fail with peer_rejected and decode is told why.
 func TestDialectRejectsUnknownRegistration(t *testing.T) {
-	d := startDaemon(t, transport.DialectUnknown)
+	d := startDaemon(t, wire.DialectUnknown)
 	s := newScheduler(t, d)
-	bad := newDecodeWith(t, decodeShape(false), func(r *transport.Registration) { r.HasLayerInfo = false }, d) // 19 frames
+	bad := newDecodeWith(t, decodeShape(false), func(r *wire.Registration) { r.HasLayerInfo = false }, d) // 19 frames
 	s.cli.Open(730, "")
 	bad.send(t, bad.info(730, seqPages(0, 1), 0, 1))
 	if rep := s.waitTerminal(t, 730); rep.Status != room.Failed || rep.Reason != room.ReasonPeerRejected {
 		t.Fatalf("room of a rejected agent: %v/%v", rep.Status, rep.Reason)
 	}
-	st := bad.waitFrame(t, isStatus(730)).(*transport.KVStatus)
+	st := bad.waitFrame(t, isStatus(730)).(*wire.KVStatus)
 	if !strings.Contains(st.Reason, "peer_rejected") || !strings.Contains(st.Reason, "19 frames") {
 		t.Fatalf("decode was told %q", st.Reason)
 	}
@@ -253,7 +253,7 @@ func TestDialectRejectsUnknownRegistration(t *testing.T) {
 // The ACK leaves only once every posted write drained: zeroing decode's pages
 // right after it must leave them zero.
 func TestDialectNothingLandsAfterTheAck(t *testing.T) {
-	d := startDaemon(t, transport.DialectUnknown)
+	d := startDaemon(t, wire.DialectUnknown)
 	s := newScheduler(t, d)
 	dec := newDecode(t, d)
 	d.agent.(*loopback.Agent).SetFault(dec.node.Agent.Name(), loopback.Fault{Latency: loopback.Fixed(50 * time.Millisecond)})

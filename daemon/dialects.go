@@ -5,7 +5,7 @@ import (
 	"sync"
 
 	"github.com/kvxfer/kvxfer/actors/room"
-	"github.com/kvxfer/kvxfer/transport"
+	"github.com/kvxfer/kvxfer/transport/wire"
 )
 
 // maxDialectEntries caps the table: it grows with registrations, which come
@@ -23,8 +23,8 @@ const (
 // address notices go to) and by agent name. The ingest goroutine writes it
 // (registrations, ABORTs); room actors read it when they notify decode.
 type dialects struct {
-	fixed  transport.Dialect // -decode-protocol pinned to one release (else auto)
-	legacy transport.Dialect // the 23-frame default
+	fixed  wire.Dialect // -decode-protocol pinned to one release (else auto)
+	legacy wire.Dialect // the 23-frame default
 
 	mu         sync.RWMutex
 	byEndpoint map[room.Endpoint]*peerInfo // the latest registration at each endpoint, while not dropped
@@ -35,37 +35,37 @@ type dialects struct {
 
 // peerInfo is one decode agent as kvxferd sees it.
 type peerInfo struct {
-	Agent    string            `json:"agent"`
-	Endpoint string            `json:"endpoint"`
-	Dialect  transport.Dialect `json:"-"`
-	Release  string            `json:"dialect"`
-	Frames   int               `json:"registration_frames"`
-	Detected string            `json:"detected_by"`
-	Rejected string            `json:"rejected,omitempty"`
-	Lost     bool              `json:"lost,omitempty"`
-	Dropped  string            `json:"dropped,omitempty"` // why kvxferd forgot the peer
+	Agent    string       `json:"agent"`
+	Endpoint string       `json:"endpoint"`
+	Dialect  wire.Dialect `json:"-"`
+	Release  string       `json:"dialect"`
+	Frames   int          `json:"registration_frames"`
+	Detected string       `json:"detected_by"`
+	Rejected string       `json:"rejected,omitempty"`
+	Lost     bool         `json:"lost,omitempty"`
+	Dropped  string       `json:"dropped,omitempty"` // why kvxferd forgot the peer
 	to       room.Endpoint
 }
 
-func newDialects(fixed, legacy transport.Dialect) *dialects {
-	if legacy == transport.DialectUnknown || legacy == transport.Dialect0523 {
-		legacy = transport.Dialect0520
+func newDialects(fixed, legacy wire.Dialect) *dialects {
+	if legacy == wire.DialectUnknown || legacy == wire.Dialect0523 {
+		legacy = wire.Dialect0520
 	}
 	return &dialects{fixed: fixed, legacy: legacy, byEndpoint: map[room.Endpoint]*peerInfo{}, byAgent: map[string]*peerInfo{}}
 }
 
 // register records a registration's dialect, or why it was rejected.
-func (t *dialects) register(r *transport.Registration) (transport.Dialect, error) {
+func (t *dialects) register(r *wire.Registration) (wire.Dialect, error) {
 	return t.registerOr(r, nil)
 }
 
 // reject records a registration rejected for why, whatever its frames say.
-func (t *dialects) reject(r *transport.Registration, why error) {
+func (t *dialects) reject(r *wire.Registration, why error) {
 	_, _ = t.registerOr(r, why)
 }
 
-func (t *dialects) registerOr(r *transport.Registration, why error) (transport.Dialect, error) {
-	d, err := transport.DialectOf(r, t.legacy)
+func (t *dialects) registerOr(r *wire.Registration, why error) (wire.Dialect, error) {
+	d, err := wire.DialectOf(r, t.legacy)
 	if why != nil {
 		err = why
 	}
@@ -74,9 +74,9 @@ func (t *dialects) registerOr(r *transport.Registration, why error) (transport.D
 	switch {
 	case err != nil:
 		p.Rejected = err.Error()
-	case t.fixed != transport.DialectUnknown:
+	case t.fixed != wire.DialectUnknown:
 		d, p.Detected = t.fixed, "pinned (-decode-protocol)"
-	case d != transport.Dialect0523:
+	case d != wire.Dialect0523:
 		p.Detected = "registration (23 frames: -decode-protocol-legacy)"
 	}
 	p.Dialect, p.Release = d, d.String()
@@ -151,25 +151,25 @@ func (t *dialects) drop(agent, why string, lost bool) (room.Endpoint, bool) {
 // sawGeneration upgrades the decode at this endpoint to 0.5.22: only 0.5.22+
 // put a generation on an ABORT.
 func (t *dialects) sawGeneration(from room.Endpoint) {
-	if t.fixed != transport.DialectUnknown {
+	if t.fixed != wire.DialectUnknown {
 		return
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if p, ok := t.byEndpoint[from]; ok && p.Rejected == "" && p.Dialect < transport.Dialect0522 {
-		p.Dialect, p.Release, p.Detected = transport.Dialect0522, transport.Dialect0522.String(), "ABORT with a generation"
+	if p, ok := t.byEndpoint[from]; ok && p.Rejected == "" && p.Dialect < wire.Dialect0522 {
+		p.Dialect, p.Release, p.Detected = wire.Dialect0522, wire.Dialect0522.String(), "ABORT with a generation"
 	}
 }
 
 // at is the dialect notices to this endpoint are written in.
-func (t *dialects) at(to room.Endpoint) transport.Dialect {
-	if t.fixed != transport.DialectUnknown {
+func (t *dialects) at(to room.Endpoint) wire.Dialect {
+	if t.fixed != wire.DialectUnknown {
 		return t.fixed
 	}
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	p, ok := t.byEndpoint[to]
-	if !ok || p.Dialect == transport.DialectUnknown {
+	if !ok || p.Dialect == wire.DialectUnknown {
 		return t.legacy
 	}
 	return p.Dialect
@@ -223,10 +223,10 @@ func (t *dialects) list() []peerInfo {
 }
 
 // counts returns the number of accepted peers per dialect and of rejected ones.
-func (t *dialects) counts() (map[transport.Dialect]int, int) {
+func (t *dialects) counts() (map[wire.Dialect]int, int) {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
-	by, rejected := map[transport.Dialect]int{}, 0
+	by, rejected := map[wire.Dialect]int{}, 0
 	for _, p := range t.byAgent {
 		switch {
 		case p.Rejected != "":
@@ -243,7 +243,7 @@ func (t *dialects) counts() (map[transport.Dialect]int, int) {
 func (d *Daemon) DecodePeers() map[string]int64 {
 	by, rejected := d.dialects.counts()
 	out := map[string]int64{"rejected": int64(rejected)}
-	for _, dl := range transport.Dialects() {
+	for _, dl := range wire.Dialects() {
 		out[dl.String()] = int64(by[dl])
 	}
 	return out
@@ -251,7 +251,7 @@ func (d *Daemon) DecodePeers() map[string]int64 {
 
 // dialectSetting describes -decode-protocol for logs.
 func (d *Daemon) dialectSetting() string {
-	if d.cfg.Dialect != transport.DialectUnknown {
+	if d.cfg.Dialect != wire.DialectUnknown {
 		return "pinned " + d.cfg.Dialect.String()
 	}
 	return "auto (23 frames: " + d.dialects.legacy.String() + ")"

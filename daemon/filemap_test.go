@@ -14,8 +14,8 @@ import (
 	"github.com/kvxfer/kvxfer/actors/room"
 	"github.com/kvxfer/kvxfer/nixl"
 	"github.com/kvxfer/kvxfer/nixl/loopback"
-	"github.com/kvxfer/kvxfer/transport"
 	"github.com/kvxfer/kvxfer/transport/control"
+	"github.com/kvxfer/kvxfer/transport/wire"
 )
 
 // TestTruncatedMemoryFailsTheRoomNotTheDaemon is the second half of attack F1:
@@ -47,7 +47,7 @@ func TestTruncatedMemoryFailsTheRoomNotTheDaemon(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			d := startDaemon(t, transport.Dialect0518)
+			d := startDaemon(t, wire.Dialect0518)
 			s := newScheduler(t, d)
 			bad, good := newDecode(t, d), newDecode(t, d)
 			const id, okID = 700, 701
@@ -139,7 +139,7 @@ func TestRegisterMemoryRefusesFilesNotTheSchedulers(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			d := startDaemon(t, transport.DialectUnknown)
+			d := startDaemon(t, wire.DialectUnknown)
 			cli, err := control.Dial(d.ControlEndpoint())
 			if err != nil {
 				t.Fatal(err)
@@ -214,14 +214,14 @@ func TestWithFileMappingChecksTheFile(t *testing.T) {
 func TestHostileRegistrationTouchesNoFile(t *testing.T) {
 	var logs logBuf
 	d := startDaemonWith(t, func(c *Config) {
-		c.Dialect = transport.Dialect0518
+		c.Dialect = wire.Dialect0518
 		c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 	})
 	s := newScheduler(t, d)
 	v := writeVictim(t, t.TempDir(), "notes.txt", 0o644)
 	before, _ := os.ReadFile(v)
 	st0, _ := os.Stat(v)
-	dec := newDecodeWith(t, decodeShape(false), func(r *transport.Registration) {
+	dec := newDecodeWith(t, decodeShape(false), func(r *wire.Registration) {
 		md := retargetSegments(t, r.AgentMetadata, v)
 		r.AgentMetadata = md
 	}, d)

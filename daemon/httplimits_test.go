@@ -9,7 +9,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kvxfer/kvxfer/transport"
+	"github.com/kvxfer/kvxfer/transport/bootstrap"
+	"github.com/kvxfer/kvxfer/transport/wire"
 )
 
 func httpDo(t *testing.T, method, url string, body []byte) (int, string) {
@@ -34,7 +35,7 @@ func TestDaemonBootstrapOwnRankAndValues(t *testing.T) {
 	d := startDaemonWith(t, func(c *Config) { c.PageSize, c.KVCacheDtype, c.Rank.TPSize = 16, "bfloat16", 2 })
 	base := "http://" + d.BootstrapAddr()
 	// tp rank 1 is another process's: a PUT for it with other values is refused.
-	evil := transport.RankRegistration{AttnTPSize: 2, AttnTPRank: 1, AttnCPSize: 1, AttnDPSize: 1, PPSize: 1, SystemDPSize: 1,
+	evil := bootstrap.RankRegistration{AttnTPSize: 2, AttnTPRank: 1, AttnCPSize: 1, AttnDPSize: 1, PPSize: 1, SystemDPSize: 1,
 		RankIP: "10.6.6.6", RankPort: 6666, PageSize: 1, KVCacheDtype: "fp8_e4m3"}
 	if code, body := httpDo(t, "PUT", base+"/route", evil.JSON()); code != http.StatusConflict {
 		t.Fatalf("pre-emptive PUT: %d %s", code, body)
@@ -71,7 +72,7 @@ func TestDaemonBootstrapOwnRankAndValues(t *testing.T) {
 // Both servers have read, write and idle timeouts, and pprof is on the debug
 // listener when it is loopback.
 func TestDaemonHTTPLimitsAndPprof(t *testing.T) {
-	d := startDaemon(t, transport.DialectUnknown)
+	d := startDaemon(t, wire.DialectUnknown)
 	for name, s := range map[string]*http.Server{"bootstrap": d.bootSrv, "debug": d.debug} {
 		if s.ReadHeaderTimeout <= 0 || s.ReadTimeout <= 0 || s.WriteTimeout <= 0 || s.IdleTimeout <= 0 {
 			t.Fatalf("%s server timeouts: %v %v %v %v", name, s.ReadHeaderTimeout, s.ReadTimeout, s.WriteTimeout, s.IdleTimeout)

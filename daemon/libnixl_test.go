@@ -11,7 +11,8 @@ import (
 	"github.com/kvxfer/kvxfer/nixl/kvmem"
 	"github.com/kvxfer/kvxfer/nixl/libnixl"
 	"github.com/kvxfer/kvxfer/nixl/sglang"
-	"github.com/kvxfer/kvxfer/transport"
+	"github.com/kvxfer/kvxfer/transport/wire"
+	"github.com/kvxfer/kvxfer/transport/zmqio"
 )
 
 // newNixlAgent starts a real NIXL agent (UCX over transports every CPU-only box
@@ -79,21 +80,21 @@ func TestDaemonOverRealNIXL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	push, err := transport.DialPush(transport.PushConfig{Endpoint: transport.TCPEndpoint("127.0.0.1", d.PullPort())})
+	push, err := zmqio.DialPush(zmqio.PushConfig{Endpoint: zmqio.TCPEndpoint("127.0.0.1", d.PullPort())})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer push.Close()
 	g := geo.AsPeer(dag.Name())
-	reg := &transport.Registration{DecodeIP: "127.0.0.1", DecodePort: 1, AgentName: dag.Name(), AgentMetadata: md,
+	reg := &wire.Registration{DecodeIP: "127.0.0.1", DecodePort: 1, AgentName: dag.Name(), AgentMetadata: md,
 		KVDataPtrs: g.KVPtrs, AuxDataPtrs: g.AuxPtrs, DecodeTPSize: 1, DstKVItemLen: item, DstNumSlots: slots,
 		HasDstNumSlots: true, KVItemLens: g.KVItemLens, HasLayerInfo: true, DCPSize: 1}
 	for range g.KVPtrs {
-		reg.KVMemKinds = append(reg.KVMemKinds, transport.MemDRAM)
+		reg.KVMemKinds = append(reg.KVMemKinds, wire.MemDRAM)
 	}
 	const id = 77
 	dst := []int32{9, 10, 11}
-	ti := &transport.TransferInfo{Room: id, DecodeIP: "127.0.0.1", DecodePort: 1, AgentName: dag.Name(),
+	ti := &wire.TransferInfo{Room: id, DecodeIP: "127.0.0.1", DecodePort: 1, AgentName: dag.Name(),
 		DstKVIndices: dst, DstAuxIndex: 4, RequiredDstInfoNum: 1, HasDecodePrefixLen: true}
 	for _, f := range [][][]byte{reg.Encode(), ti.Encode()} {
 		if err := push.Send(f); err != nil {

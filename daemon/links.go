@@ -11,7 +11,7 @@ import (
 	zmq "github.com/pebbe/zmq4"
 
 	"github.com/kvxfer/kvxfer/actors/room"
-	"github.com/kvxfer/kvxfer/transport"
+	"github.com/kvxfer/kvxfer/transport/zmqio"
 )
 
 // Link limits (issue 14, F2/F3).
@@ -73,7 +73,7 @@ type links struct {
 }
 
 type linkEntry struct {
-	link   *transport.PushLink
+	link   *zmqio.PushLink
 	used   uint64
 	pinned bool
 }
@@ -98,7 +98,7 @@ func newLinks(log *slog.Logger, maxLinks int, known func(room.Endpoint) bool, lo
 // get returns the link to an endpoint, dialling it first if needed. pin marks
 // it a registered decode's: never evicted, and dialled even when known says
 // no (registration dials before the table is written).
-func (l *links) get(to room.Endpoint, pin bool) (*transport.PushLink, error) {
+func (l *links) get(to room.Endpoint, pin bool) (*zmqio.PushLink, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
@@ -119,8 +119,8 @@ func (l *links) get(to room.Endpoint, pin bool) (*transport.PushLink, error) {
 		return nil, errLinksFull
 	}
 	e := &linkEntry{used: l.tick, pinned: pin}
-	link, err := transport.DialPush(transport.PushConfig{
-		Context: l.zctx, Endpoint: transport.TCPEndpoint(to.IP, to.Port), Logger: l.log,
+	link, err := zmqio.DialPush(zmqio.PushConfig{
+		Context: l.zctx, Endpoint: zmqio.TCPEndpoint(to.IP, to.Port), Logger: l.log,
 		// Flush at close (bounded: CloseBy): the last notices of a graceful
 		// shutdown must reach decode.
 		FlushTimeout: evictFlush,
@@ -169,7 +169,7 @@ func (l *links) closeLater(e *linkEntry) {
 	}()
 }
 
-func (l *links) account(link *transport.PushLink) {
+func (l *links) account(link *zmqio.PushLink) {
 	st := link.Stats()
 	l.sendFailed.Add(int64(st.Failed + st.Discarded))
 }

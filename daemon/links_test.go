@@ -15,7 +15,8 @@ import (
 
 	"github.com/kvxfer/kvxfer/actors/room"
 	"github.com/kvxfer/kvxfer/nixl"
-	"github.com/kvxfer/kvxfer/transport"
+	"github.com/kvxfer/kvxfer/transport/wire"
+	"github.com/kvxfer/kvxfer/transport/zmqio"
 )
 
 // logBuf collects a daemon's log lines.
@@ -101,18 +102,18 @@ func waitRoomStatus(t *testing.T, s *scheduler, id uint64, st room.Status) {
 // registered decode's own ABORT is still acknowledged.
 func TestAbortReturnAddressesOnlyForRegisteredPeers(t *testing.T) {
 	const n = 3300
-	d := startDaemon(t, transport.DialectUnknown)
+	d := startDaemon(t, wire.DialectUnknown)
 	s := newScheduler(t, d)
 	dec := newDecode(t, d)
 	waitFor(t, "registration", func() bool { return d.Counters()["registrations"] == 1 })
-	att, err := transport.DialPush(transport.PushConfig{Endpoint: transport.TCPEndpoint("127.0.0.1", d.PullPort()), QueueSize: n})
+	att, err := zmqio.DialPush(zmqio.PushConfig{Endpoint: zmqio.TCPEndpoint("127.0.0.1", d.PullPort()), QueueSize: n})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer att.Close()
 	threads0, fds0 := procCounts(t)
 	for i := range n {
-		a := &transport.Abort{Room: uint64(100000 + i), DecodeIP: "127.0.0.1", DecodePort: 20000 + i, HasEndpoint: true}
+		a := &wire.Abort{Room: uint64(100000 + i), DecodeIP: "127.0.0.1", DecodePort: 20000 + i, HasEndpoint: true}
 		if err := att.Send(a.Encode()); err != nil {
 			t.Fatal(err)
 		}
@@ -136,9 +137,9 @@ func TestAbortReturnAddressesOnlyForRegisteredPeers(t *testing.T) {
 	dec.send(t, dec.info(id, []int32{1}, 1, 1))
 	s.cli.Open(id, "")
 	waitRoomStatus(t, s, id, room.WaitingForInput)
-	dec.send(t, (&transport.Abort{Room: id, DecodeIP: "127.0.0.1", DecodePort: dec.pull.Port(), HasEndpoint: true}).Encode())
-	dec.waitFrame(t, func(m transport.Outbound) bool {
-		a, ok := m.(*transport.AbortAck)
+	dec.send(t, (&wire.Abort{Room: id, DecodeIP: "127.0.0.1", DecodePort: dec.pull.Port(), HasEndpoint: true}).Encode())
+	dec.waitFrame(t, func(m wire.Outbound) bool {
+		a, ok := m.(*wire.AbortAck)
 		return ok && a.Room == id
 	})
 }
@@ -211,7 +212,7 @@ func TestLinksCapEvictsLeastRecentlyUsed(t *testing.T) {
 // NIXL peer is dropped, it is listed as dropped, and the new agent's rooms
 // succeed. Twenty restarts leave no threads, fds or links behind.
 func TestReRegistrationFromTheSameEndpointDropsTheOldAgent(t *testing.T) {
-	d := startDaemon(t, transport.DialectUnknown)
+	d := startDaemon(t, wire.DialectUnknown)
 	s := newScheduler(t, d)
 	dec := newDecode(t, d)
 	port := dec.pull.Port()
@@ -222,7 +223,7 @@ func TestReRegistrationFromTheSameEndpointDropsTheOldAgent(t *testing.T) {
 	s.cli.Open(id, "")
 	waitRoomStatus(t, s, id, room.WaitingForInput)
 
-	sameEndpoint := func(r *transport.Registration) { r.DecodePort = port }
+	sameEndpoint := func(r *wire.Registration) { r.DecodePort = port }
 	next := newDecodeWith(t, decodeShape(false), sameEndpoint, d)
 	if rep := s.waitTerminal(t, id); rep.Status != room.Failed || rep.Reason != room.ReasonPeerLost {
 		t.Fatalf("old agent's room: %v/%v", rep.Status, rep.Reason)
@@ -244,7 +245,7 @@ func TestReRegistrationFromTheSameEndpointDropsTheOldAgent(t *testing.T) {
 	// The new agent is served.
 	const ok = 5002
 	next.checker.Expect(ok, 1, false)
-	ti := &transport.TransferInfo{Room: ok, DecodeIP: "127.0.0.1", DecodePort: port, AgentName: next.node.Agent.Name(),
+	ti := &wire.TransferInfo{Room: ok, DecodeIP: "127.0.0.1", DecodePort: port, AgentName: next.node.Agent.Name(),
 		DstKVIndices: []int32{9}, DstAuxIndex: 2, RequiredDstInfoNum: 1, HasDecodePrefixLen: true}
 	next.send(t, ti.Encode())
 	s.start(t, roomSpec{id: ok, src: []int32{4}, chunks: []int{1}, aux: 2})
@@ -287,7 +288,7 @@ func TestReRegistrationFromTheSameEndpointDropsTheOldAgent(t *testing.T) {
 // A decode whose PULL socket goes away is dropped: its rooms fail peer_lost,
 // its NIXL peer and its link are gone.
 func TestDecodeLossDropsThePeer(t *testing.T) {
-	d := startDaemon(t, transport.DialectUnknown)
+	d := startDaemon(t, wire.DialectUnknown)
 	s := newScheduler(t, d)
 	dec := newDecode(t, d)
 	const id = 6001
@@ -320,7 +321,7 @@ func TestShutdownIsBoundedWithADeadDecodeOwedNotices(t *testing.T) {
 	d := startDaemonWith(t, func(c *Config) { c.Logger = logs.logger() })
 	newScheduler(t, d)
 	dead := deadPort(t)
-	newDecodeWith(t, decodeShape(false), func(r *transport.Registration) { r.DecodePort = dead }, d)
+	newDecodeWith(t, decodeShape(false), func(r *wire.Registration) { r.DecodePort = dead }, d)
 	waitFor(t, "registration", func() bool { return d.Counters()["registrations"] == 1 })
 	to := room.Endpoint{IP: "127.0.0.1", Port: dead}
 	for i := range 10000 {

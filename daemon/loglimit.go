@@ -5,21 +5,21 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/kvxfer/kvxfer/transport"
+	"github.com/kvxfer/kvxfer/transport/loglimit"
 )
 
-// logLimiter is transport.LogLimiter for warnings logged from many goroutines
+// logLimiter is loglimit.Limiter for warnings logged from many goroutines
 // (room actors, link monitors, the ingest): one line per interval, with the
 // count suppressed since the last one; every suppressed line also counts in
 // total (the log_lines_suppressed counter).
 type logLimiter struct {
 	mu    sync.Mutex
-	l     transport.LogLimiter
+	l     loglimit.Limiter
 	total *atomic.Int64
 }
 
 func newLogLimiter(every time.Duration, total *atomic.Int64) *logLimiter {
-	return &logLimiter{l: transport.NewLogLimiter(every, nil), total: total}
+	return &logLimiter{l: loglimit.New(every, nil), total: total}
 }
 
 // allow reports whether to log now and, if so, how many lines were suppressed

@@ -10,8 +10,9 @@ import (
 	"github.com/kvxfer/kvxfer/nixl"
 	"github.com/kvxfer/kvxfer/nixl/loopback"
 	"github.com/kvxfer/kvxfer/nixl/sglang"
-	"github.com/kvxfer/kvxfer/transport"
+	"github.com/kvxfer/kvxfer/transport/bootstrap"
 	"github.com/kvxfer/kvxfer/transport/control"
+	"github.com/kvxfer/kvxfer/transport/zmqio"
 )
 
 // memory is what the scheduler registered so far.
@@ -144,13 +145,13 @@ func (d *Daemon) activateLocked(local sglang.Local) error {
 	d.xfers.pool.Store(pool)
 	replay := d.replay
 	d.replay = nil
-	ic := transport.IngestConfig{Host: d.cfg.HostIP, Port: d.cfg.PullPort, Logger: d.log}
+	ic := zmqio.IngestConfig{Host: d.cfg.HostIP, Port: d.cfg.PullPort, Logger: d.log}
 	if len(replay) > 0 {
 		// On the ingest goroutine (it owns the peer table), before any frame
 		// from the socket: a decode's next transfer info finds its agent.
 		ic.Before = func() { d.peers.replay(replay) }
 	}
-	in, err := transport.StartIngest(ic, d.peers)
+	in, err := zmqio.StartIngest(ic, d.peers)
 	if err != nil {
 		return fmt.Errorf("binding the ZMQ PULL socket: %w", err)
 	}
@@ -161,13 +162,13 @@ func (d *Daemon) activateLocked(local sglang.Local) error {
 	}
 	if url != "" {
 		r := d.cfg.Rank
-		reg := transport.RankRegistration{
+		reg := bootstrap.RankRegistration{
 			AttnTPSize: r.TPSize, AttnTPRank: r.TPRank, AttnCPSize: r.CPSize, AttnCPRank: r.CPRank,
 			AttnDPSize: r.DPSize, AttnDPRank: r.DPRank, PPSize: r.PPSize, PPRank: r.PPRank,
 			SystemDPSize: r.DPSize, SystemDPRank: r.DPRank, RankIP: d.cfg.HostIP, RankPort: in.Port(),
 			PageSize: d.cfg.PageSize, KVCacheDtype: d.cfg.KVCacheDtype, LoadBalanceMethod: d.cfg.LoadBalanceMethod,
 		}
-		if err := transport.RegisterRank(context.Background(), url, reg, d.registerOptions(url)); err != nil {
+		if err := bootstrap.RegisterRank(context.Background(), url, reg, d.registerOptions(url)); err != nil {
 			return fmt.Errorf("registering the rank with the bootstrap server %s: %w", url, err)
 		}
 	}

@@ -9,7 +9,7 @@ import (
 	"github.com/kvxfer/kvxfer/actors/room"
 	"github.com/kvxfer/kvxfer/nixl"
 	"github.com/kvxfer/kvxfer/nixl/sglang"
-	"github.com/kvxfer/kvxfer/transport"
+	"github.com/kvxfer/kvxfer/transport/wire"
 )
 
 // peers is the decode-agent table and the ingest Sink. It is owned by the
@@ -27,14 +27,14 @@ type peers struct {
 	max int
 
 	mu      sync.Mutex
-	byAgent map[string]*transport.Registration
+	byAgent map[string]*wire.Registration
 
 	dupLogs, rejectLogs, addLogs *logLimiter
 }
 
 func newPeers(d *Daemon, maxPeers int) *peers {
 	s := &d.counters.logsSuppressed
-	return &peers{d: d, max: maxPeers, byAgent: map[string]*transport.Registration{},
+	return &peers{d: d, max: maxPeers, byAgent: map[string]*wire.Registration{},
 		dupLogs: newLogLimiter(time.Second, s), rejectLogs: newLogLimiter(time.Second, s),
 		// Honest registrations come in bursts at start-up: 20 lines a second.
 		addLogs: newLogLimiter(50*time.Millisecond, s)}
@@ -46,11 +46,11 @@ func newPeers(d *Daemon, maxPeers int) *peers {
 // A new agent at the endpoint of an accepted one means that decode restarted:
 // the old agent is dropped first. Past the peer cap, registrations are
 // rejected (peer_rejected, with the reason).
-func (p *peers) Registration(r *transport.Registration) { p.register(r, nil, false) }
+func (p *peers) Registration(r *wire.Registration) { p.register(r, nil, false) }
 
 // RegistrationFrames is Registration with the frames as received: an accepted
 // registration is kept in the state file (-state-dir) for the next kvxferd.
-func (p *peers) RegistrationFrames(r *transport.Registration, frames [][]byte) {
+func (p *peers) RegistrationFrames(r *wire.Registration, frames [][]byte) {
 	p.register(r, frames, false)
 }
 
@@ -60,8 +60,8 @@ func (p *peers) RegistrationFrames(r *transport.Registration, frames [][]byte) {
 func (p *peers) replay(msgs [][][]byte) {
 	n := 0
 	for _, frames := range msgs {
-		m, err := transport.DecodeInbound(frames)
-		r, ok := m.(*transport.Registration)
+		m, err := wire.DecodeInbound(frames)
+		r, ok := m.(*wire.Registration)
 		if err != nil || !ok {
 			continue // load() decoded it already
 		}
@@ -73,7 +73,7 @@ func (p *peers) replay(msgs [][][]byte) {
 }
 
 // register reports whether r was accepted.
-func (p *peers) register(r *transport.Registration, frames [][]byte, replay bool) bool {
+func (p *peers) register(r *wire.Registration, frames [][]byte, replay bool) bool {
 	d := p.d
 	to := room.Endpoint{IP: r.DecodeIP, Port: r.DecodePort}
 	p.mu.Lock()
@@ -93,7 +93,7 @@ func (p *peers) register(r *transport.Registration, frames [][]byte, replay bool
 	full := len(p.byAgent) >= p.max
 	p.mu.Unlock()
 	var (
-		dialect transport.Dialect
+		dialect wire.Dialect
 		err     error
 	)
 	if full {
@@ -183,7 +183,7 @@ func (d *Daemon) dropAgent(agent, why string, lost bool) {
 	}
 }
 
-func (p *peers) add(r *transport.Registration, dialect transport.Dialect) error {
+func (p *peers) add(r *wire.Registration, dialect wire.Dialect) error {
 	d := p.d
 	d.mu.Lock()
 	agent, pool := d.agent, d.pool
@@ -209,7 +209,7 @@ func (p *peers) add(r *transport.Registration, dialect transport.Dialect) error 
 	}
 	for _, k := range r.KVMemKinds {
 		kind := nixl.VRAM
-		if k == transport.MemDRAM {
+		if k == wire.MemDRAM {
 			kind = nixl.DRAM
 		}
 		g.KVKinds = append(g.KVKinds, kind)
@@ -221,7 +221,7 @@ func (p *peers) add(r *transport.Registration, dialect transport.Dialect) error 
 	return nil
 }
 
-func (p *peers) TransferInfo(t *transport.TransferInfo) {
+func (p *peers) TransferInfo(t *wire.TransferInfo) {
 	defer func() {
 		if p.d.dialects.rejection(t.AgentName) != "" {
 			// After the info, so the room knows where to send the failure.
@@ -238,7 +238,7 @@ func (p *peers) TransferInfo(t *transport.TransferInfo) {
 // Abort: the return address is taken only when it is a registered decode's
 // endpoint; any other ABORT still fails its room, but no ABORT_ACK is sent and
 // no link is dialled for it (counted: abort_endpoints_refused).
-func (p *peers) Abort(a *transport.Abort) {
+func (p *peers) Abort(a *wire.Abort) {
 	var from room.Endpoint
 	if a.HasEndpoint {
 		from = room.Endpoint{IP: a.DecodeIP, Port: a.DecodePort}
@@ -255,14 +255,14 @@ func (p *peers) Abort(a *transport.Abort) {
 	p.d.eng.DecodeAbort(a.Room, from)
 }
 
-func (p *peers) Staging(transport.Inbound) { p.d.counters.staging.Add(1) }
+func (p *peers) Staging(wire.Inbound) { p.d.counters.staging.Add(1) }
 
 // BadFrame: the ingest already counted and logged it; when the frame named its
 // room, that room fails (invalid_request) instead of waiting for a deadline,
 // and no other room is touched.
 func (p *peers) BadFrame(err error) {
 	p.d.counters.badFrames.Add(1)
-	var fe *transport.FrameError
+	var fe *wire.FrameError
 	if errors.As(err, &fe) && fe.HasRoom {
 		p.d.eng.Fail(fe.Room, room.ReasonInvalidRequest)
 	}

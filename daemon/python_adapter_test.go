@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvxfer/kvxfer/transport"
+	"github.com/kvxfer/kvxfer/transport/wire"
 )
 
 // TestPythonAdapter runs python/tests/test_sender.py (unittest) against this
@@ -24,7 +24,7 @@ func TestPythonAdapter(t *testing.T) {
 	if err := exec.Command(py, "-c", "import zmq, msgpack").Run(); err != nil {
 		t.Skipf("no %s with zmq and msgpack (apt install python3-zmq python3-msgpack, or set KVXFER_PYTHON)", py)
 	}
-	d := startDaemon(t, transport.DialectUnknown)
+	d := startDaemon(t, wire.DialectUnknown)
 	const room = 4711
 	cmd := exec.Command(py, "-m", "unittest", "-v", "tests.test_sender")
 	cmd.Dir = filepath.Join("..", "python")
@@ -46,7 +46,7 @@ func TestPythonAdapter(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	dec := newDecode(t, d)
-	dummy := &transport.TransferInfo{Room: room, DecodeIP: "127.0.0.1", DecodePort: dec.pull.Port(), AgentName: dec.node.Agent.Name(),
+	dummy := &wire.TransferInfo{Room: room, DecodeIP: "127.0.0.1", DecodePort: dec.pull.Port(), AgentName: dec.node.Agent.Name(),
 		RequiredDstInfoNum: 1, HasIsDummy: true, DummyFlag: true}
 	dec.send(t, dummy.Encode())
 	b, err := <-out, <-errc

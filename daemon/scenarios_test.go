@@ -7,7 +7,7 @@ import (
 	"github.com/kvxfer/kvxfer/actors/room"
 	"github.com/kvxfer/kvxfer/internal/clock"
 	"github.com/kvxfer/kvxfer/nixl/loopback"
-	"github.com/kvxfer/kvxfer/transport"
+	"github.com/kvxfer/kvxfer/transport/wire"
 )
 
 // The scenarios of spec §8 against an in-process kvxferd, driven through its
@@ -71,7 +71,7 @@ func seqPages(from, n int) []int32 {
 }
 
 func TestScenarioSingleAndMultiChunk(t *testing.T) {
-	d := startDaemon(t, transport.Dialect0518)
+	d := startDaemon(t, wire.Dialect0518)
 	s, dec := newScheduler(t, d), newDecode(t, d)
 	for i, chunks := range [][]int{{4}, {2, 2}, {1, 1, 1, 1}, {3, 1}} {
 		r := roomSpec{id: uint64(100 + i), src: seqPages(4*i, 4), chunks: chunks, aux: i}
@@ -88,7 +88,7 @@ func TestScenarioSingleAndMultiChunk(t *testing.T) {
 }
 
 func TestScenarioTwoDecodeRanksAndDummyInfo(t *testing.T) {
-	d := startDaemon(t, transport.Dialect0518)
+	d := startDaemon(t, wire.Dialect0518)
 	s := newScheduler(t, d)
 	a, b := newDecode(t, d), newDecode(t, d)
 	// required_dst_info_num = 2: both ranks get every page.
@@ -108,7 +108,7 @@ func TestScenarioTwoDecodeRanksAndDummyInfo(t *testing.T) {
 	r = roomSpec{id: 201, src: seqPages(3, 2), chunks: []int{2}, aux: 3}
 	a.checker.Expect(r.id, 1, false)
 	a.send(t, a.info(r.id, seqPages(20, 2), 4, 2))
-	dummy := &transport.TransferInfo{Room: r.id, DecodeIP: "127.0.0.1", DecodePort: b.pull.Port(), AgentName: b.node.Agent.Name(),
+	dummy := &wire.TransferInfo{Room: r.id, DecodeIP: "127.0.0.1", DecodePort: b.pull.Port(), AgentName: b.node.Agent.Name(),
 		DstAuxIndex: 4, RequiredDstInfoNum: 2, HasIsDummy: true, DummyFlag: true}
 	b.send(t, dummy.Encode())
 	s.start(t, r)
@@ -156,11 +156,11 @@ func TestScenarioTwoPrefillRanksDistinctSenders(t *testing.T) {
 }
 
 func TestScenarioPrefixHits(t *testing.T) {
-	d := startDaemon(t, transport.Dialect0518)
+	d := startDaemon(t, wire.Dialect0518)
 	s, dec := newScheduler(t, d), newDecode(t, d)
 	// Full hit: decode holds every page; prefill inits 0 pages and sends one
 	// empty last chunk, which becomes aux_nokv.
-	full := &transport.TransferInfo{Room: 400, DecodeIP: "127.0.0.1", DecodePort: dec.pull.Port(), AgentName: dec.node.Agent.Name(),
+	full := &wire.TransferInfo{Room: 400, DecodeIP: "127.0.0.1", DecodePort: dec.pull.Port(), AgentName: dec.node.Agent.Name(),
 		DstAuxIndex: 6, RequiredDstInfoNum: 1, DecodePrefixLen: 64, HasDecodePrefixLen: true}
 	dec.checker.Expect(400, 1, false)
 	dec.send(t, full.Encode())
@@ -170,7 +170,7 @@ func TestScenarioPrefixHits(t *testing.T) {
 	}
 	dec.verify(t, 400, nil, 6)
 	// Partial hit: decode's page list covers only the pages after its prefix.
-	part := &transport.TransferInfo{Room: 401, DecodeIP: "127.0.0.1", DecodePort: dec.pull.Port(), AgentName: dec.node.Agent.Name(),
+	part := &wire.TransferInfo{Room: 401, DecodeIP: "127.0.0.1", DecodePort: dec.pull.Port(), AgentName: dec.node.Agent.Name(),
 		DstKVIndices: seqPages(50, 2), DstAuxIndex: 7, RequiredDstInfoNum: 1, DecodePrefixLen: 16, HasDecodePrefixLen: true}
 	dec.checker.Expect(401, 1, false)
 	dec.send(t, part.Encode())
@@ -188,7 +188,7 @@ func TestScenarioHybridState(t *testing.T) {
 	for k := range stateItem {
 		s.state[3*stateItem+k] = byte(k*7 + 1)
 	}
-	ti := &transport.TransferInfo{Room: 500, DecodeIP: "127.0.0.1", DecodePort: dec.pull.Port(), AgentName: dec.node.Agent.Name(),
+	ti := &wire.TransferInfo{Room: 500, DecodeIP: "127.0.0.1", DecodePort: dec.pull.Port(), AgentName: dec.node.Agent.Name(),
 		DstKVIndices: seqPages(0, 2), DstAuxIndex: 1, RequiredDstInfoNum: 1, DstStateIndices: [][]int32{{5}}, HasDecodePrefixLen: true}
 	dec.checker.Expect(500, 1, true)
 	dec.send(t, ti.Encode())
@@ -214,7 +214,7 @@ func abortRig(t *testing.T) (*Daemon, *scheduler, *decodeRank, *clock.Fake) {
 }
 
 func (r *decodeRank) abort(t *testing.T, id uint64) {
-	r.send(t, (&transport.Abort{Room: id, DecodeIP: "127.0.0.1", DecodePort: r.pull.Port(), HasEndpoint: true}).Encode())
+	r.send(t, (&wire.Abort{Room: id, DecodeIP: "127.0.0.1", DecodePort: r.pull.Port(), HasEndpoint: true}).Encode())
 }
 
 func (r *decodeRank) acks(id uint64) int {
@@ -222,8 +222,8 @@ func (r *decodeRank) acks(id uint64) int {
 	defer r.mu.Unlock()
 	n := 0
 	for _, f := range r.got {
-		if m, err := transport.DecodeOutbound(f); err == nil {
-			if a, ok := m.(*transport.AbortAck); ok && a.Room == id {
+		if m, err := wire.DecodeOutbound(f); err == nil {
+			if a, ok := m.(*wire.AbortAck); ok && a.Room == id {
 				n++
 			}
 		}
@@ -231,12 +231,12 @@ func (r *decodeRank) acks(id uint64) int {
 	return n
 }
 
-func isAck(id uint64) func(transport.Outbound) bool {
-	return func(m transport.Outbound) bool { a, ok := m.(*transport.AbortAck); return ok && a.Room == id }
+func isAck(id uint64) func(wire.Outbound) bool {
+	return func(m wire.Outbound) bool { a, ok := m.(*wire.AbortAck); return ok && a.Room == id }
 }
 
-func isStatus(id uint64) func(transport.Outbound) bool {
-	return func(m transport.Outbound) bool { k, ok := m.(*transport.KVStatus); return ok && k.Room == id }
+func isStatus(id uint64) func(wire.Outbound) bool {
+	return func(m wire.Outbound) bool { k, ok := m.(*wire.KVStatus); return ok && k.Room == id }
 }
 
 func TestScenarioAbortOrderings(t *testing.T) {
@@ -282,7 +282,7 @@ func TestScenarioAbortOrderings(t *testing.T) {
 		t.Fatalf("decode told with writes in flight")
 	}
 	clk.Advance(11 * time.Second)
-	st := dec.waitFrame(t, isStatus(603)).(*transport.KVStatus)
+	st := dec.waitFrame(t, isStatus(603)).(*wire.KVStatus)
 	if st.Reason != "client_abort (writes still in flight after the drain deadline)" {
 		t.Fatalf("status after an expired drain: %q", st.Reason)
 	}
@@ -325,17 +325,17 @@ func TestScenarioLateInfoAfterClearIsToldTheFailure(t *testing.T) {
 	}
 	s.cli.Failure([]uint64{700}, true) // failure_exception clears
 	dec.send(t, dec.info(700, seqPages(0, 1), 0, 1))
-	st := dec.waitFrame(t, isStatus(700)).(*transport.KVStatus)
-	if st.Status != transport.KVPollFailed || st.Reason != "client_abort" {
+	st := dec.waitFrame(t, isStatus(700)).(*wire.KVStatus)
+	if st.Status != wire.KVPollFailed || st.Reason != "client_abort" {
 		t.Fatalf("late transfer info answered %+v", st)
 	}
 }
 
 func TestScenarioDuplicateRegistrationAndUnknownAgent(t *testing.T) {
-	d := startDaemon(t, transport.Dialect0518)
+	d := startDaemon(t, wire.Dialect0518)
 	s, dec := newScheduler(t, d), newDecode(t, d)
 	dec.send(t, dec.reg.Encode()) // first wins
-	ghost := &transport.TransferInfo{Room: 800, DecodeIP: "127.0.0.1", DecodePort: 1, AgentName: "ghost",
+	ghost := &wire.TransferInfo{Room: 800, DecodeIP: "127.0.0.1", DecodePort: 1, AgentName: "ghost",
 		DstKVIndices: seqPages(0, 1), DstAuxIndex: 0, RequiredDstInfoNum: 1, HasDecodePrefixLen: true}
 	dec.send(t, ghost.Encode())
 	s.start(t, roomSpec{id: 800, src: seqPages(0, 1), chunks: []int{1}, aux: 0})
@@ -355,7 +355,7 @@ func TestScenarioDuplicateRegistrationAndUnknownAgent(t *testing.T) {
 }
 
 func TestScenarioDecodeVanishesMidTransfer(t *testing.T) {
-	d := startDaemon(t, transport.Dialect0518)
+	d := startDaemon(t, wire.Dialect0518)
 	s := newScheduler(t, d)
 	gone, ok := newDecode(t, d), newDecode(t, d)
 	d.agent.(*loopback.Agent).SetFault(gone.node.Agent.Name(), loopback.Fault{Disconnect: true})

@@ -12,7 +12,7 @@ import (
 	"sync"
 	"syscall"
 
-	"github.com/kvxfer/kvxfer/transport"
+	"github.com/kvxfer/kvxfer/transport/wire"
 )
 
 // The registration state file (-state-dir): the decode registrations this
@@ -29,7 +29,7 @@ import (
 // exactly as received, GUARD included. The file is input from disk: it must
 // be a regular file (no symlink) owned by us with mode 0600, at most
 // stateMaxFile bytes, and every record must decode as a registration
-// (transport.DecodeInbound, the fuzzed codec); otherwise it is refused whole,
+// (wire.DecodeInbound, the fuzzed codec); otherwise it is refused whole,
 // logged, and the daemon starts without it.
 const (
 	stateMagic     = "KVXFERRG"
@@ -224,11 +224,11 @@ func decodeState(data []byte, maxRecs int) (string, []storedReg, error) {
 			frames = append(frames, b)
 			size += 4 + fl
 		}
-		m, err := transport.DecodeInbound(frames)
+		m, err := wire.DecodeInbound(frames)
 		if err != nil {
 			return "", nil, fmt.Errorf("registration %d: %w", i, err)
 		}
-		r, ok := m.(*transport.Registration)
+		r, ok := m.(*wire.Registration)
 		if !ok {
 			return "", nil, fmt.Errorf("registration %d: a %T, not a registration", i, m)
 		}
@@ -240,14 +240,14 @@ func decodeState(data []byte, maxRecs int) (string, []storedReg, error) {
 	return string(scope), recs, nil
 }
 
-func regEndpoint(r *transport.Registration) string {
+func regEndpoint(r *wire.Registration) string {
 	return fmt.Sprintf("%s:%d", r.DecodeIP, r.DecodePort)
 }
 
 // put keeps an accepted registration's frames (copied): it replaces any kept
 // for the same agent or endpoint (a new agent at an endpoint is that decode
 // restarted), and the oldest go past the count and size caps.
-func (s *regStore) put(r *transport.Registration, frames [][]byte) {
+func (s *regStore) put(r *wire.Registration, frames [][]byte) {
 	if s == nil {
 		return
 	}

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/kvxfer/kvxfer/actors/room"
-	"github.com/kvxfer/kvxfer/transport"
+	"github.com/kvxfer/kvxfer/transport/wire"
 )
 
 func freePort(t *testing.T) int {
@@ -86,18 +86,18 @@ func TestStateStoreDedupAndReplayOfAGoneDecode(t *testing.T) {
 	if s == nil || msgs != nil {
 		t.Fatal("fresh store")
 	}
-	reg := func(agent string, port int) *transport.Registration {
-		return &transport.Registration{DecodeIP: "127.0.0.1", DecodePort: port, AgentName: agent, AgentMetadata: []byte("md"),
+	reg := func(agent string, port int) *wire.Registration {
+		return &wire.Registration{DecodeIP: "127.0.0.1", DecodePort: port, AgentName: agent, AgentMetadata: []byte("md"),
 			DecodeTPSize: 1, HasLayerInfo: true, DCPSize: 1}
 	}
-	for _, r := range []*transport.Registration{reg("a", 1), reg("b", 2), reg("a2", 1), reg("c", 3), reg("d", 4), reg("e", 5)} {
+	for _, r := range []*wire.Registration{reg("a", 1), reg("b", 2), reg("a2", 1), reg("c", 3), reg("d", 4), reg("e", 5)} {
 		s.put(r, r.Encode())
 	}
 	_, msgs = openRegStore(dir, "scope", 4, log)
 	var names []string
 	for _, m := range msgs {
-		r, _ := transport.DecodeInbound(m)
-		names = append(names, r.(*transport.Registration).AgentName)
+		r, _ := wire.DecodeInbound(m)
+		names = append(names, r.(*wire.Registration).AgentName)
 	}
 	// a2 replaced a (same endpoint); b, the oldest, went past the cap of 4.
 	if strings.Join(names, ",") != "a2,c,d,e" {
@@ -144,7 +144,7 @@ func TestStateStoreDedupAndReplayOfAGoneDecode(t *testing.T) {
 func TestStateFileRefused(t *testing.T) {
 	good := func(dir string) {
 		s, _ := openRegStore(dir, "x", 4, slog.New(slog.DiscardHandler))
-		r := &transport.Registration{DecodeIP: "127.0.0.1", DecodePort: 1, AgentName: "a", DecodeTPSize: 1}
+		r := &wire.Registration{DecodeIP: "127.0.0.1", DecodePort: 1, AgentName: "a", DecodeTPSize: 1}
 		s.put(r, r.Encode())
 	}
 	cases := map[string]struct {

@@ -18,7 +18,7 @@ import (
 	"github.com/kvxfer/kvxfer/actors/room"
 	"github.com/kvxfer/kvxfer/internal/clock"
 	"github.com/kvxfer/kvxfer/telemetry"
-	"github.com/kvxfer/kvxfer/transport"
+	"github.com/kvxfer/kvxfer/transport/wire"
 )
 
 // otlpReceiver is a fake OTLP/HTTP collector: it decodes every POST
@@ -121,7 +121,7 @@ func (rc *otlpReceiver) named(name string) []receivedSpan {
 
 // setupTelemetry builds telemetry from env (as kvxferd does) and a daemon
 // that uses it: the observer in the engine, /metrics on the debug server.
-func setupTelemetry(t *testing.T, env map[string]string, clk clock.Clock, dialect transport.Dialect) (*telemetry.Telemetry, *Daemon) {
+func setupTelemetry(t *testing.T, env map[string]string, clk clock.Clock, dialect wire.Dialect) (*telemetry.Telemetry, *Daemon) {
 	t.Helper()
 	tel, err := telemetry.Setup(t.Context(), telemetry.Options{
 		ServiceName: "kvxferd-test", BytesPerPage: 2 * layers * item, Clock: clk,
@@ -161,7 +161,7 @@ func TestDaemonExportsRoomSpansOverOTLPHTTP(t *testing.T) {
 	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", col.URL)
 	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
 	env := map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": col.URL, "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf"}
-	tel, d := setupTelemetry(t, env, clock.Real{}, transport.DialectUnknown)
+	tel, d := setupTelemetry(t, env, clock.Real{}, wire.DialectUnknown)
 	if !strings.Contains(tel.Tracing, "tracing on: OTLP http/protobuf") {
 		t.Fatalf("tracing: %s", tel.Tracing)
 	}
@@ -309,7 +309,7 @@ func wantMetrics(t *testing.T, m map[string]float64, want map[string]float64) {
 // fake clock) and falls back once they are aborted.
 func TestDaemonMetricsDuringWorkload(t *testing.T) {
 	clk := clock.NewFake(time.Unix(1_800_000_000, 0))
-	_, d := setupTelemetry(t, map[string]string{}, clk, transport.DialectUnknown)
+	_, d := setupTelemetry(t, map[string]string{}, clk, wire.DialectUnknown)
 	m := scrape(t, d)
 	wantMetrics(t, m, map[string]float64{`kvxfer_rooms_created_total`: 0, `kvxfer_pool_inflight`: 0, `kvxfer_bad_frames_total`: 0})
 	s := newScheduler(t, d)

@@ -12,7 +12,7 @@ var bounds = struct {
 	f4         procBounds // 300,000 unknown rooms and 4 huge frames
 	f8         procBounds // a client polling 2^20 rooms in a loop (each request 9 MiB)
 	f7RSSMiB   float64    // RSS growth from 50,000 fake rank tuples
-	f7Accepted int        // fake rank tuples accepted (the rank table's cap: transport.DefaultMaxRanks)
+	f7Accepted int        // fake rank tuples accepted (the rank table's cap: bootstrap.DefaultMaxRanks)
 
 	f2bThreads, f2bFDs, f2bMaps int // growth over all decode restarts
 

@@ -17,8 +17,9 @@ import (
 	"github.com/kvxfer/kvxfer/nixl"
 	"github.com/kvxfer/kvxfer/nixl/kvmem"
 	"github.com/kvxfer/kvxfer/nixl/loopback"
-	"github.com/kvxfer/kvxfer/transport"
 	"github.com/kvxfer/kvxfer/transport/control"
+	"github.com/kvxfer/kvxfer/transport/wire"
+	"github.com/kvxfer/kvxfer/transport/zmqio"
 )
 
 // attackRoom is the k-th room id an attack uses: above 2^62, where the shared
@@ -57,7 +58,7 @@ func dialPusher(t *testing.T, port int) *pusher {
 	}
 	s.SetLinger(0)
 	s.SetSndtimeo(5 * time.Second)
-	if err := s.Connect(transport.TCPEndpoint("127.0.0.1", port)); err != nil {
+	if err := s.Connect(zmqio.TCPEndpoint("127.0.0.1", port)); err != nil {
 		t.Fatal(err)
 	}
 	p := &pusher{ctx: ctx, sock: s}
@@ -101,7 +102,7 @@ func (p *pusher) flood(n int, limit time.Duration, mk func(i int) [][]byte) (int
 // given, a PULL socket that counts what kvxferd sends it.
 type fakeDecode struct {
 	node     *kvmem.Node
-	pull     *transport.Ingest
+	pull     *zmqio.Ingest
 	port     int
 	received atomic.Int64
 }
@@ -119,7 +120,7 @@ func newFakeDecode(t *testing.T, role string, pullPort int) *fakeDecode {
 	f := &fakeDecode{node: n, port: pullPort}
 	t.Cleanup(func() { n.Close() })
 	if pullPort == 0 {
-		f.pull, err = transport.StartPull(transport.IngestConfig{Host: "127.0.0.1"}, func([][]byte) { f.received.Add(1) })
+		f.pull, err = zmqio.StartPull(zmqio.IngestConfig{Host: "127.0.0.1"}, func([][]byte) { f.received.Add(1) })
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -143,13 +144,13 @@ func (f *fakeDecode) registration(t *testing.T) [][]byte {
 }
 
 func registrationFrames(agent string, port int, md []byte, kv, aux []uint64, slots int) [][]byte {
-	reg := &transport.Registration{
+	reg := &wire.Registration{
 		DecodeIP: "127.0.0.1", DecodePort: port, AgentName: agent, AgentMetadata: md,
 		KVDataPtrs: kv, AuxDataPtrs: aux, DecodeTPSize: 1, DstKVItemLen: prefillItem,
 		DstNumSlots: slots, HasDstNumSlots: true, HasLayerInfo: true, DCPSize: 1, HasStateDataLens: true,
 	}
 	for i := range kv {
-		reg.KVMemKinds = append(reg.KVMemKinds, transport.MemDRAM)
+		reg.KVMemKinds = append(reg.KVMemKinds, wire.MemDRAM)
 		reg.KVItemLens = append(reg.KVItemLens, prefillItem)
 		reg.KVLayerIDs = append(reg.KVLayerIDs, uint32(i%prefillLayers))
 	}
@@ -158,7 +159,7 @@ func registrationFrames(agent string, port int, md []byte, kv, aux []uint64, slo
 
 // transferInfo is one room's destination: pages 0..pages-1, aux slot 0.
 func transferInfo(agent string, port int, roomID uint64, pages int) [][]byte {
-	ti := &transport.TransferInfo{Room: roomID, DecodeIP: "127.0.0.1", DecodePort: port, AgentName: agent,
+	ti := &wire.TransferInfo{Room: roomID, DecodeIP: "127.0.0.1", DecodePort: port, AgentName: agent,
 		DstAuxIndex: 0, RequiredDstInfoNum: 1, HasDecodePrefixLen: true}
 	for p := range pages {
 		ti.DstKVIndices = append(ti.DstKVIndices, int32(p))
@@ -167,7 +168,7 @@ func transferInfo(agent string, port int, roomID uint64, pages int) [][]byte {
 }
 
 func abortFrames(roomID uint64, ip string, port int, gen uint64) [][]byte {
-	a := &transport.Abort{Room: roomID, DecodeIP: ip, DecodePort: port, HasEndpoint: true, Generation: gen, HasGen: gen > 0}
+	a := &wire.Abort{Room: roomID, DecodeIP: ip, DecodePort: port, HasEndpoint: true, Generation: gen, HasGen: gen > 0}
 	return a.Encode()
 }
 

@@ -23,7 +23,8 @@ import (
 	"github.com/kvxfer/kvxfer/nixl/libnixl"
 	"github.com/kvxfer/kvxfer/nixl/sglang"
 	"github.com/kvxfer/kvxfer/telemetry"
-	"github.com/kvxfer/kvxfer/transport"
+	"github.com/kvxfer/kvxfer/transport/bootstrap"
+	"github.com/kvxfer/kvxfer/transport/wire"
 )
 
 func main() {
@@ -43,7 +44,7 @@ func envInt(getenv func(string) string, name string, def int) int {
 func run(args []string, getenv func(string) string) error {
 	fs := flag.NewFlagSet("kvxferd", flag.ContinueOnError)
 	var c daemon.Config
-	host := transport.HostIPFromEnv(getenv)
+	host := bootstrap.HostIPFromEnv(getenv)
 	if host == "" {
 		host = "127.0.0.1"
 	}
@@ -65,12 +66,12 @@ func run(args []string, getenv func(string) string) error {
 	fs.BoolVar(&c.ServeBootstrap, "serve-bootstrap", true, "host the bootstrap HTTP server (the instance's rank 0 does)")
 	fs.IntVar(&c.BootstrapPort, "disaggregation-bootstrap-port", 8998, "bootstrap HTTP port")
 	fs.StringVar(&c.BootstrapURL, "bootstrap-url", "", "register into this bootstrap server (http://host:port) instead of the hosted one")
-	if bc, err := transport.BootstrapConfigFromEnv(getenv); err == nil {
+	if bc, err := bootstrap.BootstrapConfigFromEnv(getenv); err == nil {
 		c.BootstrapCleanup = bc.EntryCleanupInterval
 	} else {
 		return err
 	}
-	fs.StringVar(&c.AuthToken, "bootstrap-auth-token", getenv(transport.EnvBootstrapAuthToken), "bearer token for PUT/POST (SGLANG_DISAGGREGATION_BOOTSTRAP_AUTH_TOKEN)")
+	fs.StringVar(&c.AuthToken, "bootstrap-auth-token", getenv(bootstrap.EnvBootstrapAuthToken), "bearer token for PUT/POST (SGLANG_DISAGGREGATION_BOOTSTRAP_AUTH_TOKEN)")
 	fs.StringVar(&c.ControlEndpoint, "control", "", "control API endpoint (default ipc://$XDG_RUNTIME_DIR/kvxfer-<uid>-rank<tp-rank>.sock, or the temp directory when XDG_RUNTIME_DIR is unset: control.DefaultEndpoint)")
 	fs.StringVar(&c.DebugAddr, "debug-addr", "127.0.0.1:0", "HTTP address for /debug/rooms, /healthz and /metrics (empty: off)")
 	fs.IntVar(&c.HTTP.MaxConns, "http-max-conns", 0, "connections each HTTP server (bootstrap, debug) holds before new ones go to a 16-connection reserve that closes its oldest when full (0: an eighth of the open-file limit, 16 to 1024; -1: no cap)")
@@ -93,10 +94,10 @@ func run(args []string, getenv func(string) string) error {
 		return err
 	}
 	var err error
-	if c.Dialect, err = transport.ParseDialect(*proto); err != nil {
+	if c.Dialect, err = wire.ParseDialect(*proto); err != nil {
 		return fmt.Errorf("-decode-protocol: %w", err)
 	}
-	if c.LegacyDialect, err = transport.ParseDialect(*legacy); err != nil || c.LegacyDialect == transport.DialectUnknown || c.LegacyDialect == transport.Dialect0523 {
+	if c.LegacyDialect, err = wire.ParseDialect(*legacy); err != nil || c.LegacyDialect == wire.DialectUnknown || c.LegacyDialect == wire.Dialect0523 {
 		return fmt.Errorf("-decode-protocol-legacy %q: want 0.5.18, 0.5.20, 0.5.21 or 0.5.22", *legacy)
 	}
 	c.NoHold = !*hold

@@ -9,23 +9,23 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvxfer/kvxfer/transport"
+	"github.com/kvxfer/kvxfer/transport/bootstrap"
 )
 
 // TestTopologyWaitsWhileNotRegistered: decode retries GET /route while the
 // server answers 503, then reads the topology once the rank registered.
 func TestTopologyWaitsWhileNotRegistered(t *testing.T) {
-	boot := transport.NewBootstrapServer(transport.BootstrapConfig{})
+	boot := bootstrap.NewBootstrapServer(bootstrap.BootstrapConfig{})
 	var gets atomic.Int64
 	h := boot.Handler()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodGet && r.URL.Path == "/route" {
 			if gets.Add(1) == 3 {
 				// Register while decode is retrying.
-				_ = transport.RegisterRank(context.Background(), "http://"+r.Host, transport.RankRegistration{
+				_ = bootstrap.RegisterRank(context.Background(), "http://"+r.Host, bootstrap.RankRegistration{
 					AttnTPSize: 1, AttnCPSize: 1, AttnDPSize: 1, PPSize: 1, SystemDPSize: 1,
 					RankIP: "127.0.0.1", RankPort: 5555, PageSize: 32, KVCacheDtype: "fp8_e4m3",
-				}, transport.RegisterOptions{Attempts: 1})
+				}, bootstrap.RegisterOptions{Attempts: 1})
 			}
 		}
 		h.ServeHTTP(w, r)

@@ -10,7 +10,7 @@ import (
 	"github.com/kvxfer/kvxfer/actors/room"
 	"github.com/kvxfer/kvxfer/emul/workload"
 	"github.com/kvxfer/kvxfer/internal/clock"
-	"github.com/kvxfer/kvxfer/transport"
+	"github.com/kvxfer/kvxfer/transport/wire"
 )
 
 func newDecode(t *testing.T, p *prefill, rel Release, mod func(*Config)) *Emulator {
@@ -328,7 +328,7 @@ func TestZeroFiveTwentyThreeCompletesOnlyOnKVStatus(t *testing.T) {
 	eventually(t, 5*time.Second, "the unread notifications", func() bool { return e.c.unreadNotifs.Load() > 0 })
 	status := func(rank int) {
 		p0.sendTo(room.Endpoint{IP: "127.0.0.1", Port: e.Port()},
-			(&transport.KVStatus{Room: pl.Room, Status: transport.KVPollSuccess, PrefillRank: rank}).Encode())
+			(&wire.KVStatus{Room: pl.Room, Status: wire.KVPollSuccess, PrefillRank: rank}).Encode())
 	}
 	status(0)
 	status(0) // the same rank twice is still one
@@ -389,7 +389,7 @@ func TestGenerationlessAcksIgnored(t *testing.T) {
 			}
 			// A 4-frame ACK with another generation is ignored too.
 			p.sendTo(room.Endpoint{IP: "127.0.0.1", Port: e.Port()},
-				(&transport.AbortAck{Room: id, PrefillRank: 0, Generation: 99, HasGen: true}).Encode())
+				(&wire.AbortAck{Room: id, PrefillRank: 0, Generation: 99, HasGen: true}).Encode())
 			eventually(t, 5*time.Second, "the stale ACK", func() bool { return e.c.acksStale.Load() == 1 })
 			if n := e.c.acksNoGen.Load(); n != 1 {
 				t.Fatalf("generation-less ACKs ignored: %d", n)
@@ -605,7 +605,7 @@ func TestParseRelease(t *testing.T) {
 			t.Errorf("%s: %v %v", rel, got, err)
 		}
 	}
-	if got, _ := ParseRelease("v0.5.21"); got != Release0521 || got.Dialect() != transport.Dialect0520 {
+	if got, _ := ParseRelease("v0.5.21"); got != Release0521 || got.Dialect() != wire.Dialect0520 {
 		t.Errorf("v0.5.21: %v", got)
 	}
 	for _, bad := range []string{"", "0.5.19", "auto", "baseline"} {

@@ -13,7 +13,8 @@ import (
 	"github.com/kvxfer/kvxfer/internal/clock"
 	"github.com/kvxfer/kvxfer/nixl"
 	"github.com/kvxfer/kvxfer/nixl/sglang"
-	"github.com/kvxfer/kvxfer/transport"
+	"github.com/kvxfer/kvxfer/transport/wire"
+	"github.com/kvxfer/kvxfer/transport/zmqio"
 )
 
 // Emulator is one decode rank (plus its optional dummy sibling). Create it with
@@ -228,12 +229,12 @@ func (e *Emulator) targetsFor(ctx context.Context, r *rank, room uint64) ([]Targ
 }
 
 // link returns r's PUSH link to t, creating it and sending the registration.
-func (e *Emulator) link(r *rank, t Target) (*transport.PushLink, error) {
-	ep := transport.TCPEndpoint(t.IP, t.Port)
+func (e *Emulator) link(r *rank, t Target) (*zmqio.PushLink, error) {
+	ep := zmqio.TCPEndpoint(t.IP, t.Port)
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closed {
-		return nil, transport.ErrLinkClosed
+		return nil, zmqio.ErrLinkClosed
 	}
 	if l, ok := r.links[ep]; ok {
 		return l, nil
@@ -242,7 +243,7 @@ func (e *Emulator) link(r *rank, t Target) (*transport.PushLink, error) {
 	if err != nil {
 		return nil, err
 	}
-	l, err := transport.DialPush(transport.PushConfig{Endpoint: ep, Logger: e.cfg.Logger})
+	l, err := zmqio.DialPush(zmqio.PushConfig{Endpoint: ep, Logger: e.cfg.Logger})
 	if err != nil {
 		return nil, err
 	}
@@ -264,7 +265,7 @@ func (e *Emulator) send(r *rank, t Target, frames [][]byte) {
 	}
 	if err != nil {
 		e.c.pushErrors.Add(1)
-		e.log.Warn("decode: send to prefill failed", "endpoint", transport.TCPEndpoint(t.IP, t.Port), "err", err)
+		e.log.Warn("decode: send to prefill failed", "endpoint", zmqio.TCPEndpoint(t.IP, t.Port), "err", err)
 	}
 }
 
@@ -274,12 +275,12 @@ func pullKind(frames [][]byte) string {
 		return "empty"
 	}
 	switch tag := string(frames[0]); tag {
-	case transport.TagKVStatus:
+	case wire.TagKVStatus:
 		if len(frames) > 2 {
 			return "KV_STATUS " + string(frames[2])
 		}
 		return "KV_STATUS ?"
-	case transport.TagAbortAck:
+	case wire.TagAbortAck:
 		return fmt.Sprintf("ABORT_ACK %d frames", len(frames))
 	default:
 		if len(tag) > 24 || !printable(tag) {
@@ -310,7 +311,7 @@ func (e *Emulator) onPrimaryMsg(frames [][]byte) {
 	if !rel.ReadsPull() {
 		return
 	}
-	m, err := transport.DecodeOutbound(frames)
+	m, err := wire.DecodeOutbound(frames)
 	if err != nil {
 		e.c.badOutbound.Add(1)
 		return
@@ -318,7 +319,7 @@ func (e *Emulator) onPrimaryMsg(frames [][]byte) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	switch m := m.(type) {
-	case *transport.KVStatus:
+	case *wire.KVStatus:
 		rs, ok := e.rooms[m.Room]
 		if !ok || !rs.infoSent {
 			e.c.lateNotices.Add(1) // request_status has no such room: dropped
@@ -328,14 +329,14 @@ func (e *Emulator) onPrimaryMsg(frames [][]byte) {
 			e.c.foreignRanks.Add(1)
 		}
 		switch m.Status {
-		case transport.KVPollFailed:
+		case wire.KVPollFailed:
 			if !rs.complete && !rs.failed {
 				rs.failed, rs.failReason = true, m.Reason
 				if rs.failReason == "" {
 					rs.failReason = "Failed to get kvcache from prefill instance, it might be dead"
 				}
 			}
-		case transport.KVPollSuccess:
+		case wire.KVPollSuccess:
 			// apply_prefill_status: success once N distinct prefill_rank values said so.
 			rs.okRanks[m.PrefillRank] = true
 			if !rs.complete && !rs.failed && len(rs.okRanks) >= max(e.mapping.RequiredPrefillResponses, 1) {
@@ -346,7 +347,7 @@ func (e *Emulator) onPrimaryMsg(frames [][]byte) {
 			return
 		}
 		rs.poke()
-	case *transport.AbortAck:
+	case *wire.AbortAck:
 		if rel.Generations() && !m.HasGen {
 			e.c.acksNoGen.Add(1) // "generation-less ABORT_ACK ignored" (warned once upstream)
 			return

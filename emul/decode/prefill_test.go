@@ -19,7 +19,9 @@ import (
 	"github.com/kvxfer/kvxfer/nixl/kvmem"
 	"github.com/kvxfer/kvxfer/nixl/loopback"
 	"github.com/kvxfer/kvxfer/nixl/sglang"
-	"github.com/kvxfer/kvxfer/transport"
+	"github.com/kvxfer/kvxfer/transport/bootstrap"
+	"github.com/kvxfer/kvxfer/transport/wire"
+	"github.com/kvxfer/kvxfer/transport/zmqio"
 )
 
 // testShape is the memory of both sides in tests: small, so poisoning and
@@ -38,7 +40,7 @@ var prefillSeq atomic.Int64
 // frames: legacy, default 0.5.20), raised to 0.5.22 by an ABORT with a
 // generation; notices written as daemon.Notify writes them.
 type prefillOpts struct {
-	legacy transport.Dialect // what a 23-frame registration is taken for
+	legacy wire.Dialect // what a 23-frame registration is taken for
 	// An older or broken prefill: ABORT_ACKs without the generation
 	// (stripGen), no KV_STATUS "4" even for 0.5.23 (noSuccessStatus), or no
 	// notifications and KV_STATUS "4" to every decode that reads it
@@ -59,8 +61,8 @@ type prefill struct {
 	node   *kvmem.Node
 	pool   *xfer.Pool
 	eng    *actors.Engine
-	ingest *transport.Ingest
-	boot   *transport.BootstrapServer
+	ingest *zmqio.Ingest
+	boot   *bootstrap.BootstrapServer
 	http   *httptest.Server
 
 	healthDown atomic.Bool
@@ -73,9 +75,9 @@ type prefill struct {
 
 	mu     sync.Mutex
 	aborts map[uint64]int
-	gens   map[uint64]uint64                   // last ABORT generation per room
-	peers  map[room.Endpoint]transport.Dialect // decode PULL endpoint -> dialect
-	links  map[string]*transport.PushLink
+	gens   map[uint64]uint64              // last ABORT generation per room
+	peers  map[room.Endpoint]wire.Dialect // decode PULL endpoint -> dialect
+	links  map[string]*zmqio.PushLink
 	free   []int32 // prefill pages
 	auxes  []int
 }
@@ -86,11 +88,11 @@ func newPrefill(t *testing.T, o prefillOpts) *prefill { return newPrefillRank(t,
 // Rank 0 hosts the bootstrap server; other ranks register into first's.
 func newPrefillRank(t *testing.T, o prefillOpts, tpSize, tpRank int, first *prefill) *prefill {
 	t.Helper()
-	if o.legacy == transport.DialectUnknown {
-		o.legacy = transport.Dialect0520
+	if o.legacy == wire.DialectUnknown {
+		o.legacy = wire.Dialect0520
 	}
 	p := &prefill{t: t, o: o, rank: tpRank, aborts: map[uint64]int{}, gens: map[uint64]uint64{},
-		peers: map[room.Endpoint]transport.Dialect{}, links: map[string]*transport.PushLink{}}
+		peers: map[room.Endpoint]wire.Dialect{}, links: map[string]*zmqio.PushLink{}}
 	node, err := kvmem.New(fmt.Sprintf("emul-prefill-%d", prefillSeq.Add(1)), testShape(), sglang.SenderID(0, tpSize, tpRank), loopback.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -111,9 +113,9 @@ func newPrefillRank(t *testing.T, o prefillOpts, tpSize, tpRank int, first *pref
 	if p.eng, err = actors.New(cfg); err != nil {
 		t.Fatal(err)
 	}
-	sink := transport.SinkFuncs{
+	sink := zmqio.SinkFuncs{
 		OnRegistration: p.register,
-		OnTransferInfo: func(ti *transport.TransferInfo) {
+		OnTransferInfo: func(ti *wire.TransferInfo) {
 			p.infos.Add(1)
 			if !ti.HasIsDummy {
 				t.Errorf("prefill: transfer info without is_dummy (every release sends 10 frames)")
@@ -123,14 +125,14 @@ func newPrefillRank(t *testing.T, o prefillOpts, tpSize, tpRank int, first *pref
 				DstPages: ti.DstKVIndices, DstAux: ti.DstAuxIndex, Required: ti.RequiredDstInfoNum,
 				DstState: ti.DstStateIndices, PrefixLen: ti.DecodePrefixLen, Dummy: ti.IsDummy()})
 		},
-		OnAbort: func(a *transport.Abort) {
+		OnAbort: func(a *wire.Abort) {
 			from := room.Endpoint{IP: a.DecodeIP, Port: a.DecodePort}
 			p.mu.Lock()
 			p.aborts[a.Room]++
 			if a.HasGen {
 				p.gens[a.Room] = a.Generation
-				if d, ok := p.peers[from]; ok && d < transport.Dialect0522 {
-					p.peers[from] = transport.Dialect0522
+				if d, ok := p.peers[from]; ok && d < wire.Dialect0522 {
+					p.peers[from] = wire.Dialect0522
 				}
 			}
 			p.mu.Unlock()
@@ -142,13 +144,13 @@ func newPrefillRank(t *testing.T, o prefillOpts, tpSize, tpRank int, first *pref
 		},
 		OnBadFrame: func(err error) { t.Errorf("prefill: bad frame: %v", err) },
 	}
-	if p.ingest, err = transport.StartIngest(transport.IngestConfig{Host: "127.0.0.1"}, sink); err != nil {
+	if p.ingest, err = zmqio.StartIngest(zmqio.IngestConfig{Host: "127.0.0.1"}, sink); err != nil {
 		t.Fatal(err)
 	}
 	if first != nil {
 		p.boot, p.http = first.boot, first.http
 	} else {
-		p.boot = transport.NewBootstrapServer(transport.BootstrapConfig{})
+		p.boot = bootstrap.NewBootstrapServer(bootstrap.BootstrapConfig{})
 		h := p.boot.Handler()
 		p.http = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if r.URL.Path == "/health" && p.healthDown.Load() {
@@ -173,10 +175,10 @@ func newPrefillRank(t *testing.T, o prefillOpts, tpSize, tpRank int, first *pref
 		}
 		p.mu.Unlock()
 	})
-	err = transport.RegisterRank(context.Background(), p.http.URL, transport.RankRegistration{
+	err = bootstrap.RegisterRank(context.Background(), p.http.URL, bootstrap.RankRegistration{
 		AttnTPSize: tpSize, AttnTPRank: tpRank, AttnCPSize: 1, AttnDPSize: 1, PPSize: 1, SystemDPSize: 1,
 		RankIP: "127.0.0.1", RankPort: p.ingest.Port(), PageSize: 16, KVCacheDtype: "auto",
-	}, transport.RegisterOptions{Attempts: 1})
+	}, bootstrap.RegisterOptions{Attempts: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,10 +187,10 @@ func newPrefillRank(t *testing.T, o prefillOpts, tpSize, tpRank int, first *pref
 
 // register is what kvxferd does with a registration: load the agent, then
 // hand the peer geometry to the transfer pool.
-func (p *prefill) register(reg *transport.Registration) {
+func (p *prefill) register(reg *wire.Registration) {
 	p.regs.Add(1)
 	p.regFrames.Store(int64(reg.Frames))
-	dl, err := transport.DialectOf(reg, p.o.legacy)
+	dl, err := wire.DialectOf(reg, p.o.legacy)
 	if err != nil {
 		p.t.Errorf("prefill: %v", err)
 		return
@@ -207,7 +209,7 @@ func (p *prefill) register(reg *transport.Registration) {
 		g.DstNumSlots = reg.DstNumSlots
 	}
 	for _, k := range reg.KVMemKinds {
-		if k == transport.MemVRAM {
+		if k == wire.MemVRAM {
 			g.KVKinds = append(g.KVKinds, nixl.VRAM)
 		} else {
 			g.KVKinds = append(g.KVKinds, nixl.DRAM)
@@ -219,7 +221,7 @@ func (p *prefill) register(reg *transport.Registration) {
 }
 
 // dialectOf is the dialect notices to a decode endpoint are written in.
-func (p *prefill) dialectOf(to room.Endpoint) transport.Dialect {
+func (p *prefill) dialectOf(to room.Endpoint) wire.Dialect {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if d, ok := p.peers[to]; ok {
@@ -231,7 +233,7 @@ func (p *prefill) dialectOf(to room.Endpoint) transport.Dialect {
 // Notify writes the engine's notices as daemon.Notify does (modulo prefillOpts).
 func (p *prefill) Notify(id uint64, n room.Notice) {
 	dl := p.dialectOf(n.To)
-	var m transport.Outbound
+	var m wire.Outbound
 	switch n.Kind {
 	case room.Completion:
 		if len(n.Signal) > 0 && (dl.Notifs() || p.o.notifsToAll) && !p.o.statusOnly {
@@ -242,17 +244,17 @@ func (p *prefill) Notify(id uint64, n room.Notice) {
 		if n.To.Port <= 0 || p.o.noSuccessStatus || !dl.CompletesOnStatus() && !(p.o.statusOnly && dl.ReadsStatus()) {
 			return
 		}
-		m = &transport.KVStatus{Room: id, Status: transport.KVPollSuccess, PrefillRank: p.rank}
+		m = &wire.KVStatus{Room: id, Status: wire.KVPollSuccess, PrefillRank: p.rank}
 	case room.FailureStatus:
 		if n.To.Port <= 0 || !dl.ReadsStatus() {
 			return
 		}
-		m = &transport.KVStatus{Room: id, Status: transport.KVPollFailed, PrefillRank: p.rank, Reason: n.Reason.String()}
+		m = &wire.KVStatus{Room: id, Status: wire.KVPollFailed, PrefillRank: p.rank, Reason: n.Reason.String()}
 	case room.AbortAck:
 		if n.To.Port <= 0 || !n.HasGen && !dl.AcksWithoutGen() && !p.o.stripGen {
 			return
 		}
-		m = &transport.AbortAck{Room: id, PrefillRank: p.rank, Generation: n.Gen, HasGen: n.HasGen && !p.o.stripGen}
+		m = &wire.AbortAck{Room: id, PrefillRank: p.rank, Generation: n.Gen, HasGen: n.HasGen && !p.o.stripGen}
 	default:
 		return
 	}
@@ -261,12 +263,12 @@ func (p *prefill) Notify(id uint64, n room.Notice) {
 
 // sendTo pushes frames to a decode PULL endpoint.
 func (p *prefill) sendTo(to room.Endpoint, frames [][]byte) {
-	ep := transport.TCPEndpoint(to.IP, to.Port)
+	ep := zmqio.TCPEndpoint(to.IP, to.Port)
 	p.mu.Lock()
 	l, ok := p.links[ep]
 	if !ok {
 		var err error
-		if l, err = transport.DialPush(transport.PushConfig{Endpoint: ep}); err != nil {
+		if l, err = zmqio.DialPush(zmqio.PushConfig{Endpoint: ep}); err != nil {
 			p.mu.Unlock()
 			p.t.Errorf("prefill: dial %s: %v", ep, err)
 			return

@@ -8,7 +8,8 @@ import (
 	"github.com/kvxfer/kvxfer/nixl"
 	"github.com/kvxfer/kvxfer/nixl/kvmem"
 	"github.com/kvxfer/kvxfer/nixl/loopback"
-	"github.com/kvxfer/kvxfer/transport"
+	"github.com/kvxfer/kvxfer/transport/wire"
+	"github.com/kvxfer/kvxfer/transport/zmqio"
 )
 
 // rank is one emulated decode rank: its NIXL agent and memory, its PULL socket,
@@ -17,12 +18,12 @@ import (
 // second rank that only ever sends dummy infos.
 type rank struct {
 	node *kvmem.Node
-	pull *transport.Ingest
+	pull *zmqio.Ingest
 	// tpRank is the engine_rank in the registration. The dummy rank reuses the
 	// primary's (and its TP size): a prefill checks decode TP against its own,
 	// and the dummy only exists to send empty transfer infos.
 	tpRank int
-	links  map[string]*transport.PushLink // prefill endpoint -> link; registration sent on creation
+	links  map[string]*zmqio.PushLink // prefill endpoint -> link; registration sent on creation
 }
 
 func newRank(cfg *Config, role string, tpRank int, onMsg func([][]byte)) (*rank, error) {
@@ -33,23 +34,23 @@ func newRank(cfg *Config, role string, tpRank int, onMsg func([][]byte)) (*rank,
 	if err != nil {
 		return nil, err
 	}
-	pull, err := transport.StartPull(transport.IngestConfig{Host: cfg.Host, Logger: cfg.Logger}, onMsg)
+	pull, err := zmqio.StartPull(zmqio.IngestConfig{Host: cfg.Host, Logger: cfg.Logger}, onMsg)
 	if err != nil {
 		n.Close()
 		return nil, fmt.Errorf("decode %s: PULL socket: %w", role, err)
 	}
-	return &rank{node: n, pull: pull, tpRank: tpRank, links: map[string]*transport.PushLink{}}, nil
+	return &rank{node: n, pull: pull, tpRank: tpRank, links: map[string]*zmqio.PushLink{}}, nil
 }
 
 // registration is the KV-args frame (spec §4.3a) this rank sends once per
 // target prefill rank.
-func (r *rank) registration(cfg *Config) (*transport.Registration, error) {
+func (r *rank) registration(cfg *Config) (*wire.Registration, error) {
 	md, err := r.node.Agent.LocalMetadata()
 	if err != nil {
 		return nil, err
 	}
 	g := r.node.Peer()
-	reg := &transport.Registration{
+	reg := &wire.Registration{
 		DecodeIP: cfg.Host, DecodePort: r.pull.Port(), AgentName: r.node.Agent.Name(), AgentMetadata: md,
 		KVDataPtrs: g.KVPtrs, AuxDataPtrs: g.AuxPtrs, StateDataPtrs: g.StatePtrs,
 		GPUID: cfg.GPU, DecodeTPSize: max(cfg.TPSize, 1), DecodeTPRank: r.tpRank,
@@ -58,9 +59,9 @@ func (r *rank) registration(cfg *Config) (*transport.Registration, error) {
 	}
 	for _, k := range g.KVKinds {
 		if k == nixl.VRAM {
-			reg.KVMemKinds = append(reg.KVMemKinds, transport.MemVRAM)
+			reg.KVMemKinds = append(reg.KVMemKinds, wire.MemVRAM)
 		} else {
-			reg.KVMemKinds = append(reg.KVMemKinds, transport.MemDRAM)
+			reg.KVMemKinds = append(reg.KVMemKinds, wire.MemDRAM)
 		}
 	}
 	for _, s := range r.node.Geo.State {

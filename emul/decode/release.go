@@ -4,11 +4,11 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/kvxfer/kvxfer/transport"
+	"github.com/kvxfer/kvxfer/transport/wire"
 )
 
 // Release is the SGLang decode release the emulator plays
-// (../shared/spec/sglang-versions.md). Unlike transport.Dialect, which groups
+// (../shared/spec/sglang-versions.md). Unlike wire.Dialect, which groups
 // releases that look alike to a prefill, it tells 0.5.20 from 0.5.21: they
 // differ on decode (0.5.21 holds pages until ABORT_ACK).
 type Release uint8
@@ -72,18 +72,18 @@ func (r *Release) UnmarshalText(b []byte) error {
 }
 
 // Dialect is how a prefill sees this release on the wire.
-func (r Release) Dialect() transport.Dialect {
+func (r Release) Dialect() wire.Dialect {
 	switch r {
 	case Release0518:
-		return transport.Dialect0518
+		return wire.Dialect0518
 	case Release0520, Release0521:
-		return transport.Dialect0520
+		return wire.Dialect0520
 	case Release0522:
-		return transport.Dialect0522
+		return wire.Dialect0522
 	case Release0523:
-		return transport.Dialect0523
+		return wire.Dialect0523
 	}
-	return transport.DialectUnknown
+	return wire.DialectUnknown
 }
 
 // ReadsPull: the decode listener thread runs (0.5.20+). 0.5.18 without
@@ -108,7 +108,7 @@ func (r Release) Generations() bool { return r >= Release0522 }
 // RegistrationFrames is the registration's frame count after GUARD.
 func (r Release) RegistrationFrames() int {
 	if r >= Release0523 {
-		return transport.RegFrames0523
+		return wire.RegFrames0523
 	}
-	return transport.RegFramesLegacy
+	return wire.RegFramesLegacy
 }

@@ -6,7 +6,7 @@ import (
 
 	"github.com/kvxfer/kvxfer/emul/workload"
 	"github.com/kvxfer/kvxfer/nixl/kvmem"
-	"github.com/kvxfer/kvxfer/transport"
+	"github.com/kvxfer/kvxfer/transport/wire"
 )
 
 // Outcome is how a room ended on decode.
@@ -237,7 +237,7 @@ func (e *Emulator) RunRoom(ctx context.Context, p workload.Plan) Result {
 	prefixTokens := p.PrefixPages * max(deref0(e.info.PageSize), 1)
 	for _, t := range ts {
 		// Every release sends 10 frames, is_dummy included.
-		ti := &transport.TransferInfo{Room: p.Room, DecodeIP: e.cfg.Host, DecodePort: e.primary.pull.Port(),
+		ti := &wire.TransferInfo{Room: p.Room, DecodeIP: e.cfg.Host, DecodePort: e.primary.pull.Port(),
 			AgentName: e.primary.node.Agent.Name(), DstAuxIndex: int(auxSlot[0]), RequiredDstInfoNum: required,
 			HasDecodePrefixLen: true, HasIsDummy: true, DummyFlag: t.Dummy}
 		if !t.Dummy {
@@ -245,7 +245,7 @@ func (e *Emulator) RunRoom(ctx context.Context, p workload.Plan) Result {
 		}
 		e.send(e.primary, t, ti.Encode())
 		if withDummy {
-			di := &transport.TransferInfo{Room: p.Room, DecodeIP: e.cfg.Host, DecodePort: e.dummy.pull.Port(),
+			di := &wire.TransferInfo{Room: p.Room, DecodeIP: e.cfg.Host, DecodePort: e.dummy.pull.Port(),
 				AgentName: e.dummy.node.Agent.Name(), RequiredDstInfoNum: required, HasDecodePrefixLen: true,
 				HasIsDummy: true, DummyFlag: true}
 			e.send(e.dummy, t, di.Encode())
@@ -374,7 +374,7 @@ func errNoPages(ctx context.Context, what string, n int) error {
 // an armed ABORT takes the next value of the process-wide generation counter
 // (the first is 1) as a 5th frame.
 func (e *Emulator) ensureAbort(rs *roomState, room uint64, ts []Target, arm bool) {
-	a := &transport.Abort{Room: room, DecodeIP: e.cfg.Host, DecodePort: e.primary.pull.Port(), HasEndpoint: true}
+	a := &wire.Abort{Room: room, DecodeIP: e.cfg.Host, DecodePort: e.primary.pull.Port(), HasEndpoint: true}
 	e.mu.Lock()
 	if rs.abortSent {
 		e.mu.Unlock()

@@ -1,0 +1,92 @@
+package wire
+
+// Wire literals (§4.2, §4.3, §9.2 of the protocol spec). They are the exact bytes of
+// frame 0 (or, for GUARD messages, of frame 1 for a registration).
+const (
+	TagGuard      = "NixlMsgGuard" // prefixes registrations and transfer infos
+	TagNone       = "None"         // msg[0] of a KV-args registration
+	TagAbort      = "ABORT"
+	TagWatermark  = "WATERMARK"
+	TagStagingRsp = "STAGING_RSP"
+	TagStagingReq = "STAGING_REQ"
+	TagKVStatus   = "KV_STATUS"
+	TagAbortAck   = "ABORT_ACK"
+)
+
+// Kind names a message type of the control plane, in either direction.
+type Kind uint8
+
+const (
+	KindUnknown Kind = iota
+	// decode -> prefill
+	KindRegistration
+	KindTransferInfo
+	KindAbort
+	KindWatermark
+	KindStagingRsp
+	// prefill -> decode
+	KindKVStatus
+	KindAbortAck
+	KindStagingReq
+)
+
+var kindNames = [...]string{
+	KindUnknown:      "unknown",
+	KindRegistration: "registration",
+	KindTransferInfo: "transfer_info",
+	KindAbort:        "abort",
+	KindWatermark:    "watermark",
+	KindStagingRsp:   "staging_rsp",
+	KindKVStatus:     "kv_status",
+	KindAbortAck:     "abort_ack",
+	KindStagingReq:   "staging_req",
+}
+
+func (k Kind) String() string {
+	if int(k) < len(kindNames) {
+		return kindNames[k]
+	}
+	return "kind?"
+}
+
+// Inbound is a decoded decode->prefill message: *Registration, *TransferInfo, *Abort,
+// *Watermark or *StagingRsp.
+type Inbound interface {
+	Kind() Kind
+	// Encode returns the multipart frames exactly as an SGLang decode would send them.
+	Encode() [][]byte
+}
+
+// Outbound is a decoded prefill->decode message: *KVStatus, *AbortAck or *StagingReq.
+type Outbound interface {
+	Kind() Kind
+	Encode() [][]byte
+}
+
+// KVPoll is SGLang's transfer status enum (base/conn.py). The numeric values are on the
+// wire (KV_STATUS) and their order matters upstream (MIN all-reduce), so keep them.
+type KVPoll int
+
+const (
+	KVPollFailed          KVPoll = 0
+	KVPollBootstrapping   KVPoll = 1
+	KVPollWaitingForInput KVPoll = 2
+	KVPollTransferring    KVPoll = 3
+	KVPollSuccess         KVPoll = 4
+)
+
+func (p KVPoll) String() string {
+	switch p {
+	case KVPollFailed:
+		return "Failed"
+	case KVPollBootstrapping:
+		return "Bootstrapping"
+	case KVPollWaitingForInput:
+		return "WaitingForInput"
+	case KVPollTransferring:
+		return "Transferring"
+	case KVPollSuccess:
+		return "Success"
+	}
+	return "KVPoll?"
+}

@@ -1,0 +1,435 @@
+package zmqio
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	zmq "github.com/pebbe/zmq4"
+
+	"github.com/kvxfer/kvxfer/transport/loglimit"
+	"github.com/kvxfer/kvxfer/transport/wire"
+)
+
+// Sink receives what the ingest loop decodes. Every method is called from the ingest
+// goroutine, one message at a time, in arrival order; it must not block (hand the message
+// to an actor mailbox and return). A panic in a Sink method is recovered, counted and
+// logged, and the loop goes on.
+type Sink interface {
+	Registration(*wire.Registration)
+	TransferInfo(*wire.TransferInfo)
+	Abort(*wire.Abort)
+	// Staging gets WATERMARK and STAGING_RSP (*Watermark, *StagingRsp). kvxfer does not do
+	// staging, so callers drop them; they are passed on only to be counted or logged.
+	Staging(wire.Inbound)
+	// BadFrame gets every message that failed to decode: a *FrameError, errors.Is
+	// ErrUnknownTag for an unknown tag. FrameError.HasRoom tells when the room is known.
+	BadFrame(err error)
+}
+
+// RegistrationFramesSink is a Sink that also wants a registration's frames as received:
+// when the Sink implements it, registrations go to RegistrationFrames instead of
+// Registration (kvxferd keeps accepted ones to replay after a restart). The frames are
+// the socket's; r aliases them.
+type RegistrationFramesSink interface {
+	RegistrationFrames(r *wire.Registration, frames [][]byte)
+}
+
+// IngestConfig configures the prefill-side PULL socket.
+type IngestConfig struct {
+	// Context to create the socket in; nil: the ingest creates (and terminates) its own.
+	Context *zmq.Context
+	// Host is the IP to bind (the rank IP published via PUT /route). IPv6 literals are
+	// fine; "" or "*" binds every interface.
+	Host string
+	// Port to bind; 0 picks a random free port (upstream bind_to_random_port). See Port().
+	Port int
+	// PollInterval bounds how long Stop waits for the loop: 0 means 50 ms.
+	PollInterval time.Duration
+	// RcvBuf sets SO_RCVBUF when > 0 (upstream uses 512 MiB on large hosts).
+	RcvBuf int
+	// Logger for bad frames and socket errors; nil discards. Bad-frame lines are rate
+	// limited to one per LogEvery (0: 1 s), with a count of the suppressed ones.
+	Logger   *slog.Logger
+	LogEvery time.Duration
+	// MaxFrame caps one frame (ZMQ_MAXMSGSIZE): libzmq reads a frame's length first and
+	// drops the connection of a peer that announces more, before allocating it (counted in
+	// IngestStats.Disconnects; the peer's PUSH socket reconnects). 0: DefaultMaxFrame;
+	// negative: no cap (upstream).
+	MaxFrame int64
+	// RcvHWM bounds the messages queued per connection before libzmq stops reading it
+	// (TCP then pushes back on the sender). 0: DefaultRcvHWM; negative: unbounded, as
+	// upstream's RCVHWM 0.
+	RcvHWM int
+	// Before, when set, runs once on the loop goroutine after the socket is bound and
+	// before anything is read from it: work that must come before the first decode frame
+	// and may touch what only the Sink's goroutine touches (kvxferd replays remembered
+	// registrations there). A panic in it is recovered and counted as a Sink panic.
+	Before func()
+}
+
+// The largest legal frame. A transfer info's dst_kv_indices is 4 bytes a page and is the
+// largest frame any decode sends: MaxTransferInfoPages pages (a 4M-token request at page
+// size 1) make 16 MiB. A registration's frames are far smaller: the NIXL agent metadata
+// (connection info plus one descriptor per registered region: tens to hundreds of KiB) and
+// pointer arrays of 8 bytes a buffer (a few thousand at most). The other frames are a
+// room id, an address, small integers and an agent name.
+const (
+	MaxTransferInfoPages = 1 << 22
+	DefaultMaxFrame      = 4 * MaxTransferInfoPages
+	// DefaultRcvHWM is libzmq's own default. The loop drains the socket without
+	// blocking (the Sink only hands messages to mailboxes), so the queue fills only
+	// while kvxferd is overwhelmed, and then the senders wait instead of kvxferd's
+	// memory growing.
+	DefaultRcvHWM = 1000
+)
+
+// IngestStats are cumulative counters; read them from any goroutine.
+type IngestStats struct {
+	Messages      uint64 // every multipart message received
+	Registrations uint64
+	TransferInfos uint64
+	Aborts        uint64
+	Staging       uint64 // WATERMARK + STAGING_RSP, accepted and dropped
+	BadFrames     uint64 // failed to decode, unknown tags included
+	UnknownTags   uint64
+	SinkPanics    uint64
+	RecvErrors    uint64 // socket errors other than EAGAIN/EINTR
+	// Disconnects counts peer connections libzmq closed: a frame over MaxFrame (the
+	// frame is never read, the peer reconnects), or the peer going away.
+	Disconnects uint64
+}
+
+// drainBatch bounds how many messages are drained between stop checks.
+const drainBatch = 4096
+
+// Ingest owns the PULL socket: one goroutine creates, binds, reads and closes it (zmq
+// sockets are not goroutine safe). It decodes every message with DecodeInbound and hands
+// the result to the Sink; no input can stop it, only Stop.
+type Ingest struct {
+	cfg      IngestConfig
+	sink     Sink
+	raw      func(frames [][]byte) // StartPull: frames go here undecoded
+	log      *slog.Logger
+	endpoint string
+	port     int
+
+	stop     chan struct{}
+	done     chan struct{}
+	stopOnce sync.Once
+
+	messages, registrations, transferInfos, aborts, staging atomic.Uint64
+	badFrames, unknownTags, sinkPanics, recvErrors          atomic.Uint64
+	disconnects                                             atomic.Uint64
+
+	limiter loglimit.Limiter // owner goroutine only
+}
+
+// StartIngest binds the PULL socket and starts the loop. It returns once the socket is
+// bound (or failed to), so Port() is valid on return.
+func StartIngest(cfg IngestConfig, sink Sink) (*Ingest, error) {
+	if sink == nil {
+		return nil, errors.New("transport: StartIngest needs a Sink")
+	}
+	return start(cfg, &Ingest{sink: sink})
+}
+
+// StartPull is StartIngest without the decoding: every multipart message goes to h as it
+// was received. The decode emulator uses it for its own PULL socket (prefill->decode
+// messages, see DecodeOutbound). h runs on the socket's goroutine and must not block; a
+// panic in h is recovered and counted. Only Messages and SinkPanics are counted.
+func StartPull(cfg IngestConfig, h func(frames [][]byte)) (*Ingest, error) {
+	if h == nil {
+		return nil, errors.New("transport: StartPull needs a handler")
+	}
+	return start(cfg, &Ingest{raw: h})
+}
+
+func start(cfg IngestConfig, in *Ingest) (*Ingest, error) {
+	if cfg.PollInterval <= 0 {
+		cfg.PollInterval = 50 * time.Millisecond
+	}
+	if cfg.LogEvery <= 0 {
+		cfg.LogEvery = time.Second
+	}
+	if cfg.MaxFrame == 0 {
+		cfg.MaxFrame = DefaultMaxFrame
+	}
+	if cfg.RcvHWM == 0 {
+		cfg.RcvHWM = DefaultRcvHWM
+	}
+	in.cfg, in.log, in.stop, in.done = cfg, cfg.Logger, make(chan struct{}), make(chan struct{})
+	if in.log == nil {
+		in.log = slog.New(slog.DiscardHandler)
+	}
+	in.limiter = loglimit.New(cfg.LogEvery, time.Now)
+	ready := make(chan error, 1)
+	go in.run(ready)
+	if err := <-ready; err != nil {
+		<-in.done
+		return nil, err
+	}
+	return in, nil
+}
+
+// Endpoint is the bound endpoint as ZMQ reports it, e.g. tcp://10.0.0.7:41235.
+func (in *Ingest) Endpoint() string { return in.endpoint }
+
+// Port is the bound TCP port: the rank_port to publish with PUT /route.
+func (in *Ingest) Port() int { return in.port }
+
+// Done is closed when the loop has exited and the socket is closed.
+func (in *Ingest) Done() <-chan struct{} { return in.done }
+
+// Stop ends the loop, closes the socket (in its owner goroutine) and waits for that. It is
+// idempotent and returns within about one PollInterval.
+func (in *Ingest) Stop() {
+	in.stopOnce.Do(func() { close(in.stop) })
+	<-in.done
+}
+
+// Stats returns a snapshot of the counters.
+func (in *Ingest) Stats() IngestStats {
+	return IngestStats{
+		Messages: in.messages.Load(), Registrations: in.registrations.Load(),
+		TransferInfos: in.transferInfos.Load(), Aborts: in.aborts.Load(), Staging: in.staging.Load(),
+		BadFrames: in.badFrames.Load(), UnknownTags: in.unknownTags.Load(),
+		SinkPanics: in.sinkPanics.Load(), RecvErrors: in.recvErrors.Load(), Disconnects: in.disconnects.Load(),
+	}
+}
+
+func (in *Ingest) run(ready chan<- error) {
+	defer close(in.done)
+	zctx := in.cfg.Context
+	if zctx == nil {
+		c, err := zmq.NewContext()
+		if err != nil {
+			ready <- fmt.Errorf("transport: zmq context: %w", err)
+			return
+		}
+		zctx = c
+		defer func() { _ = c.Term() }() // runs after the socket is closed below
+	}
+	sock, err := in.open(zctx)
+	if err != nil {
+		ready <- err
+		return
+	}
+	defer func() { _ = sock.Close() }()
+	mon, err := monitor(zctx, sock)
+	if err != nil {
+		ready <- err
+		return
+	}
+	defer func() { _ = mon.Close() }() // before the socket: deferred calls run in reverse
+	ready <- nil
+	if in.cfg.Before != nil {
+		in.before()
+	}
+	in.loop(sock, mon)
+}
+
+var monitors atomic.Uint64
+
+// monitor watches sock for closed connections (an oversize frame among them) on an
+// inproc PAIR socket that the loop polls with sock.
+func monitor(zctx *zmq.Context, sock *zmq.Socket) (*zmq.Socket, error) {
+	addr := fmt.Sprintf("inproc://kvxfer-ingest-monitor-%d", monitors.Add(1))
+	if err := sock.Monitor(addr, zmq.EVENT_DISCONNECTED); err != nil {
+		return nil, fmt.Errorf("transport: PULL monitor: %w", err)
+	}
+	mon, err := zctx.NewSocket(zmq.PAIR)
+	if err == nil {
+		if err = mon.SetLinger(0); err == nil {
+			err = mon.Connect(addr)
+		}
+		if err != nil {
+			_ = mon.Close()
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("transport: PULL monitor: %w", err)
+	}
+	return mon, nil
+}
+
+func (in *Ingest) open(zctx *zmq.Context) (*zmq.Socket, error) {
+	sock, err := zctx.NewSocket(zmq.PULL)
+	if err != nil {
+		return nil, fmt.Errorf("transport: PULL socket: %w", err)
+	}
+	host := in.cfg.Host
+	if host == "" {
+		host = "*"
+	}
+	fail := func(what string, err error) (*zmq.Socket, error) {
+		_ = sock.Close()
+		return nil, fmt.Errorf("transport: PULL %s: %w", what, err)
+	}
+	// A bounded queue and frame size (upstream: RCVHWM 0, no MAXMSGSIZE, so a peer could
+	// make kvxferd hold whatever it sent); linger 0 so a Stop never waits on the network.
+	if err := sock.SetRcvhwm(max(in.cfg.RcvHWM, 0)); err != nil {
+		return fail("set RCVHWM", err)
+	}
+	if err := sock.SetMaxmsgsize(max(in.cfg.MaxFrame, -1)); err != nil {
+		return fail("set MAXMSGSIZE", err)
+	}
+	if err := sock.SetLinger(0); err != nil {
+		return fail("set LINGER", err)
+	}
+	if isIPv6(host) {
+		if err := sock.SetIpv6(true); err != nil {
+			return fail("set IPV6", err)
+		}
+	}
+	if in.cfg.RcvBuf > 0 {
+		if err := sock.SetRcvbuf(in.cfg.RcvBuf); err != nil {
+			return fail("set RCVBUF", err)
+		}
+	}
+	bindTo := TCPEndpoint(host, in.cfg.Port)
+	if host == "*" {
+		bindTo = fmt.Sprintf("tcp://*:%d", in.cfg.Port)
+	}
+	if err := sock.Bind(bindTo); err != nil {
+		return fail("bind "+bindTo, err)
+	}
+	ep, err := sock.GetLastEndpoint()
+	if err != nil {
+		return fail("last endpoint", err)
+	}
+	port, err := endpointPort(ep)
+	if err != nil {
+		return fail("last endpoint", err)
+	}
+	in.endpoint, in.port = ep, port
+	in.log.Info("transport: PULL bound", "endpoint", ep)
+	return sock, nil
+}
+
+func (in *Ingest) stopping() bool {
+	select {
+	case <-in.stop:
+		return true
+	default:
+		return false
+	}
+}
+
+func (in *Ingest) loop(sock, mon *zmq.Socket) {
+	poller := zmq.NewPoller()
+	poller.Add(sock, zmq.POLLIN)
+	poller.Add(mon, zmq.POLLIN)
+	for !in.stopping() {
+		polled, err := poller.Poll(in.cfg.PollInterval)
+		if err != nil {
+			if in.fatal(err, "poll") {
+				return
+			}
+			continue
+		}
+		if len(polled) == 0 {
+			continue
+		}
+		for range drainBatch {
+			ev, _, _, err := mon.RecvEvent(zmq.DONTWAIT)
+			if err != nil {
+				break
+			}
+			if ev&zmq.EVENT_DISCONNECTED != 0 {
+				in.disconnects.Add(1)
+			}
+		}
+		for range drainBatch {
+			frames, err := sock.RecvMessageBytes(zmq.DONTWAIT)
+			if err != nil {
+				if zmq.AsErrno(err) != zmq.Errno(syscall.EAGAIN) && in.fatal(err, "recv") {
+					return
+				}
+				break
+			}
+			in.handle(frames)
+		}
+	}
+}
+
+// fatal logs a socket error and reports whether the loop must end (context terminated).
+// Other errors are counted and retried after a pause, so a broken socket cannot spin.
+func (in *Ingest) fatal(err error, op string) bool {
+	switch zmq.AsErrno(err) {
+	case zmq.ETERM:
+		return true
+	case zmq.Errno(syscall.EINTR):
+		return false
+	}
+	in.recvErrors.Add(1)
+	if ok, n := in.limiter.Allow(); ok {
+		in.log.Warn("transport: PULL socket error", "op", op, "err", err, "suppressed", n)
+	}
+	select {
+	case <-in.stop:
+	case <-time.After(in.cfg.PollInterval):
+	}
+	return false
+}
+
+func (in *Ingest) before() {
+	defer func() {
+		if r := recover(); r != nil {
+			in.sinkPanics.Add(1)
+			in.log.Error("transport: panic in the ingest's Before hook; continuing", "panic", r)
+		}
+	}()
+	in.cfg.Before()
+}
+
+// handle decodes and dispatches one message; nothing it receives can escape as a panic.
+func (in *Ingest) handle(frames [][]byte) {
+	in.messages.Add(1)
+	defer func() {
+		if r := recover(); r != nil {
+			in.sinkPanics.Add(1)
+			if ok, n := in.limiter.Allow(); ok {
+				in.log.Error("transport: panic while handling a message; continuing", "panic", r, "suppressed", n)
+			}
+		}
+	}()
+	if in.raw != nil {
+		in.raw(frames)
+		return
+	}
+	msg, err := wire.DecodeInbound(frames)
+	if err != nil {
+		in.badFrames.Add(1)
+		if errors.Is(err, wire.ErrUnknownTag) {
+			in.unknownTags.Add(1)
+		}
+		if ok, n := in.limiter.Allow(); ok {
+			in.log.Warn("transport: dropped malformed message", "err", err, "frames", len(frames), "suppressed", n)
+		}
+		in.sink.BadFrame(err)
+		return
+	}
+	switch m := msg.(type) {
+	case *wire.Registration:
+		in.registrations.Add(1)
+		if rs, ok := in.sink.(RegistrationFramesSink); ok {
+			rs.RegistrationFrames(m, frames)
+		} else {
+			in.sink.Registration(m)
+		}
+	case *wire.TransferInfo:
+		in.transferInfos.Add(1)
+		in.sink.TransferInfo(m)
+	case *wire.Abort:
+		in.aborts.Add(1)
+		in.sink.Abort(m)
+	default:
+		in.staging.Add(1)
+		in.sink.Staging(m)
+	}
+}
