@@ -30,6 +30,7 @@ type roomActor struct {
 	repRecv  uint32
 
 	pendingDone *room.XferDone // a completion being observed, not yet stepped
+	slot        statusSlot     // the status-table slot it publishes to (statusslot.go)
 }
 
 func newRoomActor(e *Engine, m *room.Machine, first room.Effects, env *envelope, shard *actor.PID) *roomActor {
@@ -91,6 +92,7 @@ func (a *roomActor) Receive(ctx actor.Context) {
 // report tells the shard what a poll answers now when that, or the count of
 // handled envelopes, changed; the shard answers polls from it (see view).
 func (a *roomActor) report(ctx actor.Context) {
+	a.slot.publish(a.eng, a.m)
 	if a.gone {
 		return
 	}
