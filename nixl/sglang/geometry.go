@@ -58,12 +58,23 @@ type Local struct {
 	Sender int
 	// NoKV selects the aux_nokv notification form.
 	NoKV NoKVForm
-	// TPSize is the prefill attention TP size and MLA says whether KV is MLA
-	// (one buffer per layer, replicated across TP). Page-per-descriptor
-	// transfers are only correct for MLA or equal TP; NewPeer rejects other
-	// peers (SGLang's send_kvcache_slice head slicing is not implemented).
-	TPSize int
-	MLA    bool
+	// TPSize is the prefill attention TP size, TPRank this rank's engine_rank,
+	// and MLA says whether KV is MLA (one buffer per layer, replicated across
+	// TP). MHA peers of another TP size get per-token head slices
+	// (send_kvcache_slice); that needs the KV head counts and the page size.
+	TPSize, TPRank int
+	MLA            bool
+	// KVHeadNum is this rank's KV heads (MHA), TotalKVHeads the model's
+	// (0: KVHeadNum·TPSize). PageSize is tokens per page (0: 1).
+	KVHeadNum, TotalKVHeads int
+	PageSize                int
+	// PPSize is the prefill pipeline size and StartLayer this stage's first
+	// model layer (prefill_start_layer): a PP stage writes its layers into the
+	// matching decode buffers. KVLayerIDs are the model layer of every local
+	// KV buffer (SGLang's kv_layer_ids; empty for plain pools): with the
+	// decode's ids from its registration they pair buffers by layer.
+	PPSize, StartLayer int
+	KVLayerIDs         []int
 }
 
 // Validate checks the local geometry once, at startup.
@@ -100,15 +111,23 @@ type PeerGeometry struct {
 	DstKVItemLen uint64
 	// DstNumSlots ([16]); 0 means "use prefill's slot count".
 	DstNumSlots int
-	// KVKinds ([17]); empty means all VRAM. Mixed kinds are not supported here.
+	// KVKinds ([17]); empty means all VRAM. Mixed kinds (HiSparse) move in one
+	// part per run of equal kinds ("_part_i_n"), on the equal-TP/MLA path only.
 	KVKinds []nixl.MemKind
 	GPU     uint64 // [8]; device id of VRAM destinations
 	// AuxPtrs ([6]), DRAM device 0, same shapes as the local aux buffers.
 	AuxPtrs []uint64
 	// StatePtrs ([7]), one list per state component.
 	StatePtrs [][]uint64
-	// TPSize is decode's attn_tp_size ([9]); 0 skips the equal-TP check.
-	TPSize int
+	// TPSize is decode's attn_tp_size ([9]) and TPRank its engine_rank
+	// ([10]); TPSize 0 means "same as prefill".
+	TPSize, TPRank int
+	// KVLayerIDs ([20]) are the model layer of each decode KV buffer (empty
+	// for plain pools); DCPSize ([21]) is decode's context-parallel size.
+	KVLayerIDs []uint32
+	DCPSize    int
+	// Rules is the SGLang release whose prefill geometry rules apply.
+	Rules Rules
 	// StateSlots optionally bounds destination state indices per component
 	// (0 or absent: only the agent's region check applies).
 	StateSlots []int
@@ -121,78 +140,19 @@ type PeerGeometry struct {
 // Peer is a validated decode peer, ready for planning.
 type Peer struct {
 	Agent    string
-	NoNotifs bool    // see PeerGeometry.NoNotifs
-	kv       Buffers // decode KV: first n buffers, decode item lens, dst slots
+	NoNotifs bool // see PeerGeometry.NoNotifs
+	// segs: whole-page KV runs (one, or one per memory-kind run when mixed);
+	// slice: head slices instead (heterogeneous TP, MHA).
+	segs     []kvSeg
+	mixed    bool
+	slice    *slicePlan
+	dstSlots int
+	lists    []nixl.ListID // PrepPeerKV's, one per KV run
 	aux      []uint64
 	state    [][]uint64
 	stSlots  []int
-	nbuf     int
-	kvKind   nixl.MemKind
-	kvDevice uint64
 	gpu      uint64
-}
-
-// NewPeer validates a decode peer against the local geometry, the checks
-// SGLang does in _add_remote_peer / _prepare_payload_xfer, so that a bad
-// registration fails here and not in the middle of a transfer.
-func NewPeer(l *Local, g PeerGeometry) (*Peer, error) {
-	n := len(l.KV.Ptrs)
-	if g.Agent == "" {
-		return nil, nixl.Errorf(nixl.ErrInvalid, "sglang peer: empty agent name")
-	}
-	if len(g.KVPtrs) < n {
-		return nil, nixl.Errorf(nixl.ErrInvalid, "sglang peer %s: %d KV buffers, prefill has %d", g.Agent, len(g.KVPtrs), n)
-	}
-	if !l.MLA && l.TPSize > 0 && g.TPSize > 0 && l.TPSize != g.TPSize {
-		return nil, nixl.Errorf(nixl.ErrInvalid, "sglang peer %s: heterogeneous TP (prefill %d, decode %d) needs head slicing, which is not supported", g.Agent, l.TPSize, g.TPSize)
-	}
-	p := &Peer{Agent: g.Agent, NoNotifs: g.NoNotifs, nbuf: n, kvKind: nixl.VRAM, gpu: g.GPU}
-	if len(g.KVKinds) > 0 {
-		if len(g.KVKinds) != len(g.KVPtrs) {
-			return nil, nixl.Errorf(nixl.ErrInvalid, "sglang peer %s: %d mem kinds for %d KV buffers", g.Agent, len(g.KVKinds), len(g.KVPtrs))
-		}
-		p.kvKind = g.KVKinds[0]
-		for _, k := range g.KVKinds[:n] {
-			if k != p.kvKind {
-				return nil, nixl.Errorf(nixl.ErrInvalid, "sglang peer %s: mixed VRAM/DRAM KV destinations are not supported", g.Agent)
-			}
-		}
-	}
-	if p.kvKind == nixl.VRAM {
-		p.kvDevice = g.GPU
-	}
-	items := g.KVItemLens
-	if len(items) == 0 {
-		items = make([]uint64, len(g.KVPtrs))
-		for i := range items {
-			items[i] = g.DstKVItemLen
-		}
-	}
-	if len(items) != len(g.KVPtrs) {
-		return nil, nixl.Errorf(nixl.ErrInvalid, "sglang peer %s: %d KV item lens for %d buffers", g.Agent, len(items), len(g.KVPtrs))
-	}
-	slots := g.DstNumSlots
-	if slots == 0 {
-		slots = l.KV.NumSlots
-	}
-	p.kv = Buffers{Ptrs: g.KVPtrs[:n], ItemLens: items[:n], NumSlots: slots, Kind: p.kvKind, DevID: p.kvDevice}
-	if err := p.kv.validate("decode KV"); err != nil {
-		return nil, err
-	}
-	for i := range n {
-		// Transfer length is prefill's item len, stride is decode's: a longer
-		// source page would spill into the next decode slot.
-		if l.KV.ItemLens[i] > p.kv.ItemLens[i] {
-			return nil, nixl.Errorf(nixl.ErrInvalid, "sglang peer %s: KV buffer %d prefill item len %d > decode %d", g.Agent, i, l.KV.ItemLens[i], p.kv.ItemLens[i])
-		}
-	}
-	if len(l.Aux.Ptrs) > 0 && len(g.AuxPtrs) < len(l.Aux.Ptrs) {
-		return nil, nixl.Errorf(nixl.ErrInvalid, "sglang peer %s: %d aux buffers, prefill has %d", g.Agent, len(g.AuxPtrs), len(l.Aux.Ptrs))
-	}
-	p.aux = g.AuxPtrs
-	p.state = g.StatePtrs
-	p.stSlots = g.StateSlots
-	return p, nil
+	tpSize   int
 }
 
 // KVSrcDescs is the local prepared list: every slot of every KV buffer,
@@ -201,11 +161,21 @@ func KVSrcDescs(l *Local) []nixl.Desc {
 	return slotDescs(l.KV.Ptrs, l.KV.ItemLens, l.KV.ItemLens, l.KV.NumSlots, l.KV.DevID)
 }
 
-// KVDstDescs is a decode peer's prepared list: for the first len(local) decode
-// buffers, every one of decode's slots, stride = decode item len, length =
-// prefill item len, index ℓ·dst_num_slots + s.
+// KVDstDescs is a decode peer's prepared list for its first KV run (see
+// KVDstSegDescs); nil for a head-slice peer.
 func KVDstDescs(l *Local, p *Peer) []nixl.Desc {
-	return slotDescs(p.kv.Ptrs, p.kv.ItemLens, l.KV.ItemLens, p.kv.NumSlots, p.kvDevice)
+	if len(p.segs) == 0 {
+		return nil
+	}
+	return KVDstSegDescs(l, p, 0)
+}
+
+// KVDstSegDescs is the prepared list of a peer's KV run i: for the decode
+// buffers paired with local buffers [start, end), every one of decode's slots,
+// stride = decode item len, length = prefill item len, index k·dst_num_slots + s.
+func KVDstSegDescs(l *Local, p *Peer, i int) []nixl.Desc {
+	sg := &p.segs[i]
+	return slotDescs(sg.dst.Ptrs, sg.dst.ItemLens, l.KV.ItemLens[sg.start:sg.end], sg.dst.NumSlots, sg.dst.DevID)
 }
 
 func slotDescs(ptrs, strides, lens []uint64, slots int, dev uint64) []nixl.Desc {
@@ -223,9 +193,28 @@ func PrepLocalKV(a nixl.Agent, l *Local) (nixl.ListID, error) {
 	return a.Prep("", l.KV.Kind, KVSrcDescs(l))
 }
 
-// PrepPeerKV prepares a decode peer's KV list once, after LoadPeer.
+// PrepPeerKV prepares a decode peer's KV lists once, after LoadPeer: one per
+// KV run (none for a head-slice peer, whose requests carry descriptors). The
+// peer keeps them (its plans name the list of each run); the first is
+// returned for callers that make requests with MakeReq's peerKV argument.
+// Call it once per peer, before the peer is shared.
 func PrepPeerKV(a nixl.Agent, l *Local, p *Peer) (nixl.ListID, error) {
-	return a.Prep(p.Agent, p.kvKind, KVDstDescs(l, p))
+	out := make([]nixl.ListID, 0, len(p.segs))
+	for i := range p.segs {
+		id, err := a.Prep(p.Agent, p.segs[i].dst.Kind, KVDstSegDescs(l, p, i))
+		if err != nil {
+			for _, x := range out {
+				_ = a.ReleaseList(x)
+			}
+			return 0, err
+		}
+		out = append(out, id)
+	}
+	p.lists = out
+	if len(out) == 0 {
+		return 0, nil
+	}
+	return out[0], nil
 }
 
 // RegisterBuffers registers each buffer set (KV, aux, state) as one region per
@@ -250,7 +239,10 @@ func RegisterBuffers(a nixl.Agent, sets ...*Buffers) ([]nixl.RegID, error) {
 func (l *Local) AsPeer(agent string) PeerGeometry {
 	g := PeerGeometry{
 		Agent: agent, KVPtrs: l.KV.Ptrs, KVItemLens: l.KV.ItemLens, DstNumSlots: l.KV.NumSlots,
-		GPU: l.KV.DevID, AuxPtrs: l.Aux.Ptrs, TPSize: l.TPSize,
+		GPU: l.KV.DevID, AuxPtrs: l.Aux.Ptrs, TPSize: l.TPSize, TPRank: l.TPRank,
+	}
+	for _, id := range l.KVLayerIDs {
+		g.KVLayerIDs = append(g.KVLayerIDs, uint32(id))
 	}
 	if len(l.KV.ItemLens) > 0 {
 		g.DstKVItemLen = l.KV.ItemLens[0]

@@ -35,6 +35,9 @@ const (
 	ReqState
 	// ReqAux moves every aux buffer's slot with explicit descriptors (Create).
 	ReqAux
+	// ReqSlice moves KV head slices with explicit descriptors (Create):
+	// heterogeneous TP, MHA.
+	ReqSlice
 )
 
 func (k ReqKind) String() string {
@@ -45,6 +48,8 @@ func (k ReqKind) String() string {
 		return "state"
 	case ReqAux:
 		return "aux"
+	case ReqSlice:
+		return "slice"
 	}
 	return "?"
 }
@@ -53,8 +58,12 @@ func (k ReqKind) String() string {
 type Req struct {
 	Kind      ReqKind
 	Component int // ReqState: the state component
-	// ReqKV: indices into the local and the peer's prepared KV lists.
+	// ReqKV: indices into the local prepared KV list and the peer's prepared
+	// list of KV run Seg (List, set when PrepPeerKV prepared the peer).
 	SrcIdx, DstIdx []int32
+	Seg            int
+	List           nixl.ListID
+	HasList        bool
 	// ReqState, ReqAux: explicit descriptors (local side, peer side).
 	Src, Dst         []nixl.Desc
 	SrcKind, DstKind nixl.MemKind
@@ -100,7 +109,7 @@ func (l *Local) Plan(out *Plan, p *Peer, c *Chunk) error {
 	if err := checkPages(src, l.KV.NumSlots, "prefill page", c); err != nil {
 		return err
 	}
-	if err := checkPages(dst, p.kv.NumSlots, "decode page", c); err != nil {
+	if err := checkPages(dst, p.dstSlots, "decode page", c); err != nil {
 		return err
 	}
 	if c.IsLast {
@@ -109,10 +118,28 @@ func (l *Local) Plan(out *Plan, p *Peer, c *Chunk) error {
 		}
 	}
 	if len(src) > 0 {
-		r := out.next(ReqKV)
-		r.SrcIdx = repeatOverLayers(r.SrcIdx, src, p.nbuf, l.KV.NumSlots)
-		r.DstIdx = repeatOverLayers(r.DstIdx, dst, p.nbuf, p.kv.NumSlots)
-		r.Notif = AppendKVNotif(r.Notif, c.Room, c.ChunkID, c.IsLast, l.Sender)
+		switch {
+		case p.slice != nil:
+			r := out.next(ReqSlice)
+			r.SrcKind, r.DstKind = l.KV.Kind, p.slice.dstKind
+			r.Src, r.Dst = p.slice.descs(r.Src, r.Dst, l.KV.DevID, src, dst)
+			r.Notif = AppendKVNotif(r.Notif, c.Room, c.ChunkID, c.IsLast, l.Sender)
+		default:
+			for i := range p.segs {
+				sg := &p.segs[i]
+				r := out.next(ReqKV)
+				r.Seg = i
+				if i < len(p.lists) {
+					r.List, r.HasList = p.lists[i], true
+				}
+				r.SrcIdx = repeatOverLayersFrom(r.SrcIdx, src, sg.start, sg.end, l.KV.NumSlots)
+				r.DstIdx = repeatOverLayersFrom(r.DstIdx, dst, 0, sg.end-sg.start, sg.dst.NumSlots)
+				r.Notif = AppendKVNotif(r.Notif, c.Room, c.ChunkID, c.IsLast, l.Sender)
+				if p.mixed {
+					r.Notif = AppendPartSuffix(r.Notif, i, len(p.segs))
+				}
+			}
+		}
 	}
 	if !c.IsLast {
 		return nil
@@ -171,6 +198,14 @@ func (l *Local) checkLast(p *Peer, c *Chunk) error {
 			return nixl.Errorf(nixl.ErrInvalid, "sglang plan room %d: state component %d has %d prefill and %d decode indices", c.Room, i, len(s), len(c.DstState[i]))
 		case len(p.state[i]) < len(l.State[i].Ptrs):
 			return nixl.Errorf(nixl.ErrInvalid, "sglang plan room %d: state component %d has %d decode buffers, prefill %d", c.Room, i, len(p.state[i]), len(l.State[i].Ptrs))
+		case p.slice != nil:
+			// SGLang slices Mamba state per TP rank and refuses the others;
+			// kvxferd has no state types, so it refuses all rather than
+			// write whole slots into a differently sharded decode.
+			return nixl.Errorf(nixl.ErrInvalid, "sglang plan room %d: state component %d: heterogeneous-TP state transfer (prefill tp %d, decode tp %d) is not implemented by kvxferd", c.Room, i, l.TPSize, p.tpSize)
+		case max(l.PPSize, 1) > 1 && len(p.state[i]) != len(l.State[i].Ptrs):
+			// Positional pairing is what SGLang allows only without PP.
+			return nixl.Errorf(nixl.ErrInvalid, "sglang plan room %d: state component %d: PP-heterogeneous transfer requires layer ids on both peers; got src=%d dst=%d entries", c.Room, i, len(l.State[i].Ptrs), len(p.state[i]))
 		}
 		if err := checkPages(s, l.State[i].NumSlots, "prefill state index", c); err != nil {
 			return err
@@ -203,11 +238,12 @@ func checkPages(pages []int32, slots int, what string, c *Chunk) error {
 	return nil
 }
 
-// repeatOverLayers appends layer·slots + page for every layer, then every page
-// (SGLang's repeat_indices_over_layers): layer-major, so consecutive pages of
-// one layer are consecutive indices that the agent can merge.
-func repeatOverLayers(dst, pages []int32, layers, slots int) []int32 {
-	for layer := range layers {
+// repeatOverLayersFrom appends layer·slots + page for every layer in
+// [from, to), then every page (SGLang's repeat_indices_over_layers):
+// layer-major, so consecutive pages of one layer are consecutive indices that
+// the agent can merge.
+func repeatOverLayersFrom(dst, pages []int32, from, to, slots int) []int32 {
+	for layer := from; layer < to; layer++ {
 		off := int32(layer * slots)
 		for _, pg := range pages {
 			dst = append(dst, off+pg)
@@ -240,11 +276,19 @@ func stateDescs(src, dst []nixl.Desc, st *Buffers, dstPtrs []uint64, dstDev uint
 	return src, dst
 }
 
-// MakeReq makes (does not post) the NIXL request for r: Make over the prepared
-// KV lists for ReqKV, Create with explicit descriptors otherwise.
+// MakeReq makes (does not post) the NIXL request for r: Make over the local
+// prepared KV list and the peer's list of r's KV run (r.List, or peerKV for a
+// single-run peer planned before PrepPeerKV) for ReqKV, Create with explicit
+// descriptors otherwise.
 func MakeReq(a nixl.Agent, localKV, peerKV nixl.ListID, peer string, r *Req) (nixl.XferID, error) {
 	if r.Kind == ReqKV {
-		return a.Make(nixl.Write, localKV, r.SrcIdx, peerKV, r.DstIdx, r.Notif)
+		dst := peerKV
+		if r.HasList {
+			dst = r.List
+		} else if r.Seg != 0 {
+			return 0, nixl.Errorf(nixl.ErrInvalid, "sglang: KV run %d of peer %s was not prepared", r.Seg, peer)
+		}
+		return a.Make(nixl.Write, localKV, r.SrcIdx, dst, r.DstIdx, r.Notif)
 	}
 	return a.Create(nixl.Write, r.SrcKind, r.Src, peer, r.DstKind, r.Dst, r.Notif)
 }

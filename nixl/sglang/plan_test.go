@@ -196,11 +196,14 @@ func TestNewPeerRejects(t *testing.T) {
 		"fewer KV buffers": func(g *sglang.PeerGeometry) { g.KVPtrs = g.KVPtrs[:3] },
 		"smaller item":     func(g *sglang.PeerGeometry) { g.DstKVItemLen = 128 },
 		"item len count":   func(g *sglang.PeerGeometry) { g.KVItemLens = []uint64{256} },
-		"mixed kinds":      func(g *sglang.PeerGeometry) { g.KVKinds = []nixl.MemKind{nixl.VRAM, nixl.DRAM, nixl.VRAM, nixl.VRAM} },
-		"kind count":       func(g *sglang.PeerGeometry) { g.KVKinds = []nixl.MemKind{nixl.VRAM} },
-		"fewer aux":        func(g *sglang.PeerGeometry) { g.AuxPtrs = g.AuxPtrs[:1] },
-		"zero ptr":         func(g *sglang.PeerGeometry) { g.KVPtrs = []uint64{0, 1, 2, 3} },
-		"hetero TP":        func(g *sglang.PeerGeometry) { g.TPSize = 4 },
+		"mixed kinds + draft": func(g *sglang.PeerGeometry) {
+			g.KVPtrs = append(g.KVPtrs, 5<<40)
+			g.KVKinds = []nixl.MemKind{nixl.VRAM, nixl.DRAM, nixl.VRAM, nixl.VRAM, nixl.VRAM}
+		},
+		"kind count":               func(g *sglang.PeerGeometry) { g.KVKinds = []nixl.MemKind{nixl.VRAM} },
+		"fewer aux":                func(g *sglang.PeerGeometry) { g.AuxPtrs = g.AuxPtrs[:1] },
+		"zero ptr":                 func(g *sglang.PeerGeometry) { g.KVPtrs = []uint64{0, 1, 2, 3} },
+		"hetero TP, no head count": func(g *sglang.PeerGeometry) { g.TPSize = 4 },
 	} {
 		g := good
 		g.KVPtrs = slices.Clone(good.KVPtrs)
