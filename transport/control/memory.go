@@ -18,6 +18,9 @@ const (
 	KindState BufferKind = "state" // state_data_* of one hybrid-state component
 )
 
+// CUDAIPCHandleSize is the size of a cudaIpcMemHandle_t / CUipcMemHandle.
+const CUDAIPCHandleSize = 64
+
 // ShmDir is where a bare shared-memory name lives (Python's
 // multiprocessing.shared_memory and POSIX shm_open both use it on Linux).
 const ShmDir = "/dev/shm"
@@ -35,9 +38,11 @@ type Region struct {
 	ItemLen uint64 // item_len: bytes of one slot (one page of one layer for KV)
 	Mem     nixl.MemKind
 	Dev     uint64 // GPU index for VRAM; 0 for DRAM
-	// CUDAIPC is reserved for a cudaIpcMemHandle_t (64 bytes) of a VRAM buffer. The
-	// control layer only carries it; the daemon's callback decides whether it can
-	// open it (today: CodeUnsupported).
+	// CUDAIPC is the cudaIpcMemHandle_t (64 bytes) of the device allocation
+	// that holds a VRAM buffer; Offset is then the buffer's offset from the
+	// allocation base and Dev the GPU. The control layer checks the shape; the
+	// daemon opens it (daemon/vram.go, docs/vram.md) and refuses a handle it
+	// cannot open, a wrong device or no GPU access at registration.
 	CUDAIPC []byte
 }
 
@@ -138,6 +143,8 @@ func (g Region) validate() string {
 		return "exactly one of shm and cuda_ipc must be set"
 	case len(g.CUDAIPC) > 0 && g.Mem != nixl.VRAM:
 		return "cuda_ipc is for VRAM only"
+	case len(g.CUDAIPC) > 0 && len(g.CUDAIPC) != CUDAIPCHandleSize:
+		return fmt.Sprintf("cuda_ipc is %d bytes; a cudaIpcMemHandle_t is %d", len(g.CUDAIPC), CUDAIPCHandleSize)
 	}
 	if g.Shm != "" {
 		return checkShm(g.Shm)

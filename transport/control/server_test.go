@@ -386,6 +386,7 @@ func TestRegisterMemory(t *testing.T) {
 		"unclean":      {Kind: KindAux, Buffers: []Region{{Shm: "/dev/shm/../x", Length: 64, ItemLen: 64, Mem: nixl.DRAM}}},
 		"no source":    {Kind: KindAux, Buffers: []Region{{Length: 64, ItemLen: 64, Mem: nixl.DRAM}}},
 		"ipc on dram":  {Kind: KindAux, Buffers: []Region{{CUDAIPC: []byte{1}, Length: 64, ItemLen: 64, Mem: nixl.DRAM}}},
+		"short ipc":    {Kind: KindKV, Buffers: []Region{{CUDAIPC: make([]byte, 63), Length: 64, ItemLen: 64, Mem: nixl.VRAM}}},
 		"dram dev":     {Kind: KindKV, Buffers: []Region{{Shm: "b", Length: 64, ItemLen: 64, Mem: nixl.DRAM, Dev: 1}}},
 		"overflow":     {Kind: KindKV, Buffers: []Region{{Shm: "b", Offset: 1 << 63, Length: 1 << 63, ItemLen: 64, Mem: nixl.DRAM}}},
 		"state on kv":  {Kind: KindKV, StateType: "mamba", Buffers: kv.Buffers},
