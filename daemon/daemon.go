@@ -98,6 +98,8 @@ type Config struct {
 	QueueSize       int // transfer pool actors
 	StateComponents int // state lists the scheduler will register before going live
 	MLA             bool
+	// Topology: KV heads, PP stage layers and layer ids (topology.go).
+	Topology Topology
 
 	Engine actors.Config // deadlines, tombstones, clock (Transfers is set here)
 	Logger *slog.Logger

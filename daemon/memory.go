@@ -127,6 +127,9 @@ func (d *Daemon) Activate(agent Agent, local sglang.Local) error {
 
 func (d *Daemon) activateLocked(local sglang.Local) error {
 	local.Sender, local.NoKV, local.TPSize, local.MLA = d.cfg.Rank.Sender(), d.cfg.NoKV, d.cfg.Rank.TPSize, d.cfg.MLA
+	if err := d.applyTopology(&local); err != nil {
+		return err
+	}
 	if err := local.Validate(); err != nil {
 		return err
 	}

@@ -204,6 +204,7 @@ func (p *peers) add(r *wire.Registration, dialect wire.Dialect) error {
 		GPU: uint64(r.GPUID), AuxPtrs: r.AuxDataPtrs, StatePtrs: r.StateDataPtrs, TPSize: r.DecodeTPSize,
 		NoNotifs: !dialect.Notifs(),
 	}
+	peerTopology(&g, r, dialect)
 	if r.HasDstNumSlots {
 		g.DstNumSlots = r.DstNumSlots
 	}
