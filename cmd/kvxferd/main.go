@@ -61,6 +61,10 @@ func run(args []string, getenv func(string) string) error {
 	fs.StringVar(&c.KVCacheDtype, "kv-cache-dtype", "auto", "KV cache dtype decode must match (--kv-cache-dtype)")
 	fs.StringVar(&c.LoadBalanceMethod, "load-balance-method", "", "SGLang's --load-balance-method, sent in PUT /route (empty: the key is omitted, which SGLang reads as follow_bootstrap_room)")
 	fs.BoolVar(&c.MLA, "mla", false, "MLA model: one KV buffer per layer, replicated across TP")
+	fs.IntVar(&c.Topology.KVHeadNum, "kv-head-num", 0, "MHA: this rank's KV heads (kv_args.kv_head_num); with -total-kv-heads, needed to serve decodes of another TP size (head slicing)")
+	fs.IntVar(&c.Topology.TotalKVHeads, "total-kv-heads", 0, "MHA: the model's KV heads (0: -kv-head-num × -tp-size)")
+	fs.IntVar(&c.Topology.StartLayer, "prefill-start-layer", 0, "this PP stage's first model layer (prefill_start_layer)")
+	layerIDs := fs.String("kv-layer-ids", "", "model layer of each KV buffer, comma separated (SGLang's kv_layer_ids; empty for plain pools): pairs buffers by layer with decodes that send theirs")
 	fs.IntVar(&c.PullPort, "zmq-port", 0, "ZMQ PULL port for decode frames (0: random)")
 	fs.StringVar(&c.StateDir, "state-dir", "", "private directory (ours, 0700; created) where the decode registrations this rank accepted are kept and from which they are replayed when it next goes live: a restarted kvxferd serves decodes that registered with the one before (empty: off)")
 	fs.BoolVar(&c.ServeBootstrap, "serve-bootstrap", true, "host the bootstrap HTTP server (the instance's rank 0 does)")
@@ -92,6 +96,11 @@ func run(args []string, getenv func(string) string) error {
 	bytesPerPage := fs.Int64("kv-bytes-per-page", 0, "KV bytes of one page over all layers of this rank, for kv_transfer.bytes and kvxfer_transfer_bytes_total (0: taken from the registered memory)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if ids, err := daemon.ParseLayerIDs(*layerIDs); err != nil {
+		return fmt.Errorf("-kv-layer-ids: %w", err)
+	} else {
+		c.Topology.KVLayerIDs = ids
 	}
 	var err error
 	if c.Dialect, err = wire.ParseDialect(*proto); err != nil {
