@@ -100,6 +100,10 @@ func (s *Server) dispatch(b []byte, q *request) (out []byte, e *Error) {
 	switch q.op {
 	case OpHello:
 		return s.hello(b, q)
+	case OpShmAttach:
+		return s.shmAttach(b, q)
+	case OpShmDetach:
+		return s.shmDetach(b, q)
 	case OpRegisterMemory:
 		return s.registerMemory(b, q)
 	case OpOpen:

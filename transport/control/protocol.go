@@ -93,6 +93,9 @@ type request struct {
 	mem    MemoryRegistration
 	hasMem bool
 
+	// shm_attach, shm_detach (shm_server.go)
+	shm shmAttachReq
+
 	// batch
 	reqs    []*request
 	hasReqs bool
@@ -197,6 +200,8 @@ func (q *request) field(r *reader, key string, nested bool) error {
 		}
 	case "clear":
 		q.clear, err = r.readBool()
+	case "pid", "ring_entries", "slots", "index_words", "session":
+		err = q.shmField(r, key)
 	case "kind", "component", "state_type", "buffers":
 		q.hasMem = true
 		err = q.mem.field(r, key)

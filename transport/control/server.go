@@ -75,6 +75,7 @@ type Server struct {
 	ring    []*client          // the same, in turn order
 	queued  int
 	sendMsg func(parts []any) error
+	shm     shmHub // shared-memory sessions (shm_server.go)
 }
 
 // Start binds the socket and starts serving. It returns once the socket is bound (or
@@ -170,6 +171,7 @@ func (s *Server) run(ep endpoint, ready chan<- error) {
 		_, err := sock.SendMessageDontwait(parts...)
 		return err
 	}
+	defer s.closeShm()
 	s.loop(sock)
 }
 

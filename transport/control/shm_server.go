@@ -1,0 +1,511 @@
+package control
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"github.com/kvxfer/kvxfer/actors/room"
+)
+
+// Shared-memory ops (request/reply): a client asks for a region, then drives
+// rooms through it without round trips.
+const (
+	OpShmAttach = "shm_attach" // pid, and optional ring_entries, slots, index_words
+	OpShmDetach = "shm_detach" // session
+)
+
+// MaxShmSessions caps the regions one server holds at once.
+const MaxShmSessions = 64
+
+// Doorbell tuning: the consumer spins this long on an empty ring before it
+// sleeps on the futex; a sleep ends at the client's wake-up, or after
+// shmSafetyWake at the latest (a safety net, counted when it finds work).
+const (
+	shmSpin       = 50 * time.Microsecond
+	shmSafetyWake = 100 * time.Millisecond
+	shmBatch      = 256 // records consumed between publications of head
+)
+
+// ShmStats are the shared-memory path's counters (Server.ShmStats).
+type ShmStats struct {
+	Sessions     int    // attached now
+	Attached     uint64 // sessions ever attached
+	Records      uint64 // records consumed
+	Sleeps       uint64 // times a consumer slept on its doorbell
+	MissedWakes  uint64 // sleeps ended by the safety timeout with work waiting
+	DroppedDead  uint64 // sessions dropped because the client's process exited
+	DroppedBad   uint64 // sessions dropped for a record that did not decode
+	RoomsLost    uint64 // rooms failed client_lost
+	InvalidSends uint64 // send or init records refused (room failed invalid_request)
+}
+
+// shmAttachReq holds shm_attach's and shm_detach's fields.
+type shmAttachReq struct {
+	pid, entries, slots, words, session int64
+	hasPid, hasSession                  bool
+}
+
+// shmField decodes one shm_attach/shm_detach field (protocol.go's field).
+func (q *request) shmField(r *reader, key string) error {
+	v, err := r.readInt()
+	if err != nil {
+		return err
+	}
+	switch key {
+	case "pid":
+		q.shm.pid, q.shm.hasPid = v, true
+	case "ring_entries":
+		q.shm.entries = v
+	case "slots":
+		q.shm.slots = v
+	case "index_words":
+		q.shm.words = v
+	case "session":
+		q.shm.session, q.shm.hasSession = v, true
+	}
+	return nil
+}
+
+// shmHub is a server's sessions. Attach and detach run on the server's
+// goroutine; sessions end on their own goroutines too, so it is locked.
+type shmHub struct {
+	mu       sync.Mutex
+	sessions map[int64]*shmSession
+	next     int64
+	sink     *statusSink
+	dir      string
+
+	attached, records, sleeps, missed, dead, bad, lost, invalid atomic.Uint64
+}
+
+// ShmStats returns the shared-memory path's counters.
+func (s *Server) ShmStats() ShmStats {
+	h := &s.shm
+	h.mu.Lock()
+	n := len(h.sessions)
+	h.mu.Unlock()
+	return ShmStats{Sessions: n, Attached: h.attached.Load(), Records: h.records.Load(), Sleeps: h.sleeps.Load(),
+		MissedWakes: h.missed.Load(), DroppedDead: h.dead.Load(), DroppedBad: h.bad.Load(), RoomsLost: h.lost.Load(),
+		InvalidSends: h.invalid.Load()}
+}
+
+func (s *Server) shmDir() (string, error) {
+	if s.ipc != nil {
+		return filepath.Dir(s.ipc.path), nil
+	}
+	h := &s.shm
+	if h.dir == "" {
+		d, err := os.MkdirTemp("", "kvxfer-shm-")
+		if err != nil {
+			return "", err
+		}
+		h.dir = d
+	}
+	return h.dir, nil
+}
+
+func (s *Server) shmAttach(b []byte, q *request) ([]byte, *Error) {
+	if littleEndian := *(*byte)(unsafe.Pointer(&[]uint16{1}[0])) == 1; !littleEndian {
+		return b, errorf(CodeUnsupported, "the shared-memory path needs a little-endian host")
+	}
+	se, ok := s.cfg.Engine.(SinkEngine)
+	if !ok {
+		return b, errorf(CodeUnsupported, "this engine has no status table")
+	}
+	if !q.shm.hasPid || q.shm.pid <= 0 || q.shm.pid > math.MaxInt32 {
+		return b, errorf(CodeBadRequest, "shm_attach needs the client's pid")
+	}
+	g := shmGeometry{entries: DefaultRingEntries, slots: DefaultSlots, words: DefaultIndexWords}
+	for _, f := range []struct {
+		v   int64
+		dst *uint32
+	}{{q.shm.entries, &g.entries}, {q.shm.slots, &g.slots}, {q.shm.words, &g.words}} {
+		if f.v < 0 || f.v > math.MaxUint32 {
+			return b, errorf(CodeBadRequest, "shm_attach size %d out of range", f.v)
+		}
+		if f.v > 0 {
+			*f.dst = uint32(f.v)
+		}
+	}
+	if e := g.validate(); e != nil {
+		return b, e
+	}
+	h := &s.shm
+	h.mu.Lock()
+	full := len(h.sessions) >= MaxShmSessions
+	h.mu.Unlock()
+	if full {
+		return b, errorf(CodeBusy, "%d shared-memory sessions attached already", MaxShmSessions)
+	}
+	watch, err := watchPid(int(q.shm.pid))
+	if err != nil {
+		return b, errorf(CodeBadRequest, "pid %d: %v", q.shm.pid, err)
+	}
+	dir, err := s.shmDir()
+	if err != nil {
+		watch.Close()
+		return b, errorf(CodeInternal, "shm directory: %v", err)
+	}
+	h.mu.Lock()
+	if h.sessions == nil {
+		h.sessions = map[int64]*shmSession{}
+	}
+	if h.sink == nil {
+		h.sink = newStatusSink()
+		se.SetStatusSink(h.sink)
+	}
+	h.next++
+	id := h.next
+	h.mu.Unlock()
+	path := filepath.Join(dir, ".kvxfer-shm-"+strconv.Itoa(os.Getpid())+"-"+strconv.FormatInt(id, 10))
+	mem, err := createRegion(path, g.size())
+	if err != nil {
+		watch.Close()
+		return b, errorf(CodeInternal, "shm region: %v", err)
+	}
+	ss := &shmSession{id: id, hub: h, eng: s.cfg.Engine, log: s.log, r: &region{mem: mem, g: g}, path: path, watch: watch,
+		bindings: make([]*slotBinding, g.slots), done: make(chan struct{}), polls: make(chan []*slotBinding, 64)}
+	ss.r.initHeader()
+	h.mu.Lock()
+	h.sessions[id] = ss
+	h.mu.Unlock()
+	h.attached.Add(1)
+	ss.start()
+
+	b = appendMapHeader(b, 11)
+	b = appendInt(appendStr(b, "session"), id)
+	b = appendStr(appendStr(b, "path"), path)
+	b = appendInt(appendStr(b, "size"), int64(g.size()))
+	b = appendInt(appendStr(b, "ring_entries"), int64(g.entries))
+	b = appendInt(appendStr(b, "slots"), int64(g.slots))
+	b = appendInt(appendStr(b, "index_words"), int64(g.words))
+	b = appendInt(appendStr(b, "ring_off"), int64(g.ringOff()))
+	b = appendInt(appendStr(b, "index_off"), int64(g.indexOff()))
+	b = appendInt(appendStr(b, "table_off"), int64(g.tableOff()))
+	codes := append(room.Reasons(), room.ReasonNone, ReasonClientLost)
+	b = appendArrayHeader(appendStr(b, "reason_names"), len(codes))
+	for _, c := range codes {
+		b = appendArrayHeader(b, 2)
+		b = appendStr(appendInt(b, int64(c)), ReasonName(uint8(c)))
+	}
+	b = appendArrayHeader(appendStr(b, "reason_messages"), len(codes))
+	for _, c := range codes {
+		b = appendArrayHeader(b, 2)
+		b = appendStr(appendInt(b, int64(c)), ReasonMessage(uint8(c)))
+	}
+	return b, nil
+}
+
+func (s *Server) shmDetach(b []byte, q *request) ([]byte, *Error) {
+	if !q.shm.hasSession {
+		return b, errorf(CodeBadRequest, "shm_detach needs session")
+	}
+	h := &s.shm
+	h.mu.Lock()
+	ss := h.sessions[q.shm.session]
+	h.mu.Unlock()
+	if ss == nil {
+		return b, errorf(CodeBadRequest, "no shared-memory session %d", q.shm.session)
+	}
+	ss.end(DropDetached)
+	<-ss.done
+	return appendMapHeader(b, 0), nil
+}
+
+// closeShm ends every session (the server is stopping).
+func (s *Server) closeShm() {
+	h := &s.shm
+	h.mu.Lock()
+	var all []*shmSession
+	for _, ss := range h.sessions {
+		all = append(all, ss)
+	}
+	h.mu.Unlock()
+	for _, ss := range all {
+		ss.end(DropDetached)
+		<-ss.done
+	}
+	if h.sink != nil {
+		if se, ok := s.cfg.Engine.(SinkEngine); ok {
+			se.SetStatusSink(nil)
+		}
+	}
+	if h.dir != "" {
+		os.RemoveAll(h.dir)
+	}
+}
+
+func createRegion(path string, size int) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if err := f.Truncate(int64(size)); err != nil {
+		os.Remove(path)
+		return nil, err
+	}
+	mem, err := syscall.Mmap(int(f.Fd()), 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
+	if err != nil {
+		os.Remove(path)
+		return nil, err
+	}
+	return mem, nil
+}
+
+// shmSession is one client's region and the goroutine that consumes its ring.
+// bindings, head and cursor are the consumer's alone.
+type shmSession struct {
+	id    int64
+	hub   *shmHub
+	eng   Engine
+	log   interface{ Error(string, ...any) }
+	r     *region
+	path  string
+	watch *pidWatch
+
+	closing  atomic.Uint32 // a DropCode once the session is ending
+	memMu    sync.RWMutex  // unmapping waits for wake-ups in progress
+	unmapped bool
+	done     chan struct{}
+	polls    chan []*slotBinding
+
+	bindings []*slotBinding
+	head     uint64
+	cursor   uint64 // index words consumed
+	opened   []*slotBinding
+}
+
+func (ss *shmSession) start() {
+	go func() {
+		if ss.watch.Wait() {
+			ss.end(DropDead)
+		}
+	}()
+	go ss.pollOpens()
+	go ss.run()
+}
+
+// end asks the session to end with code (the first code wins).
+func (ss *shmSession) end(code uint32) {
+	ss.closing.CompareAndSwap(0, code)
+	ss.memMu.RLock()
+	if !ss.unmapped {
+		futexWakeWord(ss.r.u32(hdrSleeping))
+	}
+	ss.memMu.RUnlock()
+}
+
+// pollOpens answers each batch of opens from the engine's poll (see
+// slotBinding.offer).
+func (ss *shmSession) pollOpens() {
+	var rooms []uint64
+	var out []room.Reply
+	for bs := range ss.polls {
+		rooms = rooms[:0]
+		for _, b := range bs {
+			rooms = append(rooms, b.room)
+		}
+		out = ss.eng.Poll(rooms, out)
+		for i, b := range bs {
+			if i < len(out) {
+				b.offer(out[i])
+			}
+		}
+	}
+}
+
+func (ss *shmSession) run() {
+	r := ss.r
+	tail, sleeping := r.u64(hdrTail), r.u32(hdrSleeping)
+	mask := uint64(r.g.entries - 1)
+	var spinStart time.Time
+	spinning := false
+	var rec [RecordSize]byte
+	for {
+		if code := ss.closing.Load(); code != 0 {
+			ss.teardown(code, "")
+			return
+		}
+		t := tail.Load()
+		if t == ss.head {
+			if !spinning {
+				spinning, spinStart = true, time.Now()
+			}
+			if time.Since(spinStart) < shmSpin {
+				runtime.Gosched()
+				continue
+			}
+			sleeping.Store(1)
+			if tail.Load() != ss.head || ss.closing.Load() != 0 {
+				sleeping.Store(0)
+				continue
+			}
+			ss.hub.sleeps.Add(1)
+			slept := time.Now()
+			futexWaitWord(sleeping, 1, shmSafetyWake)
+			if sleeping.Swap(0) == 1 && time.Since(slept) >= shmSafetyWake && tail.Load() != ss.head {
+				ss.hub.missed.Add(1)
+			}
+			spinning = false
+			continue
+		}
+		spinning = false
+		if t-ss.head > uint64(r.g.entries) {
+			ss.teardown(DropGarbage, fmt.Sprintf("tail %d is more than a ring ahead of head %d", t, ss.head))
+			return
+		}
+		for n := 0; ss.head != t && n < shmBatch; n++ {
+			off := r.g.ringOff() + int(ss.head&mask)*RecordSize
+			copy(rec[:], r.mem[off:off+RecordSize])
+			if err := ss.safeApply(rec[:]); err != nil {
+				ss.teardown(DropGarbage, err.Error())
+				return
+			}
+			ss.head++
+			ss.hub.records.Add(1)
+		}
+		r.u64(hdrIdxHead).Store(ss.cursor)
+		r.u64(hdrHead).Store(ss.head)
+		if len(ss.opened) > 0 {
+			ss.polls <- ss.opened
+			ss.opened = nil
+		}
+	}
+}
+
+// safeApply is apply with a panic (a bug in an engine call) turned into an
+// error: the session drops, the server goes on.
+func (ss *shmSession) safeApply(b []byte) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("panic applying a record: %v", p)
+		}
+	}()
+	return ss.apply(b)
+}
+
+// apply executes one record. An error drops the client.
+func (ss *shmSession) apply(b []byte) error {
+	rec, err := decodeRecord(b, ss.r.g)
+	if err != nil {
+		return err
+	}
+	switch rec.Op {
+	case RecOpen:
+		if old := ss.bindings[rec.Slot]; old != nil {
+			old.close(false)
+			ss.hub.sink.withdraw(old)
+		}
+		nb := &slotBinding{r: ss.r, slot: rec.Slot, gen: uint32(rec.A), room: rec.Room}
+		nb.reset()
+		ss.bindings[rec.Slot] = nb
+		ss.hub.sink.deposit(nb)
+		ss.eng.Open(rec.Room)
+		ss.opened = append(ss.opened, nb)
+	case RecInit:
+		numPages, aux := int64(rec.A), int64(rec.B)
+		if numPages < 0 || numPages > math.MaxInt32 || aux < 0 || aux > math.MaxInt32 {
+			ss.invalidRoom(rec.Room)
+			return nil
+		}
+		ss.eng.Init(rec.Room, int(numPages), int(aux))
+	case RecSend:
+		w := uint64(ss.r.g.words)
+		want := ss.cursor
+		if want%w+rec.B > w {
+			want = (want/w + 1) * w // the blob did not fit before the end: it starts at the wrap
+		}
+		if rec.A != want {
+			return fmt.Errorf("send at index position %d, expected %d", rec.A, want)
+		}
+		ss.cursor = rec.A + rec.B
+		start := ss.r.g.indexOff() + int(rec.A%w)*4
+		var words []int32
+		if rec.B > 0 {
+			words = unsafe.Slice((*int32)(unsafe.Pointer(&ss.r.mem[start])), int(rec.B))
+		}
+		pages, state, err := decodeSendBlob(words)
+		if err != nil {
+			ss.invalidRoom(rec.Room)
+			return nil
+		}
+		ss.eng.Send(rec.Room, pages, state)
+	case RecAbort:
+		ss.eng.Abort(rec.Room)
+	case RecClear:
+		b := ss.bindings[rec.Slot]
+		if b == nil || b.room != rec.Room {
+			return fmt.Errorf("clear of room %d in slot %d, which holds no such room", rec.Room, rec.Slot)
+		}
+		b.close(false)
+		ss.hub.sink.withdraw(b)
+		ss.bindings[rec.Slot] = nil
+		ss.eng.Clear(rec.Room)
+	}
+	return nil
+}
+
+// invalidRoom fails a room whose record carried values it cannot take: no
+// reply, the room's status says it (Failed, invalid_request). An engine
+// without Fail gets an Abort.
+func (ss *shmSession) invalidRoom(id uint64) {
+	ss.hub.invalid.Add(1)
+	if f, ok := ss.eng.(interface{ Fail(uint64, room.Reason) }); ok {
+		f.Fail(id, room.ReasonInvalidRequest)
+		return
+	}
+	ss.eng.Abort(id)
+}
+
+// teardown ends the session on the consumer's goroutine: every bound room
+// that is not terminal fails client_lost (in the table; the engine aborts
+// it), every bound room is cleared, the region is released.
+func (ss *shmSession) teardown(code uint32, why string) {
+	ss.closing.CompareAndSwap(0, code)
+	code = ss.closing.Load()
+	h := ss.hub
+	switch code {
+	case DropDead:
+		h.dead.Add(1)
+	case DropGarbage:
+		h.bad.Add(1)
+		ss.log.Error("control: dropping a shared-memory client that sent a bad record", "session", ss.id, "error", why)
+	}
+	ss.r.u32(hdrDropped).Store(code)
+	for i, b := range ss.bindings {
+		if b == nil {
+			continue
+		}
+		h.sink.withdraw(b)
+		if !b.close(true) {
+			h.lost.Add(1)
+			ss.eng.Abort(b.room)
+		}
+		ss.eng.Clear(b.room)
+		ss.bindings[i] = nil
+	}
+	close(ss.polls)
+	ss.watch.Close()
+	os.Remove(ss.path)
+	h.mu.Lock()
+	delete(h.sessions, ss.id)
+	h.mu.Unlock()
+	// Every binding is closed: nothing writes the region any more (a late
+	// poll answer or room actor finds its binding closed). An in-process
+	// client has its own mapping.
+	ss.memMu.Lock()
+	ss.unmapped = true
+	syscall.Munmap(ss.r.mem)
+	ss.memMu.Unlock()
+	close(ss.done)
+}

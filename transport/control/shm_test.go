@@ -1,0 +1,550 @@
+package control
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"reflect"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/kvxfer/kvxfer/actors"
+	"github.com/kvxfer/kvxfer/actors/room"
+)
+
+var _ SinkEngine = (*actors.Engine)(nil)
+
+func attach(t testing.TB, ep string, o ShmOptions) *ShmClient {
+	t.Helper()
+	c := dial(t, ep)
+	s, err := AttachShm(c, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// shmUntil reads the table until room id reports want. It waits on the
+// engine (every read is a memory read); the deadline only turns a hang into a
+// failure.
+func shmUntil(t testing.TB, s *ShmClient, id uint64, want room.Status) room.Reply {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		rs, err := s.Poll([]uint64{id}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rs[0].Status == want {
+			return rs[0]
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("room %d: %+v, want %v", id, rs[0], want)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func info(prefix int) room.TransferInfo {
+	return room.TransferInfo{Agent: "d0", From: room.Endpoint{IP: "127.0.0.1", Port: 9000},
+		DstPages: []int32{100, 101, 102}, DstAux: 1, Required: 1, PrefixLen: prefix}
+}
+
+// TestShmRoomLifecycle drives a room through the ring and reads every status
+// from the table: open, decode's transfer info, init, two chunks, success,
+// clear; the engine's own poll agrees with the table.
+func TestShmRoomLifecycle(t *testing.T) {
+	eng := newEngine(t)
+	srv := startServer(t, eng, nil)
+	s := attach(t, srv.Endpoint(), ShmOptions{})
+	const id = 1<<62 + 7
+	if err := s.Open(id); err != nil {
+		t.Fatal(err)
+	}
+	shmUntil(t, s, id, room.Bootstrapping)
+	eng.TransferInfo(id, info(16))
+	if r := shmUntil(t, s, id, room.WaitingForInput); r.PrefixLen != 16 {
+		t.Fatalf("ready room: %+v", r)
+	}
+	if err := s.Init(id, 3, 5); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Send(id, []int32{7, 8}, [][]int32{{1}, nil}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Send(id, []int32{9}, nil); err != nil {
+		t.Fatal(err)
+	}
+	r := shmUntil(t, s, id, room.Success)
+	if e := eng.PollSync([]uint64{id}, nil)[0]; e != r {
+		t.Fatalf("table %+v, engine %+v", r, e)
+	}
+	if err := s.Clear(id); err != nil {
+		t.Fatal(err)
+	}
+	for eng.Stats().LiveRooms != 0 {
+		time.Sleep(time.Millisecond)
+	}
+	if st := srv.ShmStats(); st.Sessions != 1 || st.Records != 5 || st.DroppedBad != 0 || st.InvalidSends != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+// recEngine records what the consumer applies, and can hold it (gate).
+type recEngine struct {
+	*actors.Engine
+	mu    sync.Mutex
+	sends map[uint64][][]int32
+	ops   []string
+	gate  chan struct{} // when set, Open waits for it
+}
+
+func (e *recEngine) Open(id uint64) {
+	if g := e.gate; g != nil {
+		<-g
+	}
+	e.mu.Lock()
+	e.ops = append(e.ops, "open "+strconv.FormatUint(id, 10))
+	e.mu.Unlock()
+	e.Engine.Open(id)
+}
+
+func (e *recEngine) Send(id uint64, pages []int32, state [][]int32) {
+	e.mu.Lock()
+	if e.sends == nil {
+		e.sends = map[uint64][][]int32{}
+	}
+	e.sends[id] = append(e.sends[id], pages)
+	e.ops = append(e.ops, "send "+strconv.FormatUint(id, 10))
+	e.mu.Unlock()
+	e.Engine.Send(id, pages, state)
+}
+
+// TestShmRingWraparound pushes far more records and index words than an
+// 8-record ring with a 64-word index area holds: every send arrives whole and
+// in order (blobs that would straddle the end start at the wrap).
+func TestShmRingWraparound(t *testing.T) {
+	eng := &recEngine{Engine: newEngine(t)}
+	srv := startServer(t, eng, nil)
+	s := attach(t, srv.Endpoint(), ShmOptions{RingEntries: 8, Slots: 4, IndexWords: 64})
+	want := map[uint64][][]int32{}
+	for r := uint64(1); r <= 200; r++ {
+		if err := s.Open(r); err != nil {
+			t.Fatal(err)
+		}
+		for c := 0; c < 3; c++ {
+			pages := make([]int32, int(r+uint64(c))%29)
+			for i := range pages {
+				pages[i] = int32(r*1000) + int32(c*100+i)
+			}
+			if err := s.Send(r, pages, nil); err != nil {
+				t.Fatal(err)
+			}
+			want[r] = append(want[r], pages)
+		}
+		if err := s.Clear(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for srv.ShmStats().Records != 200*5 {
+		time.Sleep(time.Millisecond)
+	}
+	eng.mu.Lock()
+	defer eng.mu.Unlock()
+	for r, w := range want {
+		got := eng.sends[r]
+		for i := range got {
+			if len(got[i]) == 0 {
+				got[i] = []int32{}
+			}
+		}
+		for i := range w {
+			if len(w[i]) == 0 {
+				w[i] = []int32{}
+			}
+		}
+		if !reflect.DeepEqual(got, w) {
+			t.Fatalf("room %d: sent %v, engine got %v", r, w, got)
+		}
+	}
+	if st := srv.ShmStats(); st.DroppedBad != 0 || st.InvalidSends != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+// TestShmRingFull: while kvxferd cannot consume (its engine call blocks), a
+// full ring makes the client wait, then ErrRingFull; nothing is dropped:
+// once kvxferd goes on, every accepted record is applied, in order.
+func TestShmRingFull(t *testing.T) {
+	eng := &recEngine{Engine: newEngine(t), gate: make(chan struct{})}
+	srv := startServer(t, eng, nil)
+	s := attach(t, srv.Endpoint(), ShmOptions{RingEntries: 4, Slots: 16})
+	s.FullWait = 20 * time.Millisecond
+	accepted := 0
+	var err error
+	for r := uint64(1); r <= 16; r++ {
+		if err = s.Open(r); err != nil {
+			break
+		}
+		accepted++
+	}
+	// The consumer is blocked in the first record's Open: it has not released
+	// any of the four the ring holds.
+	if !errors.Is(err, ErrRingFull) || accepted != 4 {
+		t.Fatalf("accepted %d, then %v; want 4 then ErrRingFull", accepted, err)
+	}
+	close(eng.gate)
+	for srv.ShmStats().Records != uint64(accepted) {
+		time.Sleep(time.Millisecond)
+	}
+	if err := s.Open(99); err != nil {
+		t.Fatalf("after the ring drained: %v", err)
+	}
+	for srv.ShmStats().Records != uint64(accepted+1) {
+		time.Sleep(time.Millisecond)
+	}
+	eng.mu.Lock()
+	defer eng.mu.Unlock()
+	want := []string{"open 1", "open 2", "open 3", "open 4", "open 99"}
+	if !reflect.DeepEqual(eng.ops, want) {
+		t.Fatalf("applied %v, want %v", eng.ops, want)
+	}
+}
+
+// TestShmProducerConsumerRace runs a producer, the consumer, room actors
+// publishing and decode infos from another goroutine at once (run with
+// -race): 1,000 rooms through a 16-record ring all end Success in the table.
+func TestShmProducerConsumerRace(t *testing.T) {
+	eng := newEngine(t)
+	srv := startServer(t, eng, nil)
+	s := attach(t, srv.Endpoint(), ShmOptions{RingEntries: 16, Slots: 64, IndexWords: 256})
+	const n = 1000
+	opened := make(chan uint64, n)
+	var infos sync.WaitGroup
+	infos.Add(1)
+	go func() {
+		defer infos.Done()
+		for id := range opened {
+			eng.TransferInfo(id, info(0))
+		}
+	}()
+	live := map[uint64]bool{}
+	next := uint64(1)
+	var out []room.Reply
+	var ids []uint64
+	deadline := time.Now().Add(60 * time.Second)
+	for done := 0; done < n; {
+		for next <= n && len(live) < 48 {
+			if err := s.Open(next); err != nil {
+				t.Fatal(err)
+			}
+			live[next] = false
+			opened <- next
+			next++
+		}
+		ids = ids[:0]
+		for id := range live {
+			ids = append(ids, id)
+		}
+		var err error
+		if out, err = s.Poll(ids, out); err != nil {
+			t.Fatal(err)
+		}
+		for i, id := range ids {
+			switch st := out[i].Status; {
+			case st == room.WaitingForInput && !live[id]:
+				live[id] = true
+				if err := s.Init(id, 2, 0); err != nil {
+					t.Fatal(err)
+				}
+				if err := s.Send(id, []int32{1, 2}, nil); err != nil {
+					t.Fatal(err)
+				}
+			case st == room.Success:
+				if err := s.Clear(id); err != nil {
+					t.Fatal(err)
+				}
+				delete(live, id)
+				done++
+			case st == room.Failed:
+				t.Fatalf("room %d failed: %+v", id, out[i])
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d rooms done", done, n)
+		}
+	}
+	close(opened)
+	infos.Wait()
+}
+
+// TestShmTornRead: a slot whose seq is odd (a write in progress), or changed
+// between the two reads, is reported torn; concurrent writes never yield a
+// mixed slot.
+func TestShmTornRead(t *testing.T) {
+	g := shmGeometry{entries: 8, slots: 2, words: 64}
+	r := &region{mem: make([]byte, g.size()), g: g}
+	r.writeSlot(1, 42, packSlotWord(7, room.Success, 0, true), 9)
+	if v, ok := r.readSlot(1); !ok || v.Room != 42 || v.Gen != 7 || v.Status != room.Success || !v.Written || v.PrefixLen != 9 {
+		t.Fatalf("read %+v %v", v, ok)
+	}
+	seq := r.u64(g.tableOff() + SlotSize + slotSeq)
+	seq.Add(1) // a writer is mid-way
+	if _, ok := r.readSlot(1); ok {
+		t.Fatal("a slot with an odd seq read as whole")
+	}
+	seq.Add(1)
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for v := uint64(0); !stop.Load(); v++ {
+			r.writeSlot(0, v, packSlotWord(uint32(v), room.Status(v%5), uint8(v), true), int64(v))
+		}
+	}()
+	torn, whole := 0, 0
+	for whole < 20000 {
+		v, ok := r.readSlot(0)
+		if !ok {
+			torn++
+			continue
+		}
+		whole++
+		if uint64(v.Gen) != v.Room&0xffffffff || uint64(v.PrefixLen) != v.Room || v.Status != room.Status(v.Room%5) {
+			t.Fatalf("mixed slot %+v", v)
+		}
+	}
+	stop.Store(true)
+	wg.Wait()
+	t.Logf("%d torn reads retried", torn)
+}
+
+// TestShmSlotReuseNoStale: a slot freed by clear and reused at once shows
+// the new room Bootstrapping, never the old room's Success, even while
+// kvxferd has consumed neither the clear nor the open; the same room opened
+// again in the same slot is not shown its old status either.
+func TestShmSlotReuseNoStale(t *testing.T) {
+	eng := &recEngine{Engine: newEngine(t), gate: make(chan struct{})}
+	srv := startServer(t, eng, nil)
+	s := attach(t, srv.Endpoint(), ShmOptions{Slots: 1})
+	if err := s.Open(1); err != nil {
+		t.Fatal(err)
+	}
+	eng.gate <- struct{}{}
+	eng.TransferInfo(1, info(0))
+	shmUntil(t, s, 1, room.WaitingForInput)
+	s.Init(1, 1, 0)
+	s.Send(1, []int32{3}, nil)
+	shmUntil(t, s, 1, room.Success)
+	// From here the consumer blocks in each open until the test lets it go.
+	if err := s.Clear(1); err != nil {
+		t.Fatal(err)
+	}
+	for _, next := range []uint64{2, 1} {
+		if err := s.Open(next); err != nil {
+			t.Fatal(err)
+		}
+		if rs, _ := s.Poll([]uint64{next}, nil); rs[0] != (room.Reply{Status: room.Bootstrapping}) {
+			t.Fatalf("reused slot shows %+v for room %d", rs[0], next)
+		}
+		eng.gate <- struct{}{}
+		shmUntil(t, s, next, room.Bootstrapping)
+		if rs, _ := s.Poll([]uint64{next}, nil); rs[0].Status != room.Bootstrapping {
+			t.Fatalf("room %d after its open: %+v", next, rs[0])
+		}
+		if err := s.Clear(next); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestShmGarbageDropsOnlyThatClient: a record that does not decode drops its
+// session (its open rooms fail client_lost), and another client's session
+// and rooms carry on.
+func TestShmGarbageDropsOnlyThatClient(t *testing.T) {
+	eng := newEngine(t)
+	srv := startServer(t, eng, nil)
+	good := attach(t, srv.Endpoint(), ShmOptions{})
+	bad := attach(t, srv.Endpoint(), ShmOptions{})
+	if err := good.Open(1); err != nil {
+		t.Fatal(err)
+	}
+	if err := bad.Open(2); err != nil {
+		t.Fatal(err)
+	}
+	shmUntil(t, bad, 2, room.Bootstrapping)
+	for srv.ShmStats().Records != 2 {
+		time.Sleep(time.Millisecond)
+	}
+	bad.put(Record{Op: 77, Room: 3})
+	bad.publish()
+	for bad.Dropped() != DropGarbage {
+		time.Sleep(time.Millisecond)
+	}
+	if r := shmUntil(t, bad, 2, room.Failed); r.Reason != ReasonClientLost {
+		t.Fatalf("dropped client's room: %+v", r)
+	}
+	if err := bad.Open(4); !errors.Is(err, ErrDropped) {
+		t.Fatalf("open after drop: %v", err)
+	}
+	if e := eng.PollSync([]uint64{2}, nil)[0]; e.Status != room.Failed || e.Reason != room.ReasonClientAbort {
+		t.Fatalf("engine's view of the lost room: %+v", e)
+	}
+	eng.TransferInfo(1, info(0))
+	shmUntil(t, good, 1, room.WaitingForInput)
+	if st := srv.ShmStats(); st.DroppedBad != 1 || st.Sessions != 1 || st.RoomsLost != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+// TestShmClientCrash: a client process killed with rooms open is noticed
+// through its pidfd: its non-terminal rooms fail (client_lost in the table,
+// an abort in the engine), every room it had is cleared, its session and
+// file are gone.
+func TestShmClientCrash(t *testing.T) {
+	eng := newEngine(t)
+	srv := startServer(t, eng, nil)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestShmCrashHelper$")
+	cmd.Env = append(os.Environ(), "KVXFER_SHM_HELPER="+srv.Endpoint())
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil || line != "ready\n" {
+		t.Fatalf("helper: %q %v", line, err)
+	}
+	rooms := []uint64{501, 502, 503}
+	for srv.ShmStats().Records != 3 {
+		time.Sleep(time.Millisecond)
+	}
+	for _, r := range rooms {
+		if e := eng.PollSync([]uint64{r}, nil)[0]; e.Status != room.Bootstrapping {
+			t.Fatalf("room %d: %+v", r, e)
+		}
+	}
+	if st := srv.ShmStats(); st.Sessions != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+	for srv.ShmStats().Sessions != 0 {
+		time.Sleep(time.Millisecond)
+	}
+	for _, r := range rooms {
+		if e := eng.PollSync([]uint64{r}, nil)[0]; e.Status != room.Failed || e.Reason != room.ReasonClientAbort {
+			t.Fatalf("room %d after its client died: %+v", r, e)
+		}
+	}
+	for eng.Stats().LiveRooms != 0 {
+		time.Sleep(time.Millisecond)
+	}
+	if st := srv.ShmStats(); st.DroppedDead != 1 || st.RoomsLost != 3 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+// TestShmCrashHelper is the client process of TestShmClientCrash.
+func TestShmCrashHelper(t *testing.T) {
+	ep := os.Getenv("KVXFER_SHM_HELPER")
+	if ep == "" {
+		t.Skip("helper process of TestShmClientCrash")
+	}
+	c, err := Dial(ep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := AttachShm(c, ShmOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []uint64{501, 502, 503} {
+		if err := s.Open(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fmt.Println("ready")
+	time.Sleep(time.Minute)
+}
+
+// TestShmAttachRefusals: bad sizes, a pid that does not exist.
+func TestShmAttachRefusals(t *testing.T) {
+	eng := newEngine(t)
+	srv := startServer(t, eng, nil)
+	c := dial(t, srv.Endpoint())
+	for _, f := range []map[string]any{
+		{}, {"pid": int64(os.Getpid()), "ring_entries": int64(3)}, {"pid": int64(os.Getpid()), "slots": int64(MaxSlots + 1)},
+		{"pid": int64(os.Getpid()), "index_words": int64(1 << 30)}, {"pid": int64(1 << 30)},
+	} {
+		var e *Error
+		if _, err := c.Call(OpShmAttach, f); !errors.As(err, &e) || e.Code != CodeBadRequest {
+			t.Fatalf("shm_attach %v: %v", f, err)
+		}
+	}
+	if _, err := c.Call(OpShmDetach, map[string]any{"session": int64(12345)}); err == nil {
+		t.Fatal("detach of an unknown session succeeded")
+	}
+}
+
+// TestShmSendBlobRoundTrip: the index-area encoding of pages and state.
+func TestShmSendBlobRoundTrip(t *testing.T) {
+	for _, c := range []struct {
+		pages []int32
+		state [][]int32
+	}{{[]int32{}, nil}, {[]int32{1, -2, 3}, [][]int32{{4}, nil, {}}}, {nil, [][]int32{}}} {
+		b := appendSendBlob(nil, c.pages, c.state)
+		if len(b) != sendBlobWords(c.pages, c.state) {
+			t.Fatalf("%d words, sendBlobWords says %d", len(b), sendBlobWords(c.pages, c.state))
+		}
+		p, s, err := decodeSendBlob(b)
+		if err != nil || len(p) != len(c.pages) || len(s) != len(c.state) || (c.state == nil) != (s == nil) {
+			t.Fatalf("%v %v -> %v %v %v", c.pages, c.state, p, s, err)
+		}
+	}
+	for _, bad := range [][]int32{{}, {5, 1}, {0}, {0, -2}, {0, 1, 7}, {0, -1, 9}} {
+		if _, _, err := decodeSendBlob(bad); err == nil {
+			t.Fatalf("blob %v decoded", bad)
+		}
+	}
+}
+
+// FuzzShmRecord feeds arbitrary bytes to the record and send-blob decoders:
+// they never panic, and what decodes re-encodes to the same bytes.
+func FuzzShmRecord(f *testing.F) {
+	g := shmGeometry{entries: 8, slots: 16, words: 64}
+	var b [RecordSize]byte
+	putRecord(b[:], Record{Op: RecOpen, Slot: 3, Room: 9, A: 1})
+	f.Add(b[:], []byte{2, 0, 0, 0, 1, 0, 0, 0, 255, 255, 255, 255})
+	f.Fuzz(func(t *testing.T, rec []byte, blob []byte) {
+		if len(rec) >= RecordSize {
+			if r, err := decodeRecord(rec[:RecordSize], g); err == nil {
+				var back [RecordSize]byte
+				putRecord(back[:], r)
+				if string(back[:]) != string(rec[:RecordSize]) {
+					t.Fatalf("record %x re-encodes to %x", rec[:RecordSize], back)
+				}
+			}
+		}
+		words := make([]int32, len(blob)/4)
+		for i := range words {
+			words[i] = int32(binary.LittleEndian.Uint32(blob[4*i:]))
+		}
+		if p, s, err := decodeSendBlob(words); err == nil {
+			if back := appendSendBlob(nil, p, s); !reflect.DeepEqual(back, words) {
+				t.Fatalf("blob %v re-encodes to %v", words, back)
+			}
+		}
+	})
+}
