@@ -36,15 +36,25 @@ type Options struct {
 	// NoProgressThread turns NIXL's progress thread off. On transports without
 	// hardware RMA (tcp, shm) a target then only progresses inside its own calls.
 	NoProgressThread bool
-	// PollInterval is how often the owner goroutine polls requests in flight when
-	// no call arrives, which also sends their deferred notifications (NIXL's UCX
-	// plugin sends a notification only from getXferStatus). Default 1ms.
-	PollInterval time.Duration
-	// Spin is how long the owner keeps polling requests in flight back to back
-	// after the last call before falling back to PollInterval; it costs a core
-	// while transfers run and speeds up transports whose copies happen inside
-	// the initiator's progress calls. Default 200µs; negative disables it.
+	// ProgressDelay is NIXL's progress-thread delay (nixlAgentConfig
+	// pthrDelay): how long the UCX progress thread waits for an event before
+	// it progresses again. NIXL's default, 0, makes that thread spin: an idle
+	// agent then burns a whole core (BenchmarkIdleCPU: 0.49 of a core on 2
+	// loaded cores; 1 ms: 1.8 %; 10 ms: 0.3 %). Default 10 ms. Requests of
+	// this agent in flight are progressed by the owner goroutine (Spin), not
+	// by that thread, so transfers do not wait for it (BenchmarkInteropWrite).
+	ProgressDelay time.Duration
+	// Spin: while requests are in flight the owner goroutine polls them back
+	// to back (which also makes NIXL send their deferred notifications: the
+	// UCX plugin sends a notification only from getXferStatus) and wakes
+	// OnProgress pollers when one ends. 0 (default): for as long as any is
+	// in flight; positive: only for Spin after the last call, then every
+	// PollInterval; negative: only every PollInterval. An idle owner
+	// (nothing in flight) blocks and costs nothing.
 	Spin time.Duration
+	// PollInterval is the owner's polling period when Spin does not apply.
+	// Default 1 ms (Go timers below that fire at about 1.1 ms anyway).
+	PollInterval time.Duration
 	// CloseWait bounds how long Close waits for requests in flight to settle
 	// before destroying the agent. Default 5s.
 	CloseWait time.Duration
@@ -67,6 +77,10 @@ type Agent struct {
 	maps  [][]byte
 
 	st *state // owner goroutine only
+
+	wmu    sync.Mutex
+	wseq   uint64
+	wakers map[uint64]func() // OnProgress
 }
 
 var _ nixl.Agent = (*Agent)(nil)
@@ -95,8 +109,8 @@ func New(name string, opts Options) (*Agent, error) {
 	if opts.PollInterval <= 0 {
 		opts.PollInterval = time.Millisecond
 	}
-	if opts.Spin == 0 {
-		opts.Spin = 200 * time.Microsecond
+	if opts.ProgressDelay <= 0 {
+		opts.ProgressDelay = 10 * time.Millisecond
 	}
 	if opts.CloseWait <= 0 {
 		opts.CloseWait = 5 * time.Second
@@ -127,8 +141,9 @@ func envParams() (map[string]string, error) {
 // loop is the owner goroutine. It never unlocks its OS thread, so the thread
 // (and the UCX worker state NIXL keyed to it) ends with the agent.
 //
-// While requests are in flight it polls them back to back for up to
-// Options.Spin after the last call, then every PollInterval. On transports
+// While requests are in flight it polls them back to back (Options.Spin),
+// serving calls in between; with nothing in flight it blocks on the next
+// call: no ticker, no cost when idle. On transports
 // where the initiator's progress call does the copying (shared memory, cma,
 // tcp) that is what moves the bytes; on RDMA it only finds completions sooner.
 func (a *Agent) loop(ready chan<- error) {
@@ -148,18 +163,21 @@ func (a *Agent) loop(ready chan<- error) {
 		last = time.Now()
 		if st.dead {
 			close(a.done)
+			a.wake()
 		}
 		return st.dead
 	}
 	for {
-		if st.inflight > 0 && a.opts.Spin > 0 && time.Since(last) < a.opts.Spin {
+		if st.inflight > 0 && (a.opts.Spin == 0 || a.opts.Spin > 0 && time.Since(last) < a.opts.Spin) {
 			select {
 			case f := <-a.calls:
 				if run(f) {
 					return
 				}
 			default:
-				st.progress()
+				if st.progress() {
+					a.wake()
+				}
 			}
 			continue
 		}
@@ -173,9 +191,41 @@ func (a *Agent) loop(ready chan<- error) {
 				return
 			}
 		case <-tc:
-			st.progress()
+			if st.progress() {
+				a.wake()
+			}
 		}
 	}
+}
+
+var _ nixl.Waker = (*Agent)(nil)
+
+// OnProgress implements nixl.Waker: wake is called from the owner goroutine
+// when its own polling (Spin, PollInterval) ended a request in flight, and
+// when the agent closes. A request that ends inside a caller's Post or Poll
+// is seen by that call.
+func (a *Agent) OnProgress(wake func()) (stop func()) {
+	a.wmu.Lock()
+	id := a.wseq
+	a.wseq++
+	if a.wakers == nil {
+		a.wakers = map[uint64]func(){}
+	}
+	a.wakers[id] = wake
+	a.wmu.Unlock()
+	return func() {
+		a.wmu.Lock()
+		delete(a.wakers, id)
+		a.wmu.Unlock()
+	}
+}
+
+func (a *Agent) wake() {
+	a.wmu.Lock()
+	for _, w := range a.wakers {
+		w()
+	}
+	a.wmu.Unlock()
 }
 
 // do runs f on the owner goroutine and waits for it; ErrClosed once closed.

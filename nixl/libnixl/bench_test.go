@@ -3,19 +3,22 @@ package libnixl_test
 import (
 	"encoding/base64"
 	"fmt"
+	"os"
 	"slices"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/kvxfer/kvxfer/nixl"
+	"github.com/kvxfer/kvxfer/nixl/libnixl"
 )
 
 // benchTotal is the bytes of one transfer: one request of total/desc
 // descriptors, remote indices reversed so NIXL cannot merge neighbours.
 const (
 	benchTotal  = 16 << 20
-	benchRounds = 5
+	benchRounds = 10
 )
 
 // BenchmarkInteropWrite: Go -> Python WRITE throughput against the same
@@ -24,7 +27,9 @@ const (
 // The b.N Go transfers are split into benchRounds rounds, each followed by a
 // Python round of as many transfers (a long-lived Python initiator), so both
 // sides see the same machine load. It reports MB/s over the Go rounds, the
-// medians go_MB/s and py_MB/s over the rounds, and go/py (ratio of medians).
+// medians go_MB/s and py_MB/s over the rounds, go/py (ratio of medians) and
+// go/py_paired (median of the per-round ratios: each Go round and the Python
+// round right after it share the machine's load).
 // Use a fixed -benchtime so the Python processes start once per -count:
 //
 //	KVXFER_NIXL_PYTHON=/opt/kvxfer-nixl/bin/python \
@@ -74,9 +79,14 @@ func benchWrite(b *testing.B, desc int) {
 		return // a ramp-up round
 	}
 	goMed, pyMed := median(goRates), median(pyRates)
+	var per []float64
+	for i := range min(len(goRates), len(pyRates)) {
+		per = append(per, goRates[i]/pyRates[i])
+	}
 	b.ReportMetric(goMed/1e6, "go_MB/s")
 	b.ReportMetric(pyMed/1e6, "py_MB/s")
 	b.ReportMetric(goMed/pyMed, "go/py")
+	b.ReportMetric(median(per), "go/py_paired")
 	b.Logf("desc=%dKiB rounds of %d x 16 MiB: go %v MB/s, python %v MB/s", desc>>10, b.N/benchRounds, mb(goRates), mb(pyRates))
 }
 
@@ -117,6 +127,13 @@ func goWriter(b *testing.B, g nixl.Agent, tgt *pyPeer, desc int) func() {
 		g.Release(x)
 	})
 	st := make([]nixl.Status, 1)
+	woke := make(chan struct{}, 1)
+	b.Cleanup(g.(*libnixl.Agent).OnProgress(func() {
+		select {
+		case woke <- struct{}{}:
+		default:
+		}
+	}))
 	return func() {
 		if _, err := g.Post(x); err != nil {
 			b.Fatal(err)
@@ -131,9 +148,10 @@ func goWriter(b *testing.B, g nixl.Agent, tgt *pyPeer, desc int) func() {
 			case nixl.Failed:
 				b.Fatal(st[0].Err)
 			}
-			// An engine's poll tick (spec: 50-200µs); the owner goroutine keeps
-			// progressing the request meanwhile (Options.Spin).
-			time.Sleep(100 * time.Microsecond)
+			// Park until the owner goroutine, which progresses the request
+			// back to back meanwhile (Options.Spin), sees it end (nixl.Waker);
+			// as a transfer pool waits. No sleep, no timer.
+			<-woke
 		}
 	}
 }
@@ -162,4 +180,47 @@ func mb(v []float64) []int {
 		out[i] = int(x / 1e6)
 	}
 	return out
+}
+
+// BenchmarkIdleCPU: the CPU an idle agent (backend created, nothing in
+// flight) costs its process, as a share of one core over one second, with
+// NIXL's own progress-thread delay (0: its thread spins) and with ours
+// (Options.ProgressDelay's default). Process CPU is getrusage; the benchmark
+// itself sleeps.
+//
+//	go test -run '^$' -bench IdleCPU -benchtime 1x ./nixl/libnixl/
+func BenchmarkIdleCPU(b *testing.B) {
+	for _, c := range []struct {
+		name  string
+		delay time.Duration
+	}{{"nixl-default-delay=0", time.Nanosecond}, {"delay=1ms", time.Millisecond}, {"kvxfer-default-10ms", 0}, {"delay=100ms", 100 * time.Millisecond}} {
+		b.Run(c.name, func(b *testing.B) {
+			findOnce.Do(func() { libPath, findErr = libnixl.Find("") })
+			if findErr != nil {
+				b.Skipf("NIXL not available: %v", findErr)
+			}
+			a, err := libnixl.New(fmt.Sprintf("idle-%d-%d", os.Getpid(), seq.Add(1)), libnixl.Options{Path: libPath, ProgressDelay: c.delay})
+			if err != nil {
+				b.Skipf("NIXL could not start: %v", err)
+			}
+			defer a.Close()
+			if _, err := a.LocalMetadata(); err != nil {
+				b.Fatal(err)
+			}
+			time.Sleep(200 * time.Millisecond) // threads settle
+			var share float64
+			for range b.N {
+				c0, t0 := cpuNow(), time.Now()
+				time.Sleep(time.Second)
+				share = float64(cpuNow()-c0) / float64(time.Since(t0))
+			}
+			b.ReportMetric(share, "cores")
+		})
+	}
+}
+
+func cpuNow() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -124,11 +124,11 @@ func bytesp(b []byte) unsafe.Pointer {
 	return unsafe.Pointer(&b[0])
 }
 
-func capiCreateAgent(name string, prog bool, sync int) (handle, int) {
+func capiCreateAgent(name string, prog bool, sync int, delayUs uint64) (handle, int) {
 	cn := cstr(name)
 	defer cfree(cn)
 	var a handle
-	st := C.kx_create_agent(cn, C.bool(prog), C.int(sync), &a)
+	st := C.kx_create_agent(cn, C.bool(prog), C.int(sync), C.uint64_t(delayUs), &a)
 	return a, nx(st)
 }
 

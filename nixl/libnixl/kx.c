@@ -103,13 +103,14 @@ int kx_raw_status(kx_h a, kx_h x) { return r_status(*(void **)a, *(void **)x); }
 // Trampolines: cgo cannot call C function pointers directly. The ones below
 // also batch what would otherwise be one cgo crossing per descriptor or index.
 
-kx_st kx_create_agent(const char *name, bool prog, int sync, kx_h *out) {
+kx_st kx_create_agent(const char *name, bool prog, int sync, uint64_t pthr_delay_us, kx_h *out) {
 	kx_agent_config c;
 	memset(&c, 0, sizeof c);
 	c.enable_prog_thread = prog;
 	c.listen_port = 8888;
 	c.thread_sync = sync;
 	c.num_workers = 1;
+	c.pthr_delay_us = pthr_delay_us;
 	c.lthr_delay_us = 100000;
 	return p_create_configured_agent(name, &c, out);
 }

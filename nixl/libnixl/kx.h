@@ -16,7 +16,7 @@ const char *kx_open(const char *path);
 int kx_has_raw(void);
 int kx_raw_post(kx_h a, kx_h x);
 int kx_raw_status(kx_h a, kx_h x);
-kx_st kx_create_agent(const char *name, bool prog, int sync, kx_h *out);
+kx_st kx_create_agent(const char *name, bool prog, int sync, uint64_t pthr_delay_us, kx_h *out);
 kx_st kx_destroy_agent(kx_h a);
 kx_st kx_create_backend(kx_h a, const char *plugin, char **kv, size_t n, kx_h *out);
 kx_st kx_plugins(kx_h a, char **out);

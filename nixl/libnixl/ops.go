@@ -106,7 +106,7 @@ func (a *Agent) DropPeer(name string) (err error) {
 			err = nixl.Errorf(codeErr(st, nixl.ErrBackend), "libnixl DropPeer %q: status %d", name, st)
 		}
 		delete(s.peers, name)
-		s.progress() // requests in flight now settle with ErrPeerUnknown
+		_ = s.progress() // requests in flight now settle with ErrPeerUnknown (seen by the next Poll)
 	})
 	return first(cerr, err)
 }

@@ -58,7 +58,7 @@ type xfer struct {
 }
 
 func newState(name string, o Options) (*state, error) {
-	ag, st := capiCreateAgent(name, !o.NoProgressThread, syncStrict)
+	ag, st := capiCreateAgent(name, !o.NoProgressThread, syncStrict, uint64(o.ProgressDelay/time.Microsecond))
 	if st != stSuccess {
 		return nil, fmt.Errorf("libnixl: create agent %q: status %d: %w", name, st, nixl.ErrBackend)
 	}
@@ -189,13 +189,17 @@ func (s *state) settle(x *xfer, st int) {
 }
 
 // progress polls every request in flight: it moves their state forward and
-// makes NIXL send notifications it defers to getXferStatus.
-func (s *state) progress() {
+// makes NIXL send notifications it defers to getXferStatus. It reports
+// whether any request left InProgress.
+func (s *state) progress() bool {
+	ended := false
 	for _, x := range s.xfers {
 		if x.state == nixl.InProgress {
 			s.settle(x, capiStatus(s.ag, x.h))
+			ended = ended || x.state != nixl.InProgress
 		}
 	}
+	return ended
 }
 
 // shutdown waits up to wait for requests in flight, releases every terminal
