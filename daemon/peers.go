@@ -119,6 +119,9 @@ func (p *peers) register(r *wire.Registration, frames [][]byte, replay bool) boo
 				"endpoint", to.String(), "err", err)
 			return false
 		}
+		// Refused by SGLang's geometry rules (or NIXL): its rooms fail
+		// peer_rejected, and decode is told SGLang's reason.
+		d.dialects.reject(r, err)
 		d.counters.badRegistrations.Add(1)
 		if ok, suppressed := p.rejectLogs.allow(); ok {
 			d.log.Warn("decode registration rejected; its transfer infos will fail their rooms", "agent", r.AgentName,
