@@ -8,9 +8,10 @@
 // other authentication; tcp:// is allowed on loopback only). Clients use REQ or
 // DEALER. Each request is one msgpack map {id, op, ...fields}; each reply is one map
 // {id, ok: true, result} or {id, ok: false, code, error}. msgpack because Python's
-// msgpack package (in SGLang's environment) packs and unpacks it in C; the codec here
-// is a small, fuzzed subset (nil, bool, int, float64, str, bin, array, map) so the
-// module takes no new dependency. Page indices travel as packed little-endian int32
+// msgpack package (in SGLang's environment) packs and unpacks it in C; the Go side
+// reads and writes it with tinylib/msgp's in-place []byte API, a fuzzed subset (nil,
+// bool, int, float64, str, bin, array, map) whose allocation is bounded by the message
+// (msgpack.go says why this library). Page indices travel as packed little-endian int32
 // bins (numpy's tobytes()), and the per-iteration ops (poll, failure, abort, clear,
 // pop_decode_prefix_len) take many rooms per request, because the scheduler polls
 // every queued room on every loop iteration and a round trip per room would cost more

@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"reflect"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -293,5 +294,39 @@ func TestInt32sBin(t *testing.T) {
 	got, err := readInt32sBin(&r)
 	if err != nil || !reflect.DeepEqual(got, in) {
 		t.Fatalf("unpacked %v, %v", got, err)
+	}
+}
+
+// TestHostileHeadersAllocateNothing: a short message whose str, bin, array or map header
+// announces up to 4 GiB is refused before anything is allocated for it, whether it is a
+// whole value, an unknown request field (skipped) or a known one. (Nesting past maxDepth
+// is refused too; building the levels before it allocates one small slice each.)
+func TestHostileHeadersAllocateNothing(t *testing.T) {
+	for _, in := range []string{
+		"c6 ff ff ff ff 00", "db ff ff ff ff 61", "dd ff ff ff ff c0", "df ff ff ff ff a1 61 c0",
+		"dc ff ff c0", "de ff ff a1 61", strings.Repeat("91", 4*maxDepth) + "c0",
+	} {
+		b := unhex(t, in)
+		if b[0] != 0x91 && testing.AllocsPerRun(100, func() {
+			if _, err := decodeValue(b); err == nil {
+				t.Fatalf("% s decoded", in)
+			}
+		}) != 0 {
+			t.Errorf("decodeValue(% s) allocated", in)
+		}
+		for _, key := range []string{"junk", "pages", "rooms", "reqs", "buffers"} {
+			msg := append(appendStr(appendMapHeader(nil, 1), key), b...)
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			for range 100 {
+				if q, err := decodeRequest(msg); err == nil && q.err == nil {
+					t.Fatalf("%s: % s accepted", key, in)
+				}
+			}
+			runtime.ReadMemStats(&after)
+			if per := (after.TotalAlloc - before.TotalAlloc) / 100; per > 4096 {
+				t.Errorf("%s: % s: %d bytes allocated per request", key, in, per)
+			}
+		}
 	}
 }
