@@ -548,3 +548,57 @@ func FuzzShmRecord(f *testing.F) {
 		}
 	})
 }
+
+// FuzzShmSession writes arbitrary bytes into a live session's ring and index
+// area: the server either applies the records or drops that session, and
+// another client's session on the same server keeps working.
+func FuzzShmSession(f *testing.F) {
+	eng := newEngine(f)
+	srv := startServer(f, eng, nil)
+	good := attach(f, srv.Endpoint(), ShmOptions{Slots: 4})
+	var b [2 * RecordSize]byte
+	putRecord(b[:], Record{Op: RecOpen, Slot: 1, Room: 5, A: 1})
+	putRecord(b[RecordSize:], Record{Op: RecSend, Room: 5, A: 0, B: 3})
+	f.Add(b[:], []byte{1, 0, 0, 0, 9, 0, 0, 0, 255, 255, 255, 255})
+	f.Add([]byte("garbage garbage garbage garbage garbage"), []byte{})
+	f.Fuzz(shmSessionFuzzer(srv, good))
+}
+
+// shmSessionBody runs the fuzzer's body through loop (for other drivers).
+func shmSessionBody(t *testing.T, loop func(func(t *testing.T, recs, index []byte))) {
+	eng := newEngine(t)
+	srv := startServer(t, eng, nil)
+	good := attach(t, srv.Endpoint(), ShmOptions{Slots: 4})
+	loop(shmSessionFuzzer(srv, good))
+}
+
+func shmSessionFuzzer(srv *Server, good *ShmClient) func(t *testing.T, recs, index []byte) {
+	next := uint64(1 << 62)
+	return func(t *testing.T, recs, index []byte) {
+		c := dial(t, srv.Endpoint())
+		s, err := AttachShm(c, ShmOptions{RingEntries: 8, Slots: 8, IndexWords: 64})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		copy(s.r.mem[s.r.g.indexOff():s.r.g.indexOff()+4*64], index)
+		n := min(len(recs)/RecordSize, 8)
+		off := s.r.g.ringOff()
+		copy(s.r.mem[off:off+n*RecordSize], recs[:n*RecordSize])
+		s.tail = uint64(n)
+		s.publish()
+		for s.r.u64(hdrHead).Load() != uint64(n) && s.Dropped() == DropNone {
+			time.Sleep(time.Millisecond)
+		}
+		next++
+		if err := good.Open(next); err != nil {
+			t.Fatal(err)
+		}
+		if r := shmUntil(t, good, next, room.Bootstrapping); r.Status != room.Bootstrapping || good.Dropped() != DropNone {
+			t.Fatalf("the other client's room: %+v, dropped %d", r, good.Dropped())
+		}
+		if err := good.Clear(next); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
