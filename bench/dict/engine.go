@@ -33,6 +33,10 @@ func (v Variant) String() string {
 type Config struct {
 	Variant   Variant
 	Transfers actors.Transfers
+	// Waiter, if set, is where a transfer worker waits for the writes it just
+	// posted through Transfers (Direct: upstream's busy-wait on the NIXL
+	// handles). Unset, the worker blocks until Transfers reports them.
+	Waiter Waiter
 	// Notifier tells decode of failures and ABORT_ACKs. Only Fixed uses it:
 	// upstream never tells decode anything (spec §6.3 P4).
 	Notifier actors.Notifier

@@ -187,6 +187,9 @@ func (e *Engine) transfer(c *chunk, ev Event) error {
 	}
 	ev.Point = WorkerPosted
 	e.hooks.at(ev)
+	if e.cfg.Waiter != nil && posted > 0 {
+		e.cfg.Waiter.Wait(c.room) // upstream's busy-wait on the handles (spec §5.2 step 5)
+	}
 
 	fail := room.ReasonNone
 	for i := 0; i < posted; i++ {

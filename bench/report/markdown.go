@@ -93,7 +93,8 @@ func Headline(r *suite.Results) string {
 					if set.Reps > 1 {
 						val += fmt.Sprintf(" (%.2f–%.2f)", rg[0], rg[1])
 					}
-					t.row(fmt.Sprintf("rooms/s actors/%s at %d concurrent rooms (median of %d)", base, c, set.Reps), val)
+					val += fmt.Sprintf("; CPU s/1k rooms %s; load %s", cpuPair(set, base), rowLoad(set))
+					t.row(fmt.Sprintf("rooms/s actors/%s, %d concurrent rooms, %s (median of %d)", base, c, settingText(set), set.Reps), val)
 				}
 			}
 		}
@@ -110,6 +111,43 @@ func Headline(r *suite.Results) string {
 		}
 	}
 	return b.String()
+}
+
+// settingText names a run set's transfer setting with its conditions.
+func settingText(s suite.RunSet) string {
+	switch s.Setting {
+	case "instant":
+		return "instant (bookkeeping only)"
+	case "copies":
+		return "real loopback copies, no injected latency"
+	case "":
+		return latency(s)
+	}
+	return s.Setting + ": " + latency(s)
+}
+
+// cpuPair is "actors X vs base Y" CPU seconds per 1k rooms.
+func cpuPair(s suite.RunSet, base string) string {
+	var a, o float64
+	for _, e := range s.Engines {
+		switch e.Engine {
+		case "actors":
+			a = e.CPUPer1k
+		case base:
+			o = e.CPUPer1k
+		}
+	}
+	return fmt.Sprintf("actors %.3f vs %s %.3f", a, base, o)
+}
+
+// rowLoad is the 1-minute load average after the set's last run.
+func rowLoad(s suite.RunSet) string {
+	for i := len(s.Engines) - 1; i >= 0; i-- {
+		if f := strings.Fields(s.Engines[i].LoadAvg); len(f) > 0 {
+			return f[0]
+		}
+	}
+	return "?"
 }
 
 func pinText(e suite.EngineRuns) string {
@@ -134,7 +172,7 @@ func Markdown(r *suite.Results) string {
 	w("Why the figures move the way they do (batched poll cost, transfer workers that wait for each chunk, what counts as pinned) is in `docs/benchmarks.md`, *Reading the results*.\n\n")
 
 	if len(r.Throughput) > 0 {
-		w("## Throughput over the loopback NIXL pool\n\nClosed loop, no aborts, %s. Medians over the repetitions; engines interleaved within each repetition. Time-to-terminal: open → first terminal poll, pooled over repetitions.\n\n", latency(r.Throughput[0]))
+		w("## Throughput at three transfer settings\n\nClosed loop, no aborts, every point at every setting: **instant** (writes complete at once: bookkeeping only), **copies** (real bytes over the loopback NIXL fabric, no injected latency), **rdma** (loopback copies plus a modelled wire: %s, no timers: a request completes when polled at or after its due time). The actor engine posts through the transfer pool (`actors/xfer`); the dict engines' workers post straight to the NIXL agent and busy-wait on their handles as SGLang's `transfer_worker` does (`dict.Direct`). Medians over the repetitions; engines interleaved within each repetition. CPU: process user+system (`getrusage`) over the run per 1k rooms. Heap: live heap per live room mid-run, after a GC (driver state included). Load: 1-minute load average after the engine's last run. Time-to-terminal: open → first terminal poll, pooled over repetitions.\n\n", rdmaText(r.Throughput))
 		runTable(&b, r.Throughput, false)
 		w("![throughput](throughput.svg)\n\n")
 	}
@@ -143,7 +181,7 @@ func Markdown(r *suite.Results) string {
 		runTable(&b, r.Paced, false)
 	}
 	if len(r.Overhead) > 0 {
-		w("## Pure overhead (instant transfer layer)\n\nThe same loop with writes completing at once: the cost of each design around its transfers.\n\n")
+		w("## Pure overhead at larger scale (instant transfer layer)\n\nThe same loop with writes completing at once: the cost of each design around its transfers.\n\n")
 		runTable(&b, r.Overhead, false)
 	}
 	if r.Storm != nil {
@@ -189,6 +227,15 @@ func Markdown(r *suite.Results) string {
 	return b.String()
 }
 
+func rdmaText(sets []suite.RunSet) string {
+	for _, s := range sets {
+		if s.Setting == "rdma" {
+			return latency(s)
+		}
+	}
+	return "not run"
+}
+
 func latency(s suite.RunSet) string {
 	l := s.Spec.Latency
 	if s.Transfer != "loopback" {
@@ -197,6 +244,9 @@ func latency(s suite.RunSet) string {
 	out := "loopback NIXL without added latency"
 	if l[1] > 0 {
 		out = fmt.Sprintf("loopback NIXL with %v–%v per request", l[0], l[1])
+	}
+	if s.Bandwidth > 0 {
+		out += fmt.Sprintf(" plus bytes ÷ %.0f GB/s", s.Bandwidth/1e9)
 	}
 	if s.Spec.SlowShare > 0 {
 		out += fmt.Sprintf(", %.1f%% of requests %v", 100*s.Spec.SlowShare, s.Spec.Slow)
@@ -216,7 +266,7 @@ func stormText(s *suite.RunSet) string {
 
 func runTable(b *strings.Builder, sets []suite.RunSet, aborts bool) {
 	t := table{b}
-	t.head("scenario", "engine", "rooms/s", "actors ÷ engine: median of per-rep ratios [range] (ratio of medians)", "CPU s per 1k rooms", "TTT p50", "TTT p99", "TTT p999", "pinned (all reps)", "leaked (max)")
+	t.head("scenario", "engine", "rooms/s", "actors ÷ engine: median of per-rep ratios [range] (ratio of medians)", "CPU s per 1k rooms", "heap B/live room", "load 1m", "TTT p50", "TTT p99", "TTT p999", "pinned (all reps)", "leaked (max)")
 	for _, set := range sets {
 		var act float64
 		for _, e := range set.Engines {
@@ -232,8 +282,12 @@ func runTable(b *strings.Builder, sets []suite.RunSet, aborts bool) {
 					ratio = fmt.Sprintf("%.2f× [%.2f–%.2f] (%.2f×)", v, rg[0], rg[1], stats.Ratio(act, e.RoomsPerSec))
 				}
 			}
+			load := "?"
+			if f := strings.Fields(e.LoadAvg); len(f) > 0 {
+				load = f[0]
+			}
 			t.row(set.Name, e.Engine, fmt.Sprintf("%.0f", e.RoomsPerSec), ratio, fmt.Sprintf("%.3f", e.CPUPer1k),
-				Dur(e.TTT.P50), Dur(e.TTT.P99), Dur(e.TTT.P999), e.Pinned, e.Leaked)
+				fmt.Sprintf("%.0f", e.HeapPerRoom), load, Dur(e.TTT.P50), Dur(e.TTT.P99), Dur(e.TTT.P999), e.Pinned, e.Leaked)
 		}
 	}
 	b.WriteString("\n")

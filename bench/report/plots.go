@@ -2,6 +2,7 @@ package report
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/kvxfer/kvxfer/bench/suite"
@@ -27,17 +28,28 @@ func Plots(r *suite.Results) map[string]string {
 }
 
 func throughput(r *suite.Results) svgplot.Chart {
-	c := svgplot.Chart{Title: "Throughput vs concurrency (loopback NIXL)", XLabel: "concurrent rooms (closed loop)",
+	c := svgplot.Chart{Title: "Throughput vs concurrency, per transfer setting", XLabel: "concurrent rooms (closed loop)",
 		YLabel: "rooms/s (median of repetitions)", LogX: true}
-	for _, e := range r.Engines {
-		s := svgplot.Series{Name: e}
-		for _, set := range r.Throughput {
-			if er := engine(&set, e); er != nil {
-				s.X = append(s.X, float64(set.Spec.Concurrency))
-				s.Y = append(s.Y, er.RoomsPerSec)
-			}
+	var settings []string
+	for _, set := range r.Throughput {
+		if !slices.Contains(settings, set.Setting) {
+			settings = append(settings, set.Setting)
 		}
-		c.Series = append(c.Series, s)
+	}
+	for _, st := range settings {
+		for _, e := range r.Engines {
+			s := svgplot.Series{Name: e + " " + st}
+			for _, set := range r.Throughput {
+				if set.Setting != st {
+					continue
+				}
+				if er := engine(&set, e); er != nil {
+					s.X = append(s.X, float64(set.Spec.Concurrency))
+					s.Y = append(s.Y, er.RoomsPerSec)
+				}
+			}
+			c.Series = append(c.Series, s)
+		}
 	}
 	return c
 }

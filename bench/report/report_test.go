@@ -18,11 +18,12 @@ import (
 // sample is a hand-made result set with every section filled.
 func sample() *suite.Results {
 	set := func(name string, c int, rates [3]float64) suite.RunSet {
-		s := suite.RunSet{Name: name, Transfer: "loopback", Reps: 1,
+		s := suite.RunSet{Name: name, Setting: "rdma", Transfer: "loopback", Reps: 1, Bandwidth: 25e9,
 			Spec:      workload.Spec{Rooms: 100, Concurrency: c, AbortShare: 0.5, Latency: [2]time.Duration{time.Microsecond, time.Millisecond}},
 			RatioRate: map[string]float64{"actors/upstream": rates[2] / rates[0], "actors/fixed": rates[2] / rates[1]}}
 		for i, e := range []string{"upstream", "fixed", "actors"} {
-			er := suite.EngineRuns{Engine: e, RoomsPerSec: rates[i], Runs: []suite.RunSummary{{RoomsPerSec: rates[i]}}}
+			er := suite.EngineRuns{Engine: e, RoomsPerSec: rates[i], Runs: []suite.RunSummary{{RoomsPerSec: rates[i]}},
+				CPUPer1k: float64(i + 1), HeapPerRoom: 1000 * float64(i+1), LoadAvg: "1.50 1.20 1.00"}
 			a2t := []time.Duration{time.Millisecond, 2 * time.Millisecond, 3 * time.Millisecond}
 			never := 0
 			if e == "upstream" {
@@ -52,8 +53,9 @@ func TestMarkdownHasEverySection(t *testing.T) {
 	md := Markdown(sample())
 	for _, want := range []string{
 		"# kvxfer benchmark report (test suite)", "`kvxfer-bench -suite test`", "## Headline",
-		"rooms/s actors/upstream at 1000 concurrent rooms (median of 1) | 4.00×",
-		"rooms/s actors/fixed at 10000 concurrent rooms (median of 1) | 0.50×",
+		"rooms/s actors/upstream, 1000 concurrent rooms, rdma: loopback NIXL with 1µs–1ms per request plus bytes ÷ 25 GB/s (median of 1) | 4.00×; CPU s/1k rooms actors 3.000 vs upstream 1.000; load 1.50",
+		"rooms/s actors/fixed, 10000 concurrent rooms, rdma: loopback NIXL with 1µs–1ms per request plus bytes ÷ 25 GB/s (median of 1) | 0.50×",
+		"| 3000 | 1.50 |",
 		"abort-to-terminal p99 under the storm, upstream | ∞",
 		"abort-to-terminal p99 under the storm, actors | 3.0 ms",
 		"heap bytes per live room (10000 rooms), actors | 2100 B",

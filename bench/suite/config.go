@@ -8,6 +8,7 @@ package suite
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/kvxfer/kvxfer/bench"
@@ -22,15 +23,44 @@ type Point struct {
 	Reps        int `json:"reps"`
 }
 
+// Setting is a transfer layer the throughput points run on (issue 13 item 2:
+// every ratio at three settings side by side).
+type Setting struct {
+	// Name: "instant", "copies", "rdma".
+	Name string `json:"name"`
+	// Loopback: real copies over the loopback NIXL fabric; otherwise the
+	// instant layer (bookkeeping only).
+	Loopback bool `json:"loopback"`
+	// Latency is each request's fixed part, uniform over the range;
+	// SlowShare of the requests take Slow instead (a tail).
+	Latency   [2]time.Duration `json:"latency_ns"`
+	SlowShare float64          `json:"slow_share,omitempty"`
+	Slow      time.Duration    `json:"slow_ns,omitempty"`
+	// Bandwidth adds bytes ÷ Bandwidth (bytes/s) to each request.
+	Bandwidth float64 `json:"bandwidth_bytes_per_s,omitempty"`
+}
+
+// Settings are the three transfer settings of the throughput matrix:
+// instant (bookkeeping only), real loopback copies with no injected latency,
+// and a realistic RDMA model (5–20 µs fixed plus bytes ÷ 25 GB/s per
+// request, 1 % of requests take 500 µs).
+func Settings() []Setting {
+	return []Setting{
+		{Name: "instant"},
+		{Name: "copies", Loopback: true},
+		{Name: "rdma", Loopback: true, Latency: [2]time.Duration{5 * time.Microsecond, 20 * time.Microsecond},
+			SlowShare: 0.01, Slow: 500 * time.Microsecond, Bandwidth: 25e9},
+	}
+}
+
 // Config is a suite: what to run, how big, how often.
 type Config struct {
 	Name    string
 	Engines []bench.Kind
 	Seed    uint64
-	// Throughput runs over the loopback transfer pool, no aborts, with
-	// ThroughputLatency per NIXL request.
-	Throughput        []Point
-	ThroughputLatency [2]time.Duration
+	// Throughput runs every point at every Setting, no aborts.
+	Throughput []Point
+	Settings   []Setting
 	// Paced repeats throughput points with a scheduler that spends Pace per
 	// iteration (a forward pass) instead of spinning on its polls.
 	Paced []Point
@@ -71,9 +101,8 @@ func Quick() Config {
 		Name:              "quick",
 		Engines:           bench.Kinds(),
 		Seed:              1,
-		Throughput:        []Point{{100, 1000, 3}, {1000, 5000, 5}, {10000, 10000, 2}},
-		ThroughputLatency: [2]time.Duration{10 * time.Microsecond, 200 * time.Microsecond},
-		Overhead:          []Point{{1000, 30000, 3}},
+		Throughput:        []Point{{100, 1000, 3}, {1000, 5000, 3}, {10000, 10000, 1}},
+		Settings:          Settings(),
 		Storm:             Point{1000, 2000, 3},
 		StormShare:        0.5,
 		StormLatency:      [2]time.Duration{50 * time.Microsecond, 2 * time.Millisecond},
@@ -97,7 +126,7 @@ func Full() Config {
 	c.Name = "full"
 	c.Throughput = []Point{{100, 3000, 5}, {1000, 10000, 5}, {10000, 10000, 3}}
 	c.Paced, c.Pace = []Point{{1000, 10000, 3}, {10000, 10000, 1}}, 5*time.Millisecond
-	c.Overhead = []Point{{1000, 20000, 5}, {10000, 50000, 3}, {100000, 100000, 1}}
+	c.Overhead = []Point{{10000, 50000, 3}, {100000, 100000, 1}}
 	c.Storm = Point{1000, 10000, 5}
 	c.StormSlowShare, c.StormSlow = 0.01, 20*time.Millisecond
 	c.PinShares = []float64{0.01, 0.05, 0.1, 0.25, 0.5, 0.75, 1}
@@ -120,16 +149,26 @@ func (c Config) WithReps(n int) Config {
 }
 
 // Only keeps the named parts of c (throughput, paced, overhead, storm, pins,
-// openloop, memory, poll, races) and drops the rest.
+// openloop, memory, poll, races) and drops the rest. Settings may also name
+// transfer settings (instant, copies, rdma) to keep only those.
 func (c Config) Only(parts ...string) (Config, error) {
 	keep := map[string]bool{}
+	var sets []Setting
 	for _, p := range parts {
 		switch p {
 		case "throughput", "paced", "overhead", "storm", "pins", "openloop", "memory", "poll", "races":
 			keep[p] = true
 		default:
-			return c, fmt.Errorf("suite: unknown part %q", p)
+			i := slices.IndexFunc(c.Settings, func(s Setting) bool { return s.Name == p })
+			if i < 0 {
+				return c, fmt.Errorf("suite: unknown part %q", p)
+			}
+			sets = append(sets, c.Settings[i])
+			keep["throughput"] = true
 		}
+	}
+	if sets != nil {
+		c.Settings = sets
 	}
 	if !keep["throughput"] {
 		c.Throughput = nil

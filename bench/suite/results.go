@@ -39,8 +39,10 @@ type Results struct {
 // machine's noise.
 type RunSet struct {
 	Name      string             `json:"name"`
+	Setting   string             `json:"setting"`  // instant, copies, rdma, storm
 	Transfer  string             `json:"transfer"` // "loopback" or "instant"
 	Spec      workload.Spec      `json:"spec"`
+	Bandwidth float64            `json:"bandwidth_bytes_per_s,omitempty"`
 	Pace      time.Duration      `json:"pace_ns,omitempty"` // paced scheduler: shortest iteration
 	Reps      int                `json:"reps"`
 	Engines   []EngineRuns       `json:"engines"`
@@ -64,6 +66,11 @@ type EngineRuns struct {
 	A2TByPhase map[string]stats.Summary `json:"abort_to_terminal_by_phase,omitempty"`
 	Pinned     int                      `json:"pinned_total"` // over every repetition
 	Leaked     int                      `json:"leaked_max"`
+	// HeapPerRoom is the median over repetitions of the live heap per live
+	// room mid-run (after a GC; driver state included, the same for every
+	// engine). LoadAvg is /proc/loadavg after this engine's last repetition.
+	HeapPerRoom float64 `json:"heap_bytes_per_live_room_median"`
+	LoadAvg     string  `json:"loadavg"`
 }
 
 // RunSummary is one repetition on one engine.

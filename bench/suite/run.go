@@ -13,8 +13,11 @@ import (
 
 	"github.com/kvxfer/kvxfer/actors"
 	"github.com/kvxfer/kvxfer/bench"
+	"github.com/kvxfer/kvxfer/bench/dict"
 	"github.com/kvxfer/kvxfer/bench/stats"
 	"github.com/kvxfer/kvxfer/bench/workload"
+	"github.com/kvxfer/kvxfer/nixl/loopback"
+	"github.com/kvxfer/kvxfer/nixl/sglang"
 )
 
 // runner holds what every scenario of a suite shares: the loopback fabric
@@ -22,6 +25,7 @@ import (
 type runner struct {
 	cfg    Config
 	fabric *workload.Fabric
+	direct *dict.Direct // the dict engines' writes: upstream's busy-wait on NIXL handles
 	label  atomic.Pointer[string]
 	prog   atomic.Pointer[workload.Progress]
 	total  atomic.Int64
@@ -43,34 +47,40 @@ func Run(cfg Config, command string, progress io.Writer) (*Results, error) {
 	}
 	defer f.Close()
 	r := &runner{cfg: cfg, fabric: f}
+	if r.direct, err = dict.NewDirect(f.Prefill.Agent, &f.Prefill.Geo, []sglang.PeerGeometry{f.Decode[0].Peer(), f.Decode[1].Peer()}, 4); err != nil {
+		return nil, fmt.Errorf("suite: preparing the dict engines' direct NIXL path: %w", err)
+	}
 	stop := r.display(progress, res.Started)
 	defer stop()
 
 	for _, p := range cfg.Throughput {
-		spec := workload.Spec{Rooms: p.Rooms, Concurrency: p.Concurrency, TwoAgents: 0.3, Latency: cfg.ThroughputLatency, Seed: cfg.Seed}
-		res.Throughput = append(res.Throughput, r.runSet(fmt.Sprintf("throughput c=%d", p.Concurrency), true, spec, p.Reps))
+		for _, st := range cfg.Settings {
+			spec := st.spec(workload.Spec{Rooms: p.Rooms, Concurrency: p.Concurrency, TwoAgents: 0.3, Seed: cfg.Seed})
+			res.Throughput = append(res.Throughput, r.runSet(fmt.Sprintf("c=%d %s", p.Concurrency, st.Name), st, spec, p.Reps))
+		}
 	}
 	for _, p := range cfg.Paced {
-		spec := workload.Spec{Rooms: p.Rooms, Concurrency: p.Concurrency, TwoAgents: 0.3, Latency: cfg.ThroughputLatency, Seed: cfg.Seed}
+		st := rdmaSetting(cfg.Settings)
+		spec := st.spec(workload.Spec{Rooms: p.Rooms, Concurrency: p.Concurrency, TwoAgents: 0.3, Seed: cfg.Seed})
 		r.pace = cfg.Pace
-		res.Paced = append(res.Paced, r.runSet(fmt.Sprintf("paced %v c=%d", cfg.Pace, p.Concurrency), true, spec, p.Reps))
+		res.Paced = append(res.Paced, r.runSet(fmt.Sprintf("paced %v c=%d %s", cfg.Pace, p.Concurrency, st.Name), st, spec, p.Reps))
 		r.pace = 0
 	}
 	for _, p := range cfg.Overhead {
 		spec := workload.Spec{Rooms: p.Rooms, Concurrency: p.Concurrency, TwoAgents: 0.3, Seed: cfg.Seed}
-		res.Overhead = append(res.Overhead, r.runSet(fmt.Sprintf("overhead c=%d", p.Concurrency), false, spec, p.Reps))
+		res.Overhead = append(res.Overhead, r.runSet(fmt.Sprintf("c=%d instant", p.Concurrency), Setting{Name: "instant"}, spec, p.Reps))
 	}
 	if cfg.Storm.Rooms > 0 {
-		s := r.runSet(fmt.Sprintf("abort storm %.0f%%", 100*cfg.StormShare), true, cfg.stormSpec(cfg.Storm, cfg.StormShare), cfg.Storm.Reps)
+		s := r.runSet(fmt.Sprintf("abort storm %.0f%%", 100*cfg.StormShare), stormSetting, cfg.stormSpec(cfg.Storm, cfg.StormShare), cfg.Storm.Reps)
 		res.Storm = &s
 	}
 	for _, share := range cfg.PinShares {
-		res.Pins = append(res.Pins, r.runSet(fmt.Sprintf("pins at %.0f%% aborts", 100*share), true, cfg.stormSpec(cfg.PinPoint, share), cfg.PinPoint.Reps))
+		res.Pins = append(res.Pins, r.runSet(fmt.Sprintf("pins at %.0f%% aborts", 100*share), stormSetting, cfg.stormSpec(cfg.PinPoint, share), cfg.PinPoint.Reps))
 	}
 	if cfg.OpenLoopRate > 0 {
 		spec := cfg.stormSpec(Point{Rooms: cfg.OpenLoopRooms}, cfg.StormShare)
 		spec.Rate = cfg.OpenLoopRate
-		s := r.runSet(fmt.Sprintf("open loop %.0f rooms/s", cfg.OpenLoopRate), true, spec, 1)
+		s := r.runSet(fmt.Sprintf("open loop %.0f rooms/s", cfg.OpenLoopRate), stormSetting, spec, 1)
 		res.OpenLoop = &s
 	}
 	for _, n := range cfg.Memory {
@@ -154,17 +164,18 @@ func (r *runner) display(w io.Writer, start time.Time) (stop func()) {
 
 // runSet runs spec on every engine, reps times, rotating the engine order
 // each repetition, and summarizes.
-func (r *runner) runSet(name string, loopback bool, spec workload.Spec, reps int) RunSet {
+func (r *runner) runSet(name string, st Setting, spec workload.Spec, reps int) RunSet {
+	loopback := st.Loopback
 	reps = max(reps, 1)
 	plans, err := workload.Generate(spec)
 	if err != nil {
 		panic(err) // the suite's own specs are valid
 	}
 	spec, _ = spec.Normalize()
-	set := RunSet{Name: name, Transfer: "instant", Spec: spec, Reps: reps, Pace: r.pace, RatioRate: map[string]float64{}}
+	set := RunSet{Name: name, Setting: st.Name, Transfer: "instant", Spec: spec, Bandwidth: st.Bandwidth, Reps: reps, Pace: r.pace, RatioRate: map[string]float64{}}
 	if loopback {
 		set.Transfer = "loopback"
-		r.fabric.SetLatency(spec.LatencyFunc())
+		r.setWire(spec.LatencyFunc(), st.Bandwidth)
 	}
 	type acc struct {
 		runs       []RunSummary
@@ -174,6 +185,8 @@ func (r *runner) runSet(name string, loopback bool, spec workload.Spec, reps int
 		pinned     int
 		leaked     int
 		rates, cpu []float64
+		heap       []float64
+		load       string
 	}
 	accs := map[bench.Kind]*acc{}
 	ratios := map[string][]float64{}
@@ -186,10 +199,11 @@ func (r *runner) runSet(name string, loopback bool, spec workload.Spec, reps int
 		for _, k := range order {
 			p := &workload.Progress{}
 			r.setLabel(fmt.Sprintf("%s, rep %d/%d, %s", name, rep+1, reps, k), p, len(plans))
-			res, err := r.one(k, loopback, plans, spec, p)
+			res, heap, err := r.one(k, loopback, plans, spec, p)
 			if err != nil {
 				panic(err)
 			}
+			load := loadavg()
 			a := accs[k]
 			if a == nil {
 				a = &acc{}
@@ -214,6 +228,10 @@ func (r *runner) runSet(name string, loopback bool, spec workload.Spec, reps int
 			a.leaked = max(a.leaked, res.Leaked)
 			a.rates = append(a.rates, res.RoomsPerSec)
 			a.cpu = append(a.cpu, res.CPUPer1k())
+			if heap > 0 {
+				a.heap = append(a.heap, heap)
+			}
+			a.load = load
 			rate[k] = res.RoomsPerSec
 			runtime.GC()
 		}
@@ -237,7 +255,7 @@ func (r *runner) runSet(name string, loopback bool, spec workload.Spec, reps int
 		set.Engines = append(set.Engines, EngineRuns{
 			Engine: string(k), Runs: a.runs, RoomsPerSec: stats.Median(a.rates), CPUPer1k: stats.Median(a.cpu),
 			TTT: stats.Summarize(a.ttt, 0), A2T: stats.Summarize(a.a2t, a.never), A2TCDF: stats.CDF(sorted, 200), A2TByPhase: byPhase,
-			Pinned: a.pinned, Leaked: a.leaked,
+			Pinned: a.pinned, Leaked: a.leaked, HeapPerRoom: stats.Median(a.heap), LoadAvg: a.load,
 		})
 	}
 	set.RatioRange = map[string][2]float64{}
@@ -248,19 +266,100 @@ func (r *runner) runSet(name string, loopback bool, spec workload.Spec, reps int
 	return set
 }
 
-// one runs plans once on a fresh engine of kind k.
-func (r *runner) one(k bench.Kind, loopback bool, plans []workload.Plan, spec workload.Spec, p *workload.Progress) (workload.Result, error) {
+// one runs plans once on a fresh engine of kind k. heap is the live heap
+// per live room, measured once mid-run (see heapProbe).
+func (r *runner) one(k bench.Kind, loopback bool, plans []workload.Plan, spec workload.Spec, p *workload.Progress) (workload.Result, float64, error) {
 	var tr actors.Transfers = workload.Instant{}
 	o := workload.Options{Concurrency: spec.Concurrency, Rate: spec.Rate, Progress: p, Quiet: r.cfg.Quiet, Pace: r.pace}
 	if loopback {
 		tr = r.fabric.Pool
+		if k != bench.Actors {
+			tr = r.direct // SGLang's worker: post, then busy-wait on the handles
+		}
 		o.Agents = [2]string{r.fabric.Agent(0), r.fabric.Agent(1)}
 		o.Slots, o.AuxSlots = r.fabric.Shape.Slots, r.fabric.Shape.AuxSlots
 	}
 	rig, err := workload.NewRig(k, tr)
 	if err != nil {
-		return workload.Result{}, err
+		return workload.Result{}, 0, err
 	}
+	probe := startHeapProbe(p, len(plans))
 	res := workload.Run(rig, plans, o)
-	return res, rig.Close()
+	heap := probe.stop()
+	return res, heap, rig.Close()
+}
+
+// setWire sets the loopback fabric's per-request latency and bandwidth
+// towards both decode ranks (no timers: see nixl/loopback).
+func (r *runner) setWire(lat func() time.Duration, bandwidth float64) {
+	for _, d := range r.fabric.Decode {
+		r.fabric.Prefill.Agent.SetFault(d.Agent.Name(), loopback.Fault{Latency: lat, Bandwidth: bandwidth})
+	}
+}
+
+// stormSetting is the transfer layer of the storm, the pin sweep and the open
+// loop: loopback copies with the scenario's own latency range.
+var stormSetting = Setting{Name: "storm", Loopback: true}
+
+// rdmaSetting is the RDMA model among sets (the paced runs use it), or the
+// default one.
+func rdmaSetting(sets []Setting) Setting {
+	for _, s := range sets {
+		if s.Name == "rdma" {
+			return s
+		}
+	}
+	return Settings()[2]
+}
+
+// spec applies the setting's latency model to a throughput spec.
+func (s Setting) spec(sp workload.Spec) workload.Spec {
+	sp.Latency, sp.SlowShare, sp.Slow = s.Latency, s.SlowShare, s.Slow
+	return sp
+}
+
+// heapProbe measures the live heap per live room once in a run: when half of
+// the rooms are terminal it forces a GC and reads HeapAlloc, minus the heap
+// after a GC before the run, divided by the rooms admitted and not yet
+// terminal. It includes the driver's per-room state (the same for every
+// engine) and costs the run one GC.
+type heapProbe struct {
+	quit chan struct{}
+	done chan float64
+}
+
+func startHeapProbe(p *workload.Progress, n int) *heapProbe {
+	var ms runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	base := ms.HeapAlloc
+	h := &heapProbe{quit: make(chan struct{}), done: make(chan float64, 1)}
+	go func() {
+		for {
+			select {
+			case <-h.quit:
+				h.done <- 0
+				return
+			default:
+			}
+			term, adm := p.Terminal.Load(), p.Admitted.Load()
+			if term >= int64(n/2) && adm > term {
+				runtime.GC()
+				runtime.ReadMemStats(&ms)
+				live := p.Admitted.Load() - p.Terminal.Load()
+				if live <= 0 {
+					live = adm - term
+				}
+				h.done <- float64(int64(ms.HeapAlloc)-int64(base)) / float64(live)
+				return
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	return h
+}
+
+func (h *heapProbe) stop() float64 {
+	close(h.quit)
+	return <-h.done
 }

@@ -32,7 +32,7 @@ func TestTinySuite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(r.Throughput) != 2 || len(r.Paced) != 1 || r.Paced[0].Pace != time.Millisecond || len(r.Overhead) != 1 || r.Storm == nil || len(r.Pins) != 1 || r.OpenLoop == nil ||
+	if len(r.Throughput) != 2*len(Settings()) || len(r.Paced) != 1 || r.Paced[0].Pace != time.Millisecond || len(r.Overhead) != 1 || r.Storm == nil || len(r.Pins) != 1 || r.OpenLoop == nil ||
 		len(r.Memory) != 2 || len(r.Poll) != 3 {
 		t.Fatalf("missing scenarios: %+v", r)
 	}
@@ -56,6 +56,25 @@ func TestTinySuite(t *testing.T) {
 		if _, ok := set.RatioRate["actors/upstream"]; !ok {
 			t.Fatalf("%s: no actors/upstream ratio", set.Name)
 		}
+	}
+	settings := map[string]int{}
+	for _, set := range r.Throughput {
+		settings[set.Setting]++
+		wantLoop := set.Setting != "instant"
+		if (set.Transfer == "loopback") != wantLoop {
+			t.Fatalf("%s: transfer %s", set.Name, set.Transfer)
+		}
+		if set.Setting == "rdma" && (set.Bandwidth != 25e9 || set.Spec.Latency[0] != 5*time.Microsecond || set.Spec.SlowShare != 0.01) {
+			t.Fatalf("%s: rdma model %+v bandwidth %v", set.Name, set.Spec, set.Bandwidth)
+		}
+		for _, e := range set.Engines {
+			if e.LoadAvg == "" || e.CPUPer1k <= 0 {
+				t.Fatalf("%s/%s: load %q, CPU %v", set.Name, e.Engine, e.LoadAvg, e.CPUPer1k)
+			}
+		}
+	}
+	if settings["instant"] != 2 || settings["copies"] != 2 || settings["rdma"] != 2 {
+		t.Fatalf("settings: %v", settings)
 	}
 	if r.Storm.Spec.Latency[1] == 0 || r.Storm.Transfer != "loopback" || r.Overhead[0].Transfer != "instant" {
 		t.Fatalf("transfer layers: storm %s %v, overhead %s", r.Storm.Transfer, r.Storm.Spec.Latency, r.Overhead[0].Transfer)

@@ -37,8 +37,12 @@ func NewRig(k bench.Kind, tr actors.Transfers) (*Rig, error) {
 		if k == bench.Fixed {
 			v = dict.Fixed
 		}
-		e, err := dict.New(dict.Config{Variant: v, Transfers: r.Tap, Notifier: r.Notices, Clock: r.Clock,
-			NonStickyFailed: k == bench.UpstreamPre30352})
+		cfg := dict.Config{Variant: v, Transfers: r.Tap, Notifier: r.Notices, Clock: r.Clock,
+			NonStickyFailed: k == bench.UpstreamPre30352}
+		if w, ok := tr.(dict.Waiter); ok {
+			cfg.Waiter = w // writes complete while the posting worker waits (dict.Direct)
+		}
+		e, err := dict.New(cfg)
 		if err != nil {
 			return nil, err
 		}
