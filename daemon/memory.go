@@ -79,17 +79,28 @@ func (d *Daemon) ensureAgent() error {
 	return nil
 }
 
-func (d *Daemon) mapRegions(reg *control.MemoryRegistration) (*sglang.Buffers, error) {
+func (d *Daemon) mapRegions(reg *control.MemoryRegistration) (_ *sglang.Buffers, err error) {
 	if err := reg.Validate(); err != nil {
 		return nil, err
 	}
+	var vram vramBatch // CUDA IPC handles this call opened: closed again if it is refused
+	defer func() {
+		if err != nil {
+			vram.release()
+		}
+	}()
 	if d.mem.attached == nil {
 		d.mem.attached = map[string][]byte{}
 	}
 	b := &sglang.Buffers{NumSlots: reg.NumSlots(), Kind: reg.Buffers[0].Mem, DevID: reg.Buffers[0].Dev}
 	for i, r := range reg.Buffers {
-		if len(r.CUDAIPC) > 0 {
-			return nil, fmt.Errorf("buffer %d: CUDA IPC handles need a GPU NIXL backend; the loopback backend maps shared memory only", i)
+		if len(r.CUDAIPC) > 0 { // GPU memory: daemon/vram.go
+			ptr, err := d.importVRAM(&vram, i, r)
+			if err != nil {
+				return nil, err
+			}
+			b.Ptrs, b.ItemLens = append(b.Ptrs, ptr), append(b.ItemLens, r.ItemLen)
+			continue
 		}
 		path := r.Path()
 		data, ok := d.mem.attached[path]
