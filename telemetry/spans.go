@@ -11,7 +11,6 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/sdk/instrumentation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/kvxfer/kvxfer/actors/room"
@@ -251,22 +250,22 @@ func (o *Observer) build(r *roomRec) {
 	buf := make([]attribute.KeyValue, 0, n+xferAttrMax*len(r.spans))
 	ra := roomAttrs(buf[:0:n], r)
 	buf = buf[n:n:cap(buf)]
-	o.batch = append(o.batch, tracetest.SpanStub{
-		Name: RoomSpan, SpanContext: sc, Parent: parent, SpanKind: trace.SpanKindInternal,
-		StartTime: o.wall(r.created), EndTime: o.wall(r.retiredAt), Attributes: ra, Events: events,
-		Status: roomStatus(r), DroppedEvents: r.droppedEvents, ChildSpanCount: len(r.spans),
-		Resource: o.cfg.Resource, InstrumentationScope: scope,
-	}.Snapshot())
+	o.batch = append(o.batch, &spanRecord{
+		name: RoomSpan, sc: sc, parent: parent, kind: trace.SpanKindInternal,
+		start: o.wall(r.created), end: o.wall(r.retiredAt), attrs: ra, events: events,
+		status: roomStatus(r), droppedEvents: r.droppedEvents, childSpanCount: len(r.spans),
+		resource: o.cfg.Resource, scope: scope,
+	})
 	for i := range r.spans {
 		x := &r.spans[i]
 		attrs, end, st := xferAttrs(buf[:0:xferAttrMax], r, x)
 		buf = buf[xferAttrMax:xferAttrMax:cap(buf)]
 		csc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: o.ids.span(), TraceFlags: trace.FlagsSampled, TraceState: state})
-		o.batch = append(o.batch, tracetest.SpanStub{
-			Name: TransferSpan, SpanContext: csc, Parent: sc, SpanKind: trace.SpanKindClient,
-			StartTime: o.wall(x.start), EndTime: o.wall(end), Attributes: attrs, Status: st,
-			Resource: o.cfg.Resource, InstrumentationScope: scope,
-		}.Snapshot())
+		o.batch = append(o.batch, &spanRecord{
+			name: TransferSpan, sc: csc, parent: sc, kind: trace.SpanKindClient,
+			start: o.wall(x.start), end: o.wall(end), attrs: attrs, status: st,
+			resource: o.cfg.Resource, scope: scope,
+		})
 	}
 	if len(o.batch) >= exportBatch {
 		o.export(context.Background())
