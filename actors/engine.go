@@ -381,7 +381,11 @@ type RoomInfo struct {
 }
 
 // Rooms returns up to limit live rooms that are not yet terminal (the silent
-// pins, if any), for the /debug/rooms dump. Each room describes itself.
+// pins, if any), for the /debug/rooms dump. Each room describes itself. The
+// limit applies per shard before the terminal rooms are dropped: each shard
+// describes at most limit of its room actors, finished ones (Success or Failed,
+// not yet retired) included, so the dump can list fewer than limit pins while
+// more exist. It is a debugging aid, not a census: Stats counts rooms.
 func (e *Engine) Rooms(limit int) []RoomInfo {
 	var out []RoomInfo
 	for _, r := range e.describe(limit) {

@@ -355,7 +355,7 @@ func FailureMessage(r room.Reply) string {
 	case room.ReasonPeerLost:
 		return "Decode peer lost."
 	case room.ReasonInvalidRequest:
-		return "Invalid request from the scheduler."
+		return "Invalid request: the scheduler's calls, or decode's transfer info or memory, do not fit this room."
 	case room.ReasonShutdown:
 		return "kvxferd is shutting down."
 	case room.ReasonRoomCap:

@@ -123,8 +123,10 @@ func (s *Server) Endpoint() string { return s.endpoint }
 func (s *Server) Done() <-chan struct{} { return s.done }
 
 // Stop ends the loop and waits for it (at most about one PollInterval plus the
-// request being served). It is idempotent. Stop the server before closing the Engine:
-// a poll against a closed engine would never be answered.
+// request being served). It is idempotent. Stop the server before closing the Engine,
+// so that clients lose the socket rather than see every room fail: a poll served while
+// the engine closes answers Failed (shutdown) once its shards have stopped, or
+// internal_error after the engine's PollTimeout.
 func (s *Server) Stop() {
 	s.stopOnce.Do(func() { close(s.stop) })
 	<-s.done
