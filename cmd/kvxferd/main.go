@@ -20,7 +20,9 @@ import (
 
 	"github.com/kvxfer/kvxfer/actors"
 	"github.com/kvxfer/kvxfer/daemon"
+	"github.com/kvxfer/kvxfer/nixl/cuda"
 	"github.com/kvxfer/kvxfer/nixl/libnixl"
+	"github.com/kvxfer/kvxfer/nixl/loopback"
 	"github.com/kvxfer/kvxfer/nixl/sglang"
 	"github.com/kvxfer/kvxfer/telemetry"
 	"github.com/kvxfer/kvxfer/transport/bootstrap"
@@ -122,13 +124,22 @@ func run(args []string, getenv func(string) string) error {
 	case "":
 		return fmt.Errorf("-nixl-backend is required: nixl (production) or loopback (tests and demos on one host); see docs/nixl.md")
 	case "loopback":
+		// VRAM mode: CUDA IPC buffers are copied with the driver, loaded on the
+		// first GPU registration (docs/vram.md); host memory is unchanged.
+		c.NewAgent = func(name string) (daemon.Agent, error) {
+			a, err := loopback.NewVRAM(name, loopback.Options{}, cuda.Lazy(""))
+			if err != nil {
+				return nil, err
+			}
+			return daemon.WithCUDAIPC(a, a.Driver()), nil
+		}
 	case "nixl":
 		c.NewAgent = func(name string) (daemon.Agent, error) {
 			a, err := libnixl.New(name, libnixl.Options{})
 			if err != nil {
 				return nil, err
 			}
-			return daemon.WithFileMapping(a), nil
+			return daemon.WithCUDAIPC(daemon.WithFileMapping(a), cuda.Lazy("")), nil
 		}
 	default:
 		return fmt.Errorf("-nixl-backend %q: want loopback or nixl", *backend)
