@@ -32,9 +32,11 @@ func main() {
 	fs.Float64Var(&cfg.Rate, "rate", 0, "rooms opened per second (0: as fast as concurrency allows)")
 	fs.DurationVar(&cfg.Grace, "grace", 60*time.Second, "a room non-terminal this long after open counts as pinned")
 	fs.IntVar(&cfg.PageSize, "page-size", 1, "tokens per page")
+	path := fs.String("path", envOr("KVXFER_SCHED_PATH", string(sched.PathShm)), "control path: shm (ring + status table) or reqrep (a round trip per call); default $KVXFER_SCHED_PATH or shm")
 	jsonOut := fs.String("json", "", "write the summary as JSON to this file")
 	roomsOut := fs.String("rooms-out", "", "write every room's outcome as JSON (room id -> \"Status/reason\") to this file")
 	flag.Parse()
+	cfg.Path = sched.Path(*path)
 	cfg.Progress = func(done, total int) { fmt.Printf("  sched … %d/%d rooms terminal\n", done, total) }
 	results, sum, err := sched.Run(cfg)
 	if err != nil {
@@ -97,4 +99,11 @@ func print(s sched.Summary) {
 	for _, u := range s.Unexpected {
 		fmt.Println("  UNEXPECTED:", u)
 	}
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
 }

@@ -26,7 +26,8 @@ type Config struct {
 	Rate        float64       // rooms opened per second; 0: as fast as concurrency allows
 	Grace       time.Duration // a room still non-terminal this long after open is pinned
 	Shape       kvmem.Shape
-	PageSize    int // tokens per page, for decode_prefix_len accounting
+	PageSize    int  // tokens per page, for decode_prefix_len accounting
+	Path        Path // PathShm (default) or PathReqRep
 	Progress    func(done, total int)
 }
 
@@ -166,6 +167,72 @@ type live struct {
 	aux    int
 }
 
+// Path is how the emulator talks to kvxferd.
+type Path string
+
+const (
+	// PathShm: the shared-memory ring and status table (the default): no
+	// call waits for kvxferd; each iteration is one pass over the table.
+	PathShm Path = "shm"
+	// PathReqRep: one request/reply round trip per call, one batched poll
+	// per iteration (the control API as it was before the ring; kept for
+	// side-by-side benchmarks).
+	PathReqRep Path = "reqrep"
+)
+
+// driver is what the loop needs of a path.
+type driver interface {
+	open(id uint64) error
+	init(id uint64, numPages, aux int) error
+	send(id uint64, pages []int32) error
+	abort(id uint64) error
+	// finish is clear() for a room that succeeded, failure_exception() (which
+	// clears) for one that failed.
+	finish(id uint64, failed bool) error
+	// prefixLen is pop_decode_prefix_len: r is the room's latest poll answer.
+	prefixLen(id uint64, r room.Reply) (int, error)
+	poll(ids []uint64, out []room.Reply) ([]room.Reply, error)
+}
+
+type shmDriver struct{ s *control.ShmClient }
+
+func (d shmDriver) open(id uint64) error                          { return d.s.Open(id) }
+func (d shmDriver) init(id uint64, n, aux int) error              { return d.s.Init(id, n, aux) }
+func (d shmDriver) send(id uint64, pages []int32) error           { return d.s.Send(id, pages, nil) }
+func (d shmDriver) abort(id uint64) error                         { return d.s.Abort(id) }
+func (d shmDriver) finish(id uint64, _ bool) error                { return d.s.Clear(id) }
+func (d shmDriver) prefixLen(_ uint64, r room.Reply) (int, error) { return r.PrefixLen, nil }
+func (d shmDriver) poll(ids []uint64, out []room.Reply) ([]room.Reply, error) {
+	return d.s.Poll(ids, out)
+}
+
+type rrDriver struct{ c *control.Client }
+
+func (d rrDriver) open(id uint64) error {
+	_, err := d.c.Open(id, "")
+	return err
+}
+func (d rrDriver) init(id uint64, n, aux int) error    { return d.c.Init(id, n, aux) }
+func (d rrDriver) send(id uint64, pages []int32) error { return d.c.Send(id, pages, nil) }
+func (d rrDriver) abort(id uint64) error               { return d.c.Abort(id) }
+func (d rrDriver) finish(id uint64, failed bool) error {
+	if !failed {
+		return d.c.Clear(id)
+	}
+	_, err := d.c.Failure([]uint64{id}, true)
+	return err
+}
+func (d rrDriver) prefixLen(id uint64, _ room.Reply) (int, error) {
+	pl, err := d.c.PopDecodePrefixLen([]uint64{id})
+	if err != nil || len(pl) == 0 {
+		return 0, err
+	}
+	return pl[0], nil
+}
+func (d rrDriver) poll(ids []uint64, out []room.Reply) ([]room.Reply, error) {
+	return d.c.Poll(ids, out)
+}
+
 // Run registers memory and runs the workload; it returns every room's result.
 func Run(cfg Config) ([]Result, Summary, error) {
 	if cfg.Concurrency <= 0 {
@@ -176,6 +243,9 @@ func Run(cfg Config) ([]Result, Summary, error) {
 	}
 	if cfg.PageSize <= 0 {
 		cfg.PageSize = 1
+	}
+	if cfg.Path == "" {
+		cfg.Path = PathShm
 	}
 	if need := cfg.Concurrency * max(cfg.Workload.MaxPages, 1); cfg.Shape.Slots < need || cfg.Shape.AuxSlots < cfg.Concurrency {
 		return nil, Summary{}, fmt.Errorf("sched: %d slots / %d aux slots cannot hold %d rooms of up to %d pages", cfg.Shape.Slots, cfg.Shape.AuxSlots, cfg.Concurrency, cfg.Workload.MaxPages)
@@ -198,29 +268,48 @@ func Run(cfg Config) ([]Result, Summary, error) {
 			return nil, Summary{}, fmt.Errorf("sched: register_memory %s: %w", reg.Kind, err)
 		}
 	}
-	s := &loop{cfg: cfg, mem: mem, cli: cli, free: newFreeList(cfg.Shape.Slots), auxFree: newFreeList(cfg.Shape.AuxSlots)}
+	var drv driver
+	switch cfg.Path {
+	case PathShm:
+		shm, err := control.AttachShm(cli, control.ShmOptions{Slots: max(2*cfg.Concurrency, 64)})
+		if err != nil {
+			return nil, Summary{}, fmt.Errorf("sched: shm_attach: %w", err)
+		}
+		defer shm.Close()
+		drv = shmDriver{shm}
+	case PathReqRep:
+		drv = rrDriver{cli}
+	default:
+		return nil, Summary{}, fmt.Errorf("sched: unknown path %q (shm or reqrep)", cfg.Path)
+	}
+	s := &loop{cfg: cfg, mem: mem, drv: drv, free: newFreeList(cfg.Shape.Slots), auxFree: newFreeList(cfg.Shape.AuxSlots)}
 	return s.run()
 }
 
 type loop struct {
 	cfg     Config
 	mem     *memory
-	cli     *control.Client
+	drv     driver
 	free    *freeList
 	auxFree *freeList
-	live    map[uint64]*live
+	live    []*live // the queued rooms, in admission order
 	results []Result
+	moved   bool // the pass changed something
 }
 
+// run is the scheduler's event loop: each iteration admits new requests,
+// reads every queued room's status in one pass (one table read on the shm
+// path, one batched poll on reqrep), and acts on what changed. An iteration
+// that changed nothing parks for a millisecond (the emulated forward pass;
+// nothing below 1 ms, which fires at ~1.1 ms here anyway).
 func (s *loop) run() ([]Result, Summary, error) {
-	s.live = map[uint64]*live{}
 	start := time.Now()
 	next := 0
 	var ids []uint64
 	var replies []room.Reply
 	lastProgress := time.Now()
 	for next < s.cfg.Rooms || len(s.live) > 0 {
-		// Admit new requests (the bootstrap queue), within concurrency and rate.
+		s.moved = false
 		for next < s.cfg.Rooms && len(s.live) < s.cfg.Concurrency {
 			if s.cfg.Rate > 0 && time.Since(start).Seconds()*s.cfg.Rate < float64(next) {
 				break
@@ -229,26 +318,34 @@ func (s *loop) run() ([]Result, Summary, error) {
 				return nil, Summary{}, err
 			}
 			next++
+			s.moved = true
 		}
-		// One batched poll of every queued room per iteration.
 		ids = ids[:0]
-		for id := range s.live {
-			ids = append(ids, id)
+		for _, l := range s.live {
+			ids = append(ids, l.plan.Room)
 		}
 		var err error
-		if replies, err = s.cli.Poll(ids, replies); err != nil {
+		if replies, err = s.drv.poll(ids, replies); err != nil {
 			return nil, Summary{}, err
 		}
-		for i, id := range ids {
-			if err := s.step(s.live[id], replies[i]); err != nil {
+		queued := s.live
+		s.live = s.live[:0:0]
+		for i, l := range queued {
+			keep, err := s.step(l, replies[i])
+			if err != nil {
 				return nil, Summary{}, err
+			}
+			if keep {
+				s.live = append(s.live, l)
 			}
 		}
 		if s.cfg.Progress != nil && time.Since(lastProgress) >= time.Second {
 			lastProgress = time.Now()
 			s.cfg.Progress(len(s.results), s.cfg.Rooms)
 		}
-		time.Sleep(time.Millisecond) // a forward pass's worth of other work (sub-ms sleeps take ~1.1 ms here anyway)
+		if !s.moved {
+			time.Sleep(time.Millisecond)
+		}
 	}
 	return s.results, summarize(s.results, time.Since(start)), nil
 }
@@ -260,62 +357,60 @@ func (s *loop) open(p workload.Plan) error {
 		s.mem.fillPage(p.Room, int(slot), j)
 	}
 	s.mem.writeAux(l.aux, p.Room)
-	if _, err := s.cli.Open(p.Room, ""); err != nil {
+	if err := s.drv.open(p.Room); err != nil {
 		return err
 	}
-	s.live[p.Room] = l
+	s.live = append(s.live, l)
 	return nil
 }
 
-// step advances one room by what its poll said, as prefill.py does.
-func (s *loop) step(l *live, rep room.Reply) error {
+// step advances one room by what its status said, as prefill.py does; keep
+// is false once the room left the queues.
+func (s *loop) step(l *live, rep room.Reply) (keep bool, err error) {
 	id := l.plan.Room
 	if rep.Status.Terminal() {
-		return s.finish(l, rep)
+		return false, s.finish(l, rep)
 	}
 	if time.Since(l.opened) > s.cfg.Grace {
 		s.results = append(s.results, Result{Room: id, Abort: l.plan.Abort, Status: rep.Status, Pinned: true, Elapsed: time.Since(l.opened)})
 		s.release(l)
-		return nil
+		return false, nil
 	}
 	if l.phase != bootstrapQueue || rep.Status != room.WaitingForInput {
-		return nil
+		return true, nil
 	}
+	s.moved = true
 	// finalize_bootstrap: pop the decode prefix, init, then the forward pass
 	// and its chunked sends.
-	if _, err := s.cli.PopDecodePrefixLen([]uint64{id}); err != nil {
-		return err
+	if _, err := s.drv.prefixLen(id, rep); err != nil {
+		return true, err
 	}
-	if err := s.cli.Init(id, l.plan.Pages, l.aux); err != nil {
-		return err
+	if err := s.drv.init(id, l.plan.Pages, l.aux); err != nil {
+		return true, err
 	}
 	l.phase = inflightQueue
 	if l.plan.Abort == workload.AbortPrefillClient {
-		return s.cli.Abort(id)
+		return true, s.drv.abort(id)
 	}
 	next := 0
 	for c, n := range l.plan.Chunks {
-		if err := s.cli.Send(id, l.pages[next:next+n], nil); err != nil {
-			return err
+		if err := s.drv.send(id, l.pages[next:next+n]); err != nil {
+			return true, err
 		}
 		next += n
 		if c == 0 && l.plan.Abort == workload.AbortPrefillMidTransfer {
-			return s.cli.Abort(id)
+			return true, s.drv.abort(id)
 		}
 	}
-	return nil
+	return true, nil
 }
 
 func (s *loop) finish(l *live, rep room.Reply) error {
-	id := l.plan.Room
-	if rep.Status == room.Success {
-		if err := s.cli.Clear(id); err != nil {
-			return err
-		}
-	} else if _, err := s.cli.Failure([]uint64{id}, true); err != nil { // failure_exception (clears)
+	s.moved = true
+	if err := s.drv.finish(l.plan.Room, rep.Status != room.Success); err != nil {
 		return err
 	}
-	s.results = append(s.results, Result{Room: id, Abort: l.plan.Abort, Status: rep.Status, Reason: rep.Reason, Elapsed: time.Since(l.opened)})
+	s.results = append(s.results, Result{Room: l.plan.Room, Abort: l.plan.Abort, Status: rep.Status, Reason: rep.Reason, Elapsed: time.Since(l.opened)})
 	s.release(l)
 	return nil
 }
@@ -323,7 +418,6 @@ func (s *loop) finish(l *live, rep room.Reply) error {
 func (s *loop) release(l *live) {
 	s.free.put(l.pages)
 	s.auxFree.put([]int32{int32(l.aux)})
-	delete(s.live, l.plan.Room)
 }
 
 func summarize(rs []Result, wall time.Duration) Summary {

@@ -15,9 +15,18 @@ import (
 
 // TestSchedulerAgainstKvxferdAndDecode runs the scheduler emulator against an
 // in-process kvxferd and the decode emulator with an abort-heavy workload in
-// the ack protocol: every room must end as its plan implies on both sides,
+// the ack protocol, over the shared-memory ring and table and over
+// request/reply: every room must end as its plan implies on both sides,
 // with nothing pinned and every decode byte verified.
 func TestSchedulerAgainstKvxferdAndDecode(t *testing.T) {
+	for _, path := range []sched.Path{sched.PathShm, sched.PathReqRep} {
+		t.Run(string(path), func(t *testing.T) { schedulerAgainstKvxferdAndDecode(t, path) })
+	}
+}
+
+// schedulerAgainstKvxferdAndDecode is one run over path: the shared-memory
+// ring and table, or request/reply.
+func schedulerAgainstKvxferdAndDecode(t *testing.T, path sched.Path) {
 	dir, err := os.MkdirTemp("", "kvxs") // ipc paths are limited to 107 bytes
 	if err != nil {
 		t.Fatal(err)
@@ -59,7 +68,7 @@ func TestSchedulerAgainstKvxferdAndDecode(t *testing.T) {
 		done <- dec.Run(ctx)
 	}()
 	results, sum, err := sched.Run(sched.Config{Control: d.ControlEndpoint(), Workload: wl, Rooms: rooms,
-		Concurrency: 16, Grace: 60 * time.Second, Shape: sh})
+		Concurrency: 16, Grace: 60 * time.Second, Shape: sh, Path: path})
 	if err != nil {
 		t.Fatal(err)
 	}
