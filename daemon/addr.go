@@ -238,3 +238,33 @@ func RegistrationHost(listen string) string {
 	}
 	return strings.Trim(listen, "[]")
 }
+
+// hostedBootstrapURL is the URL kvxferd registers its rank at when it hosts
+// the bootstrap server: the listener's port on RegistrationHost(listen host).
+func (d *Daemon) hostedBootstrapURL() string {
+	_, port, _ := net.SplitHostPort(d.bootLn.Addr().String())
+	return "http://" + net.JoinHostPort(RegistrationHost(d.cfg.ListenHost), port)
+}
+
+// ReachableURL rewrites a wildcard host in an http://host:port URL to
+// RegistrationHost's loopback (http://0.0.0.0:8998 -> http://127.0.0.1:8998,
+// http://[::]:8998 -> http://[::1]:8998); anything else is returned as is.
+func ReachableURL(u string) string {
+	rest, ok := strings.CutPrefix(u, "http://")
+	if !ok {
+		return u
+	}
+	hostport, path, _ := strings.Cut(rest, "/")
+	host, port, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return u
+	}
+	if wild, _ := hostKind(host); !wild {
+		return u
+	}
+	out := "http://" + net.JoinHostPort(RegistrationHost(host), port)
+	if path != "" || strings.Contains(rest, "/") {
+		out += "/" + path
+	}
+	return out
+}

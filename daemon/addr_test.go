@@ -1,10 +1,15 @@
 package daemon
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
 	"net"
+	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/kvxfer/kvxfer/actors/room"
 )
 
 // fakeHost is a Detector over a made-up host.
@@ -179,6 +184,75 @@ func TestRegistrationHost(t *testing.T) {
 	} {
 		if got := RegistrationHost(in); got != want {
 			t.Errorf("RegistrationHost(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestReachableURL(t *testing.T) {
+	for in, want := range map[string]string{
+		"http://0.0.0.0:8998":       "http://127.0.0.1:8998",
+		"http://[::]:8998":          "http://[::1]:8998",
+		"http://0.0.0.0:8998/route": "http://127.0.0.1:8998/route",
+		"http://192.0.2.1:8998":     "http://192.0.2.1:8998",
+		"http://[2001:db8::1]:80/":  "http://[2001:db8::1]:80/",
+		"":                          "",
+		"https://0.0.0.0:1":         "https://0.0.0.0:1",
+	} {
+		if got := ReachableURL(in); got != want {
+			t.Errorf("ReachableURL(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// A wildcard listener: decodes are told the advertised address, kvxferd
+// registers itself at a reachable URL, and a room moves over it.
+func TestDaemonWildcardListenAdvertisesAndRegistersReachably(t *testing.T) {
+	d := startDaemonWith(t, func(c *Config) { c.ListenHost, c.HostIP, c.SingleHost = "0.0.0.0", "127.0.0.1", true })
+	if !strings.HasPrefix(d.BootstrapAddr(), "0.0.0.0:") && !strings.HasPrefix(d.BootstrapAddr(), "[::]:") {
+		t.Fatalf("bootstrap listens on %s, want every interface", d.BootstrapAddr())
+	}
+	_, port, _ := net.SplitHostPort(d.BootstrapAddr())
+	if u := d.hostedBootstrapURL(); u != "http://127.0.0.1:"+port {
+		t.Fatalf("kvxferd registers at %s", u)
+	}
+	s := newScheduler(t, d) // goes live: PUT /route must have reached the hosted server
+	dec := newDecode(t, d)
+	resp, err := http.Get("http://127.0.0.1:" + port + "/route?prefill_dp_rank=0&prefill_cp_rank=0&target_tp_rank=0&target_pp_rank=0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ep struct {
+		RankIP   string `json:"rank_ip"`
+		RankPort int    `json:"rank_port"`
+	}
+	json.NewDecoder(resp.Body).Decode(&ep)
+	resp.Body.Close()
+	if ep.RankIP != "127.0.0.1" || ep.RankPort != d.PullPort() {
+		t.Fatalf("GET /route gave %+v, want 127.0.0.1:%d", ep, d.PullPort())
+	}
+	const id = 77
+	dst := []int32{8, 9}
+	dec.checker.Expect(id, 1, false)
+	dec.send(t, dec.info(id, dst, 3, 1))
+	s.start(t, roomSpec{id: id, src: []int32{1, 2}, chunks: []int{2}, aux: 3})
+	if rep := s.waitTerminal(t, id); rep.Status != room.Success {
+		t.Fatalf("room ended %v/%v", rep.Status, rep.Reason)
+	}
+	dec.verify(t, id, dst, 3)
+}
+
+func TestDaemonStartRefusesUnreachableAdvertisedAddress(t *testing.T) {
+	for _, c := range []Config{
+		{ListenHost: "0.0.0.0", HostIP: "127.0.0.1"},
+		{ListenHost: "0.0.0.0", HostIP: "0.0.0.0", SingleHost: true},
+		{HostIP: "0.0.0.0"},
+	} {
+		c.ControlEndpoint = "ipc:///nonexistent-dir/never-bound.sock"
+		if d, err := Start(c); err == nil {
+			d.Shutdown(context.Background())
+			t.Fatalf("Start(%+v) succeeded", c)
+		} else if !strings.Contains(err.Error(), "advertised address") {
+			t.Fatalf("Start(%+v): %v", c, err)
 		}
 	}
 }

@@ -47,9 +47,17 @@ func (r Rank) Unique() int {
 
 // Config configures a Daemon.
 type Config struct {
-	Rank         Rank
-	HostIP       string // the rank IP published in PUT /route
-	PullPort     int    // 0: random
+	Rank Rank
+	// HostIP is the advertised address: the rank_ip published in PUT /route,
+	// which decodes connect to ("" : resolved as ResolveAddrs does).
+	HostIP string
+	// ListenHost is where the hosted bootstrap server and the ZMQ PULL socket
+	// bind ("": HostIP); 0.0.0.0 and :: listen on every interface. SingleHost
+	// says every decode runs on this host, which allows a loopback HostIP with
+	// a non-loopback ListenHost (a loopback ListenHost implies it). See addr.go.
+	ListenHost   string
+	SingleHost   bool
+	PullPort     int // 0: random
 	PageSize     int
 	KVCacheDtype string
 	// LoadBalanceMethod is sent as load_balance_method in PUT /route; "" omits it.
@@ -183,6 +191,15 @@ func Start(cfg Config) (*Daemon, error) {
 	if cfg.PageSize <= 0 {
 		cfg.PageSize = 1
 	}
+	if cfg.ListenHost == "" {
+		cfg.ListenHost = cfg.HostIP
+	}
+	addrs, err := ResolveAddrs(cfg.ListenHost, cfg.HostIP, cfg.SingleHost, SystemDetector(os.Getenv))
+	if err != nil {
+		return nil, fmt.Errorf("daemon: %w", err)
+	}
+	cfg.ListenHost, cfg.HostIP, cfg.SingleHost = addrs.Listen, addrs.Advertise, addrs.SingleHost
+	cfg.BootstrapURL = ReachableURL(cfg.BootstrapURL)
 	d := &Daemon{cfg: cfg, log: cfg.Logger}
 	d.dialects = newDialects(cfg.Dialect, cfg.LegacyDialect)
 	for _, l := range []**logLimiter{&d.noticeLogs, &d.signalLogs, &d.lostLogs, &d.dropLogs} {
@@ -310,7 +327,7 @@ func (d *Daemon) startBootstrap() error {
 		bc.RequireAuth, bc.AuthToken = true, d.cfg.AuthToken
 	}
 	d.boot = bootstrap.NewBootstrapServer(bc)
-	ln, err := net.Listen("tcp", net.JoinHostPort(d.cfg.HostIP, strconv.Itoa(d.cfg.BootstrapPort)))
+	ln, err := net.Listen("tcp", net.JoinHostPort(d.cfg.ListenHost, strconv.Itoa(d.cfg.BootstrapPort)))
 	if err != nil {
 		return fmt.Errorf("daemon: bootstrap server: %w", err)
 	}
@@ -327,7 +344,7 @@ func (d *Daemon) startBootstrap() error {
 // owner key when url is the hosted bootstrap server.
 func (d *Daemon) registerOptions(url string) bootstrap.RegisterOptions {
 	opt := bootstrap.RegisterOptions{Token: d.cfg.AuthToken}
-	if d.boot != nil && d.bootLn != nil && url == "http://"+d.bootLn.Addr().String() {
+	if d.boot != nil && d.bootLn != nil && url == d.hostedBootstrapURL() {
 		opt.OwnerKey = d.boot.OwnerKey()
 	}
 	return opt

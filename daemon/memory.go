@@ -159,7 +159,7 @@ func (d *Daemon) activateLocked(local sglang.Local) error {
 	d.xfers.pool.Store(pool)
 	replay := d.replay
 	d.replay = nil
-	ic := zmqio.IngestConfig{Host: d.cfg.HostIP, Port: d.cfg.PullPort, Logger: d.log}
+	ic := zmqio.IngestConfig{Host: d.cfg.ListenHost, Port: d.cfg.PullPort, Logger: d.log}
 	if len(replay) > 0 {
 		// On the ingest goroutine (it owns the peer table), before any frame
 		// from the socket: a decode's next transfer info finds its agent.
@@ -172,7 +172,7 @@ func (d *Daemon) activateLocked(local sglang.Local) error {
 	d.ingest = in
 	url := d.cfg.BootstrapURL
 	if url == "" && d.bootLn != nil {
-		url = "http://" + d.bootLn.Addr().String()
+		url = d.hostedBootstrapURL() // reachable: never http://0.0.0.0 or http://[::]
 	}
 	if url != "" {
 		r := d.cfg.Rank
@@ -190,7 +190,7 @@ func (d *Daemon) activateLocked(local sglang.Local) error {
 	if d.cfg.OnLive != nil {
 		d.cfg.OnLive(local)
 	}
-	d.log.Info("rank live", "zmq", in.Endpoint(), "bootstrap", url, "sender", local.Sender,
+	d.log.Info("rank live", "zmq", in.Endpoint(), "rank_ip", d.cfg.HostIP, "bootstrap", url, "sender", local.Sender,
 		"kv_buffers", len(local.KV.Ptrs), "slots", local.KV.NumSlots, "decode_protocol", d.dialectSetting())
 	return nil
 }

@@ -6,7 +6,8 @@
 // writes it as JSON with -json) and exits non-zero if any byte was wrong or any
 // page is still held at the end. -sglang picks the release it plays (frames,
 // completion rule, ABORT generations, deferred page release). See
-// docs/emulators.md.
+// docs/emulators.md. -nixl-backend nixl uses the real NIXL library, so that
+// decode can run on another host than kvxferd (docs/hosts.md).
 package main
 
 import (
@@ -22,6 +23,8 @@ import (
 	"time"
 
 	"github.com/kvxfer/kvxfer/emul/decode"
+	"github.com/kvxfer/kvxfer/nixl/kvmem"
+	"github.com/kvxfer/kvxfer/nixl/libnixl"
 )
 
 func main() {
@@ -89,8 +92,16 @@ func run(args []string, getenv func(string) string, out io.Writer) error {
 	jsonOut := fs.String("json", "", "write the summary as JSON to this file")
 	quiet := fs.Bool("quiet", false, "no progress lines")
 	logLevel := fs.String("log-level", "warn", "debug, info, warn or error")
+	backend := fs.String("nixl-backend", "loopback", "NIXL backend of decode's memory: loopback (shared memory: the prefill must run on this host) or nixl (the real library, loaded at run time as kvxferd's -nixl-backend nixl: for a prefill on another host; UCX_TLS etc. from the environment)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	switch *backend {
+	case "loopback":
+	case "nixl":
+		cfg.NewAgent = func(name string) (kvmem.Allocator, error) { return libnixl.New(name, libnixl.Options{}) }
+	default:
+		return fmt.Errorf("-nixl-backend %q: want loopback or nixl", *backend)
 	}
 	if *shard != "" {
 		if _, err := fmt.Sscanf(*shard, "%d/%d", &cfg.Shard, &cfg.Shards); err != nil || cfg.Shards < 1 || cfg.Shard < 0 || cfg.Shard >= cfg.Shards {

@@ -18,6 +18,9 @@ func TestFlagErrors(t *testing.T) {
 			t.Fatalf("-shard %s accepted: %v", sh, err)
 		}
 	}
+	if err := run([]string{"-nixl-backend", "rdma"}, env, &out); err == nil || !strings.Contains(err.Error(), "-nixl-backend") {
+		t.Fatalf("-nixl-backend rdma accepted: %v", err)
+	}
 	if err := run([]string{"-abort-share", "2"}, env, &out); err == nil {
 		t.Fatal("abort share 2 accepted")
 	}

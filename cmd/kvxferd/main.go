@@ -8,6 +8,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -44,13 +45,22 @@ func envInt(getenv func(string) string, name string, def int) int {
 }
 
 func run(args []string, getenv func(string) string) error {
+	return runWithOutput(args, getenv, os.Stderr)
+}
+
+// runWithOutput is run with the usage text (-h, flag errors) written to usage.
+func runWithOutput(args []string, getenv func(string) string, usage io.Writer) error {
 	fs := flag.NewFlagSet("kvxferd", flag.ContinueOnError)
+	fs.SetOutput(usage)
 	var c daemon.Config
-	host := bootstrap.HostIPFromEnv(getenv)
-	if host == "" {
-		host = "127.0.0.1"
+	envIP := bootstrap.HostIPFromEnv(getenv)
+	listen := envIP
+	if listen == "" {
+		listen = "127.0.0.1"
 	}
-	fs.StringVar(&c.HostIP, "host", host, "rank IP published to decode (SGLANG_HOST_IP / HOST_IP)")
+	fs.StringVar(&c.ListenHost, "host", listen, "LISTEN host: where the bootstrap HTTP server and the ZMQ PULL socket for decode frames bind (SGLang's --host); 0.0.0.0 or :: for every interface (default SGLANG_HOST_IP, else HOST_IP, else 127.0.0.1)")
+	fs.StringVar(&c.HostIP, "advertise-host", envIP, "ADVERTISED address: the rank_ip published to decodes in PUT /route, which they connect to (default SGLANG_HOST_IP, else HOST_IP; else the -host address when it is a specific one; else, for 0.0.0.0/::, detected as SGLang's get_local_ip_auto: SGLANG_LOCAL_IP_NIC's address, the source address of the route to 8.8.8.8, the host name's address). Never 0.0.0.0 or ::; loopback only with -single-host (or a loopback -host)")
+	fs.BoolVar(&c.SingleHost, "single-host", false, "every decode runs on this host: allow a loopback advertised address while -host is not loopback (a loopback -host implies it)")
 	fs.IntVar(&c.Rank.TPSize, "tp-size", 1, "prefill attention TP size")
 	fs.IntVar(&c.Rank.TPRank, "tp-rank", 0, "this rank's TP rank (engine_rank)")
 	fs.IntVar(&c.Rank.PPSize, "pp-size", 1, "pipeline parallel size")
@@ -144,6 +154,12 @@ func run(args []string, getenv func(string) string) error {
 	default:
 		return fmt.Errorf("-nixl-backend %q: want loopback or nixl", *backend)
 	}
+	// Before anything binds: an advertised address decodes cannot use is refused.
+	addrs, err := daemon.ResolveAddrs(c.ListenHost, c.HostIP, c.SingleHost, daemon.SystemDetector(getenv))
+	if err != nil {
+		return err
+	}
+	c.ListenHost, c.HostIP, c.SingleHost = addrs.Listen, addrs.Advertise, addrs.SingleHost
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
 		return err
@@ -188,6 +204,10 @@ func run(args []string, getenv func(string) string) error {
 		}
 	}()
 
+	if addrs.Warning != "" {
+		c.Logger.Warn(addrs.Warning)
+	}
+	c.Logger.Info("addresses", "listen", addrs.Listen, "advertise", addrs.Advertise, "advertise_from", addrs.Source, "single_host", addrs.SingleHost)
 	d, err := daemon.Start(c)
 	if err != nil {
 		return err

@@ -71,6 +71,9 @@ type Config struct {
 	Name string
 	// LoopbackDir is where the loopback agents keep their shared memory ("": /dev/shm).
 	LoopbackDir string
+	// NewAgent, when set, creates each rank's NIXL agent (the real library,
+	// for a decode on another host than the prefill); nil: loopback agents.
+	NewAgent func(name string) (kvmem.Allocator, error)
 
 	Clock      clock.Clock  // timers: waiting, abort delay, release, heartbeat
 	HTTPClient *http.Client // nil: a default client

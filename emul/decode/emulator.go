@@ -113,7 +113,7 @@ func New(cfg Config) (*Emulator, error) {
 func (e *Emulator) Port() int { return e.primary.pull.Port() }
 
 // AgentName is the primary rank's NIXL agent name.
-func (e *Emulator) AgentName() string { return e.primary.node.Agent.Name() }
+func (e *Emulator) AgentName() string { return e.primary.node.NIXL.Name() }
 
 // Info returns the topology read by Start, and the resolved mapping.
 func (e *Emulator) Info() (ServerInfo, Mapping) { return *e.info, e.mapping }
@@ -394,13 +394,13 @@ func (e *Emulator) pollNotifs() {
 			return
 		default:
 		}
-		ns, err := e.primary.node.Agent.Notifs(buf[:0])
+		ns, err := e.primary.node.NIXL.Notifs(buf[:0])
 		if err != nil {
 			return
 		}
 		buf = ns
 		if e.dummy != nil {
-			if dn, err := e.dummy.node.Agent.Notifs(nil); err == nil && len(dn) > 0 {
+			if dn, err := e.dummy.node.NIXL.Notifs(nil); err == nil && len(dn) > 0 {
 				e.c.dummyNotifs.Add(int64(len(dn)))
 			}
 		}

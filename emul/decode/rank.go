@@ -30,7 +30,17 @@ func newRank(cfg *Config, role string, tpRank int, onMsg func([][]byte)) (*rank,
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	name := fmt.Sprintf("%s-%s-%s", cfg.Name, role, hex.EncodeToString(b[:]))
-	n, err := kvmem.New(name, cfg.Shape, 0, loopback.Options{Dir: cfg.LoopbackDir})
+	var n *kvmem.Node
+	var err error
+	if cfg.NewAgent != nil {
+		var a kvmem.Allocator
+		if a, err = cfg.NewAgent(name); err != nil {
+			return nil, fmt.Errorf("decode %s: NIXL agent: %w", role, err)
+		}
+		n, err = kvmem.NewOn(a, cfg.Shape, 0)
+	} else {
+		n, err = kvmem.New(name, cfg.Shape, 0, loopback.Options{Dir: cfg.LoopbackDir})
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -45,13 +55,13 @@ func newRank(cfg *Config, role string, tpRank int, onMsg func([][]byte)) (*rank,
 // registration is the KV-args frame (spec §4.3a) this rank sends once per
 // target prefill rank.
 func (r *rank) registration(cfg *Config) (*wire.Registration, error) {
-	md, err := r.node.Agent.LocalMetadata()
+	md, err := r.node.NIXL.LocalMetadata()
 	if err != nil {
 		return nil, err
 	}
 	g := r.node.Peer()
 	reg := &wire.Registration{
-		DecodeIP: cfg.Host, DecodePort: r.pull.Port(), AgentName: r.node.Agent.Name(), AgentMetadata: md,
+		DecodeIP: cfg.Host, DecodePort: r.pull.Port(), AgentName: r.node.NIXL.Name(), AgentMetadata: md,
 		KVDataPtrs: g.KVPtrs, AuxDataPtrs: g.AuxPtrs, StateDataPtrs: g.StatePtrs,
 		GPUID: cfg.GPU, DecodeTPSize: max(cfg.TPSize, 1), DecodeTPRank: r.tpRank,
 		DstKVItemLen: int(g.DstKVItemLen), DstNumSlots: g.DstNumSlots, HasDstNumSlots: true,

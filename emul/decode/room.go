@@ -238,7 +238,7 @@ func (e *Emulator) RunRoom(ctx context.Context, p workload.Plan) Result {
 	for _, t := range ts {
 		// Every release sends 10 frames, is_dummy included.
 		ti := &wire.TransferInfo{Room: p.Room, DecodeIP: e.cfg.Host, DecodePort: e.primary.pull.Port(),
-			AgentName: e.primary.node.Agent.Name(), DstAuxIndex: int(auxSlot[0]), RequiredDstInfoNum: required,
+			AgentName: e.primary.node.NIXL.Name(), DstAuxIndex: int(auxSlot[0]), RequiredDstInfoNum: required,
 			HasDecodePrefixLen: true, HasIsDummy: true, DummyFlag: t.Dummy}
 		if !t.Dummy {
 			ti.DstKVIndices, ti.DstStateIndices, ti.DecodePrefixLen = pages, state, prefixTokens
@@ -246,7 +246,7 @@ func (e *Emulator) RunRoom(ctx context.Context, p workload.Plan) Result {
 		e.send(e.primary, t, ti.Encode())
 		if withDummy {
 			di := &wire.TransferInfo{Room: p.Room, DecodeIP: e.cfg.Host, DecodePort: e.dummy.pull.Port(),
-				AgentName: e.dummy.node.Agent.Name(), RequiredDstInfoNum: required, HasDecodePrefixLen: true,
+				AgentName: e.dummy.node.NIXL.Name(), RequiredDstInfoNum: required, HasDecodePrefixLen: true,
 				HasIsDummy: true, DummyFlag: true}
 			e.send(e.dummy, t, di.Encode())
 		}

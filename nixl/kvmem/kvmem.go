@@ -29,9 +29,19 @@ func DefaultShape() Shape {
 	}
 }
 
+// Allocator is a NIXL agent that allocates registrable host memory: the
+// loopback agent (shared memory) or libnixl's (anonymous mappings).
+type Allocator interface {
+	nixl.Agent
+	Alloc(n int) ([]byte, error)
+}
+
 // Node is one agent with its registered geometry and the bytes behind it.
 type Node struct {
+	// Agent is the loopback agent (nil for a node made by NewOn with another
+	// backend); NIXL is the node's agent whatever its backend.
 	Agent *loopback.Agent
+	NIXL  Allocator
 	Geo   sglang.Local
 	Shape Shape
 	KV    [][]byte
@@ -45,9 +55,24 @@ func New(name string, sh Shape, sender int, opts loopback.Options) (*Node, error
 	if err != nil {
 		return nil, err
 	}
-	n := &Node{Agent: ag, Shape: sh}
+	n := &Node{Agent: ag, NIXL: ag, Shape: sh}
 	if err := n.alloc(sender); err != nil {
 		ag.Close()
+		return nil, err
+	}
+	return n, nil
+}
+
+// NewOn allocates and registers sh with an agent of any backend (the real
+// NIXL library for a decode on another host). The node owns the agent: Close
+// closes it.
+func NewOn(a Allocator, sh Shape, sender int) (*Node, error) {
+	n := &Node{NIXL: a, Shape: sh}
+	if la, ok := a.(*loopback.Agent); ok {
+		n.Agent = la
+	}
+	if err := n.alloc(sender); err != nil {
+		a.Close()
 		return nil, err
 	}
 	return n, nil
@@ -60,7 +85,7 @@ func (n *Node) alloc(sender int) error {
 		if err != nil {
 			return nil, 0
 		}
-		b, err = n.Agent.Alloc(size)
+		b, err = n.NIXL.Alloc(size)
 		if err != nil {
 			return nil, 0
 		}
@@ -91,7 +116,7 @@ func (n *Node) alloc(sender int) error {
 		n.Geo.State = []sglang.Buffers{st}
 	}
 	if err != nil {
-		return fmt.Errorf("kvmem: allocating %s: %w", n.Agent.Name(), err)
+		return fmt.Errorf("kvmem: allocating %s: %w", n.NIXL.Name(), err)
 	}
 	if err := n.Geo.Validate(); err != nil {
 		return err
@@ -100,15 +125,15 @@ func (n *Node) alloc(sender int) error {
 	for i := range n.Geo.State {
 		sets = append(sets, &n.Geo.State[i])
 	}
-	_, err = sglang.RegisterBuffers(n.Agent, sets...)
+	_, err = sglang.RegisterBuffers(n.NIXL, sets...)
 	return err
 }
 
 // Close closes the agent and unmaps its memory.
-func (n *Node) Close() error { return n.Agent.Close() }
+func (n *Node) Close() error { return n.NIXL.Close() }
 
 // Peer is the geometry a decode node announces in its registration frame.
-func (n *Node) Peer() sglang.PeerGeometry { return n.Geo.AsPeer(n.Agent.Name()) }
+func (n *Node) Peer() sglang.PeerGeometry { return n.Geo.AsPeer(n.NIXL.Name()) }
 
 // Pattern is the byte a prefill node holds at offset k of page slot of buffer b
 // for room r: decode checks every received byte against it.
