@@ -75,6 +75,10 @@ type RoomView struct {
 	Acks       []int    `json:"acks"`
 	Ranks      []int    `json:"prefill_ranks"`
 	Error      *string  `json:"error"`
+	// PrefillDP is the prefill DP rank the receiver was initialised with;
+	// Targets its bootstrap infos: [rank_port, is_dummy] per prefill rank.
+	PrefillDP *int    `json:"prefill_dp_rank"`
+	Targets   [][]any `json:"targets"`
 }
 
 // Terminal says the receiver concluded.
@@ -119,6 +123,12 @@ type Info struct {
 	Slots           int      `json:"slots"`
 	AuxSlots        int      `json:"aux_slots"`
 	Layers          int      `json:"layers"`
+	TPSize          int      `json:"tp_size"`
+	TPRank          int      `json:"tp_rank"`
+	PPSize          int      `json:"pp_size"`
+	PPRank          int      `json:"pp_rank"`
+	MLA             bool     `json:"mla"`
+	KVLayerIDs      []int    `json:"kv_layer_ids"`
 }
 
 // Warning is one captured SGLang log record (WARNING and above).
@@ -138,6 +148,7 @@ type PeerConfig struct {
 	Slots     int
 	Item      int
 	AuxSlots  int
+	Args      []string // extra decode_peer.py arguments (rank identity: --tp-size, --mla, ...)
 	Env       []string // extra KEY=VALUE
 	Stderr    io.Writer
 }
@@ -165,6 +176,7 @@ func StartPeer(cfg PeerConfig) (*Peer, error) {
 			args = append(args, kv[0].(string), fmt.Sprint(n))
 		}
 	}
+	args = append(args, cfg.Args...)
 	cmd := exec.Command(cfg.Venv.Python, args...)
 	cmd.Env = append(os.Environ(), cfg.Env...)
 	p := &Peer{cmd: cmd, pending: map[int]chan json.RawMessage{}, exited: make(chan struct{}), stderr: &tail{max: 64 << 10}}

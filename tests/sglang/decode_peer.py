@@ -54,6 +54,7 @@ kvx_sglang_shim.install()
 import numpy as np  # noqa: E402
 
 from sglang.srt.disaggregation.base.conn import KVArgs, KVPoll  # noqa: E402
+from sglang.srt.disaggregation.common.conn import CommonKVReceiver  # noqa: E402
 from sglang.srt.disaggregation.nixl.conn import NixlKVManager, NixlKVReceiver  # noqa: E402
 from sglang.srt.disaggregation.utils import DisaggregationMode  # noqa: E402
 from sglang.srt.environ import envs  # noqa: E402
@@ -121,10 +122,12 @@ def aux_layout(hidden_size, hidden_dtype):
 
 
 class Memory:
-    def __init__(self, layers, slots, item, aux_slots, hidden_size):
+    def __init__(self, layers, slots, item, aux_slots, hidden_size, mla=False):
         self.layers, self.slots, self.item, self.aux_slots = layers, slots, item, aux_slots
-        # K of every layer, then V (MHA), like MHATokenToKVPool.get_contiguous_buf_infos.
-        self.kv = [np.zeros(slots * item, dtype=np.uint8) for _ in range(2 * layers)]
+        # K of every layer, then V (MHA), like MHATokenToKVPool.get_contiguous_buf_infos;
+        # one buffer per layer for MLA (MLATokenToKVPool).
+        nbuf = layers if mla else 2 * layers
+        self.kv = [np.zeros(slots * item, dtype=np.uint8) for _ in range(nbuf)]
         self.aux_names = []
         self.aux = []
         for name, cols, dt in aux_layout(hidden_size, np.float16):
@@ -171,14 +174,21 @@ class Memory:
         return True
 
 
-def build_kv_args(mem):
+def build_kv_args(mem, args):
     a = KVArgs()
-    a.engine_rank = 0
-    a.pp_rank = 0
+    # decode.py: engine_rank = tp_rank % attn_tp_size; pp_rank from the PP group.
+    a.engine_rank = args.tp_rank % args.tp_size
+    a.pp_rank = args.pp_rank
     a.system_dp_rank = 0
     a.kv_cache_dtype_str = "auto"
     a.kv_data_ptrs, a.kv_data_lens, a.kv_item_lens = mem.kv_infos()
+    # kv_layer_ids: what a pool that reports them (HybridLinearKVPool) sends:
+    # the model layer of every buffer (K ids then V ids for MHA). Plain pools
+    # send none.
     a.kv_layer_ids = []
+    if args.kv_layer_ids:
+        ids = list(range(args.start_layer, args.start_layer + mem.layers))
+        a.kv_layer_ids = ids if args.mla else ids * 2
     a.kv_data_mem_kinds = ["DRAM"] * len(a.kv_data_ptrs)
     a.kv_layout = None
     a.page_size = 1
@@ -197,10 +207,10 @@ def build_kv_args(mem):
     a.ib_device = None
     a.ib_traffic_class = None
     a.gpu_id = 0
-    a.kv_head_num = 1
-    a.total_kv_head_num = 1
+    a.kv_head_num = args.heads
+    a.total_kv_head_num = args.total_heads or args.heads * args.tp_size
     a.rust_http_port = None
-    a.prefill_start_layer = 0
+    a.prefill_start_layer = args.start_layer
     a.prefill_end_layer = None
     a.mla_compression_ratios = None
     a.kv_buf_groups = 1
@@ -238,6 +248,7 @@ class Room:
         self.generation = None
         self.acks = []
         self.prefill_ranks = []
+        self.prefill_dp_rank = None
         self.error = None
 
     def view(self):
@@ -246,18 +257,27 @@ class Room:
             "t_terminal": self.t_terminal, "reason": self.reason, "aborted": self.aborted, "t_abort": self.t_abort,
             "release": self.release, "t_release": self.t_release, "held": self.hold_deadline is not None and self.release is None,
             "required_acks": self.required_acks, "generation": self.generation, "acks": self.acks,
-            "prefill_ranks": self.prefill_ranks, "error": self.error,
+            "prefill_ranks": self.prefill_ranks, "error": self.error, "prefill_dp_rank": self.prefill_dp_rank,
+            "targets": self._targets(),
         }
+
+    def _targets(self):
+        """The prefill ranks this receiver pulls from, as _setup_bootstrap_infos
+        resolved them: [rank_port, is_dummy] per bootstrap info."""
+        out = []
+        for bi in (getattr(self.receiver, "bootstrap_infos", None) or []) if self.receiver else []:
+            out.append([int(bi.get("rank_port", 0)), bool(bi.get("is_dummy", False))])
+        return out
 
 
 class Peer:
     def __init__(self, args):
         self.args = args
         self.bootstrap_addr = args.bootstrap
-        self.mem = Memory(args.layers, args.slots, args.item, args.aux_slots, args.hidden_size)
-        self.kv_args = build_kv_args(self.mem)
+        self.mem = Memory(args.layers, args.slots, args.item, args.aux_slots, args.hidden_size, mla=args.mla)
+        self.kv_args = build_kv_args(self.mem, args)
         self.server_args = kvx_sglang_shim.server_args()
-        self.mgr = NixlKVManager(self.kv_args, DisaggregationMode.DECODE, self.server_args, False)
+        self.mgr = NixlKVManager(self.kv_args, DisaggregationMode.DECODE, self.server_args, bool(args.mla))
         # decode.py's transfer queue reads these two envs (0.5.20+).
         self.deferred_env = _env_bool("SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE")
         self.release_timeout = _env_float("SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE_TIMEOUT", 30.0)
@@ -287,6 +307,8 @@ class Peer:
             "waiting_timeout": float(getattr(self.mgr, "waiting_timeout", 0) or 0),
             "kv_item_lens": [self.mem.item] * len(self.mem.kv), "aux_item_lens": self.mem.aux_item_lens(),
             "slots": self.mem.slots, "aux_slots": self.mem.aux_slots, "layers": self.mem.layers,
+            "tp_size": self.mgr.attn_tp_size, "tp_rank": self.kv_args.engine_rank, "pp_size": self.mgr.pp_size,
+            "pp_rank": self.mgr.pp_rank, "mla": bool(self.mgr.is_mla_backend), "kv_layer_ids": list(self.kv_args.kv_layer_ids),
         }
 
     # -- commands (scheduler thread)
@@ -320,7 +342,11 @@ class Peer:
             if time.time() > deadline:
                 raise RuntimeError(f"could not fetch prefill parallel info from {self.bootstrap_addr}")
             time.sleep(0.05)
-        r.receiver.init(0)
+        dp = self._prefill_dp_rank(r)
+        if dp is None:
+            raise RuntimeError(f"room {r.room}: the bootstrap server knows no prefill DP rank for it")
+        r.prefill_dp_rank = dp
+        r.receiver.init(dp)
         # _update_handshake_waiters: wait for WaitingForInput.
         deadline = time.time() + 10
         while True:
@@ -336,6 +362,22 @@ class Peer:
             time.sleep(0.001)
         if send_md:
             self._send_metadata(r)
+
+    def _prefill_dp_rank(self, r):
+        """decode.py _resolve_prefill_dp_rank, then (pass 2) the batched
+        POST /query_dp_ranks, retried until the prefill registered the room."""
+        info = self.mgr.prefill_info_table[self.bootstrap_addr]
+        if info.dp_size == 1:
+            return 0
+        if info.follow_bootstrap_room and not envs.SGLANG_DISAGGREGATION_FORCE_QUERY_PREFILL_DP_RANK.get():
+            return r.room % info.dp_size
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            got = CommonKVReceiver.query_prefill_dp_ranks(self.bootstrap_addr, [r.room])
+            if str(r.room) in got:
+                return int(got[str(r.room)])
+            time.sleep(0.05)
+        return None
 
     def _send_metadata(self, r):
         if r.aux is None:
@@ -580,9 +622,21 @@ def main():
     ap.add_argument("--item", type=int, default=256)
     ap.add_argument("--aux-slots", type=int, default=512)
     ap.add_argument("--hidden-size", type=int, default=64)
+    # The rank's identity in its decode instance (what SGLang's parallel
+    # state and KVArgs would say).
+    ap.add_argument("--tp-size", type=int, default=1, help="attn_tp_size")
+    ap.add_argument("--tp-rank", type=int, default=0)
+    ap.add_argument("--pp-size", type=int, default=1)
+    ap.add_argument("--pp-rank", type=int, default=0)
+    ap.add_argument("--start-layer", type=int, default=0, help="first model layer of this rank's KV buffers")
+    ap.add_argument("--mla", action="store_true", help="MLA pool: one KV buffer per layer")
+    ap.add_argument("--kv-layer-ids", action="store_true", help="register kv_layer_ids (as a hybrid pool does)")
+    ap.add_argument("--heads", type=int, default=1, help="kv_head_num of this rank")
+    ap.add_argument("--total-heads", type=int, default=0, help="total_kv_head_num (0: heads × tp size)")
     ap.add_argument("--log-level", default=os.environ.get("KVX_PEER_LOG", "WARNING"))
     args = ap.parse_args()
     _setup_logging(getattr(logging, args.log_level.upper(), logging.WARNING))
+    kvx_sglang_shim.set_rank(tp_size=args.tp_size, tp_rank=args.tp_rank, pp_size=args.pp_size, pp_rank=args.pp_rank)
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # the driver's "where are you stuck"
     peer = Peer(args)
     peer.send(dict(event="ready", **peer.info()))

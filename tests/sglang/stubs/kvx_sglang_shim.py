@@ -59,6 +59,21 @@ def server_args():
     return _SERVER_ARGS
 
 
+_PARALLEL = None
+
+
+def set_rank(tp_size=1, tp_rank=0, pp_size=1, pp_rank=0):
+    """This process's place in its decode instance: what SGLang's parallel
+    state would report (attention TP size and rank, PP size and rank). Call
+    after install() and before creating the manager."""
+    sa = server_args()
+    sa.tp_size, sa.pp_size = tp_size, pp_size
+    if _PARALLEL is not None:
+        _PARALLEL.tp_size, _PARALLEL.tp_rank = tp_size, tp_rank
+        _PARALLEL.attn_tp_size, _PARALLEL.attn_tp_rank = tp_size, tp_rank
+        _PARALLEL.pp_size, _PARALLEL.pp_rank = pp_size, pp_rank
+
+
 def _pkg(name, path=None):
     m = types.ModuleType(name)
     m.__path__ = [path] if path else []
@@ -218,6 +233,8 @@ def install():
         enable_cp_tp_group_sharing=False, world_group=_GROUP, pp_group=_GROUP,
         tp_group=_GROUP, attn_tp_group=_GROUP, attn_cp_group=_GROUP,
     )
+    global _PARALLEL
+    _PARALLEL = parallel
     resources = _ns(trace_level=None)
     _mod(
         "sglang.srt.runtime_context",
