@@ -8,8 +8,8 @@ import (
 
 	"github.com/kvxfer/kvxfer/actors"
 	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/actors/xfer/xfertest"
 	"github.com/kvxfer/kvxfer/bench/dict"
-	"github.com/kvxfer/kvxfer/bench/gate"
 	"github.com/kvxfer/kvxfer/internal/clock"
 )
 
@@ -30,13 +30,13 @@ const (
 // Kinds lists the three engines every scenario runs against.
 func Kinds() []Kind { return []Kind{Upstream, Fixed, Actors} }
 
-// Target is one engine over a gate (its transfer layer), a notice log (its
+// Target is one engine over an xfertest pool (its transfer layer), a notice log (its
 // decode notifier) and a fake clock, with the controls scenarios need.
 type Target struct {
 	Kind    Kind
 	Engine  Engine
-	Gate    *gate.Gate
-	Notices *gate.Notices
+	Gate    *xfertest.Pool
+	Notices *xfertest.Notices
 	Clock   *clock.Fake
 	dict    *dict.Engine
 	act     *actors.Engine
@@ -44,7 +44,7 @@ type Target struct {
 
 // NewTarget starts an engine of kind k.
 func NewTarget(k Kind) (*Target, error) {
-	t := &Target{Kind: k, Gate: gate.New(), Notices: &gate.Notices{}, Clock: clock.NewFake(time.Unix(1_000_000, 0))}
+	t := &Target{Kind: k, Gate: xfertest.New(), Notices: &xfertest.Notices{}, Clock: clock.NewFake(time.Unix(1_000_000, 0))}
 	switch k {
 	case Upstream, UpstreamPre30352, Fixed:
 		v := dict.Upstream

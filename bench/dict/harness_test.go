@@ -6,23 +6,23 @@ import (
 	"time"
 
 	"github.com/kvxfer/kvxfer/actors/room"
-	"github.com/kvxfer/kvxfer/bench/gate"
+	"github.com/kvxfer/kvxfer/actors/xfer/xfertest"
 	"github.com/kvxfer/kvxfer/internal/clock"
 )
 
-// harness is one dict engine over a gate, a notice log and a fake clock.
+// harness is one dict engine over an xfertest pool, a notice log and a fake clock.
 type harness struct {
 	t     *testing.T
 	e     *Engine
-	g     *gate.Gate
-	n     *gate.Notices
+	g     *xfertest.Pool
+	n     *xfertest.Notices
 	clk   *clock.Fake
 	hooks *Hooks
 }
 
 func newHarness(t *testing.T, v Variant, mod func(*Config)) *harness {
 	t.Helper()
-	h := &harness{t: t, g: gate.New(), n: &gate.Notices{}, clk: clock.NewFake(time.Unix(1000, 0)), hooks: &Hooks{}}
+	h := &harness{t: t, g: xfertest.New(), n: &xfertest.Notices{}, clk: clock.NewFake(time.Unix(1000, 0)), hooks: &Hooks{}}
 	cfg := Config{Variant: v, Transfers: h.g, Notifier: h.n, Clock: h.clk, Hooks: h.hooks}
 	if mod != nil {
 		mod(&cfg)

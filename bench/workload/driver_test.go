@@ -4,12 +4,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvxfer/kvxfer/actors/xfer/xfertest"
 	"github.com/kvxfer/kvxfer/bench"
-	"github.com/kvxfer/kvxfer/bench/gate"
 )
 
 // TestDriverAccountsForEveryRoom runs one mixed workload with aborts at every
-// phase from both sources through each engine over an instant gate, and
+// phase from both sources through each engine over an instant xfertest pool, and
 // checks what is deterministic: every room is accounted for, the fixed and
 // actor engines pin and leak nothing, and upstream pins exactly the rooms
 // decode aborted before the sender existed (the dropped ABORT, spec P2).
@@ -29,7 +29,7 @@ func TestDriverAccountsForEveryRoom(t *testing.T) {
 	}
 	for _, k := range bench.Kinds() {
 		t.Run(string(k), func(t *testing.T) {
-			rig, err := NewRig(k, gate.New())
+			rig, err := NewRig(k, xfertest.New())
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -178,7 +178,7 @@ func (n *Notices) Notify(_ uint64, x room.Notice) {
 }
 
 // Instant is a transfer layer that completes every write at once and keeps
-// nothing (bench/gate records every post, which a long run cannot afford):
+// nothing (actors/xfer/xfertest records every post, which a long run cannot afford):
 // the pure-overhead runs measure the engines around the transfers with it.
 type Instant struct{}
 

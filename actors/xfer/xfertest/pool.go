@@ -1,4 +1,4 @@
-package gate
+package xfertest
 
 import (
 	"fmt"
@@ -11,15 +11,15 @@ import (
 // Post is one recorded Transfers.Post.
 type Post struct {
 	T room.Transfer
-	// Tick orders this post among every post and completion of the gate.
+	// Tick orders this post among every post and completion of the pool.
 	Tick int
 	// Done is the tick of its completion, 0 while it is held.
 	Done int
 	Fail room.Reason
 }
 
-// Gate implements actors.Transfers. It is safe for concurrent use.
-type Gate struct {
+// Pool implements actors.Transfers. It is safe for concurrent use.
+type Pool struct {
 	mu      sync.Mutex
 	hold    func(room.Transfer) bool
 	outcome func(room.Transfer) room.Reason
@@ -29,20 +29,20 @@ type Gate struct {
 	changed chan struct{} // closed and replaced on every post and completion
 }
 
-// New returns a gate that completes every write successfully at once.
-func New() *Gate {
-	return &Gate{held: map[*Post]room.DoneFunc{}, changed: make(chan struct{})}
+// New returns a pool that completes every write successfully at once.
+func New() *Pool {
+	return &Pool{held: map[*Post]room.DoneFunc{}, changed: make(chan struct{})}
 }
 
 // Hold makes later posts that match wait for Release (nil: hold none).
-func (g *Gate) Hold(match func(room.Transfer) bool) {
+func (g *Pool) Hold(match func(room.Transfer) bool) {
 	g.mu.Lock()
 	g.hold = match
 	g.mu.Unlock()
 }
 
 // Outcome sets how writes that are not held complete (nil: success).
-func (g *Gate) Outcome(fn func(room.Transfer) room.Reason) {
+func (g *Pool) Outcome(fn func(room.Transfer) room.Reason) {
 	g.mu.Lock()
 	g.outcome = fn
 	g.mu.Unlock()
@@ -54,7 +54,7 @@ func Room(id uint64) func(room.Transfer) bool {
 }
 
 // Post records t and completes it, or holds it.
-func (g *Gate) Post(t room.Transfer, done room.DoneFunc) {
+func (g *Pool) Post(t room.Transfer, done room.DoneFunc) {
 	g.mu.Lock()
 	g.tick++
 	p := &Post{T: t, Tick: g.tick}
@@ -76,14 +76,14 @@ func (g *Gate) Post(t room.Transfer, done room.DoneFunc) {
 	done(fail, nil)
 }
 
-func (g *Gate) signalLocked() {
+func (g *Pool) signalLocked() {
 	close(g.changed)
 	g.changed = make(chan struct{})
 }
 
 // Release completes every held write of the room with fail and returns how
 // many it completed. The done callbacks run in the caller's goroutine.
-func (g *Gate) Release(id uint64, fail room.Reason) int {
+func (g *Pool) Release(id uint64, fail room.Reason) int {
 	g.mu.Lock()
 	var dones []room.DoneFunc
 	for p, done := range g.held {
@@ -105,7 +105,7 @@ func (g *Gate) Release(id uint64, fail room.Reason) int {
 
 // ReleaseAll completes every held write successfully and stops holding, so no
 // engine goroutine stays blocked when a test ends.
-func (g *Gate) ReleaseAll() {
+func (g *Pool) ReleaseAll() {
 	g.Hold(nil)
 	g.mu.Lock()
 	var ids []uint64
@@ -119,7 +119,7 @@ func (g *Gate) ReleaseAll() {
 }
 
 // Held returns the number of held writes of the room.
-func (g *Gate) Held(id uint64) int {
+func (g *Pool) Held(id uint64) int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	n := 0
@@ -132,14 +132,14 @@ func (g *Gate) Held(id uint64) int {
 }
 
 // Tick returns the current tick: posts and completions after it compare greater.
-func (g *Gate) Tick() int {
+func (g *Pool) Tick() int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.tick
 }
 
 // Posts returns copies of the room's recorded posts, in post order.
-func (g *Gate) Posts(id uint64) []Post {
+func (g *Pool) Posts(id uint64) []Post {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	var out []Post
@@ -152,7 +152,7 @@ func (g *Gate) Posts(id uint64) []Post {
 }
 
 // PostedAfter counts the room's writes posted after tick.
-func (g *Gate) PostedAfter(id uint64, tick int) int {
+func (g *Pool) PostedAfter(id uint64, tick int) int {
 	n := 0
 	for _, p := range g.Posts(id) {
 		if p.Tick > tick {
@@ -164,7 +164,7 @@ func (g *Gate) PostedAfter(id uint64, tick int) int {
 
 // LandedAfter counts the room's writes posted at or before tick that completed
 // after it: writes that were in flight at tick and landed later.
-func (g *Gate) LandedAfter(id uint64, tick int) int {
+func (g *Pool) LandedAfter(id uint64, tick int) int {
 	n := 0
 	for _, p := range g.Posts(id) {
 		if p.Tick <= tick && p.Done > tick {
@@ -176,7 +176,7 @@ func (g *Gate) LandedAfter(id uint64, tick int) int {
 
 // WaitHeld waits until the room has at least n held writes. The bound only
 // turns a hang into an error; the wait itself is on a channel.
-func (g *Gate) WaitHeld(id uint64, n int) error {
+func (g *Pool) WaitHeld(id uint64, n int) error {
 	return g.wait(func() bool {
 		c := 0
 		for p := range g.held {
@@ -189,7 +189,7 @@ func (g *Gate) WaitHeld(id uint64, n int) error {
 }
 
 // WaitPosts waits until the room has at least n recorded posts.
-func (g *Gate) WaitPosts(id uint64, n int) error {
+func (g *Pool) WaitPosts(id uint64, n int) error {
 	return g.wait(func() bool {
 		c := 0
 		for _, p := range g.posts {
@@ -201,7 +201,7 @@ func (g *Gate) WaitPosts(id uint64, n int) error {
 	}, fmt.Sprintf("room %d: %d posts", id, n))
 }
 
-func (g *Gate) wait(cond func() bool, what string) error {
+func (g *Pool) wait(cond func() bool, what string) error {
 	timeout := time.NewTimer(10 * time.Second)
 	defer timeout.Stop()
 	for {
@@ -214,7 +214,7 @@ func (g *Gate) wait(cond func() bool, what string) error {
 		select {
 		case <-ch:
 		case <-timeout.C:
-			return fmt.Errorf("gate: timed out waiting for %s", what)
+			return fmt.Errorf("xfertest: timed out waiting for %s", what)
 		}
 	}
 }

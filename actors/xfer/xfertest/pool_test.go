@@ -1,4 +1,4 @@
-package gate
+package xfertest
 
 import (
 	"testing"
@@ -6,7 +6,7 @@ import (
 	"github.com/kvxfer/kvxfer/actors/room"
 )
 
-func TestGateHoldReleaseAndTicks(t *testing.T) {
+func TestHoldReleaseAndTicks(t *testing.T) {
 	g := New()
 	var got []room.Reason
 	done := func(f room.Reason, _ [][]byte) { got = append(got, f) }
