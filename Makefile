@@ -79,7 +79,7 @@ bench-go:
 
 # kvxferd (auto-detecting each decode's SGLang release), the prefill scheduler
 # emulator and a mixed fleet of decode emulators (0.5.18, 0.5.22, 0.5.23) as
-# separate processes; `bin/kvxfer-demo -inprocess` runs the engine demo in one process.
+# separate processes, all built from emul/*.
 demo: deps
 	$(GO) build -o $(BIN)/ ./cmd/kvxferd ./cmd/kvxfer-sched ./cmd/kvxfer-decode ./cmd/kvxfer-demo
 	$(BIN)/kvxfer-demo
