@@ -2,9 +2,11 @@ package daemon
 
 import (
 	"bytes"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -332,5 +334,39 @@ func TestRegisterMemoryCUDAIPCNeedsAnImporter(t *testing.T) {
 	kv := &control.MemoryRegistration{Kind: control.KindKV, Buffers: []control.Region{kvRegion(cuda.Handle{1}, 0, 0)}}
 	if _, err := cli.RegisterMemory(kv); err == nil || !strings.Contains(err.Error(), "does not") {
 		t.Fatalf("register_memory of a GPU buffer on a host-only agent: %v", err)
+	}
+}
+
+// TestPythonVRAMRegistration runs python/tests/test_vram.py's
+// RegisterMemoryTest against this kvxferd: kvxfer.vram's buffer entries go
+// through the Python control client, and kvxferd imports what they name (a
+// handle the fake scheduler exported): it refuses a foreign handle and a
+// wrong device at registration, then opens the handle once for four buffers.
+// Skipped without a Python that has pyzmq and msgpack.
+func TestPythonVRAMRegistration(t *testing.T) {
+	py := os.Getenv("KVXFER_PYTHON")
+	if py == "" {
+		py = "/usr/bin/python3"
+	}
+	if err := exec.Command(py, "-c", "import zmq, msgpack").Run(); err != nil {
+		t.Skipf("no %s with zmq and msgpack (apt install python3-zmq python3-msgpack, or set KVXFER_PYTHON)", py)
+	}
+	g := cudafake.New(2)
+	sp, kp := g.Process(), g.Process()
+	d := startVRAMDaemon(t, kp)
+	ptr, _ := sp.Alloc(0, 4*4096)
+	h, _ := sp.IpcGet(0, ptr)
+	cmd := exec.Command(py, "-m", "unittest", "-v", "tests.test_vram.RegisterMemoryTest")
+	cmd.Dir = filepath.Join("..", "python")
+	cmd.Env = append(os.Environ(), "KVXFER_CONTROL="+d.ControlEndpoint(), "KVXFER_IPC_HANDLE="+hex.EncodeToString(h[:]))
+	out, err := cmd.CombinedOutput()
+	if err != nil || !bytes.Contains(out, []byte("OK")) || bytes.Contains(out, []byte("skipped")) {
+		t.Fatalf("python VRAM registration: %v\n%s", err, out)
+	}
+	if n := kp.OpenHandles(); n != 1 {
+		t.Fatalf("kvxferd holds %d handles after Python registered four buffers of one allocation, want 1", n)
+	}
+	if n := kp.Calls("cuIpcOpenMemHandle"); n != 3 { // foreign, wrong device (opened, checked, closed), accepted
+		t.Fatalf("cuIpcOpenMemHandle called %d times, want 3", n)
 	}
 }
