@@ -10,12 +10,14 @@ import os
 
 
 class UnsupportedMemory(RuntimeError):
-    """A KVArgs buffer kvxferd cannot map (private, anonymous, VRAM, unlinked)."""
+    """A KVArgs buffer kvxferd cannot reach (private, anonymous, unlinked host
+    memory; device memory that cannot be exported by CUDA IPC)."""
 
 
 NEEDS = ("kvxfer needs host buffers allocated in a shared, file-backed mapping "
          "(e.g. mmap of a file under /dev/shm with MAP_SHARED) so that kvxferd, a separate "
-         "process, can map the same pages; GPU (VRAM) buffers need CUDA IPC, not supported yet")
+         "process, can map the same pages; GPU (VRAM) buffers go by CUDA IPC handle "
+         "(kvxfer.vram, docs/vram.md)")
 
 
 class Mapping:

@@ -22,7 +22,7 @@ try:
 except ImportError:  # pragma: no cover
     from .sender import KVTransferError
 
-from . import memmap
+from . import memmap, vram
 from .control import ControlError
 from .process import Kvxferd, default_endpoint, find_binary, state_dir
 
@@ -41,10 +41,12 @@ def _buffers(kind, ptrs, lens, item_lens, mem_kinds=None):
     out = []
     for i, (p, n, it) in enumerate(zip(ptrs, lens, item_lens)):
         mem = (mem_kinds[i] if mem_kinds and i < len(mem_kinds) else "DRAM") or "DRAM"
+        # GPU buffers (SGLang's KV pool) go by CUDA IPC handle (kvxfer.vram, docs/vram.md).
+        if str(mem).upper() in ("VRAM", "GPU", "CUDA") or (kind != "aux" and vram.is_device_pointer(int(p))):
+            out.append(vram.EXPORTER.export_pointer(int(p), int(n), int(it), what=f"kvxfer: {kind} buffer {i}"))
+            continue
         if str(mem).upper() not in ("DRAM", "CPU", "HOST"):
-            raise memmap.UnsupportedMemory(
-                f"kvxfer: {kind} buffer {i} is {mem} memory: kvxferd maps host memory only until CUDA IPC "
-                f"support lands; {memmap.NEEDS}")
+            raise memmap.UnsupportedMemory(f"kvxfer: {kind} buffer {i} is {mem} memory; {memmap.NEEDS}")
         path, off, length = memmap.resolve(int(p), int(n), f"kvxfer: {kind} buffer {i}")
         out.append({"shm": path, "offset": off, "length": length, "item_len": int(it), "mem": "DRAM", "dev": 0})
     return out

@@ -33,8 +33,11 @@ import threading
 HANDLE_SIZE = 64
 
 
-class UnsupportedMemory(RuntimeError):
-    """A buffer kvxferd cannot import (not device memory, no driver, not exportable)."""
+try:
+    from .memmap import UnsupportedMemory  # one error type for every buffer kvxferd cannot reach
+except ImportError:  # loaded by path, outside the package (tests on a box without pyzmq)
+    class UnsupportedMemory(RuntimeError):
+        """A buffer kvxferd cannot import (not device memory, no driver, not exportable)."""
 
 
 # CUDA driver API constants (cuda.h).
@@ -132,15 +135,22 @@ class Driver:
 
 
 _driver = None
+_driver_err = None
 _driver_lock = threading.Lock()
 
 
 def driver():
-    """The process's Driver, loaded on first use (UnsupportedMemory without a GPU)."""
-    global _driver
+    """The process's Driver, loaded on first use (UnsupportedMemory without a
+    GPU; the failure is remembered, so host-only processes try once)."""
+    global _driver, _driver_err
     with _driver_lock:
-        if _driver is None:
-            _driver = Driver()
+        if _driver is None and _driver_err is None:
+            try:
+                _driver = Driver()
+            except UnsupportedMemory as e:
+                _driver_err = e
+        if _driver_err is not None:
+            raise _driver_err
         return _driver
 
 
