@@ -123,6 +123,10 @@ type Config struct {
 	// OnLive, when set, is called once the rank is live with the geometry the
 	// scheduler registered (telemetry takes its bytes per page from it).
 	OnLive func(local sglang.Local)
+
+	// Liveness configures how decodes are watched (probes, decode's heartbeat
+	// budget, fences; liveness.go). Zero values take the environment's.
+	Liveness LivenessConfig
 }
 
 // BytesPerPage is the KV bytes of one page over every layer buffer of local.
@@ -166,6 +170,14 @@ type Daemon struct {
 	peers    *peers
 	state    *regStore  // nil: no -state-dir
 	replay   [][][]byte // registrations to replay when live (then nil)
+	liveness *liveness  // probes registered decodes (liveness.go)
+	fencedAt sync.Map   // endpoint -> agents fenced there ([]string)
+	memBusy  bool       // a register_memory or Activate is at work (guarded by mu; activate.go)
+	closing  bool       // Shutdown began (guarded by mu)
+	halt     context.Context
+	haltFn   context.CancelFunc // Shutdown cancels halt: an activation's PUT /route stops
+	// putRoute replaces PUT /route (tests).
+	putRoute func(context.Context, string, bootstrap.RankRegistration, bootstrap.RegisterOptions) error
 	counters counters
 	// Per-message warnings, one line a second each (issue 14, F5).
 	noticeLogs, signalLogs, lostLogs, dropLogs *logLimiter
@@ -201,6 +213,7 @@ func Start(cfg Config) (*Daemon, error) {
 	cfg.ListenHost, cfg.HostIP, cfg.SingleHost = addrs.Listen, addrs.Advertise, addrs.SingleHost
 	cfg.BootstrapURL = ReachableURL(cfg.BootstrapURL)
 	d := &Daemon{cfg: cfg, log: cfg.Logger}
+	d.halt, d.haltFn = context.WithCancel(context.Background())
 	d.dialects = newDialects(cfg.Dialect, cfg.LegacyDialect)
 	for _, l := range []**logLimiter{&d.noticeLogs, &d.signalLogs, &d.lostLogs, &d.dropLogs} {
 		*l = newLogLimiter(time.Second, &d.counters.logsSuppressed)
@@ -210,7 +223,7 @@ func Start(cfg Config) (*Daemon, error) {
 		d.cfg.MaxLinks = cfg.MaxLinks
 	}
 	links, err := newLinks(cfg.Logger, cfg.MaxLinks, d.dialects.known,
-		func(at room.Endpoint) { go d.decodeLost(at) }) // not on the link's monitor goroutine
+		func(at room.Endpoint) { go d.linkLost(at) }) // not on the link's monitor goroutine
 	if err != nil {
 		return nil, fmt.Errorf("daemon: ZMQ context for decode links: %w", err)
 	}
@@ -236,6 +249,7 @@ func Start(cfg Config) (*Daemon, error) {
 		return nil, err
 	}
 	d.eng = eng
+	d.liveness = newLiveness(cfg.Liveness, ec.Clock, d.decodeLost, d.decodeBack)
 	if err := d.startBootstrap(); err != nil {
 		d.Shutdown(context.Background())
 		return nil, err
@@ -399,12 +413,16 @@ func (d *Daemon) startDebug() error {
 // stops the pool, the agent, the links and the debug server.
 func (d *Daemon) Shutdown(ctx context.Context) error {
 	d.state.close() // what the next incarnation replays stays as it is
+	d.haltFn()
 	d.mu.Lock()
+	d.closing = true
 	in := d.ingest
 	d.mu.Unlock()
 	if in != nil {
 		in.Stop()
 	}
+	d.liveness.close()
+	d.peers.wait() // registrations still loading finish (or fail) before the agent closes
 	var errs []error
 	// The bootstrap server goes first after ingest, so decode heartbeats fail
 	// and decodes stop sending; then the control API, so no scheduler call is
@@ -420,13 +438,14 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 		errs = append(errs, d.eng.Close(ctx))
 	}
 	d.mu.Lock()
-	if d.pool != nil {
-		d.pool.Close()
-	}
-	if d.agent != nil {
-		errs = append(errs, d.agent.Close())
-	}
+	pool, agent := d.pool, d.agent
 	d.mu.Unlock()
+	if pool != nil { // no lock held while the pool stops and NIXL closes
+		pool.Close()
+	}
+	if agent != nil {
+		errs = append(errs, agent.Close())
+	}
 	// The links flush in parallel, all by one deadline: the context's, at
 	// most shutdownFlush from now (issue 14, F3).
 	by := time.Now().Add(shutdownFlush)
@@ -492,24 +511,6 @@ func (d *Daemon) Notify(roomID uint64, n room.Notice) {
 	}
 }
 
-// decodeLost runs when the connection to a decode's PULL socket is lost (the
-// process died, SIGKILL included): every room of every agent at that endpoint
-// fails peer_lost now, including rooms with nothing in flight, which no
-// transfer error would ever fail.
-func (d *Daemon) decodeLost(at room.Endpoint) {
-	agents := d.dialects.lost(at)
-	d.counters.peersLost.Add(int64(len(agents)))
-	for _, a := range agents {
-		d.dropAgent(a, "connection lost", true)
-	}
-	if len(agents) > 0 {
-		if ok, suppressed := d.lostLogs.allow(); ok {
-			d.log.Warn("decode connection lost; its rooms fail peer_lost", "endpoint", at.String(), "agents", agents,
-				"suppressed", suppressed)
-		}
-	}
-}
-
 // signal sends a room's held completion notifications to its decode agent.
 func (d *Daemon) signal(roomID uint64, n room.Notice) {
 	p := d.xfers.pool.Load()
@@ -566,6 +567,8 @@ type counters struct {
 	registrations, duplicateRegistrations, badRegistrations atomic.Int64
 	badFrames, staging, noticeDropped                       atomic.Int64
 	peersLost, peersDropped, abortsRefused                  atomic.Int64
+	peersReturned, peersFenced, fencedInfos, queueRefused   atomic.Int64
+	activationsRolledBack                                   atomic.Int64
 	logsSuppressed                                          atomic.Int64
 	links                                                   *links
 }
@@ -576,6 +579,9 @@ func (c *counters) snapshot() map[string]int64 {
 		"bad_registrations": c.badRegistrations.Load(), "bad_frames": c.badFrames.Load(),
 		"staging_frames_dropped": c.staging.Load(), "notices_dropped": c.noticeDropped.Load(),
 		"peers_lost": c.peersLost.Load(), "peers_dropped": c.peersDropped.Load(),
+		"peers_returned": c.peersReturned.Load(), "peers_fenced": c.peersFenced.Load(),
+		"fenced_transfer_infos": c.fencedInfos.Load(), "queued_frames_refused": c.queueRefused.Load(),
+		"activations_rolled_back": c.activationsRolledBack.Load(),
 		"abort_endpoints_refused": c.abortsRefused.Load(), "log_lines_suppressed": c.logsSuppressed.Load(),
 		"links_evicted": c.links.evicted.Load(), "notices_send_failed": c.links.failed(),
 	}

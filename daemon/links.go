@@ -201,6 +201,17 @@ func (l *links) retire(to room.Endpoint) {
 	}
 }
 
+// retireAll closes every link in the background (a rolled-back activation);
+// the links stay usable.
+func (l *links) retireAll() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for ep, e := range l.by {
+		delete(l.by, ep)
+		l.closeLater(e)
+	}
+}
+
 func (l *links) send(to room.Endpoint, frames [][]byte) error {
 	link, err := l.get(to, false)
 	if err != nil {

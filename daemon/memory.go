@@ -1,7 +1,7 @@
 package daemon
 
 import (
-	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -25,11 +25,10 @@ type memory struct {
 // registerMemory is the control API's register_memory: map the scheduler's
 // shared memory, and go live once KV, aux and every expected state list are in.
 func (d *Daemon) registerMemory(reg *control.MemoryRegistration) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.live.Load() {
-		return fmt.Errorf("memory is already registered and the rank is live; restart kvxferd to change it")
+	if err := d.beginMem(); err != nil { // no lock is held past here (activate.go)
+		return err
 	}
+	defer d.endMem()
 	if err := d.ensureAgent(); err != nil {
 		return err
 	}
@@ -59,11 +58,12 @@ func (d *Daemon) registerMemory(reg *control.MemoryRegistration) error {
 		}
 		local.State = append(local.State, *s)
 	}
-	return d.activateLocked(local)
+	return d.activate(local)
 }
 
+// ensureAgent creates the NIXL agent once (the caller holds the memBusy turn).
 func (d *Daemon) ensureAgent() error {
-	if d.agent != nil {
+	if a, _ := d.backend(); a != nil {
 		return nil
 	}
 	name := "kvxferd-" + strconv.Itoa(os.Getpid()) + "-r" + strconv.Itoa(d.cfg.Rank.Sender())
@@ -75,7 +75,9 @@ func (d *Daemon) ensureAgent() error {
 	if err != nil {
 		return fmt.Errorf("creating the NIXL agent: %w", err)
 	}
+	d.mu.Lock()
 	d.agent = a
+	d.mu.Unlock()
 	return nil
 }
 
@@ -124,19 +126,34 @@ func (d *Daemon) mapRegions(reg *control.MemoryRegistration) (_ *sglang.Buffers,
 // Activate makes the rank live with memory a Go caller already holds (tests,
 // embedding): agent must own or have attached every buffer of local.
 func (d *Daemon) Activate(agent Agent, local sglang.Local) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.live.Load() {
-		return fmt.Errorf("daemon: already live")
+	if err := d.beginMem(); err != nil {
+		return fmt.Errorf("daemon: %w", err)
 	}
+	defer d.endMem()
+	d.mu.Lock()
 	if d.agent != nil && d.agent != agent {
+		d.mu.Unlock()
 		return fmt.Errorf("daemon: a different agent was already created by register_memory")
 	}
 	d.agent = agent
-	return d.activateLocked(local)
+	d.mu.Unlock()
+	return d.activate(local)
 }
 
-func (d *Daemon) activateLocked(local sglang.Local) error {
+// activate makes the rank live: NIXL registration, the pool, the ZMQ PULL
+// socket, PUT /route, in that order, with no lock held (the caller holds the
+// memBusy turn). The PUT comes last: a decode learns the rank only once the
+// rest is up. Whatever fails, everything activate started is undone
+// (rollback), so the daemon is as before and a later register_memory may try
+// again.
+func (d *Daemon) activate(local sglang.Local) (err error) {
+	agent, _ := d.backend()
+	var rb rollback
+	defer func() {
+		if err != nil {
+			d.rollback(&rb)
+		}
+	}()
 	local.Sender, local.NoKV, local.TPSize, local.MLA = d.cfg.Rank.Sender(), d.cfg.NoKV, d.cfg.Rank.TPSize, d.cfg.MLA
 	if err := d.applyTopology(&local); err != nil {
 		return err
@@ -148,17 +165,22 @@ func (d *Daemon) activateLocked(local sglang.Local) error {
 	for i := range local.State {
 		sets = append(sets, &local.State[i])
 	}
-	if _, err := sglang.RegisterBuffers(d.agent, sets...); err != nil {
+	rb.agent = agent
+	rb.regs, err = sglang.RegisterBuffers(agent, sets...)
+	if err != nil {
 		return fmt.Errorf("registering memory with NIXL: %w", err)
 	}
-	pool, err := xfer.New(xfer.Config{Agent: d.agent, Local: &local, Actors: d.cfg.QueueSize, Logger: d.log, Clock: d.cfg.Engine.Clock})
+	pool, err := xfer.New(xfer.Config{Agent: agent, Local: &local, Actors: d.cfg.QueueSize, Logger: d.log, Clock: d.cfg.Engine.Clock})
 	if err != nil {
 		return err
 	}
+	rb.pool = pool
+	d.mu.Lock()
 	d.pool = pool
-	d.xfers.pool.Store(pool)
 	replay := d.replay
-	d.replay = nil
+	rb.replay = replay
+	d.mu.Unlock()
+	d.xfers.pool.Store(pool)
 	ic := zmqio.IngestConfig{Host: d.cfg.ListenHost, Port: d.cfg.PullPort, Logger: d.log}
 	if len(replay) > 0 {
 		// On the ingest goroutine (it owns the peer table), before any frame
@@ -169,7 +191,10 @@ func (d *Daemon) activateLocked(local sglang.Local) error {
 	if err != nil {
 		return fmt.Errorf("binding the ZMQ PULL socket: %w", err)
 	}
+	rb.ingest = in
+	d.mu.Lock()
 	d.ingest = in
+	d.mu.Unlock()
 	url := d.cfg.BootstrapURL
 	if url == "" && d.bootLn != nil {
 		url = d.hostedBootstrapURL() // reachable: never http://0.0.0.0 or http://[::]
@@ -182,11 +207,20 @@ func (d *Daemon) activateLocked(local sglang.Local) error {
 			SystemDPSize: r.DPSize, SystemDPRank: r.DPRank, RankIP: d.cfg.HostIP, RankPort: in.Port(),
 			PageSize: d.cfg.PageSize, KVCacheDtype: d.cfg.KVCacheDtype, LoadBalanceMethod: d.cfg.LoadBalanceMethod,
 		}
-		if err := bootstrap.RegisterRank(context.Background(), url, reg, d.registerOptions(url)); err != nil {
+		if err := d.registerRank(d.halt, url, reg, d.registerOptions(url)); err != nil {
 			return fmt.Errorf("registering the rank with the bootstrap server %s: %w", url, err)
 		}
 	}
-	d.live.Store(true)
+	d.mu.Lock()
+	closing := d.closing
+	if !closing {
+		d.replay = nil // replayed now; a rollback gives them back
+		d.live.Store(true)
+	}
+	d.mu.Unlock()
+	if closing {
+		return errors.New("daemon: shutting down")
+	}
 	if d.cfg.OnLive != nil {
 		d.cfg.OnLive(local)
 	}

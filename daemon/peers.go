@@ -12,40 +12,88 @@ import (
 	"github.com/kvxfer/kvxfer/transport/wire"
 )
 
-// peers is the decode-agent table and the ingest Sink. It is owned by the
-// ingest goroutine: a decode sends its registration and then its transfer
-// infos on one PUSH socket, so handling the registration (metadata load,
-// descriptor preparation, handing the peer to the pool) before the next frame
-// is read guarantees that no transfer for that agent is planned before the
-// pool knows it. A per-agent actor would give that ordering up.
+// Bounds on what a decode may send while its registration loads (issue 15):
+// transfer infos and ABORTs for an agent whose registration is still being
+// loaded wait in that agent's queue, at most maxQueuedFrames of them and
+// maxQueuedBytes of page lists per agent, and maxQueuedTotal bytes over every
+// agent. Past a bound the room fails (transfer_error) at once, counted in
+// queued_frames_refused; nothing else is touched.
+const (
+	maxQueuedFrames = 4096
+	maxQueuedBytes  = 64 << 20
+	maxQueuedTotal  = 256 << 20
+	// maxFenced bounds the agents remembered as lost to an outage (oldest
+	// forgotten first).
+	maxFenced = 1024
+)
+
+// peers is the decode-agent table and the ingest Sink.
 //
-// byAgent holds the accepted agents, at most max (the link cap: each has a
-// pinned link). Registrations write it on the ingest goroutine; drops (a lost
-// connection, a lost NIXL peer) delete from it on others, hence mu.
+// The ingest goroutine only decides (duplicate, cap, dialect, which agent a
+// frame belongs to) and hands the slow part of a registration — NIXL metadata
+// load, descriptor preparation, the link dial, the state file — to a
+// goroutine of its own (load). The agent is "loading" until that goroutine
+// is done; the transfer infos and ABORTs that reach the ingest meanwhile are
+// queued on the agent (bounded) and applied, in order, by load once the
+// registration is in the pool. So the ingest never waits on NIXL, and a
+// decode's transfer infos still never reach a room before the pool knows
+// its agent (decode sends the registration first on the same socket).
+//
+// byAgent holds the accepted agents, loading or ready, at most max (the link
+// cap: each has a pinned link). mu guards the table and the queues; nothing
+// under it calls NIXL or the network (engine calls are mailbox sends).
 type peers struct {
 	d   *Daemon
 	max int
 
 	mu      sync.Mutex
-	byAgent map[string]*wire.Registration
+	byAgent map[string]*peerEntry
+	loading int // entries still loading (Abort scans for them only then)
+	queued  int // bytes queued over every agent
+	// fenced: agents dropped because their decode was unreachable longer
+	// than its heartbeat budget (liveness.go). Their transfer infos fail
+	// the room before it sees them, until the agent registers again.
+	fenced     map[string]time.Time
+	fenceOrder []string
+	wg         sync.WaitGroup // load goroutines
 
 	dupLogs, rejectLogs, addLogs *logLimiter
 }
 
+type peerEntry struct {
+	reg     *wire.Registration
+	to      room.Endpoint
+	ready   bool
+	queue   []queuedFrame
+	qBytes  int
+	started time.Time
+}
+
+type queuedFrame struct {
+	info  *wire.TransferInfo
+	abort *wire.Abort
+	size  int
+}
+
 func newPeers(d *Daemon, maxPeers int) *peers {
 	s := &d.counters.logsSuppressed
-	return &peers{d: d, max: maxPeers, byAgent: map[string]*wire.Registration{},
+	return &peers{d: d, max: maxPeers, byAgent: map[string]*peerEntry{}, fenced: map[string]time.Time{},
 		dupLogs: newLogLimiter(time.Second, s), rejectLogs: newLogLimiter(time.Second, s),
 		// Honest registrations come in bursts at start-up: 20 lines a second.
 		addLogs: newLogLimiter(50*time.Millisecond, s)}
 }
 
-// Registration: the first registration of an agent wins (as upstream). Its
-// frame count says which SGLang release the decode runs; one that no supported
-// release sends is rejected, and the agent's rooms fail with peer_rejected.
-// A new agent at the endpoint of an accepted one means that decode restarted:
-// the old agent is dropped first. Past the peer cap, registrations are
-// rejected (peer_rejected, with the reason).
+// Registration: the first registration of an agent wins (as upstream), with
+// one exception: the same agent registering again from the same endpoint is
+// that decode coming back. SGLang sends a registration once per connection
+// pool entry and sends it again only after its heartbeat to this prefill
+// failed and it cleared the pool, failing every room it tracked here; so the
+// agent's rooms fail peer_lost (as decode concluded) and the registration is
+// loaded afresh. Its frame count says which SGLang release the decode runs;
+// one that no supported release sends is rejected, and the agent's rooms fail
+// with peer_rejected. A new agent at the endpoint of an accepted one means
+// that decode restarted: the old agent is dropped first. Past the peer cap,
+// registrations are rejected (peer_rejected, with the reason).
 func (p *peers) Registration(r *wire.Registration) { p.register(r, nil, false) }
 
 // RegistrationFrames is Registration with the frames as received: an accepted
@@ -72,25 +120,38 @@ func (p *peers) replay(msgs [][][]byte) {
 	p.d.log.Info("decode registrations replayed from the state file", "replayed", n, "kept", len(msgs))
 }
 
-// register reports whether r was accepted.
+// register runs on the ingest goroutine; it reports whether r was taken to
+// be loaded. It does no NIXL, network or file work: that is load's.
 func (p *peers) register(r *wire.Registration, frames [][]byte, replay bool) bool {
 	d := p.d
 	to := room.Endpoint{IP: r.DecodeIP, Port: r.DecodePort}
+	var before []func() // releases of agents this registration replaces, run by load first
 	p.mu.Lock()
-	_, dup := p.byAgent[r.AgentName]
+	e, exists := p.byAgent[r.AgentName]
+	comeback := exists && e.ready && e.to == to && !replay
 	p.mu.Unlock()
-	if dup {
+	if exists && !comeback {
 		d.counters.duplicateRegistrations.Add(1)
 		if ok, suppressed := p.dupLogs.allow(); ok {
-			d.log.Info("duplicate registration ignored (first wins)", "agent", r.AgentName, "suppressed", suppressed)
+			d.log.Info("duplicate registration ignored (first wins)", "agent", r.AgentName, "endpoint", to.String(),
+				"loading", !e.ready, "suppressed", suppressed)
 		}
 		return false
 	}
+	if comeback {
+		d.counters.peersReturned.Add(1)
+		if rel, ok := d.forgetAgent(r.AgentName, "registered again from its endpoint: decode cleared its connection to this prefill and failed the rooms it tracked", true, false); ok {
+			before = append(before, rel)
+		}
+	}
 	if old := d.dialects.acceptedAt(to); old != "" && old != r.AgentName {
-		d.dropAgent(old, "re-registered: a new agent registered from its endpoint", false)
+		if rel, ok := d.forgetAgent(old, "re-registered: a new agent registered from its endpoint", false, false); ok {
+			before = append(before, rel)
+		}
 	}
 	p.mu.Lock()
 	full := len(p.byAgent) >= p.max
+	p.unfenceLocked(r.AgentName) // registering again: whatever follows is after decode's reset
 	p.mu.Unlock()
 	var (
 		dialect wire.Dialect
@@ -108,17 +169,67 @@ func (p *peers) register(r *wire.Registration, frames [][]byte, replay bool) boo
 			d.log.Warn("decode registration rejected; its rooms fail with peer_rejected", "agent", r.AgentName,
 				"endpoint", to.String(), "err", err, "suppressed", suppressed)
 		}
+		if len(before) > 0 {
+			go runAll(before)
+		}
 		return false
 	}
-	if err := p.add(r, dialect); err != nil {
-		if replay {
-			// The decode is gone (or changed): forget it, quietly.
-			d.dialects.drop(r.AgentName, "replayed registration no longer loads", false)
-			d.state.remove(r.AgentName)
-			d.log.Info("replayed decode registration dropped: it no longer loads", "agent", r.AgentName,
-				"endpoint", to.String(), "err", err)
-			return false
+	e = &peerEntry{reg: r, to: to, started: d.now()}
+	p.mu.Lock()
+	p.byAgent[r.AgentName] = e
+	p.loading++
+	p.wg.Add(1)
+	p.mu.Unlock()
+	go p.load(e, dialect, frames, replay, before)
+	return true
+}
+
+func runAll(fs []func()) {
+	for _, f := range fs {
+		f()
+	}
+}
+
+// load does a registration's slow work off the ingest goroutine, then applies
+// what was queued for the agent meanwhile, in arrival order.
+func (p *peers) load(e *peerEntry, dialect wire.Dialect, frames [][]byte, replay bool, before []func()) {
+	defer p.wg.Done()
+	d := p.d
+	r := e.reg
+	runAll(before) // the agents this one replaces leave NIXL and the pool first
+	err := p.add(r, dialect)
+	p.mu.Lock()
+	current := p.byAgent[r.AgentName] == e
+	p.mu.Unlock()
+	switch {
+	case err == nil && !current:
+		// Dropped while loading (its decode was lost, or kvxferd is closing):
+		// take it back out of NIXL and the pool.
+		d.releaseAgent(r.AgentName, true)
+	case err == nil:
+		d.counters.registrations.Add(1)
+		if frames != nil {
+			d.state.put(r, frames)
 		}
+		// Dial now (pinned), so the link watches the decode from its first room on.
+		if _, lerr := d.links.get(e.to, true); lerr != nil {
+			if ok, suppressed := p.rejectLogs.allow(); ok {
+				d.log.Warn("link to decode; its loss will not be detected", "agent", r.AgentName, "err", lerr, "suppressed", suppressed)
+			}
+		}
+		d.liveness.watch(e.to)
+		if ok, suppressed := p.addLogs.allow(); ok {
+			d.log.Info("decode registered", "agent", r.AgentName, "endpoint", e.to.String(),
+				"kv_buffers", len(r.KVDataPtrs), "tp", r.DecodeTPSize, "sglang", dialect.String(), "frames", r.Frames,
+				"load", d.now().Sub(e.started).String(), "suppressed", suppressed)
+		}
+	case replay:
+		// The decode is gone (or changed): forget it, quietly.
+		d.dialects.drop(r.AgentName, "replayed registration no longer loads", false)
+		d.state.remove(r.AgentName)
+		d.log.Info("replayed decode registration dropped: it no longer loads", "agent", r.AgentName,
+			"endpoint", e.to.String(), "err", err)
+	default:
 		// Refused by SGLang's geometry rules (or NIXL): its rooms fail
 		// peer_rejected, and decode is told SGLang's reason.
 		d.dialects.reject(r, err)
@@ -127,70 +238,35 @@ func (p *peers) register(r *wire.Registration, frames [][]byte, replay bool) boo
 			d.log.Warn("decode registration rejected; its transfer infos will fail their rooms", "agent", r.AgentName,
 				"err", err, "suppressed", suppressed)
 		}
-		return false
 	}
-	d.counters.registrations.Add(1)
 	p.mu.Lock()
-	p.byAgent[r.AgentName] = r
-	p.mu.Unlock()
-	if frames != nil {
-		d.state.put(r, frames)
-	}
-	// Dial now (pinned), so the link watches the decode from its first room on.
-	if _, err := d.links.get(to, true); err != nil {
-		if ok, suppressed := p.rejectLogs.allow(); ok {
-			d.log.Warn("link to decode; its loss will not be detected", "agent", r.AgentName, "err", err, "suppressed", suppressed)
+	defer p.mu.Unlock()
+	p.loading--
+	if p.byAgent[r.AgentName] == e {
+		if err != nil {
+			delete(p.byAgent, r.AgentName)
+		} else {
+			e.ready = true
 		}
 	}
-	if ok, suppressed := p.addLogs.allow(); ok {
-		d.log.Info("decode registered", "agent", r.AgentName, "endpoint", to.String(),
-			"kv_buffers", len(r.KVDataPtrs), "tp", r.DecodeTPSize, "sglang", dialect.String(), "frames", r.Frames,
-			"suppressed", suppressed)
+	// Applied under mu, so that a frame the ingest reads after this cannot
+	// overtake them (it finds the entry ready, or gone, only after).
+	for _, q := range e.queue {
+		if q.info != nil {
+			p.applyInfo(q.info)
+		} else {
+			p.applyAbort(q.abort)
+		}
 	}
-	return true
+	p.queued -= e.qBytes
+	e.queue, e.qBytes = nil, 0
 }
 
-// dropAgent forgets an accepted decode agent: its rooms fail peer_lost, the
-// pool and the NIXL agent drop it (its memory is unmapped), its entry is
-// marked dropped and its link is closed. lost says its connection was lost.
-// Idempotent; safe from any goroutine but a link's monitor (it may wait on
-// the NIXL agent).
-func (d *Daemon) dropAgent(agent, why string, lost bool) {
-	p := d.peers
-	p.mu.Lock()
-	_, ok := p.byAgent[agent]
-	delete(p.byAgent, agent)
-	p.mu.Unlock()
-	to, known := d.dialects.drop(agent, why, lost)
-	d.state.remove(agent)
-	if !ok && !known {
-		return
-	}
-	d.counters.peersDropped.Add(1)
-	d.eng.PeerLost(agent)
-	d.mu.Lock()
-	nx, pool := d.agent, d.pool
-	d.mu.Unlock()
-	if pool != nil {
-		pool.RemovePeer(agent)
-	}
-	if nx != nil && ok {
-		_ = nx.DropPeer(agent)
-	}
-	if known {
-		d.links.retire(to)
-	}
-	if ok, suppressed := d.dropLogs.allow(); ok {
-		d.log.Warn("decode agent dropped; its rooms fail peer_lost", "agent", agent, "endpoint", to.String(), "why", why,
-			"suppressed", suppressed)
-	}
-}
-
+// add loads the peer's NIXL metadata and hands its geometry to the pool; on
+// failure nothing of it stays in NIXL. Called without locks.
 func (p *peers) add(r *wire.Registration, dialect wire.Dialect) error {
 	d := p.d
-	d.mu.Lock()
-	agent, pool := d.agent, d.pool
-	d.mu.Unlock()
+	agent, pool := d.backend()
 	if agent == nil || pool == nil {
 		return errors.New("no memory registered yet")
 	}
@@ -225,7 +301,139 @@ func (p *peers) add(r *wire.Registration, dialect wire.Dialect) error {
 	return nil
 }
 
+// forgetAgent does the bookkeeping of dropping an accepted decode agent: it
+// leaves the peer table and the dialect table, its rooms fail peer_lost, and
+// its state-file record goes. It returns what is left to do off the caller's
+// goroutine (the pool, NIXL, the link; releaseAgent) and whether the agent
+// was known. lost says its connection was lost; keepState keeps its state-file
+// record (a rolled-back activation replays it next time).
+func (d *Daemon) forgetAgent(agent, why string, lost, keepState bool) (release func(), known bool) {
+	p := d.peers
+	p.mu.Lock()
+	e, ok := p.byAgent[agent]
+	if ok {
+		delete(p.byAgent, agent)
+	}
+	p.mu.Unlock()
+	to, inDialects := d.dialects.drop(agent, why, lost)
+	if !ok && !inDialects {
+		return nil, false
+	}
+	d.counters.peersDropped.Add(1)
+	d.eng.PeerLost(agent)
+	if ok, suppressed := d.dropLogs.allow(); ok {
+		d.log.Warn("decode agent dropped; its rooms fail peer_lost", "agent", agent, "endpoint", to.String(), "why", why,
+			"suppressed", suppressed)
+	}
+	loaded := ok && e.ready
+	return func() {
+		if !keepState {
+			d.state.remove(agent)
+		}
+		if loaded {
+			d.releaseAgent(agent, true)
+		}
+		if inDialects {
+			d.links.retire(to)
+			d.liveness.unwatch(to)
+		}
+	}, true
+}
+
+// releaseAgent takes an agent out of the pool and, when nx, out of NIXL.
+func (d *Daemon) releaseAgent(agent string, nx bool) {
+	a, pool := d.backend()
+	if pool != nil {
+		pool.RemovePeer(agent)
+	}
+	if nx && a != nil {
+		_ = a.DropPeer(agent)
+	}
+}
+
+// dropAgent forgets an accepted decode agent (forgetAgent) and releases it.
+// Idempotent; safe from any goroutine but the ingest's and a link's monitor
+// (it may wait on the NIXL agent).
+func (d *Daemon) dropAgent(agent, why string, lost bool) {
+	if rel, ok := d.forgetAgent(agent, why, lost, false); ok {
+		rel()
+	}
+}
+
+// fence marks an agent lost to an outage: its transfer infos fail their rooms
+// before the rooms see them, until it registers again (see liveness.go).
+func (p *peers) fence(agent string, at time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if _, ok := p.fenced[agent]; !ok {
+		p.fenceOrder = append(p.fenceOrder, agent)
+	}
+	p.fenced[agent] = at
+	for len(p.fenceOrder) > maxFenced {
+		delete(p.fenced, p.fenceOrder[0])
+		p.fenceOrder = p.fenceOrder[1:]
+	}
+}
+
+func (p *peers) unfenceLocked(agent string) {
+	if _, ok := p.fenced[agent]; !ok {
+		return
+	}
+	delete(p.fenced, agent)
+	for i, a := range p.fenceOrder {
+		if a == agent {
+			p.fenceOrder = append(p.fenceOrder[:i], p.fenceOrder[i+1:]...)
+			break
+		}
+	}
+}
+
+// unfence lifts an agent's fence (its link has been back long enough; see
+// liveness.go).
+func (p *peers) unfence(agent string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.unfenceLocked(agent)
+}
+
+func (p *peers) isFenced(agent string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	_, ok := p.fenced[agent]
+	return ok
+}
+
 func (p *peers) TransferInfo(t *wire.TransferInfo) {
+	p.mu.Lock()
+	if _, ok := p.fenced[t.AgentName]; ok {
+		p.mu.Unlock()
+		// The room fails before it sees the info, so nothing is ever
+		// written for it; the info after the failure tells decode (where
+		// its release reads KV_STATUS) that the room failed.
+		p.d.counters.fencedInfos.Add(1)
+		p.d.eng.Fail(t.Room, room.ReasonPeerLost)
+		p.applyInfo(t)
+		return
+	}
+	if e, ok := p.byAgent[t.AgentName]; ok && !e.ready {
+		size := 4*len(t.DstKVIndices) + 4*len(t.DstStateIndices) + 256
+		if len(e.queue) < maxQueuedFrames && e.qBytes+size <= maxQueuedBytes && p.queued+size <= maxQueuedTotal {
+			e.queue = append(e.queue, queuedFrame{info: t, size: size})
+			e.qBytes += size
+			p.queued += size
+			p.mu.Unlock()
+			return
+		}
+		p.mu.Unlock()
+		p.d.counters.queueRefused.Add(1)
+		p.d.eng.Fail(t.Room, room.ReasonTransferError)
+		return
+	}
+	p.mu.Unlock()
+	p.applyInfo(t)
+}
+
+func (p *peers) applyInfo(t *wire.TransferInfo) {
 	defer func() {
 		if p.d.dialects.rejection(t.AgentName) != "" {
 			// After the info, so the room knows where to send the failure.
@@ -241,8 +449,32 @@ func (p *peers) TransferInfo(t *wire.TransferInfo) {
 
 // Abort: the return address is taken only when it is a registered decode's
 // endpoint; any other ABORT still fails its room, but no ABORT_ACK is sent and
-// no link is dialled for it (counted: abort_endpoints_refused).
+// no link is dialled for it (counted: abort_endpoints_refused). An ABORT from
+// the endpoint of an agent still loading waits behind that agent's queued
+// transfer infos, so it cannot overtake them.
 func (p *peers) Abort(a *wire.Abort) {
+	if a.HasEndpoint {
+		from := room.Endpoint{IP: a.DecodeIP, Port: a.DecodePort}
+		p.mu.Lock()
+		if p.loading > 0 {
+			for _, e := range p.byAgent {
+				if !e.ready && e.to == from {
+					if len(e.queue) < maxQueuedFrames {
+						e.queue = append(e.queue, queuedFrame{abort: a})
+						p.mu.Unlock()
+						return
+					}
+					p.d.counters.queueRefused.Add(1)
+					break // applied at once: it may overtake, but the room still fails
+				}
+			}
+		}
+		p.mu.Unlock()
+	}
+	p.applyAbort(a)
+}
+
+func (p *peers) applyAbort(a *wire.Abort) {
 	var from room.Endpoint
 	if a.HasEndpoint {
 		from = room.Endpoint{IP: a.DecodeIP, Port: a.DecodePort}
@@ -269,5 +501,44 @@ func (p *peers) BadFrame(err error) {
 	var fe *wire.FrameError
 	if errors.As(err, &fe) && fe.HasRoom {
 		p.d.eng.Fail(fe.Room, room.ReasonInvalidRequest)
+	}
+}
+
+// agentsAt lists the accepted agents registered from an endpoint.
+func (p *peers) agentsAt(to room.Endpoint) []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []string
+	for a, e := range p.byAgent {
+		if e.to == to {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// agents lists the accepted agents, loading or ready.
+func (p *peers) agents() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]string, 0, len(p.byAgent))
+	for a := range p.byAgent {
+		out = append(out, a)
+	}
+	return out
+}
+
+// clearFences lifts every fence (a rolled-back activation).
+func (p *peers) clearFences() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	clear(p.fenced)
+	p.fenceOrder = nil
+}
+
+// wait waits for the registration loads in flight (shutdown, rollback).
+func (p *peers) wait() {
+	if p != nil {
+		p.wg.Wait()
 	}
 }

@@ -216,6 +216,11 @@ var daemonCounters = []struct{ key, name, desc string }{
 	{"links_evicted", "kvxfer_links_evicted", "PUSH links to decode closed to stay under the link cap (least recently used first)."},
 	{"notices_send_failed", "kvxfer_notices_send_failed", "Frames to decode that libzmq failed to send, or still queued at a link's flush deadline."},
 	{"log_lines_suppressed", "kvxfer_log_lines_suppressed", "Per-message warnings not logged by the rate limiter (one line a second per kind)."},
+	{"peers_returned", "kvxfer_peers_returned", "Decode agents that registered again from their endpoint (decode reset its connection; their old rooms failed peer_lost)."},
+	{"peers_fenced", "kvxfer_peers_fenced", "Decode agents unreachable past decode's heartbeat budget: dropped and fenced (docs/kvxferd.md, decode liveness)."},
+	{"fenced_transfer_infos", "kvxfer_fenced_transfer_infos", "Transfer infos from a fenced decode agent: their rooms failed peer_lost before seeing them."},
+	{"queued_frames_refused", "kvxfer_queued_frames_refused", "Transfer infos or ABORTs past the queue of a decode whose registration was still loading."},
+	{"activations_rolled_back", "kvxfer_activations_rolled_back", "Activations (going live) that failed and were undone."},
 }
 
 func sortedKeys(m map[string]int64) []string {

@@ -1,0 +1,415 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/internal/clock"
+)
+
+// Decode liveness (issues 15 and 18).
+//
+// SGLang's decode watches its prefill: every HEARTBEAT_INTERVAL it GETs the
+// bootstrap server's /health, and after HEARTBEAT_MAX_FAILURE failures in a
+// row it fails every room it tracked there and clears its connection to that
+// prefill (the next room registers again). Prefill has no such watch
+// upstream, so a decode behind a cut link keeps its rooms alive here while
+// decode has given them up.
+//
+// kvxferd mirrors decode's rule from its side. Every registered decode's PULL
+// endpoint is probed with a TCP connect every Interval (on the injected
+// clock). The outage is measured from the last probe that succeeded:
+//
+//   - a probe refused (nothing listens: decode's process is gone) drops the
+//     decode's agents at once: their rooms fail peer_lost;
+//   - once the outage reaches decode's own heartbeat budget (Budget:
+//     SGLANG_DISAGGREGATION_HEARTBEAT_INTERVAL × _MAX_FAILURE, read from the
+//     same variables with SGLang's defaults and minimums, 5 s × 2), the
+//     agents are fenced and dropped: their rooms fail peer_lost, which is
+//     what decode concluded;
+//   - a fenced agent's transfer infos fail their room before the room sees
+//     them (no write can follow), until the agent registers again (decode
+//     cleared its connection, so everything after is new) or its endpoint
+//     has answered every probe for FenceHold (decode kept its rooms: its
+//     heartbeat succeeded again; any heartbeat in flight when the link came
+//     back has ended by then).
+//
+// A ZMQ socket monitor on the link to decode (links.go) reports a lost TCP
+// connection at once; it triggers a probe now instead of at the next tick,
+// so a decode killed with SIGKILL is dropped within milliseconds.
+type LivenessConfig struct {
+	// Off disables probing: a lost link connection drops the decode at once
+	// (the behaviour before liveness), and no outage is measured.
+	Off bool
+	// Interval between probes of one decode (0: KVXFER_PEER_PROBE_INTERVAL,
+	// else 1 s). Timeout bounds one probe (0: KVXFER_PEER_PROBE_TIMEOUT, else
+	// 1 s, at most Interval).
+	Interval, Timeout time.Duration
+	// Budget is the outage after which a decode's rooms fail peer_lost (0:
+	// KVXFER_PEER_LOSS_AFTER, else decode's heartbeat budget from SGLang's
+	// variables).
+	Budget time.Duration
+	// FenceHold is how long a fenced decode's endpoint must answer every
+	// probe before its agents are unfenced without registering again (0:
+	// KVXFER_PEER_FENCE_HOLD, else SGLang's longest heartbeat attempt, 2 s
+	// connect + 3 s read, plus one heartbeat interval).
+	FenceHold time.Duration
+	// Probe replaces the TCP connect (tests).
+	Probe func(ctx context.Context, to room.Endpoint) ProbeResult
+	// Clock replaces the engine's clock (tests).
+	Clock clock.Clock
+}
+
+// ProbeResult is what one probe of a decode endpoint found.
+type ProbeResult uint8
+
+const (
+	ProbeOK          ProbeResult = iota // something accepted the connection
+	ProbeRefused                        // the host answered and nothing listens: decode's process is gone
+	ProbeUnreachable                    // no answer in time, or no route: the link or the host is down
+)
+
+func (r ProbeResult) String() string {
+	return [...]string{"ok", "refused", "unreachable"}[r]
+}
+
+// SGLang's decode heartbeat (spec §3, §5.4): interval max(v, 2.0) s, default
+// 5.0; failures max(v, 1), default 2.
+const (
+	EnvHeartbeatInterval   = "SGLANG_DISAGGREGATION_HEARTBEAT_INTERVAL"
+	EnvHeartbeatMaxFailure = "SGLANG_DISAGGREGATION_HEARTBEAT_MAX_FAILURE"
+	EnvProbeInterval       = "KVXFER_PEER_PROBE_INTERVAL"
+	EnvProbeTimeout        = "KVXFER_PEER_PROBE_TIMEOUT"
+	EnvLossAfter           = "KVXFER_PEER_LOSS_AFTER"
+	EnvFenceHold           = "KVXFER_PEER_FENCE_HOLD"
+	// sglangHeartbeatAttempt is the longest one heartbeat GET takes before it
+	// counts as failed: requests' timeout=(2, 3).
+	sglangHeartbeatAttempt = 5 * time.Second
+)
+
+// HeartbeatBudget is decode's heartbeat budget as SGLang computes it from
+// getenv: max(interval, 2 s) × max(failures, 1), defaults 5 s and 2.
+func HeartbeatBudget(getenv func(string) string) (interval time.Duration, failures int) {
+	iv := 5.0
+	if v, err := strconv.ParseFloat(getenv(EnvHeartbeatInterval), 64); err == nil && v == v {
+		iv = v
+	}
+	n := 2
+	if v, err := strconv.Atoi(getenv(EnvHeartbeatMaxFailure)); err == nil {
+		n = v
+	}
+	return time.Duration(max(iv, 2.0) * float64(time.Second)), max(n, 1)
+}
+
+// envDuration reads a duration from getenv: Go syntax ("1.5s") or seconds.
+func envDuration(getenv func(string) string, name string) time.Duration {
+	v := getenv(name)
+	if v == "" {
+		return 0
+	}
+	if d, err := time.ParseDuration(v); err == nil && d > 0 {
+		return d
+	}
+	if f, err := strconv.ParseFloat(v, 64); err == nil && f > 0 && f < 1e6 {
+		return time.Duration(f * float64(time.Second))
+	}
+	return 0
+}
+
+// withDefaults fills what is zero from getenv and SGLang's defaults. Nothing
+// below 1 ms: Go timers fire late below it.
+func (c LivenessConfig) withDefaults(getenv func(string) string) LivenessConfig {
+	hbInterval, hbFailures := HeartbeatBudget(getenv)
+	if c.Interval <= 0 {
+		c.Interval = envDuration(getenv, EnvProbeInterval)
+	}
+	if c.Interval <= 0 {
+		c.Interval = time.Second
+	}
+	if c.Timeout <= 0 {
+		c.Timeout = envDuration(getenv, EnvProbeTimeout)
+	}
+	if c.Timeout <= 0 {
+		c.Timeout = time.Second
+	}
+	if c.Budget <= 0 {
+		c.Budget = envDuration(getenv, EnvLossAfter)
+	}
+	if c.Budget <= 0 {
+		c.Budget = hbInterval * time.Duration(hbFailures)
+	}
+	if c.FenceHold <= 0 {
+		c.FenceHold = envDuration(getenv, EnvFenceHold)
+	}
+	if c.FenceHold <= 0 {
+		c.FenceHold = sglangHeartbeatAttempt + hbInterval
+	}
+	c.Interval = max(c.Interval, time.Millisecond)
+	c.Timeout = min(max(c.Timeout, time.Millisecond), c.Interval)
+	if c.Probe == nil {
+		c.Probe = tcpProbe(c.Timeout)
+	}
+	return c
+}
+
+// tcpProbe connects to decode's PULL endpoint and closes at once (libzmq
+// drops a connection that closes before its greeting, and nothing reaches
+// the socket's reader).
+func tcpProbe(timeout time.Duration) func(context.Context, room.Endpoint) ProbeResult {
+	return func(ctx context.Context, to room.Endpoint) ProbeResult {
+		dl := net.Dialer{Timeout: timeout}
+		c, err := dl.DialContext(ctx, "tcp", net.JoinHostPort(to.IP, strconv.Itoa(to.Port)))
+		if err == nil {
+			_ = c.Close()
+			return ProbeOK
+		}
+		if errors.Is(err, syscall.ECONNREFUSED) {
+			return ProbeRefused
+		}
+		return ProbeUnreachable
+	}
+}
+
+// liveness probes the endpoints of registered decodes and reports losses.
+type liveness struct {
+	cfg LivenessConfig
+	clk clock.Clock
+	// lost drops the agents at an endpoint: fence says the drop is for an
+	// outage (the agents are fenced first).
+	lost func(at room.Endpoint, why string, fence bool)
+	// back unfences the agents fenced at an endpoint.
+	back func(at room.Endpoint)
+
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu     sync.Mutex
+	eps    map[room.Endpoint]*endpointLive
+	closed bool
+}
+
+type endpointLive struct {
+	lastOK    time.Time // the last probe that succeeded (or when watching began)
+	failing   bool
+	fenced    bool      // lost to an outage; probed until it has been back FenceHold
+	upSince   time.Time // fenced: since when every probe succeeded (zero: not now)
+	timer     clock.Timer
+	probing   bool
+	lastProbe ProbeResult
+}
+
+func newLiveness(cfg LivenessConfig, clk clock.Clock, lost func(room.Endpoint, string, bool), back func(room.Endpoint)) *liveness {
+	if cfg.Clock != nil {
+		clk = cfg.Clock
+	}
+	if clk == nil {
+		clk = clock.Real{}
+	}
+	cfg = cfg.withDefaults(os.Getenv)
+	ctx, cancel := context.WithCancel(context.Background())
+	return &liveness{cfg: cfg, clk: clk, lost: lost, back: back, ctx: ctx, cancel: cancel, eps: map[room.Endpoint]*endpointLive{}}
+}
+
+// watch starts probing an endpoint (a decode registered there). Watching an
+// endpoint already watched changes nothing; one that was fenced is watched
+// afresh (a decode registered there again).
+func (l *liveness) watch(at room.Endpoint) {
+	if l == nil || l.cfg.Off {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return
+	}
+	if e, ok := l.eps[at]; ok {
+		if !e.fenced {
+			return
+		}
+		e.fenced, e.upSince = false, time.Time{}
+		return
+	}
+	e := &endpointLive{lastOK: l.clk.Now()}
+	l.eps[at] = e
+	e.timer = l.clk.AfterFunc(l.cfg.Interval, func() { l.tick(at, e) })
+}
+
+// unwatch stops probing an endpoint whose decode was dropped, unless it is
+// fenced (then probing goes on until it is unfenced).
+func (l *liveness) unwatch(at room.Endpoint) {
+	if l == nil {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if e, ok := l.eps[at]; ok && !e.fenced {
+		e.timer.Stop()
+		delete(l.eps, at)
+	}
+}
+
+// kick probes an endpoint now (its link's connection was lost). It reports
+// whether the endpoint is watched.
+func (l *liveness) kick(at room.Endpoint) bool {
+	if l == nil || l.cfg.Off {
+		return false
+	}
+	l.mu.Lock()
+	e, ok := l.eps[at]
+	l.mu.Unlock()
+	if ok {
+		l.probe(at, e)
+	}
+	return ok
+}
+
+func (l *liveness) tick(at room.Endpoint, e *endpointLive) {
+	l.probe(at, e)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.closed && l.eps[at] == e {
+		e.timer = l.clk.AfterFunc(l.cfg.Interval, func() { l.tick(at, e) })
+	}
+}
+
+// probe probes once (no lock held while it dials) and acts on the result.
+func (l *liveness) probe(at room.Endpoint, e *endpointLive) {
+	l.mu.Lock()
+	if l.closed || l.eps[at] != e || e.probing {
+		l.mu.Unlock()
+		return
+	}
+	e.probing = true
+	l.mu.Unlock()
+	res := l.cfg.Probe(l.ctx, at)
+	now := l.clk.Now()
+	var act func()
+	l.mu.Lock()
+	e.probing, e.lastProbe = false, res
+	if l.closed || l.eps[at] != e {
+		l.mu.Unlock()
+		return
+	}
+	switch res {
+	case ProbeOK:
+		e.lastOK, e.failing = now, false
+		if e.fenced {
+			if e.upSince.IsZero() {
+				e.upSince = now
+			}
+			if now.Sub(e.upSince) >= l.cfg.FenceHold {
+				e.timer.Stop()
+				delete(l.eps, at)
+				act = func() { l.back(at) }
+			}
+		}
+	case ProbeRefused:
+		e.timer.Stop()
+		delete(l.eps, at)
+		if !e.fenced {
+			act = func() { l.lost(at, "nothing listens at decode's endpoint: its process is gone", false) }
+		} else {
+			act = func() { l.back(at) } // the fenced decode is gone: nothing more can come from it
+		}
+	default:
+		e.failing, e.upSince = true, time.Time{}
+		if out := now.Sub(e.lastOK); !e.fenced && out >= l.cfg.Budget {
+			e.fenced = true
+			why := "unreachable for " + out.Round(time.Millisecond).String() + ", past decode's heartbeat budget of " +
+				l.cfg.Budget.String() + ": decode has failed its rooms"
+			act = func() { l.lost(at, why, true) }
+		}
+	}
+	l.mu.Unlock()
+	if act != nil {
+		act()
+	}
+}
+
+// outage reports how long an endpoint has gone unanswered (0: answering, or
+// not watched), for /debug/peers and tests.
+func (l *liveness) outage(at room.Endpoint) (time.Duration, bool) {
+	if l == nil {
+		return 0, false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	e, ok := l.eps[at]
+	if !ok || !e.failing {
+		return 0, ok
+	}
+	return l.clk.Now().Sub(e.lastOK), true
+}
+
+// close stops every probe (shutdown).
+func (l *liveness) close() {
+	if l == nil {
+		return
+	}
+	l.cancel()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.closed = true
+	for at, e := range l.eps {
+		e.timer.Stop()
+		delete(l.eps, at)
+	}
+}
+
+// decodeLost drops every accepted agent at an endpoint: their rooms fail
+// peer_lost now, including rooms with nothing in flight, which no transfer
+// error would ever fail. fence (an outage past decode's heartbeat budget)
+// fences the agents first, so that no transfer info of theirs can lead to a
+// write until they register again (see liveness above).
+func (d *Daemon) decodeLost(at room.Endpoint, why string, fence bool) {
+	agents := d.dialects.lost(at)
+	if fence {
+		now := d.now()
+		for _, a := range agents {
+			d.peers.fence(a, now)
+		}
+		d.counters.peersFenced.Add(int64(len(agents)))
+	}
+	d.counters.peersLost.Add(int64(len(agents)))
+	for _, a := range agents {
+		d.dropAgent(a, why, true)
+	}
+	if len(agents) > 0 {
+		if ok, suppressed := d.lostLogs.allow(); ok {
+			d.log.Warn("decode lost; its rooms fail peer_lost", "endpoint", at.String(), "agents", agents, "why", why,
+				"fenced", fence, "suppressed", suppressed)
+		}
+	}
+	if fence {
+		d.fencedAt.Store(at, agents)
+	}
+}
+
+// decodeBack unfences the agents fenced at an endpoint.
+func (d *Daemon) decodeBack(at room.Endpoint) {
+	v, ok := d.fencedAt.LoadAndDelete(at)
+	if !ok {
+		return
+	}
+	for _, a := range v.([]string) {
+		d.peers.unfence(a)
+	}
+	d.log.Info("decode endpoint answering again; its agents are no longer fenced", "endpoint", at.String())
+}
+
+// linkLost runs when the link's monitor sees its TCP connection to decode's
+// PULL socket close: probe now (a dead process is refused at once); without
+// liveness, or for an endpoint not watched, drop at once as before.
+func (d *Daemon) linkLost(at room.Endpoint) {
+	if d.liveness.kick(at) {
+		return
+	}
+	d.decodeLost(at, "connection lost", false)
+}
