@@ -23,3 +23,16 @@ func BenchmarkDecodeRegistration(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkDecodeTransferInfoDecoder is the same through a Decoder (the
+// ingest's), which reuses the repeated decode IP and agent name.
+func BenchmarkDecodeTransferInfoDecoder(b *testing.B) {
+	frames := goldenTransferInfoFrames()
+	var d Decoder
+	b.ReportAllocs()
+	for range b.N {
+		if _, err := d.DecodeInbound(frames); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -16,6 +16,7 @@ type fields struct {
 	base    int
 	room    uint64
 	hasRoom bool
+	strs    *Decoder // reuses repeated strings; nil: none
 }
 
 func (f *fields) n() int { return len(f.frames) - f.base }
@@ -89,10 +90,15 @@ func (f *fields) ascii(i int, name string) (string, error) {
 	if err := f.need(i, name); err != nil {
 		return "", err
 	}
-	s, err := asciiString(f.raw(i))
+	b := f.raw(i)
+	if s, ok := f.strs.lookup(b); ok {
+		return s, nil // only ASCII strings are kept
+	}
+	s, err := asciiString(b)
 	if err != nil {
 		return "", f.bad(i, name, err)
 	}
+	f.strs.keep(s)
 	return s, nil
 }
 

@@ -121,8 +121,17 @@ func FuzzDecodeInbound(f *testing.F) {
 	for _, s := range inboundSeeds() {
 		f.Add(joinFrames(s))
 	}
+	var d Decoder // shared across inputs, as the ingest's is
 	f.Fuzz(func(t *testing.T, data []byte) {
-		checkInboundRoundTrip(t, splitFrames(data))
+		frames := splitFrames(data)
+		checkInboundRoundTrip(t, frames)
+		// A Decoder that kept strings from earlier inputs decodes exactly as
+		// DecodeInbound does.
+		m1, err1 := DecodeInbound(frames)
+		m2, err2 := d.DecodeInbound(frames)
+		if (err1 == nil) != (err2 == nil) || !reflect.DeepEqual(m1, m2) || err1 != nil && err1.Error() != err2.Error() {
+			t.Fatalf("Decoder differs: %+v %v vs %+v %v", m1, err1, m2, err2)
+		}
 	})
 }
 

@@ -46,8 +46,8 @@ const (
 )
 
 // decodeTransferInfo parses frames [GUARD, room, ...].
-func decodeTransferInfo(frames [][]byte) (*TransferInfo, error) {
-	f := &fields{kind: KindTransferInfo, frames: frames, base: 1}
+func decodeTransferInfo(frames [][]byte, d *Decoder) (*TransferInfo, error) {
+	f := &fields{kind: KindTransferInfo, frames: frames, base: 1, strs: d}
 	t := &TransferInfo{}
 	var err error
 	if t.Room, err = f.roomAt(0); err != nil {

@@ -31,6 +31,15 @@ type Sink interface {
 	BadFrame(err error)
 }
 
+// BatchSink is a Sink that also takes transfer infos in runs: when the Sink implements
+// it, the ingest hands every run of consecutive transfer infos of one drained batch (up to
+// 512 messages) to TransferInfos in one call, in arrival order, instead of one
+// TransferInfo call each; any other message ends the run first, so the order across kinds
+// is kept. The slice is the ingest's and is reused: keep the messages, not the slice.
+type BatchSink interface {
+	TransferInfos(ts []*wire.TransferInfo)
+}
+
 // RegistrationFramesSink is a Sink that also wants a registration's frames as received:
 // when the Sink implements it, registrations go to RegistrationFrames instead of
 // Registration (kvxferd keeps accepted ones to replay after a restart). The frames are
@@ -104,6 +113,10 @@ type IngestStats struct {
 	Disconnects uint64
 }
 
+// useRx selects the batch receiver (rx.go); tests turn it off to cover zmq4's
+// per-frame path, which is also the fallback when the socket handle cannot be read.
+var useRx = true
+
 // drainBatch bounds how many messages are drained between stop checks.
 const drainBatch = 4096
 
@@ -126,7 +139,9 @@ type Ingest struct {
 	badFrames, unknownTags, sinkPanics, recvErrors          atomic.Uint64
 	disconnects                                             atomic.Uint64
 
-	limiter loglimit.Limiter // owner goroutine only
+	limiter loglimit.Limiter     // owner goroutine only
+	tiRun   []*wire.TransferInfo // owner goroutine only: the BatchSink run
+	dec     wire.Decoder         // owner goroutine only
 }
 
 // StartIngest binds the PULL socket and starts the loop. It returns once the socket is
@@ -321,6 +336,13 @@ func (in *Ingest) stopping() bool {
 }
 
 func (in *Ingest) loop(sock, mon *zmq.Socket) {
+	var x *rx // nil: zmq4's per-frame receive
+	if useRx {
+		x = newRx(sock)
+	}
+	if x != nil {
+		defer x.close()
+	}
 	poller := zmq.NewPoller()
 	poller.Add(sock, zmq.POLLIN)
 	poller.Add(mon, zmq.POLLIN)
@@ -344,6 +366,12 @@ func (in *Ingest) loop(sock, mon *zmq.Socket) {
 				in.disconnects.Add(1)
 			}
 		}
+		if x != nil {
+			if in.drainRx(x) {
+				return
+			}
+			continue
+		}
 		for range drainBatch {
 			frames, err := sock.RecvMessageBytes(zmq.DONTWAIT)
 			if err != nil {
@@ -355,6 +383,109 @@ func (in *Ingest) loop(sock, mon *zmq.Socket) {
 			in.handle(frames)
 		}
 	}
+}
+
+// drainRx drains up to drainBatch messages through the batch receiver: one cgo
+// call per batch, frames read in place. It reports whether the loop must end.
+func (in *Ingest) drainRx(x *rx) bool {
+	for got := 0; got < drainBatch; {
+		n, full, err := x.recv()
+		in.handleBatch(x, n)
+		x.release()
+		got += n
+		if err != nil {
+			return in.fatal(err, "recv")
+		}
+		if !full {
+			return false
+		}
+	}
+	return false
+}
+
+// handleBatch decodes and dispatches the n messages of the current batch, in
+// order. Transfer infos and aborts are decoded from the frames in place (their
+// decoded form copies what it keeps); any other message, and every message of
+// a StartPull handler, is copied into Go memory first, because it may keep
+// its frames (a registration's metadata, RegistrationFrames).
+func (in *Ingest) handleBatch(x *rx, n int) {
+	bs, _ := in.sink.(BatchSink)
+	for m := range n {
+		frames, _ := x.message(m)
+		if in.raw != nil || !decodedInPlace(frames) {
+			in.flushRun(bs)
+			in.handle(cloneFrames(frames))
+			continue
+		}
+		in.messages.Add(1)
+		if bs != nil && in.appendRun(frames) {
+			continue
+		}
+		in.flushRun(bs)
+		in.handleInPlace(frames)
+	}
+	in.flushRun(bs)
+}
+
+// decodedInPlace: a transfer info (GUARD, room) or an ABORT.
+func decodedInPlace(frames [][]byte) bool {
+	switch {
+	case len(frames) == 0:
+		return false
+	case string(frames[0]) == wire.TagAbort:
+		return true
+	case string(frames[0]) == wire.TagGuard:
+		return len(frames) > 1 && string(frames[1]) != wire.TagNone
+	}
+	return false
+}
+
+// appendRun decodes a transfer info into the BatchSink run; false for
+// anything else (including a transfer info that fails to decode).
+func (in *Ingest) appendRun(frames [][]byte) bool {
+	if string(frames[0]) != wire.TagGuard {
+		return false
+	}
+	msg, err := in.dec.DecodeInbound(frames)
+	ti, ok := msg.(*wire.TransferInfo)
+	if err != nil || !ok {
+		return false
+	}
+	in.transferInfos.Add(1)
+	in.tiRun = append(in.tiRun, ti)
+	return true
+}
+
+// flushRun hands the pending run of transfer infos to the BatchSink.
+func (in *Ingest) flushRun(bs BatchSink) {
+	if len(in.tiRun) == 0 {
+		return
+	}
+	defer func() {
+		clear(in.tiRun)
+		in.tiRun = in.tiRun[:0]
+		if r := recover(); r != nil {
+			in.sinkPanics.Add(1)
+			if ok, n := in.limiter.Allow(); ok {
+				in.log.Error("transport: panic while handling transfer infos; continuing", "panic", r, "suppressed", n)
+			}
+		}
+	}()
+	bs.TransferInfos(in.tiRun)
+}
+
+func cloneFrames(frames [][]byte) [][]byte {
+	n := 0
+	for _, f := range frames {
+		n += len(f)
+	}
+	buf := make([]byte, 0, n)
+	out := make([][]byte, len(frames))
+	for i, f := range frames {
+		buf = append(buf, f...)
+		out[i] = buf[len(buf)-len(f) : len(buf) : len(buf)]
+	}
+	return out
 }
 
 // fatal logs a socket error and reports whether the loop must end (context terminated).
@@ -390,19 +521,27 @@ func (in *Ingest) before() {
 // handle decodes and dispatches one message; nothing it receives can escape as a panic.
 func (in *Ingest) handle(frames [][]byte) {
 	in.messages.Add(1)
-	defer func() {
-		if r := recover(); r != nil {
-			in.sinkPanics.Add(1)
-			if ok, n := in.limiter.Allow(); ok {
-				in.log.Error("transport: panic while handling a message; continuing", "panic", r, "suppressed", n)
-			}
-		}
-	}()
 	if in.raw != nil {
+		defer in.recoverSink()
 		in.raw(frames)
 		return
 	}
-	msg, err := wire.DecodeInbound(frames)
+	in.handleInPlace(frames)
+}
+
+func (in *Ingest) recoverSink() {
+	if r := recover(); r != nil {
+		in.sinkPanics.Add(1)
+		if ok, n := in.limiter.Allow(); ok {
+			in.log.Error("transport: panic while handling a message; continuing", "panic", r, "suppressed", n)
+		}
+	}
+}
+
+// handleInPlace decodes and dispatches one message (not counted in Messages).
+func (in *Ingest) handleInPlace(frames [][]byte) {
+	defer in.recoverSink()
+	msg, err := in.dec.DecodeInbound(frames)
 	if err != nil {
 		in.badFrames.Add(1)
 		if errors.Is(err, wire.ErrUnknownTag) {
