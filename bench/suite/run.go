@@ -16,6 +16,7 @@ import (
 	"github.com/kvxfer/kvxfer/bench/dict"
 	"github.com/kvxfer/kvxfer/bench/stats"
 	"github.com/kvxfer/kvxfer/bench/workload"
+	wl "github.com/kvxfer/kvxfer/emul/workload"
 	"github.com/kvxfer/kvxfer/nixl/loopback"
 	"github.com/kvxfer/kvxfer/nixl/sglang"
 )
@@ -268,7 +269,7 @@ func (r *runner) runSet(name string, st Setting, spec workload.Spec, reps int) R
 
 // one runs plans once on a fresh engine of kind k. heap is the live heap
 // per live room, measured once mid-run (see heapProbe).
-func (r *runner) one(k bench.Kind, loopback bool, plans []workload.Plan, spec workload.Spec, p *workload.Progress) (workload.Result, float64, error) {
+func (r *runner) one(k bench.Kind, loopback bool, plans []wl.Plan, spec workload.Spec, p *workload.Progress) (workload.Result, float64, error) {
 	var tr actors.Transfers = workload.Instant{}
 	o := workload.Options{Concurrency: spec.Concurrency, Rate: spec.Rate, Progress: p, Quiet: r.cfg.Quiet, Pace: r.pace}
 	if loopback {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/kvxfer/kvxfer/actors/room"
 	"github.com/kvxfer/kvxfer/bench"
+	wl "github.com/kvxfer/kvxfer/emul/workload"
 )
 
 // Options tune the scheduler loop.
@@ -103,7 +104,7 @@ var ids atomic.Uint64
 // chunk per iteration, clear each room once it polls terminal, and inject the
 // planned aborts. Then it quiesces (see Options.Quiet and Grace) and counts
 // the pinned rooms and what the engine still holds.
-func Run(rig *Rig, plans []Plan, o Options) Result {
+func Run(rig *Rig, plans []wl.Plan, o Options) Result {
 	o.defaults()
 	if o.InFlight == nil {
 		o.InFlight = rig.Tap.inflight.Load
@@ -119,7 +120,7 @@ func Run(rig *Rig, plans []Plan, o Options) Result {
 
 type driver struct {
 	rig   *Rig
-	plans []Plan
+	plans []wl.Plan
 	o     Options
 	res   Result
 	base  uint64
@@ -253,7 +254,8 @@ func (d *driver) admit(i int, now time.Duration) {
 	r := live{id: d.base + uint64(i), plan: i, start: now, abortAt: -1}
 	r.first = int32((i * 16) % max(d.o.Slots-64, 1))
 	d.o.Progress.Admitted.Add(1)
-	if p.Abort == BeforeSender && p.From == Decode {
+	ph := p.Abort.Phase()
+	if p.Abort == wl.Abort(wl.BeforeSender, wl.Decode) {
 		// Decode gave up before prefill created the sender: the ABORT is
 		// delivered now, the sender created on the next iteration, once the
 		// engine has handled the frame (see openPending).
@@ -262,18 +264,24 @@ func (d *driver) admit(i int, now time.Duration) {
 		return
 	}
 	eng.Open(r.id)
-	if p.Abort == BeforeSender { // the client aborts while the room bootstraps
+	if ph == wl.BeforeSender { // the client aborts while the room bootstraps
 		d.abort(&r, now)
 		r.stage = abandoned
 	}
 	dst := int32((i*16 + 32) % max(d.o.Slots-64, 1))
 	for a := 0; a < p.Agents; a++ {
 		ti := room.TransferInfo{Agent: d.o.Agents[a], From: decodeEP[a], DstAux: i % d.o.AuxSlots, Required: p.Agents}
-		ti.DstPages = make([]int32, p.Pages())
+		ti.DstPages = make([]int32, p.Pages)
 		for k := range ti.DstPages {
 			ti.DstPages[k] = dst + int32(k)
 		}
 		eng.TransferInfo(r.id, ti)
+	}
+	if ph == wl.AfterInfo { // right after decode's infos
+		d.abort(&r, now)
+		if p.Abort.From() == wl.Client {
+			r.stage = abandoned
+		}
 	}
 	d.live = append(d.live, r)
 }
@@ -282,7 +290,7 @@ func (d *driver) admit(i int, now time.Duration) {
 func (d *driver) abort(r *live, now time.Duration) {
 	r.abortAt = now
 	d.rig.aborted.add(r.id, r.sent)
-	if d.plans[r.plan].From == Decode {
+	if d.plans[r.plan].Abort.From() == wl.Decode {
 		d.rig.Engine.DecodeAbort(r.id, decodeEP[0])
 	} else {
 		d.rig.Engine.Abort(r.id)
@@ -293,11 +301,12 @@ func (d *driver) abort(r *live, now time.Duration) {
 // and marks a cleared room done.
 func (d *driver) step(r *live, rep room.Reply, now time.Duration) bool {
 	p := d.plans[r.plan]
+	ph, client := p.Abort.Phase(), p.Abort.From() == wl.Client
 	eng := d.rig.Engine
 	switch {
 	case rep.Status.Terminal():
 		d.finish(r, rep, now)
-		if p.Abort == AfterSuccess && r.abortAt < 0 {
+		if ph == wl.AfterSuccess && r.abortAt < 0 {
 			d.abort(r, now)
 			r.abortAt = -2 // aborted, but after the terminal answer
 		}
@@ -305,18 +314,26 @@ func (d *driver) step(r *live, rep room.Reply, now time.Duration) bool {
 		r.stage = done
 		return true
 	case r.stage == waitReady && rep.Status == room.WaitingForInput:
-		if p.Abort == BeforeInit && r.abortAt < 0 {
+		if ph == wl.BeforeInit && r.abortAt < 0 {
 			d.abort(r, now)
-			if p.From == Client {
+			if client {
 				r.stage = abandoned
 			}
 			return true // a decode abort: init on a later iteration if still ready
 		}
-		eng.Init(r.id, p.Pages(), r.plan%d.o.AuxSlots)
-		d.sendChunk(r)
-		if p.Abort == InChunk && r.abortAt < 0 {
+		eng.Init(r.id, p.Pages, r.plan%d.o.AuxSlots)
+		if ph == wl.AfterInit && r.abortAt < 0 {
 			d.abort(r, now)
-			if p.From == Client {
+			r.stage = sending // a decode abort: the first chunk on the next iteration
+			if client {
+				r.stage = abandoned
+			}
+			return true
+		}
+		d.sendChunk(r)
+		if ph == wl.InChunk && r.abortAt < 0 {
+			d.abort(r, now)
+			if client {
 				r.stage = abandoned
 			}
 		}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/kvxfer/kvxfer/actors/xfer/xfertest"
 	"github.com/kvxfer/kvxfer/bench"
+	wl "github.com/kvxfer/kvxfer/emul/workload"
 )
 
 // TestDriverAccountsForEveryRoom runs one mixed workload with aborts at every
@@ -14,13 +15,14 @@ import (
 // actor engines pin and leak nothing, and upstream pins exactly the rooms
 // decode aborted before the sender existed (the dropped ABORT, spec P2).
 func TestDriverAccountsForEveryRoom(t *testing.T) {
-	plans, err := Generate(Spec{Rooms: 300, Concurrency: 32, AbortShare: 0.6, TwoAgents: 0.5, Seed: 11})
+	every := []wl.Phase{wl.BeforeSender, wl.AfterInfo, wl.BeforeInit, wl.AfterInit, wl.InChunk, wl.AfterSuccess}
+	plans, err := Generate(Spec{Rooms: 300, Concurrency: 32, AbortShare: 0.6, TwoAgents: 0.5, Phases: every, Seed: 11})
 	if err != nil {
 		t.Fatal(err)
 	}
 	early := 0
 	for _, p := range plans {
-		if p.Abort == BeforeSender && p.From == Decode {
+		if p.Abort == wl.Abort(wl.BeforeSender, wl.Decode) {
 			early++
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"github.com/kvxfer/kvxfer/actors/room"
 	"github.com/kvxfer/kvxfer/bench"
 	"github.com/kvxfer/kvxfer/bench/dict"
+	wl "github.com/kvxfer/kvxfer/emul/workload"
 )
 
 // Result is what one run of a workload on one engine measured.
@@ -69,11 +70,11 @@ type PhaseA2T struct {
 	Never int
 }
 
-func (r *Result) phase(p Plan) *PhaseA2T {
+func (r *Result) phase(p wl.Plan) *PhaseA2T {
 	if r.ByPhase == nil {
 		r.ByPhase = map[string]*PhaseA2T{}
 	}
-	k := p.Abort.String() + "/" + p.From.String()
+	k := p.Abort.Phase().String() + "/" + p.Abort.From().String()
 	if r.ByPhase[k] == nil {
 		r.ByPhase[k] = &PhaseA2T{}
 	}

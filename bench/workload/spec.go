@@ -7,87 +7,16 @@ package workload
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"time"
+
+	wl "github.com/kvxfer/kvxfer/emul/workload"
 )
 
-// Phase is where in a room's life an abort lands.
-type Phase uint8
-
-const (
-	// NoAbort: the room runs to completion.
-	NoAbort Phase = iota
-	// BeforeSender: decode's ABORT reaches prefill before the scheduler
-	// creates the sender, and decode sends no transfer info (it gave up); a
-	// client abort lands right after Open, before decode's infos.
-	BeforeSender
-	// BeforeInit: every transfer info is in (the room polled
-	// WaitingForInput), the scheduler has not called init yet.
-	BeforeInit
-	// InChunk: right after the first chunk of a room with two chunks or
-	// more was sent, while its writes are in flight (the "RDMA window").
-	InChunk
-	// AfterSuccess: the room polled Success, before the scheduler clears it.
-	AfterSuccess
-	numPhases
-)
-
-// AbortPhases lists every phase an abort can be injected at.
-func AbortPhases() []Phase { return []Phase{BeforeSender, BeforeInit, InChunk, AfterSuccess} }
-
-var phaseNames = [numPhases]string{"none", "before-sender", "before-init", "in-chunk", "after-success"}
-
-func (p Phase) String() string {
-	if p < numPhases {
-		return phaseNames[p]
-	}
-	return fmt.Sprintf("phase(%d)", p)
-}
-
-// MarshalText names the phase in JSON.
-func (p Phase) MarshalText() ([]byte, error) { return []byte(p.String()), nil }
-
-// UnmarshalText is the inverse of MarshalText.
-func (p *Phase) UnmarshalText(b []byte) error {
-	for i, n := range phaseNames {
-		if n == string(b) {
-			*p = Phase(i)
-			return nil
-		}
-	}
-	return fmt.Errorf("workload: unknown phase %q", b)
-}
-
-// Source is who aborts.
-type Source uint8
-
-const (
-	// Decode sends an ABORT frame (Engine.DecodeAbort).
-	Decode Source = iota
-	// Client is the scheduler's sender.abort() (Engine.Abort).
-	Client
-)
-
-func (s Source) String() string {
-	if s == Client {
-		return "client"
-	}
-	return "decode"
-}
-
-// MarshalText names the source in JSON.
-func (s Source) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
-
-// UnmarshalText is the inverse of MarshalText.
-func (s *Source) UnmarshalText(b []byte) error {
-	switch string(b) {
-	case "decode":
-		*s = Decode
-	case "client":
-		*s = Client
-	default:
-		return fmt.Errorf("workload: unknown source %q", b)
-	}
-	return nil
+// Phases is the default abort phases of a Spec: the four the recorded bench
+// results use (after-info and after-init are played too when a Spec names them).
+func Phases() []wl.Phase {
+	return []wl.Phase{wl.BeforeSender, wl.BeforeInit, wl.InChunk, wl.AfterSuccess}
 }
 
 // Range is an inclusive integer range [Min, Max].
@@ -129,10 +58,10 @@ type Spec struct {
 	Slow      time.Duration `json:"slow_ns,omitempty"`
 	// AbortShare of rooms is aborted, at a phase drawn from Phases (default
 	// all) by a source drawn from Sources (default both).
-	AbortShare float64  `json:"abort_share"`
-	Phases     []Phase  `json:"phases"`
-	Sources    []Source `json:"sources"`
-	Seed       uint64   `json:"seed"`
+	AbortShare float64     `json:"abort_share"`
+	Phases     []wl.Phase  `json:"phases"`
+	Sources    []wl.Source `json:"sources"`
+	Seed       uint64      `json:"seed"`
 }
 
 // Normalize fills the defaults and rejects what cannot run.
@@ -150,10 +79,13 @@ func (s Spec) Normalize() (Spec, error) {
 		s.Pages = Range{1, 4}
 	}
 	if len(s.Phases) == 0 {
-		s.Phases = AbortPhases()
+		s.Phases = Phases()
+	}
+	if slices.Contains(s.Phases, wl.NoAbort) {
+		return s, fmt.Errorf("workload: %q is not an abort phase", wl.NoAbort)
 	}
 	if len(s.Sources) == 0 {
-		s.Sources = []Source{Decode, Client}
+		s.Sources = []wl.Source{wl.Decode, wl.Client}
 	}
 	if s.AbortShare < 0 || s.AbortShare > 1 || s.TwoAgents < 0 || s.TwoAgents > 1 || s.SlowShare < 0 || s.SlowShare > 1 {
 		return s, fmt.Errorf("workload: shares must be in [0, 1]")
@@ -182,36 +114,20 @@ func (s Spec) LatencyFunc() func() time.Duration {
 	}
 }
 
-// Plan is one room's script: what the scheduler sends and where it aborts.
-type Plan struct {
-	Chunks  []int // pages per chunk
-	Agents  int   // decode agents (1 or 2)
-	Abort   Phase
-	From    Source
-	Arrival time.Duration // open loop: offset from the start of the run
-}
-
-// Pages is the room's page count (what init announces).
-func (p Plan) Pages() int {
-	n := 0
-	for _, c := range p.Chunks {
-		n += c
-	}
-	return n
-}
-
-// Generate draws the plans of s. The same spec and seed give the same plans,
-// so every engine of a comparison runs the same rooms.
-func Generate(s Spec) ([]Plan, error) {
+// Generate draws the plans of s (emul/workload's Plan: Index, Pages, Chunks,
+// Agents, Abort and, with a Rate, Arrival; the driver names the rooms). The
+// same spec and seed give the same plans, so every engine of a comparison runs
+// the same rooms.
+func Generate(s Spec) ([]wl.Plan, error) {
 	s, err := s.Normalize()
 	if err != nil {
 		return nil, err
 	}
 	rng := rand.New(rand.NewPCG(s.Seed, s.Seed^0x243f6a8885a308d3))
-	plans := make([]Plan, s.Rooms)
+	plans := make([]wl.Plan, s.Rooms)
 	var at time.Duration
 	for i := range plans {
-		p := Plan{Agents: 1}
+		p := wl.Plan{Index: i, Agents: 1}
 		if rng.Float64() < s.TwoAgents {
 			p.Agents = 2
 		}
@@ -220,12 +136,15 @@ func Generate(s Spec) ([]Plan, error) {
 			p.Chunks = append(p.Chunks, s.Pages.draw(rng))
 		}
 		if rng.Float64() < s.AbortShare {
-			p.Abort = s.Phases[rng.IntN(len(s.Phases))]
-			p.From = s.Sources[rng.IntN(len(s.Sources))]
+			ph := s.Phases[rng.IntN(len(s.Phases))]
+			p.Abort = wl.Abort(ph, s.Sources[rng.IntN(len(s.Sources))])
 			// An abort inside a non-last chunk needs a second chunk.
-			if p.Abort == InChunk && len(p.Chunks) < 2 {
+			if ph == wl.InChunk && len(p.Chunks) < 2 {
 				p.Chunks = append(p.Chunks, s.Pages.draw(rng))
 			}
+		}
+		for _, c := range p.Chunks {
+			p.Pages += c
 		}
 		if s.Rate > 0 {
 			at += time.Duration(rng.ExpFloat64() / s.Rate * float64(time.Second))

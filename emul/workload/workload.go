@@ -6,52 +6,6 @@ import (
 	"time"
 )
 
-// AbortKind says who aborts a room and when.
-type AbortKind uint8
-
-const (
-	// AbortNone: the room must succeed.
-	AbortNone AbortKind = iota
-	// AbortDecodeBeforeInfo: decode's client aborts after it knows its prefill
-	// ranks but before it sends the transfer info (ABORT with no info, SGLang
-	// receiver.abort() right after init()).
-	AbortDecodeBeforeInfo
-	// AbortDecodeAfterInfo: decode aborts Plan.AbortDelay after sending the
-	// transfer info (a client abort racing the transfer).
-	AbortDecodeAfterInfo
-	// AbortPrefillClient: the prefill scheduler calls sender.abort() after
-	// init, before its first chunk.
-	AbortPrefillClient
-	// AbortPrefillMidTransfer: the prefill scheduler sends chunk 0, then calls
-	// sender.abort() and sends nothing more. Such a plan always has ≥2 chunks.
-	AbortPrefillMidTransfer
-	numAbortKinds
-)
-
-var abortNames = [numAbortKinds]string{"none", "decode-before-info", "decode-after-info", "prefill-client", "prefill-mid-transfer"}
-
-func (k AbortKind) String() string {
-	if k < numAbortKinds {
-		return abortNames[k]
-	}
-	return fmt.Sprintf("AbortKind(%d)", uint8(k))
-}
-
-// AbortKinds lists every kind in order, for reports.
-func AbortKinds() []AbortKind {
-	out := make([]AbortKind, numAbortKinds)
-	for i := range out {
-		out[i] = AbortKind(i)
-	}
-	return out
-}
-
-// ByDecode reports whether decode itself aborts the room.
-func (k AbortKind) ByDecode() bool { return k == AbortDecodeBeforeInfo || k == AbortDecodeAfterInfo }
-
-// ByPrefill reports whether the prefill scheduler aborts the room.
-func (k AbortKind) ByPrefill() bool { return k == AbortPrefillClient || k == AbortPrefillMidTransfer }
-
 // Plan is one room, as both sides see it.
 type Plan struct {
 	Index int
@@ -70,10 +24,17 @@ type Plan struct {
 	// Dummy: a second decode rank sends a dummy (empty) transfer info for the
 	// room, and both ranks send required_dst_info_num = 2.
 	Dummy bool
-	Abort AbortKind
+	// Agents is how many decode ranks send a real transfer info for the room:
+	// 1 under the emulators' rule (plus the dummy rank, if any), 1 or 2 (a
+	// replicated decode) in the bench generator.
+	Agents int
+	Abort  AbortKind
 	// AbortDelay is how long after the transfer info decode aborts
 	// (AbortDecodeAfterInfo only).
 	AbortDelay time.Duration
+	// Arrival is the room's offset from the start of an open-loop run (the
+	// bench generator with a Rate); 0 otherwise.
+	Arrival time.Duration
 }
 
 // FullPrefixHit reports whether decode already holds every page.
@@ -141,7 +102,7 @@ const (
 
 // Plan is room i (i ≥ 0) under c.
 func (c Config) Plan(i int) Plan {
-	p := Plan{Index: i, Room: RoomID(c.Seed, i)}
+	p := Plan{Index: i, Room: RoomID(c.Seed, i), Agents: 1}
 	d := func(k uint64) uint64 { return Draw(c.Seed, i, k) }
 	u := func(k uint64) float64 { return Unit(c.Seed, i, k) }
 	maxPages, maxChunks := max(c.MaxPages, 1), max(c.MaxChunks, 1)
@@ -155,7 +116,7 @@ func (c Config) Plan(i int) Plan {
 	}
 	p.Dummy = u(keyDummy) < c.DummyShare
 	if u(keyAbortRoll) < c.AbortShare {
-		p.Abort = AbortKind(1 + d(keyAbortKind)%uint64(numAbortKinds-1))
+		p.Abort = ruleKinds[1+d(keyAbortKind)%uint64(len(ruleKinds)-1)]
 		if p.Abort == AbortDecodeAfterInfo {
 			p.AbortDelay = time.Duration(u(keyAbortDelay) * float64(c.MaxAbortDelay))
 		}
