@@ -15,6 +15,7 @@ transport/control's Go interop test checks, and prints the results as JSON.
 
 import itertools
 import json
+import os
 import struct
 import sys
 import time
@@ -73,9 +74,36 @@ class ControlClient:
         self._sock.connect(endpoint)
         self._ids = itertools.count(1)
         self.timeout_ms = timeout_ms
+        self.shm = None
 
     def close(self):
+        if self.shm is not None:
+            self.shm.close()
+            self.shm = None
         self._sock.close(linger=0)
+
+    def enable_shm(self, **sizes):
+        """Moves the room ops (open, init, send, abort, clear, poll, failure,
+        pop_decode_prefix_len) to a shared-memory session (kvxfer.shm): no
+        round trip per call. Returns False, staying on request/reply, where
+        numpy is missing, the host's memory ordering is not covered, or kvxferd
+        does not offer it. Call it before opening rooms: every op of one room
+        must take the same path. KVXFER_SHM=0 turns it off."""
+        if self.shm is not None:
+            return True
+        if os.environ.get("KVXFER_SHM", "1") == "0":
+            return False
+        try:
+            from . import shm
+        except ImportError:
+            return False
+        if not shm.supported():
+            return False
+        try:
+            self.shm = shm.ShmSession(self, **sizes)
+        except ControlError:
+            return False
+        return True
 
     def call(self, op, **fields):
         rid = next(self._ids)
@@ -117,15 +145,21 @@ class ControlClient:
     # One room (BaseKVSender).
 
     def open(self, room, traceparent=None):
+        if self.shm is not None:
+            return self.shm.open(room, traceparent)
         fields = {"room": room}
         if traceparent:
             fields["traceparent"] = traceparent
         return self.call("open", **fields)["traced"]
 
     def init(self, room, num_pages, aux_index):
+        if self.shm is not None:
+            return self.shm.init(room, num_pages, aux_index)
         self.call("init", room=room, num_pages=num_pages, aux_index=aux_index)
 
     def send(self, room, pages, state=None):
+        if self.shm is not None:
+            return self.shm.send(room, pages, state)
         fields = {"room": room, "pages": pack_int32(pages)}
         if state is not None:
             fields["state"] = [None if s is None else pack_int32(s) for s in state]
@@ -134,22 +168,32 @@ class ControlClient:
     # Many rooms per call: the scheduler's per-iteration work.
 
     def poll(self, rooms):
+        if self.shm is not None:
+            return self.shm.poll(rooms)
         r = self.call("poll", rooms=list(rooms))
         return r["status"], r["reason"], r["prefix_len"]
 
     def failure(self, rooms, clear=True):
         """(status, reason, message) per room; clear=True also clears, as
         failure_exception does."""
+        if self.shm is not None:
+            return self.shm.failure(rooms, clear)
         r = self.call("failure", rooms=list(rooms), clear=clear)
         return list(zip(r["status"], r["reason"], r["message"]))
 
     def pop_decode_prefix_len(self, rooms):
+        if self.shm is not None:
+            return self.shm.pop_decode_prefix_len(rooms)
         return self.call("pop_decode_prefix_len", rooms=list(rooms))["prefix_len"]
 
     def abort(self, *rooms):
+        if self.shm is not None:
+            return self.shm.abort(*rooms)
         self.call("abort", rooms=list(rooms))
 
     def clear(self, *rooms):
+        if self.shm is not None:
+            return self.shm.clear(*rooms)
         self.call("clear", rooms=list(rooms))
 
     def batch(self, reqs):

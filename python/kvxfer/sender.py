@@ -65,6 +65,9 @@ class KvxferManager:
     def __init__(self, endpoint, rank, pp_rank=None, dp_rank=None, timeout_ms=10000):
         self.client = ControlClient(endpoint, timeout_ms=timeout_ms)
         self.info = self.client.hello(rank=rank, pp_rank=pp_rank, dp_rank=dp_rank)
+        # Room ops through the shared-memory ring and status table where
+        # possible (numpy, x86-64, a kvxferd that offers it; KVXFER_SHM=0: never).
+        self.shm = self.client.enable_shm()
         self._polled = {}
 
     def register_kv_args(self, kv, aux, state=()):
@@ -77,8 +80,9 @@ class KvxferManager:
         self.client.register_memory("aux", [b.wire() for b in aux])
 
     def poll_all(self, senders):
-        """One round trip for every sender's status; each sender's next poll()
-        returns the answer from this batch."""
+        """Every sender's status in one read of the status table (one round
+        trip on request/reply); each sender's next poll() returns the answer
+        from this batch."""
         rooms = [s.bootstrap_room for s in senders]
         if not rooms:
             return []

@@ -1,0 +1,274 @@
+"""The shared-memory control path: a submission ring and a status table.
+
+kvxferd maps one region per client (op shm_attach; docs/control-api.md,
+"Shared-memory path"). The client writes fixed 32-byte records (open, init,
+send, abort, clear) into a single-producer ring and publishes a tail index;
+kvxferd consumes them in order. Nothing is answered: a record a room cannot
+take shows as that room's status (Failed, invalid_request). Each room the
+client opens gets a slot in the status table, which its room actor in kvxferd
+writes whenever the room's status changes (a seqlock: a torn read is seen and
+retried). poll is a memory read; a batched poll is a numpy gather.
+
+Memory ordering. On x86-64 (TSO) stores become visible in program order and
+loads are not reordered with loads, so the plain numpy/struct stores of a
+record followed by the store of tail publish it, and the three gathers of a
+table read (seq, row, seq) read in order. The one store->load pair that needs
+a fence (store tail, then load kvxferd's "sleeping" flag; kvxferd does the
+mirror image) is fenced by acquiring and releasing a threading.Lock, a locked
+read-modify-write instruction on x86-64. On aarch64 a plain store can pass an
+earlier one and loads can be reordered, which needs dmb barriers that Python
+cannot issue: ShmSession refuses to run there (KVXFER_SHM_UNSAFE_ORDERING=1
+overrides it, for experiments only) and ControlClient stays on request/reply.
+"""
+
+import ctypes
+import mmap
+import os
+import platform
+import struct
+import threading
+import time
+
+import numpy as np
+
+RECORD_SIZE = 32
+SLOT_SIZE = 32
+OP_OPEN, OP_INIT, OP_SEND, OP_ABORT, OP_CLEAR = 1, 2, 3, 4, 5
+HDR_TAIL, HDR_IDX_TAIL, HDR_HEAD, HDR_IDX_HEAD = 64 // 8, 72 // 8, 128 // 8, 136 // 8
+HDR_SLEEPING = 192 // 4  # uint32 index
+HDR_DROPPED = 256 // 4
+MAGIC = 0x31474E4952585642
+BOOTSTRAPPING = 1
+WRITTEN = 1 << 48
+CLIENT_LOST = 64
+
+_SYS_FUTEX = {"x86_64": 202, "aarch64": 98}.get(platform.machine())
+_FUTEX_WAKE = 1
+_libc = ctypes.CDLL(None, use_errno=True)
+_rec = struct.Struct("<BBHIQqq")
+
+
+class RingFull(Exception):
+    """The ring stayed full longer than the session's full_wait: nothing was submitted."""
+
+
+class Dropped(ConnectionError):
+    """kvxferd dropped this session (1: a bad record, 2: detached, 3: process exit)."""
+
+
+def supported():
+    """Whether this host's memory ordering is covered (see the module doc)."""
+    return platform.machine() in ("x86_64", "AMD64") or os.environ.get("KVXFER_SHM_UNSAFE_ORDERING") == "1"
+
+
+class ShmSession:
+    """One shared-memory session. Not thread safe: the scheduler thread is the
+    ring's single producer. Room ids map to slots here; open assigns one,
+    clear frees it (a slot's generation counter makes a reused slot never
+    show the previous room's status)."""
+
+    def __init__(self, client, ring_entries=0, slots=0, index_words=0, full_wait=1.0):
+        if not supported():
+            raise RuntimeError("kvxfer: the shared-memory path needs x86-64 ordering (see kvxfer.shm)")
+        fields = {"pid": os.getpid()}
+        for k, v in (("ring_entries", ring_entries), ("slots", slots), ("index_words", index_words)):
+            if v:
+                fields[k] = v
+        info = client.call("shm_attach", **fields)
+        self.client = client
+        self.session = info["session"]
+        self.full_wait = full_wait
+        fd = os.open(info["path"], os.O_RDWR)
+        try:
+            self._mm = mmap.mmap(fd, info["size"])
+        finally:
+            os.close(fd)
+        os.unlink(info["path"])  # both sides have it mapped
+        mm = self._mm
+        if struct.unpack_from("<Q", mm, 0)[0] != MAGIC:
+            raise RuntimeError("kvxfer: not a kvxfer shm region")
+        self.entries, self.nslots, self.words = info["ring_entries"], info["slots"], info["index_words"]
+        self._ring_off, self._index_off, self._table_off = info["ring_off"], info["index_off"], info["table_off"]
+        self._hdr = np.frombuffer(mm, dtype=np.uint64, count=512)
+        self._hdr32 = np.frombuffer(mm, dtype=np.uint32, count=1024)
+        self._idx = np.frombuffer(mm, dtype=np.int32, count=self.words, offset=self._index_off)
+        self.table = np.frombuffer(mm, dtype=np.uint64, count=self.nslots * 4, offset=self._table_off).reshape(self.nslots, 4)
+        self._seq = self.table[:, 0]
+        self._sleep_word = ctypes.c_uint32.from_buffer(mm, HDR_SLEEPING * 4)
+        self._sleep_addr = ctypes.addressof(self._sleep_word)
+        self._fence = threading.Lock()
+        self.reason_names = {int(c): n for c, n in info["reason_names"]}
+        self.reason_messages = {int(c): m for c, m in info["reason_messages"]}
+        self._tail = self._head = 0
+        self._idx_tail = self._idx_head = 0
+        self.gens = np.zeros(self.nslots, dtype=np.uint64)
+        self.slot_room = np.zeros(self.nslots, dtype=np.uint64)
+        self._free = list(range(self.nslots - 1, -1, -1))
+        self.slot_of = {}
+        self._mask = self.entries - 1
+
+    # -- the ring ----------------------------------------------------------
+
+    def dropped(self):
+        return int(self._hdr32[HDR_DROPPED])
+
+    def _wait(self, ok):
+        """Bounded wait for room in the ring: spin, then 1 ms sleeps, then RingFull."""
+        start = time.monotonic()
+        while True:
+            if self._hdr32[HDR_DROPPED]:
+                raise Dropped(f"kvxferd dropped shm session {self.session} (code {self.dropped()})")
+            self._head = int(self._hdr[HDR_HEAD])
+            self._idx_head = int(self._hdr[HDR_IDX_HEAD])
+            if ok():
+                return
+            el = time.monotonic() - start
+            if el > self.full_wait:
+                raise RingFull(f"kvxfer: shm ring full for {self.full_wait} s")
+            if el > 0.0001:
+                time.sleep(0.001)
+
+    def _put(self, op, slot, room, a, b):
+        if self._tail - self._head >= self.entries:
+            self._wait(lambda: self._tail - self._head < self.entries)
+        _rec.pack_into(self._mm, self._ring_off + (self._tail & self._mask) * RECORD_SIZE, op, 0, 0, slot, room, a, b)
+        self._tail += 1
+        self._hdr[HDR_TAIL] = self._tail
+        f = self._fence  # a full fence between the store of tail and the load of sleeping
+        f.acquire()
+        f.release()
+        if self._hdr32[HDR_SLEEPING]:
+            self._hdr32[HDR_SLEEPING] = 0
+            _libc.syscall(_SYS_FUTEX, ctypes.c_void_p(self._sleep_addr), _FUTEX_WAKE, 1, None, None, 0)
+
+    def open(self, room, traceparent=None):
+        """Opens room in a free slot (traceparent is not carried on this path)."""
+        if room in self.slot_of:
+            raise ValueError(f"kvxfer: room {room} is open in this session already")
+        if not self._free:
+            raise RingFull(f"kvxfer: all {self.nslots} status slots are in use")
+        if self._hdr32[HDR_DROPPED]:
+            raise Dropped(f"kvxferd dropped shm session {self.session} (code {self.dropped()})")
+        slot = self._free[-1]
+        gen = (int(self.gens[slot]) + 1) & 0xFFFFFFFF
+        self._put(OP_OPEN, slot, room, gen, 0)
+        self._free.pop()
+        self.gens[slot] = gen
+        self.slot_room[slot] = room
+        self.slot_of[room] = slot
+        return False
+
+    def init(self, room, num_pages, aux_index):
+        self._put(OP_INIT, 0, room, num_pages, aux_index)
+
+    def send(self, room, pages, state=None):
+        """pages: a list or numpy int array; state: None or a list of (None | indices)."""
+        n = len(pages)
+        words = 2 + n
+        if state is not None:
+            for s in state:
+                words += 1 + (0 if s is None else len(s))
+        w = self.words
+        pos = self._idx_tail
+        if pos % w + words > w:
+            pos = (pos // w + 1) * w
+        if words > w:
+            raise ValueError(f"kvxfer: a send of {words} index words does not fit an area of {w}")
+        if pos + words - self._idx_head > w or self._tail - self._head >= self.entries:
+            self._wait(lambda: pos + words - self._idx_head <= w and self._tail - self._head < self.entries)
+        iv, p = self._idx, pos % w
+        iv[p] = n
+        if n:
+            iv[p + 1:p + 1 + n] = pages
+        p += 1 + n
+        if state is None:
+            iv[p] = -1
+        else:
+            iv[p] = len(state)
+            p += 1
+            for s in state:
+                if s is None:
+                    iv[p] = -1
+                    p += 1
+                else:
+                    iv[p] = len(s)
+                    iv[p + 1:p + 1 + len(s)] = s
+                    p += 1 + len(s)
+        self._idx_tail = pos + words
+        self._hdr[HDR_IDX_TAIL] = self._idx_tail
+        self._put(OP_SEND, 0, room, pos, words)
+
+    def abort(self, *rooms):
+        for r in rooms:
+            self._put(OP_ABORT, 0, r, 0, 0)
+
+    def clear(self, *rooms):
+        for r in rooms:
+            slot = self.slot_of.get(r)
+            if slot is None:
+                continue  # not open here (cleared already): nothing to clear
+            self._put(OP_CLEAR, slot, r, 0, 0)
+            del self.slot_of[r]
+            self._free.append(slot)
+
+    # -- the table ---------------------------------------------------------
+
+    def read_slots(self, slots):
+        """(status, reason code, prefix_len) arrays for a numpy array of slots: a
+        seqlock read (seq, rows, seq; torn rows re-read) and a check that each
+        slot holds this open's generation (else Bootstrapping: kvxferd has not
+        written it yet)."""
+        tab, seq = self.table, self._seq
+        s1 = seq[slots]
+        rows = tab[slots]
+        s2 = seq[slots]
+        bad = (s1 != s2) | ((s1 & 1) != 0)
+        while bad.any():
+            i = np.nonzero(bad)[0]
+            s1 = seq[slots[i]]
+            rows[i] = tab[slots[i]]
+            s2 = seq[slots[i]]
+            bad2 = (s1 != s2) | ((s1 & 1) != 0)
+            bad[:] = False
+            bad[i[bad2]] = True
+        w = rows[:, 2]
+        mine = ((w & 0xFFFFFFFF) == self.gens[slots]) & (rows[:, 1] == self.slot_room[slots]) & ((w & WRITTEN) != 0)
+        status = np.where(mine, (w >> 32) & 0xFF, BOOTSTRAPPING)
+        reason = np.where(mine, (w >> 40) & 0xFF, 0)
+        prefix = np.where(mine, rows[:, 3].astype(np.int64), 0)
+        return status, reason, prefix
+
+    def slots_for(self, rooms):
+        return np.fromiter(map(self.slot_of.__getitem__, rooms), dtype=np.intp, count=len(rooms))
+
+    def poll(self, rooms):
+        """(statuses, reason names, prefix_lens) lists, as ControlClient.poll."""
+        st, why, pl = self.read_slots(self.slots_for(rooms))
+        names = self.reason_names
+        return st.tolist(), [names.get(c, f"reason({c})") for c in why.tolist()], pl.tolist()
+
+    def failure(self, rooms, clear=True):
+        st, why, _ = self.read_slots(self.slots_for(rooms))
+        out = []
+        for s, c in zip(st.tolist(), why.tolist()):
+            msg = self.reason_messages.get(c, "KVSender failed.") if s == 0 else ""
+            out.append((s, self.reason_names.get(c, f"reason({c})"), msg))
+        if clear:
+            self.clear(*rooms)
+        return out
+
+    def pop_decode_prefix_len(self, rooms):
+        return self.read_slots(self.slots_for(rooms))[2].tolist()
+
+    def close(self, detach=True):
+        if detach and not self.dropped():
+            try:
+                self.client.call("shm_detach", session=self.session)
+            except Exception:  # noqa: BLE001 - closing: kvxferd may be gone
+                pass
+        del self._sleep_word
+        self._hdr = self._hdr32 = self._idx = self.table = self._seq = None
+        try:
+            self._mm.close()
+        except BufferError:
+            pass  # a caller still holds a view of the table

@@ -1,0 +1,145 @@
+"""The shared-memory path (kvxfer.shm) through KvxferManager/KvxferSender.
+
+Run by transport/control/shm_python_test.go, which starts a control server
+over a real engine and, before this runs, delivers a decode transfer info
+(prefix_len 16) for rooms 100..199, so those rooms reach WaitingForInput as
+soon as they are opened. Needs numpy, pyzmq and msgpack or msgspec (the
+SGLang venv has them).
+"""
+
+import os
+import sys
+import threading
+import time
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+import numpy as np  # noqa: E402
+
+from kvxfer import KVPoll, KVTransferError, KvxferManager, KvxferSender  # noqa: E402
+from kvxfer import shm  # noqa: E402
+
+EP = os.environ["KVXFER_CONTROL"]
+
+
+def wait_for(sender, want, limit=20.0):
+    deadline = time.monotonic() + limit
+    while True:
+        got = sender.poll()
+        if got == want or got in (KVPoll.Failed, KVPoll.Success) or time.monotonic() > deadline:
+            return got
+        time.sleep(0.001)
+
+
+class ShmTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.mgr = KvxferManager(EP, rank=3)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.mgr.close()
+
+    def test_uses_the_ring(self):
+        self.assertTrue(self.mgr.shm)
+        self.assertIsNotNone(self.mgr.client.shm)
+
+    def test_room_succeeds(self):
+        s = KvxferSender(self.mgr, "127.0.0.1:8998", 100)
+        self.assertEqual(wait_for(s, KVPoll.WaitingForInput), KVPoll.WaitingForInput)
+        self.assertEqual(s.pop_decode_prefix_len(), 16)
+        s.init(3, 0)
+        s.send(np.array([1, 2], dtype=np.int32))
+        s.send([3], state_indices=[[4, 5], None])
+        self.assertEqual(wait_for(s, KVPoll.Success), KVPoll.Success)
+        s.clear()
+
+    def test_abort_then_failure_exception(self):
+        s = KvxferSender(self.mgr, "127.0.0.1:8998", 7001)
+        self.assertEqual(s.poll(), KVPoll.Bootstrapping)
+        s.abort()
+        self.assertEqual(wait_for(s, KVPoll.Failed), KVPoll.Failed)
+        with self.assertRaises(KVTransferError) as ctx:
+            s.failure_exception()
+        self.assertIn("Aborted by AbortReq", str(ctx.exception))  # SGLang's own wording
+        self.assertEqual(s.poll(), KVPoll.Failed)
+
+    def test_bad_init_fails_the_room(self):
+        s = KvxferSender(self.mgr, "127.0.0.1:8998", 7002)
+        s.init(-5, 0)  # no reply on the ring: the room's status says it
+        self.assertEqual(wait_for(s, KVPoll.Failed), KVPoll.Failed)
+        _, reason, message = self.mgr.client.failure([7002], clear=True)[0]
+        self.assertEqual(reason, "invalid_request")
+        self.assertIn("Invalid request", message)
+
+    def test_batched_poll_of_1000(self):
+        senders = [KvxferSender(self.mgr, "127.0.0.1:8998", 20000 + i) for i in range(1000)]
+        self.assertEqual(self.mgr.poll_all(senders), [KVPoll.Bootstrapping] * 1000)
+        for s in senders:
+            s.abort()
+        deadline = time.monotonic() + 20
+        while not all(st == KVPoll.Failed for st in self.mgr.poll_all(senders)):
+            self.assertLess(time.monotonic(), deadline)
+            time.sleep(0.001)
+        for s in senders:
+            s.clear()
+
+    def test_slot_reuse_never_shows_a_stale_status(self):
+        c = self.mgr.client
+        c.open(150)  # has a transfer info: WaitingForInput once kvxferd wrote it
+        deadline = time.monotonic() + 20
+        while c.poll([150])[0][0] != KVPoll.WaitingForInput:
+            self.assertLess(time.monotonic(), deadline)
+            time.sleep(0.001)
+        slot = c.shm.slot_of[150]
+        c.clear(150)
+        c.open(30001)  # a fresh room in the same slot, at once
+        self.assertEqual(c.shm.slot_of[30001], slot)
+        self.assertEqual(c.poll([30001])[0], [KVPoll.Bootstrapping])
+        c.clear(30001)
+
+    def test_torn_read_is_retried(self):
+        c = self.mgr.client
+        c.open(151)
+        deadline = time.monotonic() + 20
+        while c.poll([151])[0][0] != KVPoll.WaitingForInput:
+            self.assertLess(time.monotonic(), deadline)
+            time.sleep(0.001)
+        sess, slot = c.shm, c.shm.slot_of[151]
+        seq = int(sess.table[slot, 0])
+        sess.table[slot, 0] = seq + 1  # a write "in progress"
+        settled = threading.Event()
+
+        def settle():
+            sess.table[slot, 0] = seq
+            settled.set()
+
+        threading.Timer(0.02, settle).start()
+        st, _, pl = sess.read_slots(np.array([slot]))
+        self.assertTrue(settled.is_set())  # it retried until the write "ended"
+        self.assertEqual((int(st[0]), int(pl[0])), (KVPoll.WaitingForInput, 16))
+        c.clear(151)
+
+    def test_garbage_drops_only_this_session(self):
+        other = KvxferManager(EP, rank=3)
+        try:
+            sess = other.client.shm
+            sess._put(99, 0, 1, 0, 0)  # no such op
+            deadline = time.monotonic() + 20
+            while sess.dropped() != 1:
+                self.assertLess(time.monotonic(), deadline)
+                time.sleep(0.001)
+            with self.assertRaises(shm.Dropped):
+                other.client.open(31000)
+        finally:
+            other.close()
+        s = KvxferSender(self.mgr, "127.0.0.1:8998", 101)  # this session goes on
+        self.assertEqual(wait_for(s, KVPoll.WaitingForInput), KVPoll.WaitingForInput)
+        s.abort()
+        self.assertEqual(wait_for(s, KVPoll.Failed), KVPoll.Failed)
+        s.clear()
+
+
+if __name__ == "__main__":
+    unittest.main()
