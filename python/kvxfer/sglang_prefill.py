@@ -30,6 +30,12 @@ log = logging.getLogger("kvxfer")
 
 LOST = "transfer_process_lost"
 _ERRORS = (ConnectionError, TimeoutError)
+try:  # the shared-memory path (numpy): a ring kvxferd stopped consuming is a lost kvxferd
+    from .shm import RingFull
+
+    _ERRORS += (RingFull,)
+except ImportError:  # pragma: no cover
+    pass
 
 
 def _attr(obj, name, default=None):
@@ -180,6 +186,7 @@ class KvxferPrefillManager(BaseKVManager):
     def _start(self):
         info = self.daemon.start()
         c = self.daemon.client
+        c.enable_shm()  # room ops through the ring and status table where possible
         pid = (info or {}).get("pid")
         if pid is not None and pid == getattr(self, "_registered_pid", None):
             # Reconnected to the same process (an attached kvxferd that outlived
@@ -225,6 +232,11 @@ class KvxferPrefillManager(BaseKVManager):
 
     def poll_room(self, room):
         """One room's status from a batched poll of every room of this rank."""
+        c = self.daemon.client
+        if c is not None and c.shm is not None:
+            # The status table: a memory read, no batching needed.
+            res = self.call(lambda c: c.poll([room]))
+            return None if res is None else res[0][0]
         now = time.monotonic()
         if room in self._poll_cache and now - self._poll_time < 0.002:
             return self._poll_cache.pop(room)

@@ -241,13 +241,28 @@ class ShmSession:
     def slots_for(self, rooms):
         return np.fromiter(map(self.slot_of.__getitem__, rooms), dtype=np.intp, count=len(rooms))
 
+    def _known(self, rooms):
+        """Whether every room is open in this session. A room that is not (it
+        was cleared, or opened before the session) is asked of kvxferd over
+        request/reply, which answers from the room or its tombstone."""
+        so = self.slot_of
+        return all(r in so for r in rooms)
+
     def poll(self, rooms):
         """(statuses, reason names, prefix_lens) lists, as ControlClient.poll."""
+        if not self._known(rooms):
+            r = self.client.call("poll", rooms=list(rooms))
+            return r["status"], r["reason"], r["prefix_len"]
         st, why, pl = self.read_slots(self.slots_for(rooms))
         names = self.reason_names
         return st.tolist(), [names.get(c, f"reason({c})") for c in why.tolist()], pl.tolist()
 
     def failure(self, rooms, clear=True):
+        if not self._known(rooms):
+            r = self.client.call("failure", rooms=list(rooms), clear=False)
+            if clear:
+                self.clear(*rooms)
+            return list(zip(r["status"], r["reason"], r["message"]))
         st, why, _ = self.read_slots(self.slots_for(rooms))
         out = []
         for s, c in zip(st.tolist(), why.tolist()):
@@ -258,6 +273,8 @@ class ShmSession:
         return out
 
     def pop_decode_prefix_len(self, rooms):
+        if not self._known(rooms):
+            return self.client.call("pop_decode_prefix_len", rooms=list(rooms))["prefix_len"]
         return self.read_slots(self.slots_for(rooms))[2].tolist()
 
     def close(self, detach=True):

@@ -121,6 +121,19 @@ class ShmTest(unittest.TestCase):
         self.assertEqual((int(st[0]), int(pl[0])), (KVPoll.WaitingForInput, 16))
         c.clear(151)
 
+    def test_unknown_room_is_asked_over_request_reply(self):
+        c = self.mgr.client
+        s = KvxferSender(self.mgr, "127.0.0.1:8998", 7003)
+        s.abort()
+        self.assertEqual(wait_for(s, KVPoll.Failed), KVPoll.Failed)
+        s.clear()
+        self.assertNotIn(7003, c.shm.slot_of)
+        deadline = time.monotonic() + 20
+        while c.poll([7003])[1] != ["client_abort"]:  # from the tombstone, after the clear
+            self.assertLess(time.monotonic(), deadline)
+            time.sleep(0.001)
+        self.assertEqual(c.poll([7003])[0], [KVPoll.Failed])
+
     def test_garbage_drops_only_this_session(self):
         other = KvxferManager(EP, rank=3)
         try:
