@@ -219,23 +219,21 @@ func (in *Ingest) Stats() IngestStats {
 
 func (in *Ingest) run(ready chan<- error) {
 	defer close(in.done)
-	zctx := in.cfg.Context
-	if zctx == nil {
-		c, err := zmq.NewContext()
-		if err != nil {
-			ready <- fmt.Errorf("transport: zmq context: %w", err)
-			return
-		}
-		zctx = c
-		defer func() { _ = c.Term() }() // runs after the socket is closed below
+	zctx, term, err := ownContext(in.cfg.Context)
+	if err != nil {
+		ready <- err
+		return
 	}
+	defer term() // runs after the sockets are closed below
 	sock, err := in.open(zctx)
 	if err != nil {
 		ready <- err
 		return
 	}
 	defer func() { _ = sock.Close() }()
-	mon, err := monitor(zctx, sock)
+	// The monitor reports closed connections (an oversize frame among them); the
+	// loop polls it with sock.
+	mon, err := monitorPair(zctx, sock, "PULL", zmq.EVENT_DISCONNECTED, 0)
 	if err != nil {
 		ready <- err
 		return
@@ -248,63 +246,31 @@ func (in *Ingest) run(ready chan<- error) {
 	in.loop(sock, mon)
 }
 
-var monitors atomic.Uint64
-
-// monitor watches sock for closed connections (an oversize frame among them) on an
-// inproc PAIR socket that the loop polls with sock.
-func monitor(zctx *zmq.Context, sock *zmq.Socket) (*zmq.Socket, error) {
-	addr := fmt.Sprintf("inproc://kvxfer-ingest-monitor-%d", monitors.Add(1))
-	if err := sock.Monitor(addr, zmq.EVENT_DISCONNECTED); err != nil {
-		return nil, fmt.Errorf("transport: PULL monitor: %w", err)
-	}
-	mon, err := zctx.NewSocket(zmq.PAIR)
-	if err == nil {
-		if err = mon.SetLinger(0); err == nil {
-			err = mon.Connect(addr)
-		}
-		if err != nil {
-			_ = mon.Close()
-		}
-	}
-	if err != nil {
-		return nil, fmt.Errorf("transport: PULL monitor: %w", err)
-	}
-	return mon, nil
-}
-
 func (in *Ingest) open(zctx *zmq.Context) (*zmq.Socket, error) {
-	sock, err := zctx.NewSocket(zmq.PULL)
-	if err != nil {
-		return nil, fmt.Errorf("transport: PULL socket: %w", err)
-	}
 	host := in.cfg.Host
 	if host == "" {
 		host = "*"
 	}
+	// A bounded queue and frame size (upstream: RCVHWM 0, no MAXMSGSIZE, so a peer could
+	// make kvxferd hold whatever it sent); linger 0 so a Stop never waits on the network.
+	opts := []sockOpt{
+		{"RCVHWM", func(s *zmq.Socket) error { return s.SetRcvhwm(max(in.cfg.RcvHWM, 0)) }},
+		{"MAXMSGSIZE", func(s *zmq.Socket) error { return s.SetMaxmsgsize(max(in.cfg.MaxFrame, -1)) }},
+		{"LINGER", func(s *zmq.Socket) error { return s.SetLinger(0) }},
+	}
+	if isIPv6(host) {
+		opts = append(opts, sockOpt{"IPV6", func(s *zmq.Socket) error { return s.SetIpv6(true) }})
+	}
+	if in.cfg.RcvBuf > 0 {
+		opts = append(opts, sockOpt{"RCVBUF", func(s *zmq.Socket) error { return s.SetRcvbuf(in.cfg.RcvBuf) }})
+	}
+	sock, err := newSocket(zctx, zmq.PULL, "PULL", opts...)
+	if err != nil {
+		return nil, err
+	}
 	fail := func(what string, err error) (*zmq.Socket, error) {
 		_ = sock.Close()
 		return nil, fmt.Errorf("transport: PULL %s: %w", what, err)
-	}
-	// A bounded queue and frame size (upstream: RCVHWM 0, no MAXMSGSIZE, so a peer could
-	// make kvxferd hold whatever it sent); linger 0 so a Stop never waits on the network.
-	if err := sock.SetRcvhwm(max(in.cfg.RcvHWM, 0)); err != nil {
-		return fail("set RCVHWM", err)
-	}
-	if err := sock.SetMaxmsgsize(max(in.cfg.MaxFrame, -1)); err != nil {
-		return fail("set MAXMSGSIZE", err)
-	}
-	if err := sock.SetLinger(0); err != nil {
-		return fail("set LINGER", err)
-	}
-	if isIPv6(host) {
-		if err := sock.SetIpv6(true); err != nil {
-			return fail("set IPV6", err)
-		}
-	}
-	if in.cfg.RcvBuf > 0 {
-		if err := sock.SetRcvbuf(in.cfg.RcvBuf); err != nil {
-			return fail("set RCVBUF", err)
-		}
 	}
 	bindTo := TCPEndpoint(host, in.cfg.Port)
 	if host == "*" {

@@ -45,8 +45,6 @@ type PushConfig struct {
 	Logger       *slog.Logger
 }
 
-var monitorSeq atomic.Uint64
-
 // PushStats are cumulative counters; read them from any goroutine.
 type PushStats struct {
 	Sent    uint64 // handed to libzmq
@@ -154,16 +152,12 @@ func (l *PushLink) Stats() PushStats {
 
 func (l *PushLink) run(ready chan<- error) {
 	defer close(l.done)
-	zctx := l.cfg.Context
-	if zctx == nil {
-		c, err := zmq.NewContext()
-		if err != nil {
-			ready <- fmt.Errorf("transport: zmq context: %w", err)
-			return
-		}
-		zctx = c
-		defer func() { _ = c.Term() }()
+	zctx, term, err := ownContext(l.cfg.Context)
+	if err != nil {
+		ready <- err
+		return
 	}
+	defer term()
 	sock, err := l.open(zctx)
 	if err != nil {
 		ready <- err
@@ -305,34 +299,18 @@ func (l *PushLink) warn(err error) {
 }
 
 func (l *PushLink) open(zctx *zmq.Context) (*zmq.Socket, error) {
-	sock, err := zctx.NewSocket(zmq.PUSH)
-	if err != nil {
-		return nil, fmt.Errorf("transport: PUSH socket: %w", err)
-	}
-	opts := []struct {
-		name string
-		set  func() error
-	}{
-		{"LINGER", func() error { return sock.SetLinger(0) }},
-		{"SNDTIMEO", func() error { return sock.SetSndtimeo(l.cfg.SendTimeout) }},
-		{"TCP_KEEPALIVE", func() error { return sock.SetTcpKeepalive(1) }},
-		{"TCP_KEEPALIVE_IDLE", func() error { return sock.SetTcpKeepaliveIdle(30) }},
-		{"TCP_KEEPALIVE_INTVL", func() error { return sock.SetTcpKeepaliveIntvl(5) }},
-		{"TCP_KEEPALIVE_CNT", func() error { return sock.SetTcpKeepaliveCnt(3) }},
+	opts := []sockOpt{
+		{"LINGER", func(s *zmq.Socket) error { return s.SetLinger(0) }},
+		{"SNDTIMEO", func(s *zmq.Socket) error { return s.SetSndtimeo(l.cfg.SendTimeout) }},
+		{"TCP_KEEPALIVE", func(s *zmq.Socket) error { return s.SetTcpKeepalive(1) }},
+		{"TCP_KEEPALIVE_IDLE", func(s *zmq.Socket) error { return s.SetTcpKeepaliveIdle(30) }},
+		{"TCP_KEEPALIVE_INTVL", func(s *zmq.Socket) error { return s.SetTcpKeepaliveIntvl(5) }},
+		{"TCP_KEEPALIVE_CNT", func(s *zmq.Socket) error { return s.SetTcpKeepaliveCnt(3) }},
 	}
 	if strings.Contains(l.cfg.Endpoint, "[") { // tcp://[v6]:port
-		opts = append(opts, struct {
-			name string
-			set  func() error
-		}{"IPV6", func() error { return sock.SetIpv6(true) }})
+		opts = append(opts, sockOpt{"IPV6", func(s *zmq.Socket) error { return s.SetIpv6(true) }})
 	}
-	for _, o := range opts {
-		if err := o.set(); err != nil {
-			_ = sock.Close()
-			return nil, fmt.Errorf("transport: PUSH set %s: %w", o.name, err)
-		}
-	}
-	return sock, nil
+	return newSocket(zctx, zmq.PUSH, "PUSH", opts...)
 }
 
 // monitor starts a ZMQ socket monitor on sock (before it connects) and returns
@@ -341,22 +319,10 @@ func (l *PushLink) monitor(zctx *zmq.Context, sock *zmq.Socket) (*zmq.Socket, bo
 	if l.cfg.OnDisconnect == nil {
 		return nil, false
 	}
-	addr := fmt.Sprintf("inproc://kvxfer-push-monitor-%d", monitorSeq.Add(1))
-	if err := sock.Monitor(addr, zmq.EVENT_CONNECTED|zmq.EVENT_DISCONNECTED); err != nil {
-		l.log.Warn("transport: PUSH monitor; decode loss will not be detected on this link", "endpoint", l.cfg.Endpoint, "err", err)
-		return nil, false
-	}
-	mon, err := zctx.NewSocket(zmq.PAIR)
-	if err == nil {
-		_ = mon.SetLinger(0)
-		_ = mon.SetRcvtimeo(250 * time.Millisecond) // so a closing link never waits on it for long
-		err = mon.Connect(addr)
-	}
+	// The receive timeout keeps a closing link from waiting on the monitor for long.
+	mon, err := monitorPair(zctx, sock, "PUSH", zmq.EVENT_CONNECTED|zmq.EVENT_DISCONNECTED, 250*time.Millisecond)
 	if err != nil {
-		l.log.Warn("transport: PUSH monitor socket", "endpoint", l.cfg.Endpoint, "err", err)
-		if mon != nil {
-			_ = mon.Close()
-		}
+		l.log.Warn("transport: PUSH monitor; decode loss will not be detected on this link", "endpoint", l.cfg.Endpoint, "err", err)
 		return nil, false
 	}
 	return mon, true
