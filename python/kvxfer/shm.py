@@ -257,7 +257,26 @@ class ShmSession:
         names = self.reason_names
         return st.tolist(), [names.get(c, f"reason({c})") for c in why.tolist()], pl.tolist()
 
+    def barrier(self):
+        """Waits (bounded, as a full ring) until kvxferd has consumed every
+        record submitted so far: they have reached the engine, so a
+        request/reply call made now is ordered after them."""
+        if int(self._hdr[HDR_HEAD]) < self._tail:
+            self._wait(lambda: self._head >= self._tail)
+
     def failure(self, rooms, clear=True):
+        """(status, reason, message) per room, as ControlClient.failure. A room
+        the table does not show terminal yet (an abort just submitted) is
+        answered by kvxferd after a barrier, as request/reply would."""
+        if self._known(rooms):
+            st = self.read_slots(self.slots_for(rooms))[0]
+            if ((st != 0) & (st != 4)).any():
+                self.barrier()
+                rooms = list(rooms)
+                r = self.client.call("failure", rooms=rooms, clear=False)
+                if clear:
+                    self.clear(*rooms)
+                return list(zip(r["status"], r["reason"], r["message"]))
         if not self._known(rooms):
             r = self.client.call("failure", rooms=list(rooms), clear=False)
             if clear:

@@ -65,6 +65,17 @@ class ShmTest(unittest.TestCase):
         self.assertIn("Aborted by AbortReq", str(ctx.exception))  # SGLang's own wording
         self.assertEqual(s.poll(), KVPoll.Failed)
 
+    def test_failure_right_after_abort(self):
+        # failure_exception at once after abort (the plug-in's sender reports
+        # Failed as soon as it aborted): kvxferd's answer, not a table that has
+        # not caught up.
+        for room in range(7100, 7120):
+            s = KvxferSender(self.mgr, "127.0.0.1:8998", room)
+            s.abort()
+            with self.assertRaises(KVTransferError) as ctx:
+                s.failure_exception()
+            self.assertIn("Aborted by AbortReq", str(ctx.exception))
+
     def test_bad_init_fails_the_room(self):
         s = KvxferSender(self.mgr, "127.0.0.1:8998", 7002)
         s.init(-5, 0)  # no reply on the ring: the room's status says it
