@@ -7,7 +7,6 @@ import (
 	"runtime"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -133,34 +132,17 @@ func (r *runner) setLabel(s string, p *workload.Progress, total int) {
 // display prints a line per second: elapsed time, the scenario, and the
 // rooms of the current run that reached a terminal answer.
 func (r *runner) display(w io.Writer, start time.Time) (stop func()) {
-	if w == nil {
-		return func() {}
-	}
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		t := time.NewTicker(time.Second)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-			}
-			label := ""
-			if l := r.label.Load(); l != nil {
-				label = *l
-			}
-			line := fmt.Sprintf("[%4.0fs] %s", time.Since(start).Seconds(), label)
-			if p := r.prog.Load(); p != nil {
-				line += fmt.Sprintf(": %d/%d rooms terminal, %d admitted", p.Terminal.Load(), r.total.Load(), p.Admitted.Load())
-			}
-			fmt.Fprintln(w, line)
+	return wl.Progress(w, time.Second, func() string {
+		label := ""
+		if l := r.label.Load(); l != nil {
+			label = *l
 		}
-	}()
-	return func() { close(done); wg.Wait() }
+		line := fmt.Sprintf("[%4.0fs] %s", time.Since(start).Seconds(), label)
+		if p := r.prog.Load(); p != nil {
+			line += fmt.Sprintf(": %d/%d rooms terminal, %d admitted", p.Terminal.Load(), r.total.Load(), p.Admitted.Load())
+		}
+		return line
+	})
 }
 
 // runSet runs spec on every engine, reps times, rotating the engine order

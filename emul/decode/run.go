@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/kvxfer/kvxfer/emul/workload"
 )
 
 // Indices returns the workload indices Run plays: 0..Rooms-1, or with
@@ -71,26 +73,8 @@ func (e *Emulator) Run(ctx context.Context) *Summary {
 
 // progress prints a line a second to cfg.Progress while rooms run.
 func (e *Emulator) progress(done, ok *atomic.Int64, total int) func() {
-	if e.cfg.Progress == nil {
-		return func() {}
-	}
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		t := time.NewTicker(time.Second)
-		defer t.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-t.C:
-				pages, aux := e.Held()
-				fmt.Fprintf(e.cfg.Progress, "  … %d/%d rooms done, %d succeeded, %d pages / %d aux slots held\n",
-					done.Load(), total, ok.Load(), pages, aux)
-			}
-		}
-	}()
-	return func() { close(stop); wg.Wait() }
+	return workload.Progress(e.cfg.Progress, time.Second, func() string {
+		pages, aux := e.Held()
+		return fmt.Sprintf("  … %d/%d rooms done, %d succeeded, %d pages / %d aux slots held", done.Load(), total, ok.Load(), pages, aux)
+	})
 }
