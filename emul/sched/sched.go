@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/emul/pages"
 	"github.com/kvxfer/kvxfer/emul/workload"
 	"github.com/kvxfer/kvxfer/nixl"
 	"github.com/kvxfer/kvxfer/nixl/kvmem"
@@ -282,7 +283,7 @@ func Run(cfg Config) ([]Result, Summary, error) {
 	default:
 		return nil, Summary{}, fmt.Errorf("sched: unknown path %q (shm or reqrep)", cfg.Path)
 	}
-	s := &loop{cfg: cfg, mem: mem, drv: drv, free: newFreeList(cfg.Shape.Slots), auxFree: newFreeList(cfg.Shape.AuxSlots)}
+	s := &loop{cfg: cfg, mem: mem, drv: drv, free: pages.New(cfg.Shape.Slots), auxFree: pages.New(cfg.Shape.AuxSlots)}
 	return s.run()
 }
 
@@ -290,8 +291,8 @@ type loop struct {
 	cfg     Config
 	mem     *memory
 	drv     driver
-	free    *freeList
-	auxFree *freeList
+	free    *pages.Pool // prefill KV pages
+	auxFree *pages.Pool
 	live    []*live // the queued rooms, in admission order
 	results []Result
 	moved   bool // the pass changed something
@@ -351,8 +352,15 @@ func (s *loop) run() ([]Result, Summary, error) {
 }
 
 func (s *loop) open(p workload.Plan) error {
-	l := &live{plan: p, opened: time.Now(), aux: int(s.auxFree.take(1)[0])}
-	l.pages = s.free.take(p.Pages)
+	aux, ok := s.auxFree.TryTake(1)
+	if !ok {
+		return fmt.Errorf("sched: no free aux slot of %d (raise the shape's aux slots or lower the concurrency)", s.cfg.Shape.AuxSlots)
+	}
+	l := &live{plan: p, opened: time.Now(), aux: int(aux[0])}
+	if l.pages, ok = s.free.TryTake(p.Pages); !ok {
+		s.auxFree.Put(aux)
+		return fmt.Errorf("sched: %d prefill pages wanted, %d of %d held (raise the shape's slots or lower the concurrency)", p.Pages, s.free.Held(), s.cfg.Shape.Slots)
+	}
 	for j, slot := range l.pages {
 		s.mem.fillPage(p.Room, int(slot), j)
 	}
@@ -416,8 +424,8 @@ func (s *loop) finish(l *live, rep room.Reply) error {
 }
 
 func (s *loop) release(l *live) {
-	s.free.put(l.pages)
-	s.auxFree.put([]int32{int32(l.aux)})
+	s.free.Put(l.pages)
+	s.auxFree.Put([]int32{int32(l.aux)})
 }
 
 func summarize(rs []Result, wall time.Duration) Summary {
@@ -452,21 +460,3 @@ func summarize(rs []Result, wall time.Duration) Summary {
 	}
 	return sum
 }
-
-type freeList struct{ free []int32 }
-
-func newFreeList(n int) *freeList {
-	f := &freeList{}
-	for i := n - 1; i >= 0; i-- {
-		f.free = append(f.free, int32(i))
-	}
-	return f
-}
-
-func (f *freeList) take(n int) []int32 {
-	out := slices.Clone(f.free[len(f.free)-n:])
-	f.free = f.free[:len(f.free)-n]
-	return out
-}
-
-func (f *freeList) put(ps []int32) { f.free = append(f.free, ps...) }
