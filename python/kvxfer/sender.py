@@ -29,6 +29,9 @@ class KVPoll(IntEnum):
     Success = 4
 
 
+_KVPOLL = list(KVPoll)  # by value: KVPoll(s) without the enum lookup
+
+
 class KVTransferError(Exception):
     """What failure_exception raises, as SGLang's KVTransferError does."""
 
@@ -86,9 +89,14 @@ class KvxferManager:
         rooms = [s.bootstrap_room for s in senders]
         if not rooms:
             return []
-        statuses, _, _ = self.client.poll(rooms)
+        shm = self.client.shm
+        slots = None if shm is None else shm._slots(rooms)
+        if slots is not None:
+            statuses = shm.read_status(slots).tolist()
+        else:
+            statuses, _, _ = self.client.poll(rooms)
         self._polled = dict(zip(rooms, statuses))
-        return [KVPoll(s) for s in statuses]
+        return [_KVPOLL[s] for s in statuses]
 
     def close(self):
         self.client.close()

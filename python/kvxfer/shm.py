@@ -40,6 +40,7 @@ HDR_DROPPED = 256 // 4
 MAGIC = 0x31474E4952585642
 BOOTSTRAPPING = 1
 WRITTEN = 1 << 48
+_GEN_WRITTEN = np.uint64(0xFFFFFFFF | WRITTEN)
 CLIENT_LOST = 64
 
 _SYS_FUTEX = {"x86_64": 202, "aarch64": 98}.get(platform.machine())
@@ -99,9 +100,11 @@ class ShmSession:
         self._fence = threading.Lock()
         self.reason_names = {int(c): n for c, n in info["reason_names"]}
         self.reason_messages = {int(c): m for c, m in info["reason_messages"]}
+        self._names = [self.reason_names.get(c, f"reason({c})") for c in range(256)]
         self._tail = self._head = 0
         self._idx_tail = self._idx_head = 0
         self.gens = np.zeros(self.nslots, dtype=np.uint64)
+        self.expect = np.zeros(self.nslots, dtype=np.uint64)  # gen | WRITTEN: the slot word of this open, written
         self.slot_room = np.zeros(self.nslots, dtype=np.uint64)
         self._free = list(range(self.nslots - 1, -1, -1))
         self.slot_of = {}
@@ -154,6 +157,7 @@ class ShmSession:
         self._put(OP_OPEN, slot, room, gen, 0)
         self._free.pop()
         self.gens[slot] = gen
+        self.expect[slot] = gen | WRITTEN
         self.slot_room[slot] = room
         self.slot_of[room] = slot
         return False
@@ -213,26 +217,38 @@ class ShmSession:
 
     # -- the table ---------------------------------------------------------
 
-    def read_slots(self, slots):
-        """(status, reason code, prefix_len) arrays for a numpy array of slots: a
-        seqlock read (seq, rows, seq; torn rows re-read) and a check that each
-        slot holds this open's generation (else Bootstrapping: kvxferd has not
-        written it yet)."""
+    def _rows(self, slots):
+        """The slots' rows, whole: a seqlock read (seq, rows, seq, three
+        gathers in order; rows whose seq moved or was odd are read again)."""
         tab, seq = self.table, self._seq
         s1 = seq[slots]
         rows = tab[slots]
         s2 = seq[slots]
-        bad = (s1 != s2) | ((s1 & 1) != 0)
-        while bad.any():
-            i = np.nonzero(bad)[0]
-            s1 = seq[slots[i]]
-            rows[i] = tab[slots[i]]
-            s2 = seq[slots[i]]
-            bad2 = (s1 != s2) | ((s1 & 1) != 0)
-            bad[:] = False
-            bad[i[bad2]] = True
+        if (s1 ^ s2).any() or (s1 & 1).any():
+            bad = (s1 != s2) | ((s1 & 1) != 0)
+            while bad.any():
+                i = np.nonzero(bad)[0]
+                t1 = seq[slots[i]]
+                rows[i] = tab[slots[i]]
+                t2 = seq[slots[i]]
+                bad[:] = False
+                bad[i[(t1 != t2) | ((t1 & 1) != 0)]] = True
+        return rows
+
+    def read_status(self, slots):
+        """KVPoll values (uint8 array) for a numpy array of slots: a slot that
+        does not hold this open of its room (generation and room id), or that
+        kvxferd has not written since the open, answers Bootstrapping."""
+        rows = self._rows(slots)
+        mine = ((rows[:, 2] & _GEN_WRITTEN) == self.expect[slots]) & (rows[:, 1] == self.slot_room[slots])
+        return np.where(mine, rows.view(np.uint8)[:, 20], BOOTSTRAPPING)
+
+    def read_slots(self, slots):
+        """(status, reason code, prefix_len) arrays for a numpy array of slots,
+        as read_status."""
+        rows = self._rows(slots)
         w = rows[:, 2]
-        mine = ((w & 0xFFFFFFFF) == self.gens[slots]) & (rows[:, 1] == self.slot_room[slots]) & ((w & WRITTEN) != 0)
+        mine = ((w & _GEN_WRITTEN) == self.expect[slots]) & (rows[:, 1] == self.slot_room[slots])
         status = np.where(mine, (w >> 32) & 0xFF, BOOTSTRAPPING)
         reason = np.where(mine, (w >> 40) & 0xFF, 0)
         prefix = np.where(mine, rows[:, 3].astype(np.int64), 0)
@@ -241,21 +257,25 @@ class ShmSession:
     def slots_for(self, rooms):
         return np.fromiter(map(self.slot_of.__getitem__, rooms), dtype=np.intp, count=len(rooms))
 
-    def _known(self, rooms):
-        """Whether every room is open in this session. A room that is not (it
-        was cleared, or opened before the session) is asked of kvxferd over
-        request/reply, which answers from the room or its tombstone."""
-        so = self.slot_of
-        return all(r in so for r in rooms)
+    def _slots(self, rooms):
+        """The rooms' slots, or None if a room is not open in this session (it
+        was cleared, or opened before the session): such rooms are asked of
+        kvxferd over request/reply, which answers from the room or its
+        tombstone."""
+        try:
+            return self.slots_for(rooms)
+        except KeyError:
+            return None
 
     def poll(self, rooms):
         """(statuses, reason names, prefix_lens) lists, as ControlClient.poll."""
-        if not self._known(rooms):
+        slots = self._slots(rooms)
+        if slots is None:
             r = self.client.call("poll", rooms=list(rooms))
             return r["status"], r["reason"], r["prefix_len"]
-        st, why, pl = self.read_slots(self.slots_for(rooms))
-        names = self.reason_names
-        return st.tolist(), [names.get(c, f"reason({c})") for c in why.tolist()], pl.tolist()
+        st, why, pl = self.read_slots(slots)
+        names = self._names
+        return st.tolist(), [names[c] for c in why.tolist()], pl.tolist()
 
     def barrier(self):
         """Waits (bounded, as a full ring) until kvxferd has consumed every
@@ -268,8 +288,9 @@ class ShmSession:
         """(status, reason, message) per room, as ControlClient.failure. A room
         the table does not show terminal yet (an abort just submitted) is
         answered by kvxferd after a barrier, as request/reply would."""
-        if self._known(rooms):
-            st = self.read_slots(self.slots_for(rooms))[0]
+        slots = self._slots(rooms)
+        if slots is not None:
+            st = self.read_status(slots)
             if ((st != 0) & (st != 4)).any():
                 self.barrier()
                 rooms = list(rooms)
@@ -277,24 +298,25 @@ class ShmSession:
                 if clear:
                     self.clear(*rooms)
                 return list(zip(r["status"], r["reason"], r["message"]))
-        if not self._known(rooms):
+        if slots is None:
             r = self.client.call("failure", rooms=list(rooms), clear=False)
             if clear:
                 self.clear(*rooms)
             return list(zip(r["status"], r["reason"], r["message"]))
-        st, why, _ = self.read_slots(self.slots_for(rooms))
+        st, why, _ = self.read_slots(slots)
         out = []
         for s, c in zip(st.tolist(), why.tolist()):
             msg = self.reason_messages.get(c, "KVSender failed.") if s == 0 else ""
-            out.append((s, self.reason_names.get(c, f"reason({c})"), msg))
+            out.append((s, self._names[c], msg))
         if clear:
             self.clear(*rooms)
         return out
 
     def pop_decode_prefix_len(self, rooms):
-        if not self._known(rooms):
+        slots = self._slots(rooms)
+        if slots is None:
             return self.client.call("pop_decode_prefix_len", rooms=list(rooms))["prefix_len"]
-        return self.read_slots(self.slots_for(rooms))[2].tolist()
+        return self.read_slots(slots)[2].tolist()
 
     def close(self, detach=True):
         if detach and not self.dropped():
