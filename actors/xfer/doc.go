@@ -1,9 +1,18 @@
 // Package xfer is the NIXL transfer actor pool: N actors that turn a room's
 // Transfer into SGLang-exact NIXL requests, post them, poll their completion
-// (NIXL has no completion callback) with an adaptive back-off, release them
-// only once terminal, and report one completion per Transfer back to the room.
+// (NIXL has no completion callback), release them only once terminal, and
+// report one completion per Transfer back to the room.
+//
+// Waiting: a worker with requests in flight spins, polling through its own
+// mailbox (new jobs get in between), for a bounded number of polls without
+// progress, or while the agent reports a request due within a millisecond
+// (nixl.Dueer). Then it parks: nothing is queued until the agent's wake-up
+// (nixl.Waker) says a request changed state, or a timer of at least 1 ms
+// fires for the next due time. There is no sub-millisecond timer or sleep.
 //
 // A request that never completes is never released: after QuarantineAfter its
 // job is moved to a slowly polled quarantine list and counted. The room has
-// failed by its own no-progress and drain deadlines long before.
+// failed by its own no-progress and drain deadlines long before. Quarantine
+// is decided on Config.Clock alone (the engine's clock), so a fake clock
+// drives it deterministically.
 package xfer

@@ -198,7 +198,7 @@ func (r *rig) wait(id uint64, want room.Status) room.Reply {
 		if time.Now().After(deadline) {
 			r.t.Fatalf("room %d still %v, want %v (pool %+v)", id, rep.Status, want, r.pool.Stats())
 		}
-		time.Sleep(100 * time.Microsecond)
+		time.Sleep(time.Millisecond)
 	}
 }
 
@@ -226,7 +226,7 @@ func (r *rig) awaitDecode(c *roomCase) {
 				r.t.Fatalf("decode %d: room %d not done by SGLang's rule: %+v", i, c.id, r.checks[i].Status(c.id))
 			}
 			if len(notifs) == 0 {
-				time.Sleep(50 * time.Microsecond)
+				time.Sleep(time.Millisecond)
 			}
 		}
 	}
@@ -318,10 +318,10 @@ func TestEndToEndFaultsFailOnlyAffectedRooms(t *testing.T) {
 				// Decode 0's writes complete; decode 1's never do. Time passes
 				// once every write is posted (healthy: 2, hit: 2 chunks × 2
 				// decodes) and only decode 1's two are left in flight.
-				deadline := time.Now().Add(20 * time.Second)
-				for st := r.pool.Stats(); (st.Posted < 6 || st.InFlight > 2) && time.Now().Before(deadline); st = r.pool.Stats() {
-					time.Sleep(100 * time.Microsecond)
-				}
+				until(t, "every write posted, decode 1's two left in flight", func() bool {
+					st := r.pool.Stats()
+					return st.Posted >= 6 && st.InFlight <= 2
+				})
 				// Every completion so far is handled (each re-arms the
 				// no-progress deadline) before time passes.
 				r.eng.PollSync([]uint64{healthy.id, hit.id}, nil)
@@ -335,11 +335,11 @@ func TestEndToEndFaultsFailOnlyAffectedRooms(t *testing.T) {
 				return
 			}
 			// The stalled request is never released: it is quarantined and
-			// counted, and the room concludes by its drain deadline.
-			deadline := time.Now().Add(20 * time.Second)
-			for r.pool.Stats().Quarantined < 2 && time.Now().Before(deadline) {
-				time.Sleep(100 * time.Microsecond)
-			}
+			// counted, and the room concludes by its drain deadline. The
+			// quarantine is decided on the fake clock (it passed 1 ms only
+			// when the test advanced it, after the healthy writes were done),
+			// so exactly the two stuck chunks are quarantined.
+			until(t, "the stuck chunks quarantined", func() bool { return r.pool.Stats().Quarantined >= 2 })
 			if st := r.pool.Stats(); st.Quarantined != 2 || st.InFlight != 2 {
 				t.Fatalf("stalled transfer: pool %+v, want both chunks to decode 1 quarantined and still in flight", st)
 			}

@@ -21,14 +21,14 @@ func TestAbortAfterLastChunkNeverCompletesDecode(t *testing.T) {
 			c := &roomCase{id: 501, chunks: []int{2, 1}, srcBase: 0, dstBase: 10, aux: 1, dummyB: true}
 			r.start(c)
 			for r.pool.Stats().InFlight == 0 {
-				time.Sleep(100 * time.Microsecond)
+				time.Sleep(time.Millisecond)
 			}
 			r.eng.Abort(c.id)
 			if rep := r.wait(c.id, room.Failed); rep.Reason != room.ReasonClientAbort {
 				t.Fatalf("reason %v", rep.Reason)
 			}
 			for r.pool.Stats().InFlight != 0 {
-				time.Sleep(100 * time.Microsecond)
+				time.Sleep(time.Millisecond)
 			}
 			// A later room to the same decode completes: every notification
 			// of the aborted one has been delivered by then.

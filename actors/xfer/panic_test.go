@@ -117,7 +117,7 @@ func TestPanickingAgentFailsOnlyAffectedRooms(t *testing.T) {
 				if time.Now().After(deadline) {
 					t.Fatalf("pool still holds transfers: %+v", r.pool.Stats())
 				}
-				time.Sleep(100 * time.Microsecond)
+				time.Sleep(time.Millisecond)
 			}
 		})
 	}

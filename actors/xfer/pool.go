@@ -30,9 +30,12 @@ type Config struct {
 	// tick grow with the load while the transfers themselves go no faster.
 	MaxInFlight int
 	// Clock decides quarantine: a transfer in flight longer than
-	// QuarantineAfter on it is quarantined (default the wall clock). Give it
-	// the engine's clock so a fake one drives both. Poll pacing stays on
-	// wall time: it only spaces polls, it decides nothing.
+	// QuarantineAfter on it is quarantined, and quarantined transfers are
+	// polled every second on it (default the wall clock). Give it the
+	// engine's clock so a fake one drives both. Waiting for completions
+	// decides nothing: the pool spins, then parks on the agent's wake-up
+	// (nixl.Waker) and the due times it reports (nixl.Dueer); an agent
+	// without a wake-up is polled every millisecond of wall time.
 	Clock  clock.Clock
 	Logger *slog.Logger
 }

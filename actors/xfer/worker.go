@@ -2,11 +2,13 @@ package xfer
 
 import (
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/internal/clock"
 	"github.com/kvxfer/kvxfer/nixl"
 	"github.com/kvxfer/kvxfer/nixl/sglang"
 )
@@ -32,13 +34,33 @@ type peerEntry struct {
 	list nixl.ListID
 }
 
-// tick asks a worker to poll its requests.
+// tick asks a worker to poll its requests: the one it sent itself while
+// spinning (at most one is queued: worker.pending).
 type tick struct{}
 
+// wakeup asks a parked worker to poll: the agent's wake-up (nixl.Waker), the
+// quarantine timer or the pacing timer. A worker already spinning ignores it.
+type wakeup struct{ src wakeSrc }
+
+type wakeSrc uint8
+
 const (
-	spinTicks       = 4 // polls through the mailbox before backing off to a timer
-	minBackoff      = 20 * time.Microsecond
-	maxBackoff      = time.Millisecond
+	wakeAgent      wakeSrc = iota // nixl.Waker: a request may have changed state
+	wakeQuarantine                // a job's QuarantineAfter passed (Config.Clock)
+	wakePace                      // an agent without a wake-up: the next poll is due
+)
+
+const (
+	// spinTicks is how many polls without progress a worker makes through
+	// its mailbox (yielding to new jobs between them) before it parks.
+	spinTicks = 16
+	// spinHorizon: while the agent (nixl.Dueer) reports a request due
+	// sooner than this, the worker keeps spinning instead of parking.
+	spinHorizon = time.Millisecond
+	// pacePoll spaces the polls of a parked worker whose agent gives no
+	// wake-up (not a nixl.Waker): never below 1 ms (Go timers below that
+	// fire at about 1.1 ms anyway).
+	pacePoll        = time.Millisecond
 	quarantinePoll  = time.Second
 	quarantineBatch = 256
 )
@@ -59,12 +81,30 @@ type worker struct {
 
 	ids     []nixl.XferID
 	st      []nixl.Status
-	idle    int
-	pending bool // a tick is queued or a timer armed
-	timer   *time.Timer
+	idle    int  // polls in a row without progress
+	pending bool // a tick is queued (spinning)
+
+	// Parking. parked is set while the worker waits for a wakeup; whoever
+	// clears it (the agent's wake-up, or the worker itself on a new job)
+	// owns the next poll. It is the only field another goroutine touches.
+	parked   atomic.Bool
+	wake     func() // registered with the agent (nixl.Waker)
+	stopWake func()
+	due      nixl.Dueer // the agent's due times, if it has them
+	// Timers: the quarantine deadline of the oldest active job and the
+	// next pacing poll, each armed at most once (on Config.Clock and on
+	// the wall clock).
+	quarTimer, paceTimer clock.Timer
+	quarAt, paceAt       time.Time
 }
 
 func newWorker(p *Pool) *worker { return &worker{p: p, peers: map[string]peerEntry{}} }
+
+// pace is the clock that spaces the polls of a worker whose agent gives no
+// wake-up. It decides nothing (quarantine and every other decision is on
+// Config.Clock): a fake clock must not stop an agent's requests from being
+// polled.
+var pace clock.Clock = clock.Real{}
 
 // Receive handles one message. A panic is recovered at three levels: starting
 // a job (start) and polling its requests (pollJobs) fail only the job whose
@@ -82,6 +122,16 @@ func (w *worker) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
 		w.self = ctx.Self()
+		w.due, _ = w.p.cfg.Agent.(nixl.Dueer)
+		if wk, ok := w.p.cfg.Agent.(nixl.Waker); ok {
+			self, root := w.self, w.p.system.Root
+			w.wake = func() {
+				if w.parked.CompareAndSwap(true, false) {
+					root.Send(self, wakeup{src: wakeAgent})
+				}
+			}
+			w.stopWake = wk.OnProgress(w.wake)
+		}
 	case *addPeer:
 		w.peers[m.peer.Agent] = peerEntry{peer: m.peer, list: m.list}
 	case *removePeer:
@@ -96,18 +146,41 @@ func (w *worker) Receive(ctx actor.Context) {
 		w.schedule(ctx)
 	case tick:
 		w.pending = false
-		if w.poll() {
-			w.idle = 0
-		} else {
-			w.idle++
+		w.pollNow(ctx)
+	case wakeup:
+		switch m.src {
+		case wakeQuarantine:
+			w.quarTimer, w.quarAt = nil, time.Time{}
+		case wakePace:
+			w.paceTimer, w.paceAt = nil, time.Time{}
 		}
-		w.startWaiting()
-		w.schedule(ctx)
+		if w.pending {
+			return // spinning: a tick is queued already
+		}
+		w.parked.Store(false)
+		w.pollNow(ctx)
 	case *actor.Stopping:
-		if w.timer != nil {
-			w.timer.Stop()
+		if w.stopWake != nil {
+			w.stopWake()
+		}
+		if w.quarTimer != nil {
+			w.quarTimer.Stop()
+		}
+		if w.paceTimer != nil {
+			w.paceTimer.Stop()
 		}
 	}
+}
+
+// pollNow polls, starts what waits for the window and schedules the next poll.
+func (w *worker) pollNow(ctx actor.Context) {
+	if w.poll() {
+		w.idle = 0
+	} else {
+		w.idle++
+	}
+	w.startWaiting()
+	w.schedule(ctx)
 }
 
 // start starts a job (startJob). If that panics (an agent call, the plan),
@@ -335,24 +408,119 @@ func (w *worker) finish(j *job) {
 	w.p.inflight.Add(-1)
 }
 
-// schedule arranges the next poll: through the mailbox while completions are
-// likely (spinning yields to other messages), then on a timer that backs off
-// to maxBackoff so idle polling does not starve the transfer itself.
+// schedule arranges the next poll. While completions are likely the worker
+// spins: it polls through its own mailbox (new jobs get in between). After
+// spinTicks polls without progress, unless the agent reports a request due
+// within spinHorizon, it parks: nothing is queued, and the agent's wake-up
+// (nixl.Waker) sends the next poll; an agent without one is polled every
+// pacePoll. A parked worker with active jobs also arms the quarantine
+// deadline of its oldest job on Config.Clock, and one with only quarantined
+// jobs polls them every quarantinePoll on it. No sub-millisecond timer.
 func (w *worker) schedule(ctx actor.Context) {
-	if w.pending || len(w.active)+len(w.quarantine)+len(w.waiting) == 0 {
+	if w.pending {
 		return
 	}
-	w.pending = true
-	if len(w.active) > 0 && w.idle < spinTicks {
+	if w.parked.Load() && !w.parked.CompareAndSwap(true, false) {
+		return // the agent woke us: its wakeup is queued
+	}
+	if len(w.active)+len(w.quarantine)+len(w.waiting) == 0 {
+		w.idle = 0
+		return
+	}
+	if len(w.active) > 0 && (w.idle < spinTicks || w.dueSoon()) {
+		w.pending = true
 		ctx.Send(w.self, tick{})
 		return
 	}
-	d := maxBackoff
+	w.park(ctx)
+}
+
+// dueSoon reports whether the agent has a request due within spinHorizon
+// (pacing against the agent's own monotonic due times; it decides nothing).
+func (w *worker) dueSoon() bool {
+	if w.due == nil {
+		return false
+	}
+	at, ok := w.due.Due()
+	return ok && time.Until(at) < spinHorizon
+}
+
+// armQuarantine arms one timer on Config.Clock for the next quarantine
+// decision: the oldest active job's QuarantineAfter, or the next poll of the
+// quarantined jobs (every quarantinePoll), whichever is first.
+func (w *worker) armQuarantine() {
+	var at time.Time
+	has := false
+	for _, j := range w.active {
+		if t := j.started.Add(w.p.cfg.QuarantineAfter); !has || t.Before(at) {
+			at, has = t, true
+		}
+	}
+	if len(w.quarantine) > 0 {
+		if t := w.lastQuar.Add(quarantinePoll); !has || t.Before(at) {
+			at, has = t, true
+		}
+	}
+	if !has || (w.quarTimer != nil && !at.Before(w.quarAt)) {
+		return
+	}
+	if w.quarTimer != nil {
+		w.quarTimer.Stop()
+	}
+	clk, self, root := w.p.cfg.Clock, w.self, w.p.system.Root
+	w.quarAt = at
+	// Just past at: the decision is "in flight longer than QuarantineAfter".
+	w.quarTimer = clk.AfterFunc(max(at.Sub(clk.Now()), 0)+time.Nanosecond, func() { root.Send(self, wakeup{src: wakeQuarantine}) })
+}
+
+// park waits for a wakeup. With a wake-up from the agent, parked is set
+// first and the requests polled once more: a completion between the last
+// poll and parking either shows in that poll or wakes the worker. A request
+// due later (nixl.Dueer: the agent does not wake anyone at a due time) gets a
+// pacing timer for its due time, as does an agent without a wake-up every
+// pacePoll; never below pacePoll.
+func (w *worker) park(ctx actor.Context) {
+	w.armQuarantine()
 	if len(w.active) == 0 {
-		d = quarantinePoll
-	} else if shift := w.idle - spinTicks; shift < 6 {
-		d = min(minBackoff<<shift, maxBackoff)
+		return
+	}
+	d := time.Duration(-1)
+	if w.wake == nil {
+		d = pacePoll
+	}
+	if w.due != nil {
+		if at, ok := w.due.Due(); ok {
+			if dd := max(time.Until(at), pacePoll); d < 0 || dd < d {
+				d = dd
+			}
+		}
+	}
+	if d >= 0 {
+		w.armPace(d)
+	}
+	if w.wake == nil {
+		return
+	}
+	w.parked.Store(true)
+	if w.poll() && w.parked.CompareAndSwap(true, false) {
+		w.idle = 0
+		w.startWaiting()
+		w.pending = true
+		ctx.Send(w.self, tick{})
+	}
+}
+
+// armPace arms the pacing timer d from now (wall clock), unless it is armed
+// for an earlier time already.
+func (w *worker) armPace(d time.Duration) {
+	at := time.Now().Add(d)
+	if w.paceTimer != nil && !at.Before(w.paceAt) {
+		return
+	}
+	if w.paceTimer != nil {
+		w.paceTimer.Stop()
 	}
 	self, root := w.self, w.p.system.Root
-	w.timer = time.AfterFunc(d, func() { root.Send(self, tick{}) })
+	w.paceAt = at
+	w.paceTimer = pace.AfterFunc(d, func() { root.Send(self, wakeup{src: wakePace}) })
 }
