@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kvxfer/kvxfer/emul/pages"
 	"github.com/kvxfer/kvxfer/internal/clock"
 	"github.com/kvxfer/kvxfer/nixl"
 	"github.com/kvxfer/kvxfer/nixl/sglang"
@@ -26,8 +27,8 @@ type Emulator struct {
 	bc  *bootstrapClient
 
 	primary, dummy *rank
-	pages, aux     *freeList
-	state          *freeList // nil without state
+	pages, aux     *pages.Pool // the decode-side page model (emul/pages)
+	state          *pages.Pool // nil without state
 
 	info    *ServerInfo
 	mapping Mapping
@@ -59,7 +60,7 @@ type counters struct {
 	pushErrors      atomic.Int64
 	foreignRanks    atomic.Int64 // KV_STATUS / ABORT_ACK from a prefill_rank the room did not target
 	generations     atomic.Int64 // armed ABORTs sent with a generation (0.5.22+)
-	unsafeReleases  atomic.Int64 // rooms freed with writes possibly in flight (see freeList)
+	unsafeReleases  atomic.Int64 // rooms freed with writes possibly in flight (see pages.Pool)
 
 	acksCounted atomic.Int64 // ABORT_ACKs that counted toward a release
 	acksNoGen   atomic.Int64 // 0.5.22+: generation-less ACKs, ignored
@@ -101,10 +102,10 @@ func New(cfg Config) (*Emulator, error) {
 			return nil, err
 		}
 	}
-	e.pages = newFreeList(cfg.Shape.Slots)
-	e.aux = newFreeList(cfg.Shape.AuxSlots)
+	e.pages = pages.New(cfg.Shape.Slots)
+	e.aux = pages.New(cfg.Shape.AuxSlots)
 	if cfg.State {
-		e.state = newFreeList(cfg.Shape.StateSlots)
+		e.state = pages.New(cfg.Shape.StateSlots)
 	}
 	return e, nil
 }
@@ -493,7 +494,7 @@ func (e *Emulator) Abort(room uint64) bool {
 }
 
 // Held returns the KV pages and aux slots currently taken by rooms.
-func (e *Emulator) Held() (pages, aux int) { return e.pages.held(), e.aux.held() }
+func (e *Emulator) Held() (pages, aux int) { return e.pages.Held(), e.aux.Held() }
 
 // Registrations is the number of registration frames sent.
 func (e *Emulator) Registrations() int64 { return e.c.registrations.Load() }

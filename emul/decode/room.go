@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/kvxfer/kvxfer/emul/pages"
 	"github.com/kvxfer/kvxfer/emul/workload"
 	"github.com/kvxfer/kvxfer/nixl/kvmem"
 	"github.com/kvxfer/kvxfer/transport/wire"
@@ -212,15 +213,15 @@ func (e *Emulator) RunRoom(ctx context.Context, p workload.Plan) Result {
 	}
 	var pages, auxSlot, stateSlot []int32
 	defer func() { e.free(pages, auxSlot, stateSlot, res.releasedUnsafe()) }()
-	if pages, ok = e.pages.take(ctx, p.Pages); !ok {
+	if pages, ok = e.pages.Take(ctx, p.Pages); !ok {
 		return fail(errNoPages(ctx, "KV pages", p.Pages))
 	}
-	if auxSlot, ok = e.aux.take(ctx, 1); !ok {
+	if auxSlot, ok = e.aux.Take(ctx, 1); !ok {
 		return fail(errNoPages(ctx, "aux slots", 1))
 	}
 	var state [][]int32
 	if e.state != nil {
-		if stateSlot, ok = e.state.take(ctx, 1); !ok {
+		if stateSlot, ok = e.state.Take(ctx, 1); !ok {
 			return fail(errNoPages(ctx, "state slots", 1))
 		}
 		for range e.primary.node.Geo.State {
@@ -325,21 +326,21 @@ func (r *Result) releasedUnsafe() bool {
 	return r.Outcome == OutcomeError
 }
 
-// free returns a room's pages, aux slot and state slot to their free lists.
-func (e *Emulator) free(pages, aux, state []int32, unsafe bool) {
-	if unsafe && len(pages)+len(aux) > 0 {
+// free returns a room's pages, aux slot and state slot to their pools.
+func (e *Emulator) free(kv, aux, state []int32, unsafe bool) {
+	if unsafe && len(kv)+len(aux) > 0 {
 		e.c.unsafeReleases.Add(1)
 	}
 	for _, x := range []struct {
-		l  *freeList
+		l  *pages.Pool
 		xs []int32
-	}{{e.pages, pages}, {e.aux, aux}, {e.state, state}} {
+	}{{e.pages, kv}, {e.aux, aux}, {e.state, state}} {
 		switch {
 		case x.l == nil:
 		case unsafe:
-			x.l.putBack(x.xs)
+			x.l.PutBack(x.xs)
 		default:
-			x.l.put(x.xs)
+			x.l.Put(x.xs)
 		}
 	}
 }
