@@ -222,7 +222,7 @@ func Start(cfg Config) (*Daemon, error) {
 		cfg.MaxLinks, _ = strconv.Atoi(os.Getenv("KVXFER_MAX_DECODE_LINKS"))
 		d.cfg.MaxLinks = cfg.MaxLinks
 	}
-	links, err := newLinks(cfg.Logger, cfg.MaxLinks, d.dialects.known,
+	links, err := newLinks(cfg.Logger, cfg.MaxLinks, d.linkAllowed,
 		func(at room.Endpoint) { go d.linkLost(at) }) // not on the link's monitor goroutine
 	if err != nil {
 		return nil, fmt.Errorf("daemon: ZMQ context for decode links: %w", err)

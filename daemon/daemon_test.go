@@ -197,6 +197,13 @@ func newDecodeWith(t *testing.T, sh kvmem.Shape, mod func(*wire.Registration), d
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { n.Close() })
+	return newDecodeOn(t, n, mod, ds...)
+}
+
+// newDecodeOn plays a decode rank on a node the caller made (and closes).
+func newDecodeOn(t *testing.T, n *kvmem.Node, mod func(*wire.Registration), ds ...*Daemon) *decodeRank {
+	t.Helper()
+	var err error
 	r := &decodeRank{node: n, checker: sglang.NewChecker()}
 	r.pull, err = zmqio.StartPull(zmqio.IngestConfig{Host: "127.0.0.1"}, func(f [][]byte) {
 		r.mu.Lock()

@@ -184,8 +184,11 @@ type liveness struct {
 	// lost drops the agents at an endpoint: fence says the drop is for an
 	// outage (the agents are fenced first).
 	lost func(at room.Endpoint, why string, fence bool)
-	// back unfences the agents fenced at an endpoint.
-	back func(at room.Endpoint)
+	// back ends the fence of the agents at an endpoint: alive says the
+	// endpoint has answered every probe for FenceHold (the agents are loaded
+	// again); otherwise they are forgotten (refused, or another registration
+	// took the endpoint).
+	back func(at room.Endpoint, alive bool)
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -205,7 +208,7 @@ type endpointLive struct {
 	lastProbe ProbeResult
 }
 
-func newLiveness(cfg LivenessConfig, clk clock.Clock, lost func(room.Endpoint, string, bool), back func(room.Endpoint)) *liveness {
+func newLiveness(cfg LivenessConfig, clk clock.Clock, lost func(room.Endpoint, string, bool), back func(room.Endpoint, bool)) *liveness {
 	if cfg.Clock != nil {
 		clk = cfg.Clock
 	}
@@ -225,17 +228,20 @@ func (l *liveness) watch(at room.Endpoint) {
 		return
 	}
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	if l.closed {
+		l.mu.Unlock()
 		return
 	}
 	if e, ok := l.eps[at]; ok {
-		if !e.fenced {
-			return
+		wasFenced := e.fenced
+		e.fenced, e.upSince, e.failing, e.lastOK = false, time.Time{}, false, l.clk.Now()
+		l.mu.Unlock()
+		if wasFenced { // a registration from there: the fenced agents are past
+			l.back(at, false)
 		}
-		e.fenced, e.upSince = false, time.Time{}
 		return
 	}
+	defer l.mu.Unlock()
 	e := &endpointLive{lastOK: l.clk.Now()}
 	l.eps[at] = e
 	e.timer = l.clk.AfterFunc(l.cfg.Interval, func() { l.tick(at, e) })
@@ -307,7 +313,7 @@ func (l *liveness) probe(at room.Endpoint, e *endpointLive) {
 			if now.Sub(e.upSince) >= l.cfg.FenceHold {
 				e.timer.Stop()
 				delete(l.eps, at)
-				act = func() { l.back(at) }
+				act = func() { l.back(at, true) }
 			}
 		}
 	case ProbeRefused:
@@ -316,7 +322,7 @@ func (l *liveness) probe(at room.Endpoint, e *endpointLive) {
 		if !e.fenced {
 			act = func() { l.lost(at, "nothing listens at decode's endpoint: its process is gone", false) }
 		} else {
-			act = func() { l.back(at) } // the fenced decode is gone: nothing more can come from it
+			act = func() { l.back(at, false) } // the fenced decode is gone: nothing more can come from it
 		}
 	default:
 		e.failing, e.upSince = true, time.Time{}
@@ -392,16 +398,34 @@ func (d *Daemon) decodeLost(at room.Endpoint, why string, fence bool) {
 	}
 }
 
-// decodeBack unfences the agents fenced at an endpoint.
-func (d *Daemon) decodeBack(at room.Endpoint) {
+// decodeBack ends the fences at an endpoint: alive (answering for
+// FenceHold) loads the agents again, else they are forgotten.
+func (d *Daemon) decodeBack(at room.Endpoint, alive bool) {
 	v, ok := d.fencedAt.LoadAndDelete(at)
 	if !ok {
 		return
 	}
 	for _, a := range v.([]string) {
-		d.peers.unfence(a)
+		if alive {
+			d.peers.restore(a)
+		} else {
+			d.peers.unfence(a)
+		}
 	}
-	d.log.Info("decode endpoint answering again; its agents are no longer fenced", "endpoint", at.String())
+	if alive {
+		d.log.Info("decode endpoint answering again past the fence hold; its agents are loaded again", "endpoint", at.String())
+	}
+}
+
+// linkAllowed says whether a link may be dialled to an endpoint: a
+// registered decode's (dialects.known), or a fenced one's, so that a room
+// failed by the fence still tells decode.
+func (d *Daemon) linkAllowed(at room.Endpoint) bool {
+	if d.dialects.known(at) {
+		return true
+	}
+	_, fenced := d.fencedAt.Load(at)
+	return fenced
 }
 
 // linkLost runs when the link's monitor sees its TCP connection to decode's

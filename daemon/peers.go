@@ -53,7 +53,7 @@ type peers struct {
 	// fenced: agents dropped because their decode was unreachable longer
 	// than its heartbeat budget (liveness.go). Their transfer infos fail
 	// the room before it sees them, until the agent registers again.
-	fenced     map[string]time.Time
+	fenced     map[string]fenceEntry
 	fenceOrder []string
 	wg         sync.WaitGroup // load goroutines
 
@@ -69,6 +69,13 @@ type peerEntry struct {
 	started time.Time
 }
 
+// fenceEntry is a fenced agent: since when, and its last accepted
+// registration (loaded again if its decode turns out to have kept its rooms).
+type fenceEntry struct {
+	at  time.Time
+	reg *wire.Registration
+}
+
 type queuedFrame struct {
 	info  *wire.TransferInfo
 	abort *wire.Abort
@@ -77,7 +84,7 @@ type queuedFrame struct {
 
 func newPeers(d *Daemon, maxPeers int) *peers {
 	s := &d.counters.logsSuppressed
-	return &peers{d: d, max: maxPeers, byAgent: map[string]*peerEntry{}, fenced: map[string]time.Time{},
+	return &peers{d: d, max: maxPeers, byAgent: map[string]*peerEntry{}, fenced: map[string]fenceEntry{},
 		dupLogs: newLogLimiter(time.Second, s), rejectLogs: newLogLimiter(time.Second, s),
 		// Honest registrations come in bursts at start-up: 20 lines a second.
 		addLogs: newLogLimiter(50*time.Millisecond, s)}
@@ -361,14 +368,20 @@ func (d *Daemon) dropAgent(agent, why string, lost bool) {
 }
 
 // fence marks an agent lost to an outage: its transfer infos fail their rooms
-// before the rooms see them, until it registers again (see liveness.go).
+// before the rooms see them, until it registers again or is restored (see
+// liveness.go). Call it before the agent is dropped.
 func (p *peers) fence(agent string, at time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if _, ok := p.fenced[agent]; !ok {
+	f, ok := p.fenced[agent]
+	if !ok {
 		p.fenceOrder = append(p.fenceOrder, agent)
 	}
-	p.fenced[agent] = at
+	f.at = at
+	if e := p.byAgent[agent]; e != nil && e.ready {
+		f.reg = e.reg
+	}
+	p.fenced[agent] = f
 	for len(p.fenceOrder) > maxFenced {
 		delete(p.fenced, p.fenceOrder[0])
 		p.fenceOrder = p.fenceOrder[1:]
@@ -388,12 +401,52 @@ func (p *peers) unfenceLocked(agent string) {
 	}
 }
 
-// unfence lifts an agent's fence (its link has been back long enough; see
-// liveness.go).
+// unfence forgets an agent's fence.
 func (p *peers) unfence(agent string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.unfenceLocked(agent)
+}
+
+// restore lifts an agent's fence once its endpoint has answered every probe
+// for FenceHold without the agent registering again: its decode kept its
+// rooms (the heartbeat recovered), so the agent is the same peer coming back
+// and is loaded again from its last registration, as if it had sent it now.
+// Its transfer infos wait for that load like any registration's.
+func (p *peers) restore(agent string) {
+	d := p.d
+	p.mu.Lock()
+	f, ok := p.fenced[agent]
+	if !ok || f.reg == nil || p.byAgent[agent] != nil {
+		p.unfenceLocked(agent)
+		p.mu.Unlock()
+		return
+	}
+	r := f.reg
+	to := room.Endpoint{IP: r.DecodeIP, Port: r.DecodePort}
+	if len(p.byAgent) >= p.max || d.dialects.acceptedAt(to) != "" {
+		// Another agent took the endpoint, or no room: it stays forgotten.
+		p.unfenceLocked(agent)
+		p.mu.Unlock()
+		return
+	}
+	e := &peerEntry{reg: r, to: to, started: d.now()}
+	p.byAgent[agent] = e
+	p.loading++
+	p.wg.Add(1)
+	p.unfenceLocked(agent)
+	p.mu.Unlock()
+	dialect, err := d.dialects.register(r)
+	if err != nil { // it was accepted before; a rule changed under it
+		p.mu.Lock()
+		p.loading--
+		delete(p.byAgent, agent)
+		p.mu.Unlock()
+		p.wg.Done()
+		return
+	}
+	d.counters.peersReturned.Add(1)
+	go p.load(e, dialect, nil, false, nil)
 }
 
 func (p *peers) isFenced(agent string) bool {

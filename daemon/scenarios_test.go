@@ -334,7 +334,12 @@ func TestScenarioLateInfoAfterClearIsToldTheFailure(t *testing.T) {
 func TestScenarioDuplicateRegistrationAndUnknownAgent(t *testing.T) {
 	d := startDaemon(t, wire.Dialect0518)
 	s, dec := newScheduler(t, d), newDecode(t, d)
-	dec.send(t, dec.reg.Encode()) // first wins
+	waitFor(t, "registered", func() bool { return d.Counters()["registrations"] == 1 })
+	// The same agent from another endpoint: first wins. (From its own
+	// endpoint it is the decode coming back: TestSameAgentRegisteringAgain...)
+	other := *dec.reg
+	other.DecodePort = deadPort(t)
+	dec.send(t, other.Encode())
 	ghost := &wire.TransferInfo{Room: 800, DecodeIP: "127.0.0.1", DecodePort: 1, AgentName: "ghost",
 		DstKVIndices: seqPages(0, 1), DstAuxIndex: 0, RequiredDstInfoNum: 1, HasDecodePrefixLen: true}
 	dec.send(t, ghost.Encode())

@@ -1,0 +1,314 @@
+package daemon
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/internal/clock"
+	"github.com/kvxfer/kvxfer/transport/wire"
+)
+
+func TestHeartbeatBudgetFromSGLangVariables(t *testing.T) {
+	for _, c := range []struct {
+		interval, failures string
+		want               time.Duration
+	}{
+		{"", "", 10 * time.Second},            // SGLang's defaults: 5 s × 2
+		{"3", "4", 12 * time.Second},          // both set
+		{"1", "2", 4 * time.Second},           // interval floored at 2 s, as SGLang's max(v, 2.0)
+		{"2.5", "0", 2500 * time.Millisecond}, // failures floored at 1
+		{"x", "y", 10 * time.Second},          // unparsable: defaults
+		{"NaN", "3", 15 * time.Second},        // NaN: default interval
+	} {
+		env := map[string]string{EnvHeartbeatInterval: c.interval, EnvHeartbeatMaxFailure: c.failures}
+		iv, n := HeartbeatBudget(func(k string) string { return env[k] })
+		if got := iv * time.Duration(n); got != c.want {
+			t.Errorf("interval %q failures %q: budget %v, want %v", c.interval, c.failures, got, c.want)
+		}
+		cfg := LivenessConfig{}.withDefaults(func(k string) string { return env[k] })
+		if cfg.Budget != c.want || cfg.FenceHold != sglangHeartbeatAttempt+iv {
+			t.Errorf("interval %q failures %q: config %+v", c.interval, c.failures, cfg)
+		}
+	}
+	env := map[string]string{EnvLossAfter: "3.5", EnvProbeInterval: "250ms", EnvProbeTimeout: "2s", EnvFenceHold: "7s"}
+	cfg := LivenessConfig{}.withDefaults(func(k string) string { return env[k] })
+	if cfg.Budget != 3500*time.Millisecond || cfg.Interval != 250*time.Millisecond || cfg.Timeout != 250*time.Millisecond ||
+		cfg.FenceHold != 7*time.Second {
+		t.Errorf("KVXFER_PEER_* overrides: %+v", cfg)
+	}
+}
+
+// livenessRig is a liveness alone on a fake clock with fake probes, recording
+// what it reports.
+type livenessRig struct {
+	clk    *clock.Fake
+	probes *fakeProbes
+	l      *liveness
+	mu     sync.Mutex
+	events []string
+}
+
+func newLivenessRig(cfg LivenessConfig) *livenessRig {
+	r := &livenessRig{clk: clock.NewFake(time.Unix(1000, 0)), probes: &fakeProbes{}}
+	cfg.Clock, cfg.Probe = r.clk, r.probes.probe
+	r.l = newLiveness(cfg, nil, func(at room.Endpoint, why string, fence bool) {
+		r.record("lost", fence, r.clk.Now())
+	}, func(at room.Endpoint, alive bool) {
+		r.record("back", alive, r.clk.Now())
+	})
+	return r
+}
+
+func (r *livenessRig) record(kind string, flag bool, at time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events = append(r.events, kind+map[bool]string{true: "+", false: "-"}[flag]+"@"+at.Sub(time.Unix(1000, 0)).String())
+}
+
+func (r *livenessRig) got() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.events...)
+}
+
+func (r *livenessRig) step(n int) {
+	for range n {
+		r.clk.Advance(time.Second)
+	}
+}
+
+func sameEvents(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// The outage counts from the last probe that was answered; the decode is lost
+// (fenced) when it reaches the budget, once; the fence ends only after the
+// endpoint has answered every probe for FenceHold.
+func TestLivenessOutageFromTheLastAnswerAndFenceHold(t *testing.T) {
+	r := newLivenessRig(LivenessConfig{Interval: time.Second, Budget: 10 * time.Second, FenceHold: 7 * time.Second})
+	defer r.l.close()
+	at := room.Endpoint{IP: "192.0.2.2", Port: 5000}
+	r.l.watch(at)
+	r.step(3) // answered at 1, 2, 3 s
+	r.probes.set(at, ProbeUnreachable)
+	r.step(9) // 4..12 s: 9 s since the last answer
+	if ev := r.got(); len(ev) != 0 {
+		t.Fatalf("lost before the budget: %v", ev)
+	}
+	if out, ok := r.l.outage(at); !ok || out != 9*time.Second {
+		t.Fatalf("outage %v %v", out, ok)
+	}
+	r.step(1) // 13 s: 10 s since the last answer
+	if ev := r.got(); !sameEvents(ev, []string{"lost+@13s"}) {
+		t.Fatalf("events %v", ev)
+	}
+	r.step(5) // still unreachable: lost once
+	r.probes.set(at, ProbeOK)
+	r.step(3) // answering from 21 s
+	r.probes.set(at, ProbeUnreachable)
+	r.step(1) // a failure restarts the hold
+	r.probes.set(at, ProbeOK)
+	r.step(7) // 23..29 s: 6 s of answers since 23 s
+	if ev := r.got(); !sameEvents(ev, []string{"lost+@13s"}) {
+		t.Fatalf("fence ended early: %v", ev)
+	}
+	r.step(1) // 30 s: answered for 7 s
+	if ev := r.got(); !sameEvents(ev, []string{"lost+@13s", "back+@30s"}) {
+		t.Fatalf("events %v", ev)
+	}
+	if _, ok := r.l.outage(at); ok {
+		t.Fatal("still watched after the fence ended")
+	}
+	if r.clk.Pending() != 0 {
+		t.Fatalf("%d timers left", r.clk.Pending())
+	}
+}
+
+// A refused probe (nothing listens: the process is gone) is a loss at once,
+// without waiting for the budget and without a fence; kick probes now.
+func TestLivenessRefusedIsLostAtOnce(t *testing.T) {
+	r := newLivenessRig(LivenessConfig{Interval: time.Second, Budget: 10 * time.Second})
+	defer r.l.close()
+	at := room.Endpoint{IP: "192.0.2.2", Port: 5001}
+	if r.l.kick(at) {
+		t.Fatal("kick of an endpoint not watched")
+	}
+	r.l.watch(at)
+	r.probes.set(at, ProbeRefused)
+	if !r.l.kick(at) {
+		t.Fatal("kick of a watched endpoint")
+	}
+	if ev := r.got(); !sameEvents(ev, []string{"lost-@0s"}) {
+		t.Fatalf("events %v", ev)
+	}
+	r.step(20)
+	if ev := r.got(); len(ev) != 1 || r.probes.n.Load() != 1 {
+		t.Fatalf("events %v after the endpoint was forgotten (%d probes)", ev, r.probes.n.Load())
+	}
+}
+
+// A new registration at a fenced endpoint ends the fence: the fenced agents
+// are past (forgotten, not loaded again), and the endpoint is watched afresh.
+func TestLivenessRegistrationAtAFencedEndpoint(t *testing.T) {
+	r := newLivenessRig(LivenessConfig{Interval: time.Second, Budget: 2 * time.Second})
+	defer r.l.close()
+	at := room.Endpoint{IP: "192.0.2.2", Port: 5002}
+	r.l.watch(at)
+	r.probes.set(at, ProbeUnreachable)
+	r.step(2)
+	r.l.watch(at)
+	r.step(1)
+	if ev := r.got(); !sameEvents(ev, []string{"lost+@2s", "back-@2s"}) {
+		t.Fatalf("events %v", ev)
+	}
+	if out, ok := r.l.outage(at); !ok || out != time.Second {
+		t.Fatalf("watched afresh: outage %v %v", out, ok)
+	}
+}
+
+// livenessDaemon is a daemon whose decode probes are fake and whose outage
+// clock is a fake one (the engine keeps the wall clock).
+func livenessDaemon(t *testing.T, cfg LivenessConfig) (*Daemon, *scheduler, *clock.Fake, *fakeProbes) {
+	clk, probes := clock.NewFake(time.Unix(0, 0)), &fakeProbes{}
+	cfg.Clock, cfg.Probe = clk, probes.probe
+	d := startDaemonWith(t, func(c *Config) { c.Liveness = cfg })
+	return d, newScheduler(t, d), clk, probes
+}
+
+func waitWatched(t *testing.T, d *Daemon, at room.Endpoint) {
+	t.Helper()
+	waitFor(t, "decode watched", func() bool { _, ok := d.liveness.outage(at); return ok })
+}
+
+func endpointOf(r *decodeRank) room.Endpoint {
+	return room.Endpoint{IP: "127.0.0.1", Port: r.pull.Port()}
+}
+
+func advance(clk *clock.Fake, n int) {
+	for range n {
+		clk.Advance(time.Second)
+	}
+}
+
+// Issue 18: a decode unreachable for its heartbeat budget has its rooms
+// failed peer_lost, including a room with nothing in flight; a transfer info
+// it sent before giving the room up, arriving after, fails its room without
+// a byte written (decode is told); once the decode registers again (it
+// cleared its connection), its new rooms are served.
+func TestDecodeUnreachablePastItsBudget(t *testing.T) {
+	d, s, clk, probes := livenessDaemon(t, LivenessConfig{Interval: time.Second, Budget: 10 * time.Second})
+	dec := newDecode(t, d)
+	at := endpointOf(dec)
+	waitWatched(t, d, at)
+	const idle, late, after = 501, 502, 503
+	dec.send(t, dec.info(idle, seqPages(0, 1), 0, 1))
+	s.cli.Open(idle, "")
+	waitRoomStatus(t, s, idle, room.WaitingForInput)
+
+	probes.set(at, ProbeUnreachable)
+	advance(clk, 9)
+	if reps, _ := s.cli.Poll([]uint64{idle}, nil); reps[0].Status != room.WaitingForInput {
+		t.Fatalf("room failed before the budget: %v", reps[0].Status)
+	}
+	advance(clk, 1)
+	if rep := s.waitTerminal(t, idle); rep.Status != room.Failed || rep.Reason != room.ReasonPeerLost {
+		t.Fatalf("idle room of the unreachable decode: %v/%v", rep.Status, rep.Reason)
+	}
+	if c := d.Counters(); c["peers_fenced"] != 1 || c["peers_lost"] != 1 {
+		t.Fatalf("counters %v", c)
+	}
+
+	// The late transfer info: sent before decode gave the room up.
+	lateDst := seqPages(10, 2)
+	dec.node.ZeroPages(lateDst)
+	probes.set(at, ProbeOK) // the link is back
+	dec.send(t, dec.info(late, lateDst, 1, 1))
+	s.start(t, roomSpec{id: late, src: seqPages(3, 2), chunks: []int{2}, aux: 1})
+	if rep := s.waitTerminal(t, late); rep.Status != room.Failed || rep.Reason != room.ReasonPeerLost {
+		t.Fatalf("room of a late transfer info: %v/%v", rep.Status, rep.Reason)
+	}
+	if st := dec.waitFrame(t, isStatus(late)).(*wire.KVStatus); st.Status != wire.KVPollFailed {
+		t.Fatalf("decode told %+v", st)
+	}
+	if !dec.node.PagesZero(lateDst) || d.PoolStats().Posted != 0 {
+		t.Fatalf("a write for the late transfer info (posted %d)", d.PoolStats().Posted)
+	}
+	if c := d.Counters(); c["fenced_transfer_infos"] != 1 {
+		t.Fatalf("counters %v", c)
+	}
+
+	// Decode comes back: it registers again before any new room.
+	dec.send(t, dec.reg.Encode())
+	waitFor(t, "registered again", func() bool { return d.Counters()["registrations"] == 2 })
+	dec.checker.Expect(after, 1, false)
+	dec.send(t, dec.info(after, seqPages(20, 1), 2, 1))
+	s.start(t, roomSpec{id: after, src: seqPages(6, 1), chunks: []int{1}, aux: 2})
+	if rep := s.waitTerminal(t, after); rep.Status != room.Success {
+		t.Fatalf("room after the decode came back: %v/%v", rep.Status, rep.Reason)
+	}
+	dec.verify(t, after, seqPages(20, 1), 2)
+}
+
+// A fenced decode that kept its rooms (its heartbeat recovered, so it never
+// registers again) is loaded again once its endpoint has answered for
+// FenceHold; until then its transfer infos are fenced.
+func TestFencedDecodeThatKeptItsRoomsIsLoadedAgain(t *testing.T) {
+	d, s, clk, probes := livenessDaemon(t, LivenessConfig{Interval: time.Second, Budget: 4 * time.Second, FenceHold: 6 * time.Second})
+	dec := newDecode(t, d)
+	at := endpointOf(dec)
+	waitWatched(t, d, at)
+	probes.set(at, ProbeUnreachable)
+	advance(clk, 4)
+	waitFor(t, "fenced", func() bool { return d.Counters()["peers_fenced"] == 1 })
+	probes.set(at, ProbeOK)
+	advance(clk, 5) // answered at 5..9 s
+	const fenced, served = 601, 602
+	dec.send(t, dec.info(fenced, seqPages(0, 1), 0, 1))
+	s.start(t, roomSpec{id: fenced, src: seqPages(0, 1), chunks: []int{1}, aux: 0})
+	if rep := s.waitTerminal(t, fenced); rep.Status != room.Failed || rep.Reason != room.ReasonPeerLost {
+		t.Fatalf("room inside the fence hold: %v/%v", rep.Status, rep.Reason)
+	}
+	advance(clk, 2) // answered since 5 s: 6 s at 11 s
+	waitFor(t, "loaded again", func() bool {
+		c := d.Counters()
+		return c["registrations"] == 2 && c["peers_returned"] == 1
+	})
+	dec.checker.Expect(served, 1, false)
+	dec.send(t, dec.info(served, seqPages(4, 1), 1, 1))
+	s.start(t, roomSpec{id: served, src: seqPages(2, 1), chunks: []int{1}, aux: 1})
+	if rep := s.waitTerminal(t, served); rep.Status != room.Success {
+		t.Fatalf("room after the fence: %v/%v", rep.Status, rep.Reason)
+	}
+	dec.verify(t, served, seqPages(4, 1), 1)
+}
+
+// A probe refused (decode's process is gone) drops the decode at the next
+// probe, long before the budget, without a fence.
+func TestDecodeGoneIsDroppedAtTheNextProbe(t *testing.T) {
+	d, s, clk, probes := livenessDaemon(t, LivenessConfig{Interval: time.Second, Budget: time.Hour})
+	dec := newDecode(t, d)
+	at := endpointOf(dec)
+	waitWatched(t, d, at)
+	const id = 701
+	dec.send(t, dec.info(id, seqPages(0, 1), 0, 1))
+	s.cli.Open(id, "")
+	waitRoomStatus(t, s, id, room.WaitingForInput)
+	probes.set(at, ProbeRefused)
+	advance(clk, 1)
+	if rep := s.waitTerminal(t, id); rep.Status != room.Failed || rep.Reason != room.ReasonPeerLost {
+		t.Fatalf("room of the gone decode: %v/%v", rep.Status, rep.Reason)
+	}
+	if c := d.Counters(); c["peers_fenced"] != 0 || c["peers_lost"] != 1 {
+		t.Fatalf("counters %v", c)
+	}
+}
