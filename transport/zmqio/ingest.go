@@ -79,6 +79,30 @@ type IngestConfig struct {
 	// and may touch what only the Sink's goroutine touches (kvxferd replays remembered
 	// registrations there). A panic in it is recovered and counted as a Sink panic.
 	Before func()
+	// KeepAlive, when set, turns TCP keepalive on for every decode connection: the
+	// kernel closes a connection whose peer acknowledged nothing for about Idle +
+	// Interval×Count, and data that peer's kernel retransmits afterwards is refused
+	// (RST), never read. kvxferd sets it below decode's heartbeat budget, so that
+	// frames decode sent before it gave its rooms up cannot arrive after a long
+	// link outage (docs/kvxferd.md, decode liveness). nil: the OS default (off).
+	KeepAlive *KeepAlive
+}
+
+// KeepAlive is TCP keepalive on a socket's connections, in whole seconds (libzmq's
+// unit; anything below a second is a second).
+type KeepAlive struct {
+	Idle, Interval time.Duration
+	Count          int
+}
+
+func (k *KeepAlive) opts() []sockOpt {
+	secs := func(d time.Duration) int { return max(int(d/time.Second), 1) }
+	return []sockOpt{
+		{"TCP_KEEPALIVE", func(s *zmq.Socket) error { return s.SetTcpKeepalive(1) }},
+		{"TCP_KEEPALIVE_IDLE", func(s *zmq.Socket) error { return s.SetTcpKeepaliveIdle(secs(k.Idle)) }},
+		{"TCP_KEEPALIVE_INTVL", func(s *zmq.Socket) error { return s.SetTcpKeepaliveIntvl(secs(k.Interval)) }},
+		{"TCP_KEEPALIVE_CNT", func(s *zmq.Socket) error { return s.SetTcpKeepaliveCnt(max(k.Count, 1)) }},
+	}
 }
 
 // The largest legal frame. A transfer info's dst_kv_indices is 4 bytes a page and is the
@@ -263,6 +287,9 @@ func (in *Ingest) open(zctx *zmq.Context) (*zmq.Socket, error) {
 	}
 	if in.cfg.RcvBuf > 0 {
 		opts = append(opts, sockOpt{"RCVBUF", func(s *zmq.Socket) error { return s.SetRcvbuf(in.cfg.RcvBuf) }})
+	}
+	if in.cfg.KeepAlive != nil {
+		opts = append(opts, in.cfg.KeepAlive.opts()...)
 	}
 	sock, err := newSocket(zctx, zmq.PULL, "PULL", opts...)
 	if err != nil {
