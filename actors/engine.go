@@ -30,32 +30,6 @@ type Notifier interface {
 	Notify(roomID uint64, n room.Notice)
 }
 
-// Observer sees what rooms do, for metrics and tracing. Its methods are called
-// from actor goroutines and must be safe for concurrent use and cheap. A
-// method that panics fails at most the room it was called for
-// (internal_error; docs/engine.md, Panics).
-//
-// A room's story, in order: RoomCreated (first message naming it, from any
-// side), Traceparent (only if the scheduler opened it with one; may come
-// before or after RoomCreated), StatusChanged for every published change,
-// Posted and TransferDone for every transfer, RoomRetired. A retired room
-// revived by an Open is created again. A TransferDone can follow RoomRetired:
-// a write that completes after the drain deadline let the room retire.
-type Observer interface {
-	RoomCreated(roomID uint64)
-	Traceparent(roomID uint64, traceparent string)
-	// TransferInfo sees each decode transfer info that reaches a live room
-	// (before the room does): agent and required_dst_info_num. An info
-	// refused by the room cap, or absorbed by a tombstone, is not seen.
-	TransferInfo(roomID uint64, agent string, required int)
-	StatusChanged(roomID uint64, s room.Status, why room.Reason)
-	Posted(t *room.Transfer)
-	TransferDone(roomID uint64, seq uint32, fail room.Reason)
-	RoomRetired(t room.Tombstone)
-	Ignored(roomID uint64, msg room.Msg)
-	TombstoneEvicted(roomID uint64)
-}
-
 // RefusalObserver is an Observer that also hears of refused rooms (optional):
 // a message that would have made a room live beyond Config.RoomCap
 // (peerShare false) or beyond its decode agent's Config.PeerRoomCap (true).
@@ -187,6 +161,9 @@ func New(cfg Config) (*Engine, error) {
 			actor.WithSupervisor(actor.NewOneForOneStrategy(0, 0, func(any) actor.Directive { return actor.StopDirective })))
 		e.shards = append(e.shards, sys.Root.Spawn(props))
 	}
+	if w, ok := c.Observer.(EngineWatcher); ok {
+		w.WatchEngine(e)
+	}
 	return e, nil
 }
 
@@ -208,18 +185,10 @@ func (e *Engine) route(roomID uint64, msg room.Msg) {
 func (e *Engine) Open(roomID uint64) { e.route(roomID, room.Open{}) }
 
 // OpenTraced is Open with the scheduler's W3C traceparent: the room's span
-// joins that trace.
-// A panicking Observer.Traceparent fails the room (internal_error).
+// joins that trace (RoomObserver.Traceparent, called by the room when the
+// Open reaches it). A panicking Traceparent fails the room (internal_error).
 func (e *Engine) OpenTraced(roomID uint64, traceparent string) {
-	if traceparent != "" {
-		if p := recoverFrom(func() { e.cfg.Observer.Traceparent(roomID, traceparent) }); p != nil {
-			e.cfg.Logger.Error("observer panicked on a traceparent; failing the room", "room", roomID, "panic", fmt.Sprint(p))
-			e.route(roomID, room.Open{})
-			e.route(roomID, room.Fail{Reason: room.ReasonInternalError})
-			return
-		}
-	}
-	e.route(roomID, room.Open{})
+	e.system.Root.Send(e.shardFor(roomID), &envelope{room: roomID, msg: room.Open{}, trace: traceparent})
 }
 
 // Init is sender.init(numPages, auxIndex).
@@ -369,6 +338,56 @@ func (e *Engine) Stats() Stats {
 	return st
 }
 
+// Live counts the live rooms by the status a poll answers, summed from what
+// each room last reported to its shard, one message per shard (a metrics
+// scrape; not for a hot path).
+func (e *Engine) Live() LiveRooms {
+	var out LiveRooms
+	for _, v := range e.gather(func(reply chan<- any) any { return &liveReq{reply: reply} }) {
+		l := v.(LiveRooms)
+		for i := range out.ByStatus {
+			out.ByStatus[i] += l.ByStatus[i]
+		}
+		if l.NonTerminal > 0 && (out.NonTerminal == 0 || l.OldestNonTerminal.Before(out.OldestNonTerminal)) {
+			out.OldestNonTerminal = l.OldestNonTerminal
+		}
+		out.NonTerminal += l.NonTerminal
+	}
+	return out
+}
+
+// AbandonRecords has every live room hand its Observer record over as
+// abandoned (RoomObserver.Abandoned) and returns once they all have: an
+// observer that closes before the engine emits what the rooms recorded so
+// far. The rooms go on unobserved.
+func (e *Engine) AbandonRecords() {
+	reply := make(chan any, 256)
+	for _, s := range e.shards {
+		e.system.Root.Send(s, &abandonReq{reply: reply})
+	}
+	counts, want, got := 0, 0, 0
+	for counts < len(e.shards) || got < want {
+		select {
+		case v := <-reply:
+			switch v := v.(type) {
+			case dumpCount:
+				counts++
+				want += int(v)
+			case abandoned:
+				got++
+			}
+		case <-e.stopped:
+			return
+		}
+	}
+}
+
+// EngineWatcher is an Observer that wants to know the engines it observes
+// (New tells it), e.g. to read Engine.Live at scrape time.
+type EngineWatcher interface {
+	WatchEngine(e *Engine)
+}
+
 // RoomInfo describes one live room for the /debug/rooms dump.
 type RoomInfo struct {
 	Room     uint64 `json:"room"`
@@ -477,19 +496,6 @@ func (e *Engine) Close(ctx context.Context) error {
 	e.system.Shutdown()
 	return waitErr
 }
-
-// NopObserver ignores everything.
-type NopObserver struct{}
-
-func (NopObserver) RoomCreated(uint64)                             {}
-func (NopObserver) Traceparent(uint64, string)                     {}
-func (NopObserver) TransferInfo(uint64, string, int)               {}
-func (NopObserver) TransferDone(uint64, uint32, room.Reason)       {}
-func (NopObserver) StatusChanged(uint64, room.Status, room.Reason) {}
-func (NopObserver) Posted(*room.Transfer)                          {}
-func (NopObserver) RoomRetired(room.Tombstone)                     {}
-func (NopObserver) Ignored(uint64, room.Msg)                       {}
-func (NopObserver) TombstoneEvicted(uint64)                        {}
 
 type dropNotices struct{}
 

@@ -45,9 +45,22 @@ func (d *transfersDouble) Post(t room.Transfer, done room.DoneFunc) {
 	}()
 }
 
-// recorder is an Observer that keeps per-room terminal counts.
+// nopCallbacks ignores every callback (test recorders embed it).
+type nopCallbacks struct{}
+
+func (nopCallbacks) RoomCreated(uint64)                             {}
+func (nopCallbacks) Traceparent(uint64, string)                     {}
+func (nopCallbacks) TransferInfo(uint64, string, int)               {}
+func (nopCallbacks) TransferDone(uint64, uint32, room.Reason)       {}
+func (nopCallbacks) StatusChanged(uint64, room.Status, room.Reason) {}
+func (nopCallbacks) Posted(*room.Transfer)                          {}
+func (nopCallbacks) RoomRetired(room.Tombstone)                     {}
+func (nopCallbacks) Ignored(uint64, room.Msg)                       {}
+func (nopCallbacks) TombstoneEvicted(uint64)                        {}
+
+// recorder is an Observer (through Flat) that keeps per-room terminal counts.
 type recorder struct {
-	NopObserver
+	nopCallbacks
 	mu        sync.Mutex
 	terminals map[uint64][]room.Status
 	reasons   map[uint64]room.Reason
@@ -108,7 +121,7 @@ type fixture struct {
 func newFixture(t *testing.T, xfer *transfersDouble, mod func(*Config)) *fixture {
 	t.Helper()
 	f := &fixture{t: t, clk: clock.NewFake(time.Unix(1000, 0)), xfer: xfer, obs: newRecorder(), notices: &noticeLog{}}
-	cfg := Config{Clock: f.clk, Transfers: xfer, Observer: f.obs, Notifier: f.notices, Shards: 4}
+	cfg := Config{Clock: f.clk, Transfers: xfer, Observer: Flat(f.obs), Notifier: f.notices, Shards: 4}
 	if mod != nil {
 		mod(&cfg)
 	}

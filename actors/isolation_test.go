@@ -103,7 +103,7 @@ func TestObserverPanicAtEveryCallback(t *testing.T) {
 			const victim = 3
 			obs := &panicky{recorder: newRecorder(), at: at, victim: victim}
 			f := newFixture(t, &transfersDouble{}, func(c *Config) {
-				c.Observer = obs
+				c.Observer = Flat(obs)
 				c.Shards = 2
 				c.TombstoneCap = 4 // tombstones are evicted, the victim's too
 			})

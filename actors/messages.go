@@ -1,6 +1,9 @@
 package actors
 
 import (
+	"sync/atomic"
+	"time"
+
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/kvxfer/kvxfer/actors/room"
@@ -15,7 +18,8 @@ type envelope struct {
 	msg     room.Msg
 	answers chan<- pollAnswer
 	index   int
-	sync    bool // a Poll the room itself answers (PollSync)
+	sync    bool   // a Poll the room itself answers (PollSync)
+	trace   string // an Open's W3C traceparent (Engine.OpenTraced)
 }
 
 type pollBatch struct {
@@ -39,7 +43,26 @@ type retired struct {
 	pid  *actor.PID
 }
 
-// xferDone and deadline go straight from the pool and the timers to a room.
+// postDone is one posted transfer's completion. Its done function (fn, what
+// Transfers.Post gets) records the outcome; a completion inside Post is taken
+// by the room when Post returns (no message, and the postDone is reused), a
+// later one is sent to the room as this message. state says which: the room
+// and the done function each try to move it from postInCall.
+type postDone struct {
+	seq    uint32
+	fail   room.Reason
+	signal [][]byte
+	state  atomic.Uint32
+	fn     room.DoneFunc
+}
+
+const (
+	postInCall   uint32 = iota // Post has not returned, done not called
+	postReturned               // Post returned first: done sends the message
+	postSync                   // done was called inside Post
+)
+
+// xferDone is a completion the room steps.
 type xferDone struct {
 	seq    uint32
 	fail   room.Reason
@@ -64,13 +87,56 @@ type dumpCount int
 // describe asks a room for its RoomInfo; the room answers on reply.
 type describe struct{ reply chan<- any }
 
-// view is a room telling its shard what a poll would answer now, and how many
-// routed messages it has handled (seen). The shard answers polls from it while
-// nothing it routed to the room is still unhandled, so a poll stays ordered
-// after the caller's earlier messages without a trip through the room.
+// liveReq asks a shard for its live rooms by status (a LiveRooms on reply).
+type liveReq struct{ reply chan<- any }
+
+// abandonReq asks a shard to have every live room hand its Observer record
+// over as abandoned (see RoomObserver.Abandoned); like dumpReq, the rooms
+// answer abandoned{} each and the shard the count.
+type abandonReq struct{ reply chan<- any }
+
+// abandonMsg asks a room to hand its record over as abandoned; it answers
+// abandoned{} on reply.
+type abandonMsg struct{ reply chan<- any }
+
+type abandoned struct{}
+
+// view is what a room tells its shard, through shared atomics instead of a
+// message per change: what a poll would answer now, and how many routed
+// messages it has handled. The room writes it; the shard reads it and
+// answers polls from it while nothing it routed to the room is unhandled, so
+// a poll stays ordered after the caller's earlier messages without a trip
+// through the room.
 type view struct {
-	pid   *actor.PID
-	room  uint64
-	seen  uint32
-	reply room.Reply
+	state  atomic.Uint64 // seen<<32 | status<<8 | reason
+	prefix atomic.Int64  // Reply.PrefixLen
+	// handed: the room handed its Observer record over (Retired or
+	// Abandoned); the shard must not close its story again.
+	handed atomic.Bool
+}
+
+func packView(seen uint32, r room.Reply) uint64 {
+	return uint64(seen)<<32 | uint64(r.Status)<<8 | uint64(r.Reason)
+}
+
+// load returns how many messages the room has handled and its reply.
+func (v *view) load() (uint32, room.Reply) {
+	st := v.state.Load()
+	return uint32(st >> 32), room.Reply{Status: room.Status(st >> 8), Reason: room.Reason(st), PrefixLen: int(v.prefix.Load())}
+}
+
+func (v *view) store(seen uint32, r room.Reply) uint64 {
+	st := packView(seen, r)
+	v.prefix.Store(int64(r.PrefixLen)) // before state: a reader that sees state sees it
+	v.state.Store(st)
+	return st
+}
+
+// LiveRooms counts live rooms by the status a poll answers
+// (index room.Status), and gives the creation time of the oldest that is
+// neither Success nor Failed (zero if none), on the engine's clock.
+type LiveRooms struct {
+	ByStatus          [5]int
+	NonTerminal       int
+	OldestNonTerminal time.Time
 }

@@ -12,29 +12,37 @@ import (
 
 // roomActor owns one room.Machine and executes its effects: it posts transfers,
 // answers polls, sends notices, arms the one deadline and retires. It holds no
-// rule of its own.
+// rule of its own. It also owns the room's Observer record (rec) until it
+// hands it over (Retired or Abandoned).
 type roomActor struct {
 	eng   *Engine
 	m     *room.Machine
+	rec   RoomObserver
+	lr    *live // its shard's entry: the actor writes the view in it
 	shard *actor.PID
 	self  *actor.PID
-	born  time.Time
 	timer clock.Timer
 	gone  bool // retired: routed messages go back to the shard
 
 	first    room.Effects // the shard stepped the first message
 	firstEnv *envelope
 
-	recv     uint32     // envelopes handled (the shard counts what it routed)
-	reported room.Reply // last view sent to the shard
-	repRecv  uint32
+	recv      uint32 // envelopes handled (the shard counts what it routed)
+	published uint64 // the view last stored (packView)
+
+	// Completions that came inside Transfers.Post (an instant transfer
+	// layer): stepped once the step that posted them is done, without a
+	// trip through the mailbox. spare is a postDone to reuse.
+	syncDone []xferDone
+	spare    *postDone
 
 	pendingDone *room.XferDone // a completion being observed, not yet stepped
 	slot        statusSlot     // the status-table slot it publishes to (statusslot.go)
 }
 
-func newRoomActor(e *Engine, m *room.Machine, first room.Effects, env *envelope, shard *actor.PID) *roomActor {
-	return &roomActor{eng: e, m: m, shard: shard, first: first, firstEnv: env, born: e.cfg.Clock.Now()}
+func newRoomActor(e *Engine, m *room.Machine, first room.Effects, env *envelope, shard *actor.PID, lr *live) *roomActor {
+	return &roomActor{eng: e, m: m, rec: lr.rec, lr: lr, shard: shard, first: first, firstEnv: env,
+		published: lr.state.Load()}
 }
 
 // Receive handles one message. A panic anywhere in it (the room's rules, an
@@ -50,14 +58,6 @@ func (a *roomActor) Receive(ctx actor.Context) {
 		h(a.m.Room(), ctx.Message())
 	}
 	switch msg := ctx.Message().(type) {
-	case *actor.Started:
-		a.self = ctx.Self()
-		a.reported = a.m.Reply() // the shard took this view when it spawned us
-		fx, env := a.first, a.firstEnv
-		a.first = room.Effects{}
-		a.exec(ctx, env, fx)
-		a.firstEnv = nil
-		a.report(ctx)
 	case *envelope:
 		if a.gone {
 			// Retired while this was queued: the shard, which has seen our
@@ -66,42 +66,94 @@ func (a *roomActor) Receive(ctx actor.Context) {
 			return
 		}
 		a.recv++
-		a.exec(ctx, msg, a.m.Step(msg.msg))
+		traceOK := a.see(msg)
+		fx := a.m.Step(msg.msg)
+		a.view()
+		a.exec(ctx, msg, fx)
+		if !traceOK {
+			a.stepDirect(ctx, room.Fail{Reason: room.ReasonInternalError})
+		}
+		a.drainSync(ctx)
 		a.report(ctx)
-	case xferDone:
-		done := room.XferDone{Seq: msg.seq, Fail: msg.fail, Signal: msg.signal}
-		a.pendingDone = &done // stepped by fault if the observer panics
-		a.eng.cfg.Observer.TransferDone(a.m.Room(), msg.seq, msg.fail)
-		a.pendingDone = nil
-		a.stepDirect(ctx, done)
+	case *postDone:
+		done := xferDone{seq: msg.seq, fail: msg.fail, signal: msg.signal}
+		msg.signal = nil
+		if a.spare == nil {
+			a.spare = msg // its done function has returned: reusable
+		}
+		a.complete(ctx, done)
+		a.drainSync(ctx)
 		a.report(ctx)
 	case deadline:
 		a.stepDirect(ctx, room.Deadline{Gen: msg.gen})
+		a.drainSync(ctx)
+		a.report(ctx)
+	case *actor.Started:
+		a.self = ctx.Self()
+		fx, env := a.first, a.firstEnv
+		a.first = room.Effects{}
+		a.exec(ctx, env, fx)
+		a.firstEnv = nil
+		a.drainSync(ctx)
 		a.report(ctx)
 	case *describe:
 		st, why := a.m.Status()
 		msg.reply <- RoomInfo{Room: a.m.Room(), Status: st.String(), Reason: why.String(), Phase: a.m.Phase(),
-			Inflight: a.m.Inflight(), Agents: a.m.Agents(), Age: a.eng.cfg.Clock.Now().Sub(a.born)}
+			Inflight: a.m.Inflight(), Agents: a.m.Agents(), Age: a.eng.cfg.Clock.Now().Sub(time.Unix(0, a.lr.born))}
+	case *abandonMsg:
+		a.abandon()
+		msg.reply <- abandoned{}
 	case *actor.Stopping:
 		if a.timer != nil {
 			a.timer.Stop()
 		}
+		a.abandon()
 	}
 }
 
-// report tells the shard what a poll answers now when that, or the count of
-// handled envelopes, changed; the shard answers polls from it (see view).
-func (a *roomActor) report(ctx actor.Context) {
-	a.slot.publish(a.eng, a.m)
+// see shows the record what reaches the live room before the room handles
+// it: a transfer info, an Open's traceparent. A panicking Traceparent fails
+// the room once the Open is handled: see reports false.
+func (a *roomActor) see(env *envelope) bool {
+	switch m := env.msg.(type) {
+	case room.TransferInfo:
+		a.rec.TransferInfo(m.Agent, m.Required)
+	case room.Open:
+		if env.trace != "" {
+			return traced(a.eng, a.rec, env)
+		}
+	}
+	return true
+}
+
+// abandon hands the record over while the room is live (the engine or the
+// observer is closing); the room goes on unobserved.
+func (a *roomActor) abandon() {
+	if a.gone || a.lr.handed.Swap(true) {
+		return
+	}
+	rec := a.rec
+	a.rec = nopRoom{}
+	rec.Abandoned()
+}
+
+// view stores what a poll answers now, and how many routed messages the
+// room handled, for its shard (see view).
+func (a *roomActor) view() {
 	if a.gone {
 		return
 	}
 	r := a.m.Reply()
-	if r == a.reported && a.recv == a.repRecv {
-		return
+	if st := packView(a.recv, r); st != a.published || r.PrefixLen != int(a.lr.prefix.Load()) {
+		a.published = a.lr.store(a.recv, r)
 	}
-	a.reported, a.repRecv = r, a.recv
-	ctx.Send(a.shard, &view{pid: a.self, room: a.m.Room(), seen: a.recv, reply: r})
+}
+
+// report publishes the room's state after a message: its view for the shard
+// and its status-table slot.
+func (a *roomActor) report(ctx actor.Context) {
+	a.slot.publish(a.eng, a.m, ctx.Message())
+	a.view()
 }
 
 func (a *roomActor) stepDirect(ctx actor.Context, msg room.Msg) {
@@ -110,6 +162,31 @@ func (a *roomActor) stepDirect(ctx actor.Context, msg room.Msg) {
 		return
 	}
 	a.exec(ctx, nil, a.m.Step(msg))
+}
+
+// complete observes a transfer's completion and steps it.
+func (a *roomActor) complete(ctx actor.Context, d xferDone) {
+	done := room.XferDone{Seq: d.seq, Fail: d.fail, Signal: d.signal}
+	if a.gone {
+		a.eng.cfg.Observer.LateTransferDone(a.m.Room(), d.seq, d.fail)
+		a.eng.cfg.Observer.Ignored(a.m.Room(), done)
+		return
+	}
+	a.pendingDone = &done // stepped by fault if the observer panics
+	a.rec.TransferDone(d.seq, d.fail)
+	a.pendingDone = nil
+	a.exec(ctx, nil, a.m.Step(done))
+}
+
+// drainSync steps the completions that came inside Post, in order (stepping
+// one may post, and complete, more).
+func (a *roomActor) drainSync(ctx actor.Context) {
+	for i := 0; i < len(a.syncDone); i++ {
+		d := a.syncDone[i]
+		a.syncDone[i] = xferDone{}
+		a.complete(ctx, d)
+	}
+	a.syncDone = a.syncDone[:0]
 }
 
 // fault handles a panic recovered from Receive: the room fails with
@@ -139,6 +216,7 @@ func (a *roomActor) fault(ctx actor.Context, r any) {
 				a.pendingDone = nil
 				a.stepDirect(ctx, *d)
 			}
+			a.drainSync(ctx)
 			if a.m.Retired() && !a.gone {
 				a.retire(ctx) // it retired in the step that panicked
 			}
@@ -146,23 +224,31 @@ func (a *roomActor) fault(ctx actor.Context, r any) {
 			// The machine itself is broken: keep only a Failed tombstone.
 			a.eng.cfg.Logger.Error("failing the room panicked; keeping a Failed tombstone", "room", id, "panic", fmt.Sprint(p))
 			a.pendingDone = nil
+			clear(a.syncDone)
+			a.syncDone = a.syncDone[:0]
 			a.m = room.FromTombstone(&a.eng.cfg.Room, room.Tombstone{Room: id, Status: room.Failed, Reason: room.ReasonInternalError, Opened: true})
-			obs := a.eng.cfg.Observer
-			recoverFrom(func() { obs.StatusChanged(id, room.Failed, room.ReasonInternalError) })
-			recoverFrom(func() { obs.RoomRetired(a.m.Tombstone()) })
+			if !a.lr.handed.Swap(true) {
+				rec, t := a.rec, a.m.Tombstone()
+				recoverFrom(func() { rec.StatusChanged(room.Failed, room.ReasonInternalError) })
+				recoverFrom(func() { rec.Retired(t) })
+			}
 			a.retire(ctx)
 		}
 	}
 	st, why := a.m.Status()
+	if !a.gone {
+		a.view()
+	}
 	if env != nil && env.answers != nil {
 		answer(env, room.Reply{Status: st, Reason: why})
 	}
 	if d, ok := ctx.Message().(*describe); ok {
 		d.reply <- RoomInfo{Room: id, Status: st.String(), Reason: why.String(), Phase: "fault"}
 	}
-	if !a.gone {
-		a.report(ctx)
+	if d, ok := ctx.Message().(*abandonMsg); ok {
+		d.reply <- abandoned{}
 	}
+	a.report(ctx)
 }
 
 // recoverFrom runs f and returns what it panicked with (nil if it returned).
@@ -173,16 +259,9 @@ func recoverFrom(f func()) (p any) {
 }
 
 func (a *roomActor) exec(ctx actor.Context, env *envelope, fx room.Effects) {
-	obs := a.eng.cfg.Observer
 	for i := range fx.Posts {
-		t := fx.Posts[i]
-		obs.Posted(&t)
-		self, root, seq := a.self, a.eng.system.Root, t.Seq
-		a.eng.cfg.Transfers.Post(t, func(fail room.Reason, signal [][]byte) {
-			root.Send(self, xferDone{seq: seq, fail: fail, signal: signal})
-		})
+		a.post(&fx.Posts[i])
 	}
-	execStateless(a.eng, env, a.m, fx)
 	if fx.Arm.Kind != room.NoDeadline {
 		if a.timer != nil {
 			a.timer.Stop()
@@ -191,8 +270,36 @@ func (a *roomActor) exec(ctx actor.Context, env *envelope, fx room.Effects) {
 		a.timer = a.eng.cfg.Clock.AfterFunc(fx.Arm.After, func() { root.Send(self, deadline{gen: gen}) })
 	}
 	if fx.Retire {
-		a.retire(ctx)
+		a.retire(ctx) // the shard hears it before anyone hears the poll answer
 	}
+	execStateless(a.eng, env, a.m, fx, a.rec, a.lr)
+}
+
+// post hands one transfer to the transfer layer. A completion inside Post is
+// queued for drainSync; a later one arrives as the postDone message.
+func (a *roomActor) post(t *room.Transfer) {
+	a.rec.Posted(t)
+	pd := a.spare
+	if pd == nil {
+		pd = &postDone{}
+		self, root := a.self, a.eng.system.Root
+		pd.fn = func(fail room.Reason, signal [][]byte) {
+			pd.fail, pd.signal = fail, signal
+			if !pd.state.CompareAndSwap(postInCall, postSync) {
+				root.Send(self, pd)
+			}
+		}
+	}
+	a.spare = nil
+	pd.seq = t.Seq
+	pd.state.Store(postInCall)
+	a.eng.cfg.Transfers.Post(*t, pd.fn)
+	if pd.state.CompareAndSwap(postInCall, postReturned) {
+		return // done comes later, as a message
+	}
+	a.syncDone = append(a.syncDone, xferDone{seq: pd.seq, fail: pd.fail, signal: pd.signal})
+	pd.signal = nil
+	a.spare = pd
 }
 
 func (a *roomActor) retire(ctx actor.Context) {
@@ -204,14 +311,12 @@ func (a *roomActor) retire(ctx actor.Context) {
 }
 
 // execStateless runs the effects that need neither an actor nor a timer; the
-// shard uses it for rooms that are only a tombstone.
-func execStateless(e *Engine, env *envelope, m *room.Machine, fx room.Effects) {
+// shard uses it for rooms that are only a tombstone (rec nil unless the room
+// was created by this step; lr nil).
+func execStateless(e *Engine, env *envelope, m *room.Machine, fx room.Effects, rec RoomObserver, lr *live) {
 	id := m.Room()
-	if fx.Published {
-		e.cfg.Observer.StatusChanged(id, fx.Status, fx.Reason)
-	}
-	if fx.Reply != nil && env != nil {
-		answer(env, *fx.Reply)
+	if fx.Published && rec != nil {
+		rec.StatusChanged(fx.Status, fx.Reason)
 	}
 	for _, n := range fx.Notices {
 		e.cfg.Notifier.Notify(id, n)
@@ -221,10 +326,17 @@ func execStateless(e *Engine, env *envelope, m *room.Machine, fx room.Effects) {
 		if env != nil {
 			msg = env.msg
 		}
-		e.cfg.Observer.Ignored(id, msg)
+		if rec != nil && !m.Retired() {
+			rec.Ignored(msg)
+		} else {
+			e.cfg.Observer.Ignored(id, msg)
+		}
 	}
-	if fx.Retire {
-		e.cfg.Observer.RoomRetired(m.Tombstone())
+	if fx.Retire && rec != nil && (lr == nil || !lr.handed.Swap(true)) {
+		rec.Retired(m.Tombstone())
+	}
+	if fx.Reply != nil && env != nil {
+		answer(env, *fx.Reply)
 	}
 }
 

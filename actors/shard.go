@@ -32,21 +32,25 @@ type shard struct {
 	timer clock.Timer
 
 	// creating: the room being routed is being created or revived;
-	// announced: RoomCreated was told for it (routeFault then closes its
-	// story); dumped: describes sent for the dump being served.
+	// announced: RoomCreated was told for it and rec is its record
+	// (routeFault then closes its story); dumped: describes (or abandons)
+	// sent for the request being served.
 	creating, announced bool
+	rec                 RoomObserver
 	dumped              int
 }
 
 // live is a room with an actor: its PID, how many messages the shard routed
-// to it, and the room's last report of how many it handled and what a poll
-// answers (see view).
+// to it, and the room's view (how many it handled and what a poll answers,
+// written by the room).
 type live struct {
-	pid        *actor.PID
-	sent, seen uint32
-	reply      room.Reply
-	peer       string // the decode agent charged for the room ("" for the scheduler)
-	opened     bool   // the scheduler's Open was routed to it
+	view
+	pid    *actor.PID
+	sent   uint32
+	peer   string       // the decode agent charged for the room ("" for the scheduler)
+	opened bool         // the scheduler's Open was routed to it
+	born   int64        // creation time, UnixNano on the engine's clock
+	rec    RoomObserver // the room's record, for onTerminated only
 }
 
 // limits are one shard's part of Config.RoomCap and Config.PeerRoomCap.
@@ -120,10 +124,15 @@ func (s *shard) Receive(ctx actor.Context) {
 		}
 	case *actor.Terminated:
 		s.onTerminated(m.Who)
-	case *view:
-		if lr, ok := s.rooms[m.room]; ok && lr.pid.Equal(m.pid) {
-			lr.seen, lr.reply = m.seen, m.reply
+	case *liveReq:
+		m.reply <- s.live()
+	case *abandonReq:
+		s.dumped = 0
+		for _, lr := range s.rooms {
+			ctx.Send(lr.pid, &abandonMsg{reply: m.reply})
+			s.dumped++
 		}
+		m.reply <- dumpCount(s.dumped)
 	case *retired:
 		s.onRetired(ctx, m)
 	case sweep:
@@ -159,9 +168,35 @@ func (s *shard) fault(ctx actor.Context, r any) {
 			RefusedRoomCap: s.refusedCap, RefusedPeerShare: s.refusedShare}
 	case *dumpReq:
 		m.reply <- dumpCount(s.dumped)
+	case *abandonReq:
+		m.reply <- dumpCount(s.dumped)
+	case *liveReq:
+		m.reply <- LiveRooms{}
 	case sweep:
 		s.armSweep()
 	}
+}
+
+// live counts the shard's live rooms by the status their view answers.
+func (s *shard) live() LiveRooms {
+	var l LiveRooms
+	oldest := int64(0)
+	for _, lr := range s.rooms {
+		_, r := lr.load()
+		if int(r.Status) < len(l.ByStatus) {
+			l.ByStatus[r.Status]++
+		}
+		if !r.Status.Terminal() {
+			if l.NonTerminal == 0 || lr.born < oldest {
+				oldest = lr.born
+			}
+			l.NonTerminal++
+		}
+	}
+	if l.NonTerminal > 0 {
+		l.OldestNonTerminal = time.Unix(0, oldest)
+	}
+	return l
 }
 
 // route delivers a room message to the room's actor, or steps it through the
@@ -169,7 +204,7 @@ func (s *shard) fault(ctx actor.Context, r any) {
 // panic while doing so (the tombstone's step, an Observer or Notifier call)
 // fails that room and touches nothing else (routeFault).
 func (s *shard) route(ctx actor.Context, env *envelope) {
-	s.creating, s.announced = false, false
+	s.creating, s.announced, s.rec = false, false, nil
 	defer func() {
 		if r := recover(); r != nil {
 			s.routeFault(ctx, env, r)
@@ -206,9 +241,9 @@ func (s *shard) routeFault(ctx actor.Context, env *envelope, r any) {
 		t.Opened = t.Opened || te.t.Opened
 	}
 	if s.announced {
-		obs := s.eng.cfg.Observer
-		recoverFrom(func() { obs.StatusChanged(env.room, room.Failed, room.ReasonInternalError) })
-		recoverFrom(func() { obs.RoomRetired(t) })
+		rec := s.rec
+		recoverFrom(func() { rec.StatusChanged(room.Failed, room.ReasonInternalError) })
+		recoverFrom(func() { rec.Retired(t) })
 	}
 	s.keepTombstone(t)
 	answer(env, tombReply(t))
@@ -231,9 +266,11 @@ func (s *shard) onTerminated(who *actor.PID) {
 	s.eng.cfg.Logger.Error("room actor died; keeping a Failed tombstone", "room", id)
 	s.forget(id, lr)
 	t := room.Tombstone{Room: id, Status: room.Failed, Reason: room.ReasonInternalError, Opened: lr.opened}
-	obs := s.eng.cfg.Observer
-	recoverFrom(func() { obs.StatusChanged(id, room.Failed, room.ReasonInternalError) })
-	recoverFrom(func() { obs.RoomRetired(t) })
+	if !lr.handed.Swap(true) { // the dead actor's record is the shard's now
+		rec := lr.rec
+		recoverFrom(func() { rec.StatusChanged(room.Failed, room.ReasonInternalError) })
+		recoverFrom(func() { rec.Retired(t) })
+	}
 	s.keepTombstone(t)
 }
 
@@ -253,11 +290,12 @@ func roomOfPID(pid *actor.PID) (uint64, bool) {
 
 func (s *shard) routeOne(ctx actor.Context, env *envelope) {
 	if lr, ok := s.rooms[env.room]; ok {
-		if _, poll := env.msg.(room.Poll); poll && !env.sync && lr.seen == lr.sent {
-			answer(env, lr.reply) // the room has handled everything routed to it
-			return
+		if _, poll := env.msg.(room.Poll); poll && !env.sync {
+			if seen, r := lr.load(); seen == lr.sent {
+				answer(env, r) // the room has handled everything routed to it
+				return
+			}
 		}
-		s.seeInfo(env)
 		if _, open := env.msg.(room.Open); open {
 			lr.opened = true
 		}
@@ -286,44 +324,61 @@ func (s *shard) routeOne(ctx actor.Context, env *envelope) {
 			s.refuse(env, why)
 			return
 		}
-		s.seeInfo(env)
 	}
+	var rec RoomObserver
+	failTrace := false
 	if created || fx.Revived {
 		s.creating = true
-		s.eng.cfg.Observer.RoomCreated(env.room) // new, or a tombstone came back to life
-		s.announced = true
+		rec = s.eng.cfg.Observer.RoomCreated(env.room) // new, or a tombstone came back to life
+		s.rec, s.announced = rec, true
+		if env.trace != "" {
+			failTrace = !traced(s.eng, rec, env)
+		}
+		if ti, ok := env.msg.(room.TransferInfo); ok && alive {
+			// Seen before the room handles it (its first step's effects run
+			// in the actor). Infos refused or absorbed by a tombstone are
+			// not seen: only live rooms keep a record.
+			rec.TransferInfo(ti.Agent, ti.Required)
+		}
 	}
 	if alive {
 		// The room is (again) alive: it gets an actor, which executes this
-		// first step's effects once it runs. The machine is the actor's from
-		// the spawn on: what the shard needs of it is taken before.
+		// first step's effects once it runs. The machine and the record are
+		// the actor's from the spawn on: what the shard needs of them is
+		// taken before.
 		_, open := env.msg.(room.Open)
-		lr := &live{reply: m.Reply(), opened: open || m.Tombstone().Opened}
+		lr := &live{opened: open || m.Tombstone().Opened, born: s.eng.cfg.Clock.Now().UnixNano(), rec: rec}
+		lr.store(0, m.Reply())
 		delete(s.tombs, env.room)
 		self := ctx.Self()
 		lr.pid = ctx.SpawnPrefix(actor.PropsFromProducer(func() actor.Actor {
-			return newRoomActor(s.eng, m, fx, env, self)
+			return newRoomActor(s.eng, m, fx, env, self, lr)
 		}), roomPrefix(env.room))
 		if ti, ok := env.msg.(room.TransferInfo); ok {
 			lr.peer = ti.Agent
 			s.peers[ti.Agent]++
 		}
 		s.rooms[env.room] = lr
+		if failTrace {
+			lr.sent++
+			ctx.Send(lr.pid, &envelope{room: env.room, msg: room.Fail{Reason: room.ReasonInternalError}})
+		}
 		return
 	}
 	// Still (or at once) a tombstone: nothing here can post or arm.
-	execStateless(s.eng, env, m, fx)
+	execStateless(s.eng, env, m, fx, rec, nil)
 	s.keepTombstone(m.Tombstone())
 }
 
-// seeInfo shows the observer a transfer info that reaches a live room (before
-// the room handles it). Infos refused or absorbed by a tombstone are not
-// shown: the observer keeps a record per room it sees, and only live rooms
-// retire.
-func (s *shard) seeInfo(env *envelope) {
-	if ti, ok := env.msg.(room.TransferInfo); ok {
-		s.eng.cfg.Observer.TransferInfo(env.room, ti.Agent, ti.Required)
+// traced gives an Open's traceparent to the room's record. A panicking
+// Traceparent fails the room (internal_error) once the Open is handled: it
+// reports false.
+func traced(e *Engine, rec RoomObserver, env *envelope) bool {
+	if p := recoverFrom(func() { rec.Traceparent(env.trace) }); p != nil {
+		e.cfg.Logger.Error("observer panicked on a traceparent; failing the room", "room", env.room, "panic", fmt.Sprint(p))
+		return false
 	}
+	return true
 }
 
 // refuse turns away a message that would make a room live beyond a cap: the
@@ -348,14 +403,16 @@ func (s *shard) refuse(env *envelope, why refusal) {
 	if _, open := env.msg.(room.Open); open {
 		// The scheduler's room: it gets a (short) story of its own.
 		t.Opened = true
-		obs.RoomCreated(env.room)
-		obs.StatusChanged(env.room, room.Failed, room.ReasonRoomCap)
-		obs.RoomRetired(t)
+		rec := obs.RoomCreated(env.room)
+		s.rec, s.announced = rec, true
+		rec.StatusChanged(room.Failed, room.ReasonRoomCap)
+		s.announced = false
+		rec.Retired(t)
 		s.keepTombstone(t)
 		return
 	}
 	m := room.FromTombstone(&s.eng.cfg.Room, t)
-	execStateless(s.eng, env, m, m.Step(env.msg))
+	execStateless(s.eng, env, m, m.Step(env.msg), nil, nil)
 	s.keepTombstone(t)
 }
 

@@ -206,15 +206,15 @@ func BenchmarkObserverCalls(b *testing.B) {
 	for b.Loop() {
 		id++
 		t1.Room, t2.Room = id, id
-		obs.RoomCreated(id)
-		obs.StatusChanged(id, room.WaitingForInput, room.ReasonNone)
-		obs.Posted(&t1)
-		obs.StatusChanged(id, room.Transferring, room.ReasonNone)
-		obs.TransferDone(id, 1, room.ReasonNone)
-		obs.Posted(&t2)
-		obs.TransferDone(id, 2, room.ReasonNone)
-		obs.StatusChanged(id, room.Success, room.ReasonNone)
-		obs.RoomRetired(room.Tombstone{Room: id, Status: room.Success, Opened: true})
+		r := obs.RoomCreated(id)
+		r.StatusChanged(room.WaitingForInput, room.ReasonNone)
+		r.Posted(&t1)
+		r.StatusChanged(room.Transferring, room.ReasonNone)
+		r.TransferDone(1, room.ReasonNone)
+		r.Posted(&t2)
+		r.TransferDone(2, room.ReasonNone)
+		r.StatusChanged(room.Success, room.ReasonNone)
+		r.Retired(room.Tombstone{Room: id, Status: room.Success, Opened: true})
 	}
 }
 

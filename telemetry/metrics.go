@@ -77,8 +77,7 @@ func reasonIndex(r room.Reason) int {
 	return numReasons - 1
 }
 
-// hist is a fixed-bucket histogram of durations, guarded by its shard's lock.
-// The counts are inline: no pointer to chase on the hot path.
+// hist is a snapshot of fixed-bucket histograms (see ahist), summed.
 type hist struct {
 	n      int // buckets in use: len(bounds)+1
 	counts [maxBuckets]uint64
@@ -89,21 +88,11 @@ const maxBuckets = 18
 
 func (h *hist) init(bounds int) { h.n = bounds + 1 }
 
-func (h *hist) observe(d time.Duration, bounds []time.Duration) {
-	d = max(d, 0)
-	i := 0
-	for i < len(bounds) && d > bounds[i] {
-		i++
-	}
-	h.counts[i]++
-	h.sumNs += int64(d)
-}
-
-func (h *hist) add(from *hist) {
+func (h *hist) add(from *ahist) {
 	for i := range h.counts {
-		h.counts[i] += from.counts[i]
+		h.counts[i] += from.counts[i].Load()
 	}
-	h.sumNs += from.sumNs
+	h.sumNs += from.sumNs.Load()
 }
 
 func (h *hist) point(set attribute.Set, secs []float64, start, now time.Time) metricdata.HistogramDataPoint[float64] {
@@ -128,7 +117,8 @@ var (
 	transferBoundsNs = toNs(transferBounds)
 )
 
-// totals sums the shards' stats (each under its lock) into a fresh value.
+// totals sums the stripes into a fresh snapshot (the live-room gauges come
+// from the engines: see Observer.live).
 func (o *Observer) totals() *shardStats {
 	t := &shardStats{}
 	for s := range t.statusDur {
@@ -136,37 +126,30 @@ func (o *Observer) totals() *shardStats {
 	}
 	t.xferDur.init(len(transferBounds))
 	for i := range o.shards {
-		sh := &o.shards[i]
-		sh.mu.Lock()
-		st := &sh.st
-		t.tracked += st.tracked
-		t.created += st.created
-		t.untracked += st.untracked
-		t.posted += st.posted
-		t.xferOK += st.xferOK
-		t.xferFailed += st.xferFailed
-		t.bytesOK += st.bytesOK
-		t.bytesFailed += st.bytesFailed
+		st := &o.shards[i]
+		t.tracked += st.tracked.Load()
+		t.created += st.created.Load()
+		t.untracked += st.untracked.Load()
+		t.posted += st.posted.Load()
+		t.xferOK += st.xferOK.Load()
+		t.xferFailed += st.xferFailed.Load()
+		t.bytesOK += st.bytesOK.Load()
+		t.bytesFailed += st.bytesFailed.Load()
 		for s := range numStatuses {
-			t.retired[s] += st.retired[s]
+			t.retired[s] += st.retired[s].Load()
 			t.statusDur[s].add(&st.statusDur[s])
 		}
 		for r := range numReasons {
-			t.failures[r] += st.failures[r]
+			t.failures[r] += st.failures[r].Load()
 		}
 		for k := range numMsgKinds {
-			t.absorbed[k][0] += st.absorbed[k][0]
-			t.absorbed[k][1] += st.absorbed[k][1]
+			t.absorbed[k][0] += st.absorbed[k][0].Load()
+			t.absorbed[k][1] += st.absorbed[k][1].Load()
 		}
 		for d := range numDecisions {
-			t.decisions[d] += st.decisions[d]
+			t.decisions[d] += st.decisions[d].Load()
 		}
 		t.xferDur.add(&st.xferDur)
-		for _, r := range sh.rooms { // live rooms: by status, and their transfers so far
-			t.live[statusIndex(r.status)]++
-			t.fold(r)
-		}
-		sh.mu.Unlock()
 	}
 	return t
 }
@@ -239,6 +222,9 @@ func (o *Observer) Produce(context.Context) ([]metricdata.ScopeMetrics, error) {
 	now := time.Now()
 	start := o.start
 	c := o.totals()
+	var pinned int
+	var age time.Duration
+	c.live, pinned, age = o.live()
 	var ms []metricdata.Metrics
 	sum := func(name, unit, desc string, pts ...metricdata.DataPoint[int64]) {
 		for i := range pts {
@@ -277,7 +263,6 @@ func (o *Observer) Produce(context.Context) ([]metricdata.ScopeMetrics, error) {
 	}
 	sum("kvxfer_room_failures", "{room}", "Rooms that became Failed, by reason (error.type).", fails...)
 
-	age, pinned := o.oldestNonTerminal(o.now())
 	ms = append(ms, metricdata.Metrics{Name: "kvxfer_oldest_nonterminal_room_age", Unit: "s",
 		Description: "Age of the oldest live room not yet Success or Failed (the silent-pin detector).",
 		Data:        metricdata.Gauge[float64]{DataPoints: []metricdata.DataPoint[float64]{{Attributes: noAttrs, Time: now, Value: age.Seconds()}}}})

@@ -87,6 +87,15 @@ type Source interface {
 
 // Observer implements actors.Observer (rooms → spans and metrics) and the OTel
 // metric SDK's Producer (metrics, aggregated at read time).
+//
+// Each room keeps its own record (a *roomRec, the actors.RoomObserver its
+// actor calls, never two goroutines at once): timestamps, transfers, trace
+// context. When the room retires the record is handed to the emitter on a
+// lock-free stack (kept rooms only; the rest are recycled at once). The
+// aggregate metrics are striped atomic counters and histograms (the stripe
+// chosen by room id), added to as events happen; the live-room gauges are
+// summed at scrape time from what the rooms reported to the engine's shards
+// (actors.Engine.Live). Nothing on a room's path takes a lock.
 type Observer struct {
 	cfg      Config
 	clk      clock.Clock
@@ -95,8 +104,7 @@ type Observer struct {
 	base     time.Time // origin of the ticks; monotonic with the real clock
 	real     bool      // Clock is the wall clock: ticks read only the monotonic clock
 	sampling Sampling
-	perShard int // MaxRooms split over the shards
-	freeCap  int // recycled records kept per shard
+	perShard int // MaxRooms split over the stripes
 
 	tracing bool
 	tracer  trace.Tracer          // the API path
@@ -104,16 +112,24 @@ type Observer struct {
 	batch   []sdktrace.ReadOnlySpan
 	ids     ids
 
-	shards []shard // a power of two: 4 × GOMAXPROCS, 8 to 256
-	shift  uint    // 64 - log2(len(shards))
+	shards []stripe // a power of two: 4 × GOMAXPROCS, 8 to 256
+	shift  uint     // 64 - log2(len(shards))
 
 	// Rare events: plain atomics.
 	evicted, badTraceparents, queueFull atomic.Int64
 	refusedCap, refusedShare            atomic.Int64
 	exported, exportErrors              atomic.Int64
 	src                                 atomic.Pointer[sourceBox]
+	engines                             atomic.Pointer[[]*actors.Engine]
 
-	queue   chan parcel
+	// Records handed over: kept (retired, sampled in) and abandoned (live
+	// when the engine stopped or the Observer closes). keptN bounds the
+	// first by QueueSize.
+	kept, abandoned recStack
+	keptN           atomic.Int64
+	free            sync.Pool // *roomRec, reset
+
+	queue   chan parcel // Flush and Close barriers for the emitter
 	closed  atomic.Bool
 	stopped chan struct{}
 }
@@ -121,29 +137,58 @@ type Observer struct {
 var (
 	_ actors.Observer        = (*Observer)(nil)
 	_ actors.RefusalObserver = (*Observer)(nil)
+	_ actors.EngineWatcher   = (*Observer)(nil)
+	_ actors.RoomObserver    = (*roomRec)(nil)
+	_ actors.RoomObserver    = (*untracked)(nil)
 )
 
 type sourceBox struct{ s Source }
 
-// shard holds the records of the live rooms that hash to it and the
-// metrics those rooms moved, all under one lock: the hot path touches no
-// shared atomic, and Produce sums the shards when metrics are read.
-type shard struct {
-	mu    sync.Mutex
-	rooms map[uint64]*roomRec
-	free  []*roomRec // recycled records
-	kept  []*roomRec // retired rooms to be emitted, handed over by handoff
-	st    shardStats
-	_     [64]byte // keep neighbouring shards' locks off one cache line
+// stripe is a share of the aggregate metrics: atomics only, read and summed
+// by Produce. Rooms hash to a stripe, so rooms on different goroutines
+// rarely share a cache line.
+type stripe struct {
+	tracked, created, untracked atomic.Int64
+	posted, xferOK, xferFailed  atomic.Int64
+	bytesOK, bytesFailed        atomic.Int64
+	retired                     [numStatuses]atomic.Int64
+	failures                    [numReasons]atomic.Int64
+	absorbed                    [numMsgKinds][2]atomic.Int64 // [kind][0 live room, 1 retired or unknown]
+	decisions                   [numDecisions]atomic.Int64
+	statusDur                   [numStatuses]ahist
+	xferDur                     ahist
+	// unt is the record every room over this stripe's share of MaxRooms
+	// gets: it keeps nothing of the room, and counts what the aggregates
+	// need.
+	unt untracked
+	_   [64]byte // keep neighbouring stripes off one cache line
 }
 
+// ahist is a fixed-bucket histogram of durations updated with atomics.
+type ahist struct {
+	counts [maxBuckets]atomic.Uint64
+	sumNs  atomic.Int64
+}
+
+func (h *ahist) observe(d time.Duration, bounds []time.Duration) {
+	d = max(d, 0)
+	i := 0
+	for i < len(bounds) && d > bounds[i] {
+		i++
+	}
+	h.counts[i].Add(1)
+	h.sumNs.Add(int64(d))
+}
+
+// shardStats is a snapshot of the stripes, summed (totals), plus the live
+// gauges read from the engines.
 type shardStats struct {
 	tracked, created, untracked int64
 	posted, xferOK, xferFailed  int64
 	bytesOK, bytesFailed        int64
 	live, retired               [numStatuses]int64
 	failures                    [numReasons]int64
-	absorbed                    [numMsgKinds][2]int64 // [kind][0 live room, 1 retired or unknown]
+	absorbed                    [numMsgKinds][2]int64
 	decisions                   [numDecisions]int64
 	statusDur                   [numStatuses]hist
 	xferDur                     hist
@@ -153,6 +198,9 @@ type shardStats struct {
 // small inline arrays hold a typical room without further allocation.
 type roomRec struct {
 	roomState
+	o     *Observer
+	st    *stripe
+	next  *roomRec // on a recStack
 	evBuf [4]statusEvent
 	spBuf [4]xferRec
 	inBuf [4]inflightRec
@@ -247,11 +295,8 @@ func New(cfg Config) (*Observer, error) {
 	}
 	o := &Observer{cfg: cfg, clk: cfg.Clock, start: time.Now(), base: cfg.Clock.Now(), stopped: make(chan struct{}),
 		shift: 64 - uint(bits.Len(uint(shardCount())-1))}
-	o.shards = make([]shard, 1<<(64-o.shift))
+	o.shards = make([]stripe, 1<<(64-o.shift))
 	o.perShard = (cfg.MaxRooms + len(o.shards) - 1) / len(o.shards)
-	// Keep up to freeRecords recycled records (under 1 KiB each) over all
-	// shards, so that steady traffic allocates none.
-	o.freeCap = max(64, min(o.perShard, freeRecords/len(o.shards)))
 	_, o.real = cfg.Clock.(clock.Real)
 	o.sampling = Sampling{Ratio: 1}
 	if cfg.Sampling != nil {
@@ -262,12 +307,7 @@ func New(cfg Config) (*Observer, error) {
 	}
 	o.bpp.Store(cfg.BytesPerPage)
 	for i := range o.shards {
-		sh := &o.shards[i]
-		sh.rooms = map[uint64]*roomRec{}
-		for s := range sh.st.statusDur {
-			sh.st.statusDur[s].init(len(statusBounds))
-		}
-		sh.st.xferDur.init(len(transferBounds))
+		o.shards[i].unt.o, o.shards[i].unt.st = o, &o.shards[i]
 	}
 	switch {
 	case cfg.Exporter != nil:
@@ -280,7 +320,7 @@ func New(cfg Config) (*Observer, error) {
 	}
 	o.tracing = o.exp != nil || o.tracer != nil
 	if o.tracing {
-		o.queue = make(chan parcel, max(4, cfg.QueueSize/handoff))
+		o.queue = make(chan parcel, 4)
 		go o.emitLoop()
 	} else {
 		close(o.stopped)
@@ -321,38 +361,50 @@ func shardCount() int {
 
 func (o *Observer) shardIndex(id uint64) int { return int((id * 0x9E3779B97F4A7C15) >> o.shift) }
 
-func (o *Observer) shardOf(id uint64) *shard { return &o.shards[o.shardIndex(id)] }
+func (o *Observer) stripeOf(id uint64) *stripe { return &o.shards[o.shardIndex(id)] }
 
-// newRec makes a record for a room first seen now; nil when the shard is at
-// its share of MaxRooms. The caller holds the shard lock.
-func (o *Observer) newRec(sh *shard, id uint64, now tick) *roomRec {
-	if sh.st.tracked >= int64(o.perShard) {
-		sh.st.untracked++
-		return nil
+// WatchEngine implements actors.EngineWatcher: the live-room gauges are read
+// from e at scrape time, and Close has e's live rooms hand their records over.
+func (o *Observer) WatchEngine(e *actors.Engine) {
+	for {
+		old := o.engines.Load()
+		var next []*actors.Engine
+		if old != nil {
+			next = append(next, *old...)
+		}
+		next = append(next, e)
+		if o.engines.CompareAndSwap(old, &next) {
+			return
+		}
 	}
-	var r *roomRec
-	if n := len(sh.free); n > 0 {
-		r, sh.free = sh.free[n-1], sh.free[:n-1]
-	} else {
-		r = new(roomRec)
-		r.events, r.spans, r.inflight, r.agents = r.evBuf[:0], r.spBuf[:0], r.inBuf[:0], r.agBuf[:0]
-	}
-	r.id, r.created, r.statusAt, r.status = id, now, now, room.Bootstrapping
-	sh.rooms[id] = r
-	sh.st.tracked++
-	sh.st.created++
-	return r
 }
 
-// fold adds the transfer counts a record kept to its shard's totals (at
-// retirement; Produce adds the live records' own). Counting per room keeps
-// the hot path off the shard's counters.
-func (st *shardStats) fold(r *roomRec) {
-	st.posted += int64(r.transfers)
-	st.xferOK += int64(r.doneOK)
-	st.xferFailed += int64(r.failedX)
-	st.bytesOK += r.bytes
-	st.bytesFailed += r.bytesFailed
+func (o *Observer) watched() []*actors.Engine {
+	if p := o.engines.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// RoomCreated implements actors.Observer: a fresh record for the room, or
+// the stripe's untracked record once the stripe has its share of MaxRooms.
+func (o *Observer) RoomCreated(id uint64) actors.RoomObserver {
+	st := o.stripeOf(id)
+	if st.tracked.Add(1) > int64(o.perShard) {
+		st.tracked.Add(-1)
+		st.untracked.Add(1)
+		return &st.unt
+	}
+	st.created.Add(1)
+	r, _ := o.free.Get().(*roomRec)
+	if r == nil {
+		r = new(roomRec)
+		reset(r)
+	}
+	now := o.now()
+	r.o, r.st = o, st
+	r.id, r.created, r.statusAt, r.status = id, now, now, room.Bootstrapping
+	return r
 }
 
 // reset empties r for reuse, keeping its inline buffers.
@@ -362,89 +414,71 @@ func reset(r *roomRec) {
 	clear(r.spBuf[:min(len(r.spans), len(r.spBuf))])
 	clear(r.agBuf[:min(len(r.agents), len(r.agBuf))])
 	r.roomState = roomState{}
+	r.next = nil
 	r.events, r.spans, r.inflight, r.agents = r.evBuf[:0], r.spBuf[:0], r.inBuf[:0], r.agBuf[:0]
 }
 
-// recycle returns r to its shard's free list (bounded).
+// recycle returns r to the free pool.
 func (o *Observer) recycle(r *roomRec) {
-	sh := o.shardOf(r.id)
 	reset(r)
-	sh.mu.Lock()
-	if len(sh.free) < o.freeCap {
-		sh.free = append(sh.free, r)
-	}
-	sh.mu.Unlock()
+	o.free.Put(r)
 }
 
-// RoomCreated implements actors.Observer.
-func (o *Observer) RoomCreated(id uint64) {
-	now := o.now()
-	sh := o.shardOf(id)
-	sh.mu.Lock()
-	if _, ok := sh.rooms[id]; !ok { // else a traceparent came first: keep its time
-		o.newRec(sh, id, now)
-	}
-	sh.mu.Unlock()
+// Ignored implements actors.Observer: a message a tombstone (or nobody)
+// absorbed.
+func (o *Observer) Ignored(id uint64, msg room.Msg) {
+	o.stripeOf(id).absorbed[msgIndex(msg)][1].Add(1)
 }
 
-// TransferInfo implements actors.Observer: it records the room's
-// required_dst_info_num (decode agents are recorded as transfers are posted).
-func (o *Observer) TransferInfo(id uint64, _ string, required int) {
-	now := o.now()
-	sh := o.shardOf(id)
-	sh.mu.Lock()
-	r := sh.rooms[id]
-	if r == nil {
-		r = o.newRec(sh, id, now)
+// LateTransferDone implements actors.Observer: a write that completed after
+// its room retired is counted.
+func (o *Observer) LateTransferDone(id uint64, _ uint32, fail room.Reason) {
+	st := o.stripeOf(id)
+	if fail == room.ReasonNone {
+		st.xferOK.Add(1)
+	} else {
+		st.xferFailed.Add(1)
 	}
-	if r != nil {
-		r.required = required
-	}
-	sh.mu.Unlock()
 }
 
-// Traceparent implements actors.Observer: the room's span joins that trace.
-// Invalid values are ignored (counted).
-func (o *Observer) Traceparent(id uint64, traceparent string) {
+// TombstoneEvicted implements actors.Observer.
+func (o *Observer) TombstoneEvicted(uint64) { o.evicted.Add(1) }
+
+// RoomRefused implements actors.RefusalObserver.
+func (o *Observer) RoomRefused(_ uint64, peerShare bool) {
+	if peerShare {
+		o.refusedShare.Add(1)
+	} else {
+		o.refusedCap.Add(1)
+	}
+}
+
+// Traceparent implements actors.RoomObserver: the room's span joins that
+// trace. Invalid values are ignored (counted).
+func (r *roomRec) Traceparent(traceparent string) {
 	sc := trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(),
 		propagation.MapCarrier{"traceparent": traceparent}))
 	if !sc.IsValid() {
-		o.badTraceparents.Add(1)
+		r.o.badTraceparents.Add(1)
 		return
 	}
-	now := o.now()
-	sh := o.shardOf(id)
-	sh.mu.Lock()
-	r := sh.rooms[id]
-	if r == nil {
-		r = o.newRec(sh, id, now)
-	}
-	if r != nil {
-		id := sc.TraceID()
-		r.parent, r.hasParent, r.parentSampled = sc, true, sc.IsSampled()
-		r.parentKey = binary.BigEndian.Uint64(id[8:16]) >> 1 // as sdktrace.TraceIDRatioBased
-	}
-	sh.mu.Unlock()
+	id := sc.TraceID()
+	r.parent, r.hasParent, r.parentSampled = sc, true, sc.IsSampled()
+	r.parentKey = binary.BigEndian.Uint64(id[8:16]) >> 1 // as sdktrace.TraceIDRatioBased
 }
 
-// StatusChanged implements actors.Observer.
-func (o *Observer) StatusChanged(id uint64, s room.Status, why room.Reason) {
+// TransferInfo implements actors.RoomObserver: it records the room's
+// required_dst_info_num (decode agents are recorded as transfers are posted).
+func (r *roomRec) TransferInfo(_ string, required int) { r.required = required }
+
+// StatusChanged implements actors.RoomObserver.
+func (r *roomRec) StatusChanged(s room.Status, why room.Reason) {
+	o, st := r.o, r.st
 	now := o.now()
-	sh := o.shardOf(id)
-	sh.mu.Lock()
-	st := &sh.st
 	if s == room.Failed {
-		st.failures[reasonIndex(why)]++
+		st.failures[reasonIndex(why)].Add(1)
 	}
-	r := sh.rooms[id]
-	if r == nil { // a tombstone revived by an Open is not created again
-		if r = o.newRec(sh, id, now); r == nil {
-			sh.mu.Unlock()
-			return
-		}
-	} else {
-		st.statusDur[statusIndex(r.status)].observe(time.Duration(now-r.statusAt), statusBoundsNs)
-	}
+	st.statusDur[statusIndex(r.status)].observe(time.Duration(now-r.statusAt), statusBoundsNs)
 	r.status, r.reason, r.statusAt = s, why, now
 	if s.Terminal() && !r.terminal {
 		r.terminalAt, r.terminal = now, true
@@ -456,22 +490,15 @@ func (o *Observer) StatusChanged(id uint64, s room.Status, why room.Reason) {
 			r.droppedEvents++
 		}
 	}
-	sh.mu.Unlock()
 }
 
-// Posted implements actors.Observer.
-func (o *Observer) Posted(t *room.Transfer) {
+// Posted implements actors.RoomObserver.
+func (r *roomRec) Posted(t *room.Transfer) {
+	o := r.o
 	now := o.now()
 	pages := len(t.SrcPages)
 	bytes := int64(pages) * o.bpp.Load()
-	sh := o.shardOf(t.Room)
-	sh.mu.Lock()
-	r := sh.rooms[t.Room]
-	if r == nil {
-		sh.st.posted++
-		sh.mu.Unlock()
-		return
-	}
+	r.st.posted.Add(1)
 	r.transfers++
 	r.pages += int64(pages)
 	if t.Chunk+1 > r.chunks {
@@ -487,7 +514,6 @@ func (o *Observer) Posted(t *room.Transfer) {
 	r.inflight = r.inflight[:len(r.inflight)+1]
 	in := &r.inflight[len(r.inflight)-1]
 	in.seq, in.bytes, in.start, in.span = t.Seq, bytes, now, span
-	sh.mu.Unlock()
 }
 
 // addSpan records a child span for t, if r has room for one, and returns its
@@ -519,26 +545,16 @@ func contains(ss []string, s string) bool {
 	return false
 }
 
-// TransferDone implements actors.Observer.
-func (o *Observer) TransferDone(id uint64, seq uint32, fail room.Reason) {
-	now := o.now()
-	sh := o.shardOf(id)
-	sh.mu.Lock()
-	st := &sh.st
-	r := sh.rooms[id]
-	if r == nil { // untracked, or completed after the room retired
-		if fail == room.ReasonNone {
-			st.xferOK++
-		} else {
-			st.xferFailed++
-		}
-		sh.mu.Unlock()
-		return
-	}
+// TransferDone implements actors.RoomObserver.
+func (r *roomRec) TransferDone(seq uint32, fail room.Reason) {
+	now := r.o.now()
+	st := r.st
 	if fail == room.ReasonNone {
 		r.doneOK++
+		st.xferOK.Add(1)
 	} else {
 		r.failedX++
+		st.xferFailed.Add(1)
 	}
 	for i := len(r.inflight) - 1; i >= 0; i-- {
 		in := r.inflight[i]
@@ -551,8 +567,10 @@ func (o *Observer) TransferDone(id uint64, seq uint32, fail room.Reason) {
 		st.xferDur.observe(time.Duration(now-in.start), transferBoundsNs)
 		if fail == room.ReasonNone {
 			r.bytes += in.bytes
+			st.bytesOK.Add(in.bytes)
 		} else {
 			r.bytesFailed += in.bytes
+			st.bytesFailed.Add(in.bytes)
 		}
 		if in.span >= 0 {
 			sp := &r.spans[in.span]
@@ -560,114 +578,118 @@ func (o *Observer) TransferDone(id uint64, seq uint32, fail room.Reason) {
 		}
 		break
 	}
-	sh.mu.Unlock()
 }
 
-// Ignored implements actors.Observer: a message the room (or its tombstone,
-// or nobody) absorbed.
-func (o *Observer) Ignored(id uint64, msg room.Msg) {
-	k := msgIndex(msg)
-	sh := o.shardOf(id)
-	sh.mu.Lock()
-	if r := sh.rooms[id]; r != nil {
-		r.ignored++
-		sh.st.absorbed[k][0]++
-	} else {
-		sh.st.absorbed[k][1]++
-	}
-	sh.mu.Unlock()
+// Ignored implements actors.RoomObserver: a message the live room absorbed.
+func (r *roomRec) Ignored(msg room.Msg) {
+	r.ignored++
+	r.st.absorbed[msgIndex(msg)][0].Add(1)
 }
 
-// TombstoneEvicted implements actors.Observer.
-func (o *Observer) TombstoneEvicted(uint64) { o.evicted.Add(1) }
-
-// RoomRefused implements actors.RefusalObserver.
-func (o *Observer) RoomRefused(_ uint64, peerShare bool) {
-	if peerShare {
-		o.refusedShare.Add(1)
-	} else {
-		o.refusedCap.Add(1)
-	}
-}
-
-// RoomRetired implements actors.Observer: the room's record is closed, and
-// its spans are emitted if the tail sampler keeps it.
-func (o *Observer) RoomRetired(t room.Tombstone) {
+// Retired implements actors.RoomObserver: the record is closed, and handed to
+// the emitter if the tail sampler keeps the room.
+func (r *roomRec) Retired(t room.Tombstone) {
+	o, st := r.o, r.st
 	now := o.now()
-	sh := o.shardOf(t.Room)
-	sh.mu.Lock()
-	st := &sh.st
-	st.retired[statusIndex(t.Status)]++
-	r := sh.rooms[t.Room]
-	if r == nil {
-		sh.mu.Unlock()
-		return
-	}
-	delete(sh.rooms, t.Room)
-	st.tracked--
+	st.retired[statusIndex(t.Status)].Add(1)
+	st.tracked.Add(-1)
 	st.statusDur[statusIndex(r.status)].observe(time.Duration(now-r.statusAt), statusBoundsNs)
-	st.fold(r)
 	r.status, r.reason, r.retiredAt, r.retired = t.Status, t.Reason, now, true
 	keep := dropSampled
 	if o.tracing {
 		keep = o.sampling.decide(r)
-		st.decisions[keep]++
+		st.decisions[keep].Add(1)
 	}
 	if keep == dropSampled || o.closed.Load() {
-		reset(r)
-		if len(sh.free) < o.freeCap {
-			sh.free = append(sh.free, r)
-		}
-		sh.mu.Unlock()
+		o.recycle(r)
+		return
+	}
+	if o.keptN.Add(1) > int64(o.cfg.QueueSize) {
+		o.keptN.Add(-1)
+		o.queueFull.Add(1)
+		o.recycle(r)
 		return
 	}
 	r.keep = keep
-	sh.kept = append(sh.kept, r)
-	var full []*roomRec
-	if len(sh.kept) >= handoff {
-		full, sh.kept = sh.kept, make([]*roomRec, 0, handoff)
-	}
-	sh.mu.Unlock()
-	if full != nil {
-		o.handOver(full)
-	}
+	o.kept.push(r)
 }
 
-// handoff is how many kept rooms a shard gathers before it hands them to the
-// emitter: one channel operation (and at most one wake-up) per batch instead
-// of per room. The emitter also collects partial batches every
-// ExportInterval and on Flush.
-const handoff = 8
-
-// parcel is what the emitter receives: kept rooms, or a Flush barrier.
-type parcel struct {
-	recs    []*roomRec
-	barrier chan struct{}
+// Abandoned implements actors.RoomObserver: the room is still live, but its
+// engine stopped or the Observer is closing; Close emits it (marked not
+// retired), ended when it was handed over.
+func (r *roomRec) Abandoned() {
+	o := r.o
+	r.st.tracked.Add(-1)
+	if !o.tracing || o.closed.Load() {
+		o.recycle(r)
+		return
+	}
+	r.retiredAt = o.now()
+	o.abandoned.push(r)
 }
 
-func (o *Observer) handOver(recs []*roomRec) {
-	select {
-	case o.queue <- parcel{recs: recs}:
-	default:
-		o.queueFull.Add(int64(len(recs)))
-		for _, r := range recs {
-			o.recycle(r)
+// untracked is the record of a room over its stripe's share of MaxRooms: it
+// keeps nothing of the room and counts what the aggregate metrics need.
+type untracked struct {
+	o  *Observer
+	st *stripe
+}
+
+func (u *untracked) Traceparent(string)       {}
+func (u *untracked) TransferInfo(string, int) {}
+func (u *untracked) StatusChanged(s room.Status, why room.Reason) {
+	if s == room.Failed {
+		u.st.failures[reasonIndex(why)].Add(1)
+	}
+}
+func (u *untracked) Posted(*room.Transfer) { u.st.posted.Add(1) }
+func (u *untracked) TransferDone(_ uint32, fail room.Reason) {
+	if fail == room.ReasonNone {
+		u.st.xferOK.Add(1)
+	} else {
+		u.st.xferFailed.Add(1)
+	}
+}
+func (u *untracked) Ignored(msg room.Msg)     { u.st.absorbed[msgIndex(msg)][1].Add(1) }
+func (u *untracked) Retired(t room.Tombstone) { u.st.retired[statusIndex(t.Status)].Add(1) }
+func (u *untracked) Abandoned()               {}
+
+// recStack is a lock-free stack of records (many pushers, one taker).
+type recStack struct{ head atomic.Pointer[roomRec] }
+
+func (s *recStack) push(r *roomRec) {
+	for {
+		h := s.head.Load()
+		r.next = h
+		if s.head.CompareAndSwap(h, r) {
+			return
 		}
 	}
 }
 
-// collect takes every shard's partial batch of kept rooms.
-func (o *Observer) collect() []*roomRec {
+// take empties the stack and returns its records oldest first.
+func (s *recStack) take() []*roomRec {
 	var out []*roomRec
-	for i := range o.shards {
-		sh := &o.shards[i]
-		sh.mu.Lock()
-		out = append(out, sh.kept...)
-		clear(sh.kept)
-		sh.kept = sh.kept[:0]
-		sh.mu.Unlock()
+	for r := s.head.Swap(nil); r != nil; {
+		next := r.next
+		r.next = nil
+		out = append(out, r)
+		r = next
 	}
+	slices.Reverse(out)
 	return out
+}
+
+// parcel is what the emitter receives: a Flush or Close barrier.
+type parcel struct {
+	barrier chan struct{}
+}
+
+// collect takes the kept rooms handed over so far.
+func (o *Observer) collect() []*roomRec {
+	recs := o.kept.take()
+	o.keptN.Add(-int64(len(recs)))
+	return recs
 }
 
 // Flush waits until every room retired so far has had its spans exported
@@ -693,10 +715,30 @@ func (o *Observer) Flush(ctx context.Context) error {
 	}
 }
 
-// Close stops the emitter after the rooms already queued, then emits a span
-// for every room still live (attribute kv_transfer.retired=false), ended now.
-// Call it after the engine closed. It returns ctx's error if ctx ends first.
+// Close stops the emitter after the rooms already retired, then emits a span
+// for every room still live (attribute kv_transfer.retired=false), ended when
+// its record was handed over: the live rooms of every engine it observes
+// hand their records over first (actors.Engine.AbandonRecords; an engine
+// that stopped already did). It returns ctx's error if ctx ends first.
 func (o *Observer) Close(ctx context.Context) error {
+	if o.closed.Load() {
+		return errors.New("telemetry: observer already closed")
+	}
+	if o.tracing {
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for _, e := range o.watched() {
+				e.AbandonRecords()
+			}
+		}()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			o.closed.Store(true)
+			return ctx.Err()
+		}
+	}
 	if o.closed.Swap(true) {
 		return errors.New("telemetry: observer already closed")
 	}
@@ -714,29 +756,15 @@ func (o *Observer) Close(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	for _, r := range o.collect() { // retired, kept, not yet handed over
+	for _, r := range o.collect() { // retired, kept, not yet emitted
 		o.emit(r)
 	}
-	now := o.now()
-	for i := range o.shards {
-		sh := &o.shards[i]
-		sh.mu.Lock()
-		live := make([]*roomRec, 0, len(sh.rooms))
-		for id, r := range sh.rooms {
-			live = append(live, r)
-			delete(sh.rooms, id)
-			sh.st.fold(r)
+	for _, r := range o.abandoned.take() {
+		if ctx.Err() != nil {
+			return ctx.Err()
 		}
-		sh.st.tracked = 0
-		sh.mu.Unlock()
-		for _, r := range live {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			r.retiredAt = now
-			if r.keep = o.sampling.decide(r); r.keep != dropSampled {
-				o.emit(r)
-			}
+		if r.keep = o.sampling.decide(r); r.keep != dropSampled {
+			o.emit(r)
 		}
 	}
 	if o.exp != nil {
@@ -758,10 +786,6 @@ func (o *Observer) emitLoop() {
 	for {
 		select {
 		case p := <-o.queue:
-			if p.barrier == nil {
-				emit(p.recs)
-				continue
-			}
 			emit(o.collect())
 			if o.exp != nil {
 				o.export(context.Background())
@@ -779,27 +803,22 @@ func (o *Observer) emitLoop() {
 	}
 }
 
-// oldestNonTerminal returns the age of the oldest tracked room that is not
-// Success or Failed, and how many such rooms there are.
-func (o *Observer) oldestNonTerminal(now tick) (time.Duration, int) {
-	var oldest tick
-	n := 0
-	for i := range o.shards {
-		sh := &o.shards[i]
-		sh.mu.Lock()
-		for _, r := range sh.rooms {
-			if r.status.Terminal() {
-				continue
-			}
-			n++
-			if n == 1 || r.created < oldest {
-				oldest = r.created
-			}
+// live sums the watched engines' live rooms (what each room last reported to
+// its shard), and the age of the oldest that is neither Success nor Failed.
+func (o *Observer) live() (byStatus [numStatuses]int64, nonTerminal int, oldest time.Duration) {
+	var first time.Time
+	for _, e := range o.watched() {
+		l := e.Live()
+		for s := range min(len(l.ByStatus), numStatuses) {
+			byStatus[s] += int64(l.ByStatus[s])
 		}
-		sh.mu.Unlock()
+		if l.NonTerminal > 0 && (nonTerminal == 0 || l.OldestNonTerminal.Before(first)) {
+			first = l.OldestNonTerminal
+		}
+		nonTerminal += l.NonTerminal
 	}
-	if n == 0 {
-		return 0, 0
+	if nonTerminal > 0 {
+		oldest = max(o.clk.Now().Sub(first), 0)
 	}
-	return time.Duration(now - oldest), n
+	return byStatus, nonTerminal, oldest
 }

@@ -1,0 +1,123 @@
+package actors
+
+import "github.com/kvxfer/kvxfer/actors/room"
+
+// Observer sees what rooms do, for metrics and tracing. Each room keeps its
+// own record (a RoomObserver, from RoomCreated) and calls only it, from one
+// goroutine at a time, so a record needs no lock; the rest of the methods
+// concern no live room and must be safe for concurrent use. A method that
+// panics fails at most the room it was called for (internal_error;
+// docs/engine.md, Panics).
+//
+// A room's story, in order: RoomCreated (first message naming it, from any
+// side, or an Open reviving its tombstone: a new record each time), then on
+// its record Traceparent (an Open that carried one, see Engine.OpenTraced),
+// TransferInfo, StatusChanged for every published change, Posted and
+// TransferDone for every transfer, Ignored for messages it absorbed, and
+// Retired last: the record is handed over and the room never touches it
+// again. A write that completes after the drain deadline let the room retire
+// is LateTransferDone.
+type Observer interface {
+	RoomCreated(roomID uint64) RoomObserver
+	// Ignored: a message absorbed by a tombstone, or for a room nobody named.
+	Ignored(roomID uint64, msg room.Msg)
+	// LateTransferDone: a write of a room that retired completed.
+	LateTransferDone(roomID uint64, seq uint32, fail room.Reason)
+	TombstoneEvicted(roomID uint64)
+}
+
+// RoomObserver is one room's record. The room's actor calls it (its shard
+// before the actor runs, or after it died), never two goroutines at once,
+// and never after Retired.
+type RoomObserver interface {
+	Traceparent(traceparent string)
+	// TransferInfo sees each decode transfer info that reaches the live
+	// room (before the room does): agent and required_dst_info_num. An info
+	// refused by the room cap, or absorbed by a tombstone, is not seen.
+	TransferInfo(agent string, required int)
+	StatusChanged(s room.Status, why room.Reason)
+	Posted(t *room.Transfer)
+	TransferDone(seq uint32, fail room.Reason)
+	Ignored(msg room.Msg)
+	// Retired hands the record over: t is the room's tombstone.
+	Retired(t room.Tombstone)
+	// Abandoned hands the record of a room still live over: the engine
+	// stops (its rooms' actors stop), or Engine.AbandonRecords was called
+	// (an observer closing). The room goes on unobserved.
+	Abandoned()
+}
+
+// NopObserver ignores everything.
+type NopObserver struct{}
+
+func (NopObserver) RoomCreated(uint64) RoomObserver              { return nopRoom{} }
+func (NopObserver) Ignored(uint64, room.Msg)                     {}
+func (NopObserver) LateTransferDone(uint64, uint32, room.Reason) {}
+func (NopObserver) TombstoneEvicted(uint64)                      {}
+func (nopRoom) Traceparent(string)                               {}
+func (nopRoom) TransferInfo(string, int)                         {}
+func (nopRoom) StatusChanged(room.Status, room.Reason)           {}
+func (nopRoom) Posted(*room.Transfer)                            {}
+func (nopRoom) TransferDone(uint32, room.Reason)                 {}
+func (nopRoom) Ignored(room.Msg)                                 {}
+func (nopRoom) Retired(room.Tombstone)                           {}
+func (nopRoom) Abandoned()                                       {}
+
+type nopRoom struct{}
+
+// Callbacks is an Observer in per-call form: every callback names its room.
+// Flat adapts one into an Observer, for observers that keep no record per
+// room (counters, logs, test recorders): its methods are called from many
+// goroutines and must be safe for concurrent use.
+type Callbacks interface {
+	RoomCreated(roomID uint64)
+	Traceparent(roomID uint64, traceparent string)
+	TransferInfo(roomID uint64, agent string, required int)
+	StatusChanged(roomID uint64, s room.Status, why room.Reason)
+	Posted(t *room.Transfer)
+	// TransferDone is also called for a write that completed after its
+	// room retired.
+	TransferDone(roomID uint64, seq uint32, fail room.Reason)
+	RoomRetired(t room.Tombstone)
+	Ignored(roomID uint64, msg room.Msg)
+	TombstoneEvicted(roomID uint64)
+}
+
+// Flat makes an Observer of c. If c is a RefusalObserver, so is the result.
+func Flat(c Callbacks) Observer {
+	if r, ok := c.(RefusalObserver); ok {
+		return flatRefusals{flat{c}, r}
+	}
+	return flat{c}
+}
+
+type flat struct{ c Callbacks }
+
+type flatRefusals struct {
+	flat
+	RefusalObserver
+}
+
+func (f flat) RoomCreated(id uint64) RoomObserver {
+	f.c.RoomCreated(id)
+	return &flatRoom{c: f.c, id: id}
+}
+func (f flat) Ignored(id uint64, msg room.Msg) { f.c.Ignored(id, msg) }
+func (f flat) LateTransferDone(id uint64, seq uint32, fail room.Reason) {
+	f.c.TransferDone(id, seq, fail)
+}
+func (f flat) TombstoneEvicted(id uint64) { f.c.TombstoneEvicted(id) }
+
+type flatRoom struct {
+	c  Callbacks
+	id uint64
+}
+
+func (r *flatRoom) Traceparent(tp string)                        { r.c.Traceparent(r.id, tp) }
+func (r *flatRoom) TransferInfo(agent string, required int)      { r.c.TransferInfo(r.id, agent, required) }
+func (r *flatRoom) StatusChanged(s room.Status, why room.Reason) { r.c.StatusChanged(r.id, s, why) }
+func (r *flatRoom) Posted(t *room.Transfer)                      { r.c.Posted(t) }
+func (r *flatRoom) TransferDone(seq uint32, fail room.Reason)    { r.c.TransferDone(r.id, seq, fail) }
+func (r *flatRoom) Ignored(msg room.Msg)                         { r.c.Ignored(r.id, msg) }
+func (r *flatRoom) Retired(t room.Tombstone)                     { r.c.RoomRetired(t) }
+func (r *flatRoom) Abandoned()                                   {}
