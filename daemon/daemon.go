@@ -233,6 +233,7 @@ func Start(cfg Config) (*Daemon, error) {
 		d.state, d.replay = openRegStore(cfg.StateDir, d.stateScope(), links.max, cfg.Logger)
 	}
 	d.xfers.peerLost = func(agent string) { go d.dropAgent(agent, "NIXL connection lost", true) }
+	d.xfers.gate = d.gateTransfer
 	ec := cfg.Engine
 	if ec.Room == (room.Config{HoldCompletion: ec.Room.HoldCompletion}) {
 		ec.Room = room.DefaultConfig()
@@ -250,6 +251,7 @@ func Start(cfg Config) (*Daemon, error) {
 	}
 	d.eng = eng
 	d.liveness = newLiveness(cfg.Liveness, ec.Clock, d.decodeLost, d.decodeBack)
+	d.xfers.suspects = &d.liveness.suspects
 	if err := d.startBootstrap(); err != nil {
 		d.Shutdown(context.Background())
 		return nil, err
@@ -530,26 +532,39 @@ func (d *Daemon) signal(roomID uint64, n room.Notice) {
 // transfer cannot be planned (no local memory), so it fails its room.
 // A transfer that fails peer_lost (the NIXL connection to its decode agent is
 // lost) also drops that agent (peerLost).
+// gate, when set, may hold a transfer to a decode that is not answering
+// (liveness.go): it returns true and later calls post, or fail, exactly once.
 type lazyTransfers struct {
 	pool     atomic.Pointer[xfer.Pool]
 	peerLost func(agent string)
+	gate     func(t room.Transfer, post, fail func()) bool
+	suspects *atomic.Int64 // decodes not answering now; 0: gate is not asked
 }
 
 func (l *lazyTransfers) Post(t room.Transfer, done room.DoneFunc) {
-	if p := l.pool.Load(); p != nil {
-		if l.peerLost == nil {
-			p.Post(t, done)
-			return
-		}
-		p.Post(t, func(fail room.Reason, signal [][]byte) {
+	p := l.pool.Load()
+	if p == nil {
+		done(room.ReasonInvalidRequest, nil)
+		return
+	}
+	if l.peerLost != nil {
+		inner := done
+		done = func(fail room.Reason, signal [][]byte) {
 			if fail == room.ReasonPeerLost {
 				l.peerLost(t.Agent)
 			}
-			done(fail, signal)
-		})
+			inner(fail, signal)
+		}
+	}
+	if l.gate == nil || l.suspects == nil || l.suspects.Load() == 0 {
+		p.Post(t, done)
 		return
 	}
-	done(room.ReasonInvalidRequest, nil)
+	post := func() { p.Post(t, done) }
+	if l.gate(t, post, func() { done(room.ReasonPeerLost, nil) }) {
+		return
+	}
+	post()
 }
 
 // PoolStats returns the transfer pool's counters (zero before the rank is live).

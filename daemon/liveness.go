@@ -7,11 +7,13 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/kvxfer/kvxfer/actors/room"
 	"github.com/kvxfer/kvxfer/internal/clock"
+	"github.com/kvxfer/kvxfer/transport/zmqio"
 )
 
 // Decode liveness (issues 15 and 18).
@@ -56,11 +58,24 @@ type LivenessConfig struct {
 	// KVXFER_PEER_LOSS_AFTER, else decode's heartbeat budget from SGLang's
 	// variables).
 	Budget time.Duration
+	// SafeAfter is the shortest outage after which decode may have failed its
+	// rooms: its heartbeat needs max_failure failures one interval apart, so
+	// (max_failure-1) × interval, at least one probe Interval (0:
+	// KVXFER_PEER_SAFE_AFTER, else that). An outage that ends before Budget
+	// but lasted SafeAfter fences and drops the decode when it answers again,
+	// before any held transfer is released.
+	SafeAfter time.Duration
 	// FenceHold is how long a fenced decode's endpoint must answer every
 	// probe before its agents are unfenced without registering again (0:
 	// KVXFER_PEER_FENCE_HOLD, else SGLang's longest heartbeat attempt, 2 s
 	// connect + 3 s read, plus one heartbeat interval).
 	FenceHold time.Duration
+	// IngestKeepAlive is the TCP keepalive window of decode connections on the
+	// ZMQ PULL socket: the kernel closes one silent this long, so what decode
+	// sent before an outage can never be read after it (0:
+	// KVXFER_INGEST_KEEPALIVE, else half of SafeAfter, at least 2 s;
+	// negative: off).
+	IngestKeepAlive time.Duration
 	// Probe replaces the TCP connect (tests).
 	Probe func(ctx context.Context, to room.Endpoint) ProbeResult
 	// Clock replaces the engine's clock (tests).
@@ -89,6 +104,8 @@ const (
 	EnvProbeTimeout        = "KVXFER_PEER_PROBE_TIMEOUT"
 	EnvLossAfter           = "KVXFER_PEER_LOSS_AFTER"
 	EnvFenceHold           = "KVXFER_PEER_FENCE_HOLD"
+	EnvSafeAfter           = "KVXFER_PEER_SAFE_AFTER"
+	EnvIngestKeepAlive     = "KVXFER_INGEST_KEEPALIVE"
 	// sglangHeartbeatAttempt is the longest one heartbeat GET takes before it
 	// counts as failed: requests' timeout=(2, 3).
 	sglangHeartbeatAttempt = 5 * time.Second
@@ -145,6 +162,12 @@ func (c LivenessConfig) withDefaults(getenv func(string) string) LivenessConfig 
 	if c.Budget <= 0 {
 		c.Budget = hbInterval * time.Duration(hbFailures)
 	}
+	if c.SafeAfter <= 0 {
+		c.SafeAfter = envDuration(getenv, EnvSafeAfter)
+	}
+	if c.SafeAfter <= 0 {
+		c.SafeAfter = hbInterval * time.Duration(hbFailures-1)
+	}
 	if c.FenceHold <= 0 {
 		c.FenceHold = envDuration(getenv, EnvFenceHold)
 	}
@@ -153,10 +176,30 @@ func (c LivenessConfig) withDefaults(getenv func(string) string) LivenessConfig 
 	}
 	c.Interval = max(c.Interval, time.Millisecond)
 	c.Timeout = min(max(c.Timeout, time.Millisecond), c.Interval)
+	c.SafeAfter = min(max(c.SafeAfter, c.Interval), c.Budget)
+	if c.IngestKeepAlive == 0 {
+		if v := getenv(EnvIngestKeepAlive); v == "0" || v == "off" {
+			c.IngestKeepAlive = -1
+		} else {
+			c.IngestKeepAlive = envDuration(getenv, EnvIngestKeepAlive)
+		}
+	}
+	if c.IngestKeepAlive == 0 {
+		c.IngestKeepAlive = max(c.SafeAfter/2, 2*time.Second)
+	}
 	if c.Probe == nil {
 		c.Probe = tcpProbe(c.Timeout)
 	}
 	return c
+}
+
+// ingestKeepAlive is the PULL socket's TCP keepalive: probes every second
+// after a second of silence, as many as fit the window (nil: off).
+func (l *liveness) ingestKeepAlive() *zmqio.KeepAlive {
+	if l == nil || l.cfg.IngestKeepAlive < 0 {
+		return nil
+	}
+	return &zmqio.KeepAlive{Idle: time.Second, Interval: time.Second, Count: max(int(l.cfg.IngestKeepAlive/time.Second)-1, 1)}
 }
 
 // tcpProbe connects to decode's PULL endpoint and closes at once (libzmq
@@ -193,10 +236,17 @@ type liveness struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
+	// suspects counts the endpoints whose last probe failed: only then does
+	// a transfer's post look its decode up (gateTransfer).
+	suspects atomic.Int64
+
 	mu     sync.Mutex
 	eps    map[room.Endpoint]*endpointLive
 	closed bool
 }
+
+// heldXfer is a transfer held while its decode does not answer.
+type heldXfer struct{ post, fail func() }
 
 type endpointLive struct {
 	lastOK    time.Time // the last probe that succeeded (or when watching began)
@@ -206,6 +256,47 @@ type endpointLive struct {
 	timer     clock.Timer
 	probing   bool
 	lastProbe ProbeResult
+	held      []heldXfer // posts held while failing, in the order they came
+}
+
+// setFailingLocked flips the failing flag and the suspects count.
+func (l *liveness) setFailingLocked(e *endpointLive, failing bool) {
+	if e.failing == failing {
+		return
+	}
+	e.failing = failing
+	if failing {
+		l.suspects.Add(1)
+	} else {
+		l.suspects.Add(-1)
+	}
+}
+
+// takeHeldLocked empties an endpoint's held transfers and returns the call
+// that fails them (run it unlocked, after the decode is dropped).
+func takeHeldLocked(e *endpointLive) func() {
+	held := e.held
+	e.held = nil
+	return func() {
+		for _, h := range held {
+			h.fail()
+		}
+	}
+}
+
+// hold keeps a transfer to an endpoint whose last probe failed (and which is
+// not fenced: a fenced decode's agents are dropped already): it is posted
+// when the endpoint answers again, or failed peer_lost when the decode is
+// lost. It reports whether it took the transfer.
+func (l *liveness) hold(at room.Endpoint, post, fail func()) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	e, ok := l.eps[at]
+	if !ok || !e.failing || e.fenced || l.closed {
+		return false
+	}
+	e.held = append(e.held, heldXfer{post: post, fail: fail})
+	return true
 }
 
 func newLiveness(cfg LivenessConfig, clk clock.Clock, lost func(room.Endpoint, string, bool), back func(room.Endpoint, bool)) *liveness {
@@ -234,11 +325,14 @@ func (l *liveness) watch(at room.Endpoint) {
 	}
 	if e, ok := l.eps[at]; ok {
 		wasFenced := e.fenced
-		e.fenced, e.upSince, e.failing, e.lastOK = false, time.Time{}, false, l.clk.Now()
-		l.mu.Unlock()
-		if wasFenced { // a registration from there: the fenced agents are past
-			l.back(at, false)
+		if !wasFenced {
+			l.mu.Unlock()
+			return
 		}
+		e.fenced, e.upSince, e.lastOK = false, time.Time{}, l.clk.Now()
+		l.setFailingLocked(e, false)
+		l.mu.Unlock()
+		l.back(at, false) // a registration from there: the fenced agents are past
 		return
 	}
 	defer l.mu.Unlock()
@@ -254,11 +348,17 @@ func (l *liveness) unwatch(at room.Endpoint) {
 		return
 	}
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	if e, ok := l.eps[at]; ok && !e.fenced {
-		e.timer.Stop()
-		delete(l.eps, at)
+	e, ok := l.eps[at]
+	if !ok || e.fenced {
+		l.mu.Unlock()
+		return
 	}
+	e.timer.Stop()
+	delete(l.eps, at)
+	l.setFailingLocked(e, false)
+	fail := takeHeldLocked(e)
+	l.mu.Unlock()
+	fail()
 }
 
 // kick probes an endpoint now (its link's connection was lost). It reports
@@ -296,7 +396,7 @@ func (l *liveness) probe(at room.Endpoint, e *endpointLive) {
 	l.mu.Unlock()
 	res := l.cfg.Probe(l.ctx, at)
 	now := l.clk.Now()
-	var act func()
+	var act, after func()
 	l.mu.Lock()
 	e.probing, e.lastProbe = false, res
 	if l.closed || l.eps[at] != e {
@@ -305,7 +405,20 @@ func (l *liveness) probe(at room.Endpoint, e *endpointLive) {
 	}
 	switch res {
 	case ProbeOK:
-		e.lastOK, e.failing = now, false
+		if out := now.Sub(e.lastOK); e.failing && !e.fenced && out >= l.cfg.SafeAfter {
+			// Back before the budget, but after an outage decode's heartbeat
+			// may have counted as its end: its rooms may be failed there.
+			e.fenced = true
+			why := "unreachable for " + out.Round(time.Millisecond).String() + " (decode gives up after " +
+				l.cfg.SafeAfter.String() + " at the earliest): decode may have failed its rooms"
+			act, after = func() { l.lost(at, why, true) }, takeHeldLocked(e)
+		}
+		for _, h := range e.held { // posted in order, before a later post can pass them
+			h.post()
+		}
+		e.held = nil
+		e.lastOK = now
+		l.setFailingLocked(e, false)
 		if e.fenced {
 			if e.upSince.IsZero() {
 				e.upSince = now
@@ -319,23 +432,29 @@ func (l *liveness) probe(at room.Endpoint, e *endpointLive) {
 	case ProbeRefused:
 		e.timer.Stop()
 		delete(l.eps, at)
+		l.setFailingLocked(e, false)
+		after = takeHeldLocked(e)
 		if !e.fenced {
 			act = func() { l.lost(at, "nothing listens at decode's endpoint: its process is gone", false) }
 		} else {
 			act = func() { l.back(at, false) } // the fenced decode is gone: nothing more can come from it
 		}
 	default:
-		e.failing, e.upSince = true, time.Time{}
+		l.setFailingLocked(e, true)
+		e.upSince = time.Time{}
 		if out := now.Sub(e.lastOK); !e.fenced && out >= l.cfg.Budget {
 			e.fenced = true
 			why := "unreachable for " + out.Round(time.Millisecond).String() + ", past decode's heartbeat budget of " +
 				l.cfg.Budget.String() + ": decode has failed its rooms"
-			act = func() { l.lost(at, why, true) }
+			act, after = func() { l.lost(at, why, true) }, takeHeldLocked(e)
 		}
 	}
 	l.mu.Unlock()
 	if act != nil {
 		act()
+	}
+	if after != nil {
+		after()
 	}
 }
 
@@ -361,11 +480,17 @@ func (l *liveness) close() {
 	}
 	l.cancel()
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	l.closed = true
+	var fails []func()
 	for at, e := range l.eps {
 		e.timer.Stop()
 		delete(l.eps, at)
+		l.setFailingLocked(e, false)
+		fails = append(fails, takeHeldLocked(e))
+	}
+	l.mu.Unlock()
+	for _, f := range fails { // held transfers fail (the engine is closing)
+		f()
 	}
 }
 
@@ -415,6 +540,18 @@ func (d *Daemon) decodeBack(at room.Endpoint, alive bool) {
 	if alive {
 		d.log.Info("decode endpoint answering again past the fence hold; its agents are loaded again", "endpoint", at.String())
 	}
+}
+
+// gateTransfer holds a transfer whose decode's last probe failed (see
+// liveness.hold): no new write is posted toward a decode that may be behind
+// a cut link, where it would land only when the link returns, possibly after
+// decode gave the room up.
+func (d *Daemon) gateTransfer(t room.Transfer, post, fail func()) bool {
+	if d.liveness == nil || d.liveness.suspects.Load() == 0 {
+		return false
+	}
+	at, ok := d.peers.endpointOf(t.Agent)
+	return ok && d.liveness.hold(at, post, fail)
 }
 
 // linkAllowed says whether a link may be dialled to an endpoint: a

@@ -312,3 +312,136 @@ func TestDecodeGoneIsDroppedAtTheNextProbe(t *testing.T) {
 		t.Fatalf("counters %v", c)
 	}
 }
+
+func (l *liveness) heldCount(at room.Endpoint) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if e, ok := l.eps[at]; ok {
+		return len(e.held)
+	}
+	return 0
+}
+
+// Transfers toward a decode whose last probe failed are held; a short outage
+// posts them in the order they came, with no loss.
+func TestLivenessShortOutageReleasesHeldTransfersInOrder(t *testing.T) {
+	r := newLivenessRig(LivenessConfig{Interval: time.Second, Budget: 10 * time.Second, SafeAfter: 5 * time.Second})
+	defer r.l.close()
+	at := room.Endpoint{IP: "192.0.2.2", Port: 5003}
+	r.l.watch(at)
+	var order []int
+	post := func(i int) func() { return func() { order = append(order, i) } }
+	fail := func() { t.Fatal("a held transfer failed after a short outage") }
+	if r.l.hold(at, post(0), fail) {
+		t.Fatal("held while answering")
+	}
+	r.probes.set(at, ProbeUnreachable)
+	r.step(3)
+	if r.l.suspects.Load() != 1 {
+		t.Fatalf("suspects %d", r.l.suspects.Load())
+	}
+	for i := 1; i <= 3; i++ {
+		if !r.l.hold(at, post(i), fail) {
+			t.Fatal("not held while failing")
+		}
+	}
+	r.probes.set(at, ProbeOK)
+	r.step(1) // 4 s since the last answer: under SafeAfter
+	if len(order) != 3 || order[0] != 1 || order[1] != 2 || order[2] != 3 || len(r.got()) != 0 {
+		t.Fatalf("posted %v, events %v", order, r.got())
+	}
+	if r.l.suspects.Load() != 0 {
+		t.Fatalf("suspects %d", r.l.suspects.Load())
+	}
+}
+
+// An outage that ends before the budget but lasted SafeAfter (decode may have
+// given up) ends in a loss with a fence when the decode answers again, and
+// the held transfers fail instead of being posted.
+func TestLivenessOutagePastSafeAfterEndsInLoss(t *testing.T) {
+	r := newLivenessRig(LivenessConfig{Interval: time.Second, Budget: 10 * time.Second, SafeAfter: 5 * time.Second})
+	defer r.l.close()
+	at := room.Endpoint{IP: "192.0.2.2", Port: 5004}
+	r.l.watch(at)
+	r.probes.set(at, ProbeUnreachable)
+	r.step(4)
+	failed := 0
+	if !r.l.hold(at, func() { t.Fatal("posted after a long outage") }, func() { failed++ }) {
+		t.Fatal("not held")
+	}
+	r.probes.set(at, ProbeOK)
+	r.step(1) // 5 s since the last answer
+	if ev := r.got(); !sameEvents(ev, []string{"lost+@5s"}) || failed != 1 {
+		t.Fatalf("events %v, failed %d", ev, failed)
+	}
+}
+
+// Issue 18 at the daemon: a chunk the scheduler sends while decode does not
+// answer is not posted; after a short outage it is, and the room succeeds;
+// after an outage past the budget the room fails peer_lost with nothing
+// posted and decode's pages untouched.
+func TestTransfersHeldWhileDecodeDoesNotAnswer(t *testing.T) {
+	d, s, clk, probes := livenessDaemon(t, LivenessConfig{Interval: time.Second, Budget: 6 * time.Second, SafeAfter: 3 * time.Second})
+	dec := newDecode(t, d)
+	at := endpointOf(dec)
+	waitWatched(t, d, at)
+	const short, long = 801, 802
+	dec.checker.Expect(short, 1, false)
+	dec.send(t, dec.info(short, seqPages(0, 2), 0, 1))
+	dec.send(t, dec.info(long, seqPages(4, 2), 1, 1))
+	s.cli.Open(short, "")
+	s.cli.Open(long, "")
+	waitRoomStatus(t, s, short, room.WaitingForInput)
+	waitRoomStatus(t, s, long, room.WaitingForInput)
+
+	probes.set(at, ProbeUnreachable)
+	advance(clk, 1)
+	s.start(t, roomSpec{id: short, src: seqPages(10, 2), chunks: []int{1, 1}, aux: 2})
+	waitFor(t, "chunks held", func() bool { return d.liveness.heldCount(at) == 2 })
+	if n := d.PoolStats().Posted; n != 0 {
+		t.Fatalf("%d transfers posted toward a decode that does not answer", n)
+	}
+	probes.set(at, ProbeOK)
+	advance(clk, 1) // 2 s since the last answer: under SafeAfter
+	if rep := s.waitTerminal(t, short); rep.Status != room.Success {
+		t.Fatalf("room after a short outage: %v/%v", rep.Status, rep.Reason)
+	}
+	dec.verify(t, short, seqPages(0, 2), 0)
+	posted := d.PoolStats().Posted
+
+	dst := seqPages(4, 2)
+	dec.node.ZeroPages(dst)
+	probes.set(at, ProbeUnreachable)
+	advance(clk, 1)
+	s.start(t, roomSpec{id: long, src: seqPages(12, 2), chunks: []int{2}, aux: 3})
+	waitFor(t, "chunk held", func() bool { return d.liveness.heldCount(at) == 1 })
+	advance(clk, 5) // 6 s since the last answer: the budget
+	if rep := s.waitTerminal(t, long); rep.Status != room.Failed || rep.Reason != room.ReasonPeerLost {
+		t.Fatalf("room after a long outage: %v/%v", rep.Status, rep.Reason)
+	}
+	if n := d.PoolStats().Posted; n != posted || !dec.node.PagesZero(dst) {
+		t.Fatalf("posted %d (was %d), pages zero %v", n, posted, dec.node.PagesZero(dst))
+	}
+}
+
+// The PULL socket's keepalive window follows SafeAfter (half, at least 2 s),
+// KVXFER_INGEST_KEEPALIVE overrides it, and "0" turns it off.
+func TestIngestKeepAliveWindow(t *testing.T) {
+	for _, c := range []struct {
+		env   map[string]string
+		count int // probes after 1 s idle, 1 s apart; 0: off
+	}{
+		{map[string]string{}, 1},                            // SafeAfter 5 s: 2 s
+		{map[string]string{EnvHeartbeatMaxFailure: "5"}, 9}, // SafeAfter 20 s: 10 s
+		{map[string]string{EnvIngestKeepAlive: "6"}, 5},     // 6 s
+		{map[string]string{EnvIngestKeepAlive: "0"}, 0},     // off
+		{map[string]string{EnvHeartbeatMaxFailure: "1"}, 1}, // SafeAfter one probe: 2 s
+	} {
+		cfg := LivenessConfig{}.withDefaults(func(k string) string { return c.env[k] })
+		k := (&liveness{cfg: cfg}).ingestKeepAlive()
+		switch {
+		case c.count == 0 && k != nil, c.count != 0 && (k == nil || k.Count != c.count || k.Idle != time.Second || k.Interval != time.Second):
+			t.Errorf("env %v: keepalive %+v, want count %d", c.env, k, c.count)
+		}
+	}
+}

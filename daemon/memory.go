@@ -181,7 +181,7 @@ func (d *Daemon) activate(local sglang.Local) (err error) {
 	rb.replay = replay
 	d.mu.Unlock()
 	d.xfers.pool.Store(pool)
-	ic := zmqio.IngestConfig{Host: d.cfg.ListenHost, Port: d.cfg.PullPort, Logger: d.log}
+	ic := zmqio.IngestConfig{Host: d.cfg.ListenHost, Port: d.cfg.PullPort, Logger: d.log, KeepAlive: d.liveness.ingestKeepAlive()}
 	if len(replay) > 0 {
 		// On the ingest goroutine (it owns the peer table), before any frame
 		// from the socket: a decode's next transfer info finds its agent.

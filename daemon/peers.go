@@ -570,6 +570,16 @@ func (p *peers) agentsAt(to room.Endpoint) []string {
 	return out
 }
 
+// endpointOf is where an accepted agent registered from.
+func (p *peers) endpointOf(agent string) (room.Endpoint, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if e, ok := p.byAgent[agent]; ok {
+		return e.to, true
+	}
+	return room.Endpoint{}, false
+}
+
 // agents lists the accepted agents, loading or ready.
 func (p *peers) agents() []string {
 	p.mu.Lock()
