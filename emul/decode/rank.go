@@ -82,11 +82,11 @@ func (r *rank) registration(cfg *Config) (*wire.Registration, error) {
 		reg.StateItemLens = append(reg.StateItemLens, lens)
 	}
 	// Every release sends msg[19..22]; K and V of layer ℓ are buffers ℓ and
-	// L+ℓ: both carry layer id ℓ.
+	// L+ℓ: both carry layer id ℓ (MLA: one buffer per layer; a PP stage's
+	// ids start at its first layer).
 	reg.HasLayerInfo, reg.DCPSize = true, 1
-	layers := len(g.KVPtrs) / 2
-	for i := range g.KVPtrs {
-		reg.KVLayerIDs = append(reg.KVLayerIDs, uint32(i%max(layers, 1)))
+	for _, id := range r.node.LayerIDs() {
+		reg.KVLayerIDs = append(reg.KVLayerIDs, uint32(id))
 	}
 	if cfg.Release >= Release0523 {
 		// msg[23] state_data_lens: the byte length of every state buffer.

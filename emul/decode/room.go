@@ -467,14 +467,7 @@ func (e *Emulator) verify(room uint64, pages []int32, auxSlot int, stateSlots []
 		if n.CheckPageAt(room, int(dst), j) == nil {
 			continue
 		}
-		for b, buf := range n.KV {
-			page := buf[int(dst)*it : (int(dst)+1)*it]
-			for k, got := range page {
-				if got != kvmem.Pattern(room, b, j, k) {
-					res.WrongBytes++
-				}
-			}
-		}
+		res.WrongBytes += int64(n.WrongBytesAt(room, int(dst), j))
 	}
 	for _, sz := range n.Shape.AuxItems {
 		res.BytesVerified += int64(sz)

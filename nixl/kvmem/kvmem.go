@@ -19,6 +19,93 @@ type Shape struct {
 	StateSlots int      // 0: no hybrid state
 	StateItem  int
 	StateBufs  int
+	// Topo places the pool in the model (nil: layers from 0, K and V, and
+	// patterns keyed by buffer and byte). With it, pages hold a pattern of
+	// each byte's logical coordinates, so ranks of different TP sizes or PP
+	// stages check what they hold without knowing each other's layout.
+	Topo *Topo
+}
+
+// Topo is a rank's place in the model: the layers and KV heads its pool
+// holds and how a page lays them out (SGLang's: token-major, then head).
+type Topo struct {
+	MLA        bool  // one buffer per layer (Layers buffers), no heads
+	StartLayer int   // model layer of the first buffer (PP stage)
+	Heads      []int // global KV heads held, in order (MHA)
+	HeadBytes  int   // bytes per head per token (MLA: per token)
+	PageTokens int   // tokens per page (0: 1)
+	// VRAM labels the KV buffers VRAM (loopback: host memory with the label),
+	// which SGLang's prefill needs for heterogeneous-TP MHA destinations.
+	VRAM bool
+}
+
+// ItemLen is the page size in bytes the topology implies.
+func (t *Topo) ItemLen() int {
+	h := len(t.Heads)
+	if t.MLA {
+		h = 1
+	}
+	return max(t.PageTokens, 1) * h * t.HeadBytes
+}
+
+// Buffers is the number of KV buffers a shape registers.
+func (sh Shape) Buffers() int {
+	if sh.Topo != nil && sh.Topo.MLA {
+		return sh.Layers
+	}
+	return 2 * sh.Layers
+}
+
+// BufLayer is the model layer of KV buffer b and whether it is V (MHA).
+func (sh Shape) BufLayer(b int) (layer int, v bool) {
+	start := 0
+	if sh.Topo != nil {
+		start = sh.Topo.StartLayer
+	}
+	if sh.Topo != nil && sh.Topo.MLA {
+		return start + b, false
+	}
+	return start + b%max(sh.Layers, 1), b >= sh.Layers
+}
+
+// LogicalPattern is the byte of room r at model layer, K (v false) or V,
+// request page j, token tok, global KV head g and byte x within the head.
+func LogicalPattern(r uint64, layer int, v bool, j, tok, g, x int) byte {
+	kv := 0
+	if v {
+		kv = 1
+	}
+	return byte(int(r%241)*11 + layer*31 + kv*17 + j*13 + tok*5 + g*29 + x*3 + 1)
+}
+
+// want is the byte at offset k of request page j of buffer b.
+func (n *Node) want(r uint64, b, j, k int) byte {
+	t := n.Shape.Topo
+	if t == nil {
+		return Pattern(r, b, j, k)
+	}
+	heads := t.Heads
+	if t.MLA {
+		heads = []int{0}
+	}
+	tokBytes := len(heads) * t.HeadBytes
+	tok, in := k/tokBytes, k%tokBytes
+	layer, v := n.Shape.BufLayer(b)
+	return LogicalPattern(r, layer, v, j, tok, heads[in/t.HeadBytes], in%t.HeadBytes)
+}
+
+// WrongBytesAt counts the bytes of decode page dst that do not hold the
+// room's j-th page.
+func (n *Node) WrongBytesAt(r uint64, dst, j int) int {
+	it, bad := n.Shape.Item, 0
+	for b, buf := range n.KV {
+		for k, got := range buf[dst*it : (dst+1)*it] {
+			if got != n.want(r, b, j, k) {
+				bad++
+			}
+		}
+	}
+	return bad
 }
 
 // DefaultShape is small enough for tests and demos and shaped like SGLang's.
@@ -91,8 +178,17 @@ func (n *Node) alloc(sender int) error {
 		}
 		return b, uint64(nixl.DescOf(b, 0).Addr)
 	}
-	n.Geo = sglang.Local{Sender: sender, KV: sglang.Buffers{NumSlots: sh.Slots, Kind: nixl.DRAM}}
-	for range 2 * sh.Layers {
+	kind := nixl.DRAM
+	if t := sh.Topo; t != nil {
+		if t.ItemLen() != sh.Item || t.HeadBytes <= 0 || (!t.MLA && len(t.Heads) == 0) {
+			return fmt.Errorf("kvmem: topology %+v implies %d-byte pages, shape says %d", *t, t.ItemLen(), sh.Item)
+		}
+		if t.VRAM {
+			kind = nixl.VRAM
+		}
+	}
+	n.Geo = sglang.Local{Sender: sender, KV: sglang.Buffers{NumSlots: sh.Slots, Kind: kind}}
+	for range sh.Buffers() {
 		b, p := buf(sh.Slots * sh.Item)
 		n.KV = append(n.KV, b)
 		n.Geo.KV.Ptrs = append(n.Geo.KV.Ptrs, p)
@@ -129,6 +225,16 @@ func (n *Node) alloc(sender int) error {
 	return err
 }
 
+// LayerIDs is the model layer of every KV buffer (SGLang's kv_layer_ids for
+// a pool that reports them: K ids then V ids for MHA).
+func (n *Node) LayerIDs() []int {
+	out := make([]int, len(n.KV))
+	for b := range out {
+		out[b], _ = n.Shape.BufLayer(b)
+	}
+	return out
+}
+
 // Close closes the agent and unmaps its memory.
 func (n *Node) Close() error { return n.NIXL.Close() }
 
@@ -151,7 +257,7 @@ func (n *Node) FillPageAt(r uint64, slot, j int) {
 	for b, buf := range n.KV {
 		page := buf[slot*it : (slot+1)*it]
 		for k := range page {
-			page[k] = Pattern(r, b, j, k)
+			page[k] = n.want(r, b, j, k)
 		}
 	}
 }
@@ -167,7 +273,7 @@ func (n *Node) CheckPageAt(r uint64, dst, j int) error {
 	for b, buf := range n.KV {
 		page := buf[dst*it : (dst+1)*it]
 		for k, got := range page {
-			if want := Pattern(r, b, j, k); got != want {
+			if want := n.want(r, b, j, k); got != want {
 				return fmt.Errorf("room %d: decode buffer %d page %d byte %d is %d, want %d (request page %d)", r, b, dst, k, got, want, j)
 			}
 		}
