@@ -209,6 +209,13 @@ func (r *vramDecode) waitDone(t *testing.T, id uint64) {
 func TestDaemonMovesARoomFromSchedulerGPUToDecodeGPU(t *testing.T) {
 	g := cudafake.New(2)
 	sp, kp, dp := g.Process(), g.Process(), g.Process()
+	// Registered first, so it runs after the daemon's shutdown: kvxferd closed
+	// every handle it opened, the scheduler's and the decode's.
+	t.Cleanup(func() {
+		if n := kp.OpenHandles(); n != 0 {
+			t.Errorf("after shutdown kvxferd still holds %d CUDA IPC handles", n)
+		}
+	})
 	d := startVRAMDaemon(t, kp)
 	s := newVRAMScheduler(t, d, sp)
 	dec := newVRAMDecode(t, d, dp)
@@ -256,6 +263,9 @@ func TestDaemonMovesARoomFromSchedulerGPUToDecodeGPU(t *testing.T) {
 	}
 	if kp.Calls("cuMemcpyPeer") == 0 {
 		t.Fatal("GPU 0 -> GPU 1 pages were not copied with cuMemcpyPeer")
+	}
+	if n := kp.OpenHandles(); n != 2 {
+		t.Fatalf("kvxferd holds %d handles while live, want 2 (the scheduler's KV, the decode's KV)", n)
 	}
 }
 
