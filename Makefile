@@ -4,7 +4,7 @@ GO    ?= go
 PKGS  ?= ./...
 BIN   ?= bin
 
-.PHONY: wheel all deps deps-nixl deps-sglang bench bench-go build test test-sglang test-hosts unit race vet fmt-check fmt bench fuzz-smoke demo clean
+.PHONY: wheel all deps deps-nixl deps-sglang bench bench-sglang bench-go build test test-sglang test-hosts unit race vet fmt-check fmt bench fuzz-smoke demo clean
 
 all: build
 
@@ -68,7 +68,8 @@ test-sglang: deps-sglang
 
 # The benchmark suite against the dict-based design: `make bench` is the quick
 # suite (under 3 minutes on 2 cores; report in bench/results), `make bench-full`
-# the rest (bench/bench.mk). `make bench-go` runs the Go micro-benchmarks
+# the rest, `make bench-sglang` SGLang's own Python prefill against kvxferd
+# (bench/bench.mk). `make bench-go` runs the Go micro-benchmarks
 # (Step cost, actor throughput, poll latency, loopback vs memcpy, ...).
 include bench/bench.mk
 
