@@ -3,6 +3,7 @@ package cuda_test
 import (
 	"errors"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 
@@ -37,5 +38,22 @@ func TestErrorNamesAndCodes(t *testing.T) {
 	}
 	if cuda.Code(errors.New("x")) != 0 {
 		t.Fatal("Code of a non-CUDA error is not 0")
+	}
+}
+
+// TestOpenReadsKVXFER_LIBCUDA: Open("") loads $KVXFER_LIBCUDA (checked in a
+// child process: Open is once per process).
+func TestOpenReadsKVXFER_LIBCUDA(t *testing.T) {
+	if os.Getenv("KVXFER_CUDA_ENVCHILD") == "1" {
+		_, err := cuda.Open("")
+		if err == nil || !strings.Contains(err.Error(), "/nonexistent/from-env.so") {
+			t.Fatalf("Open with KVXFER_LIBCUDA set: %v", err)
+		}
+		return
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestOpenReadsKVXFER_LIBCUDA$")
+	cmd.Env = append(os.Environ(), "KVXFER_CUDA_ENVCHILD=1", "KVXFER_LIBCUDA=/nonexistent/from-env.so")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("child: %v\n%s", err, out)
 	}
 }
