@@ -25,7 +25,7 @@ const (
 	vramMagic     = "KVXVRAM"
 	vramVersion   = 1
 	vramRegBytes  = 4 + 8 + 8 + 8 + cuda.HandleSize
-	maxVRAMRegion = 1 << 16
+	maxVRAMRegion = 4096 // device regions one peer may publish (each distinct handle is one driver mapping)
 )
 
 type vramMetaRegion struct {

@@ -25,6 +25,19 @@ func TestVRAMMetadataRoundTrip(t *testing.T) {
 	}
 }
 
+func TestVRAMMetadataCapsRegions(t *testing.T) {
+	rs := make([]vramMetaRegion, maxVRAMRegion+1)
+	for i := range rs {
+		rs[i] = vramMetaRegion{Addr: uint64(i) << 20, Len: 1}
+	}
+	if _, _, err := decodeVRAMMeta(encodeVRAMMeta(nil, rs)); err == nil {
+		t.Fatalf("metadata with %d device regions decoded", len(rs))
+	}
+	if _, got, err := decodeVRAMMeta(encodeVRAMMeta(nil, rs[:maxVRAMRegion])); err != nil || len(got) != maxVRAMRegion {
+		t.Fatalf("%d regions (the cap): %d, %v", maxVRAMRegion, len(got), err)
+	}
+}
+
 func FuzzDecodeVRAMMetadata(f *testing.F) {
 	f.Add(encodeVRAMMeta(sampleMeta().encode(), []vramMetaRegion{{Dev: 1, Addr: 4096, Len: 4096}}))
 	f.Add([]byte("KVXVRAM\x01\x00\x00\x00\x00\x01\x00\x00\x00"))
