@@ -416,3 +416,52 @@ func TestHeadSliceParams(t *testing.T) {
 		}
 	}
 }
+
+// TestTopologyRefusesWhatKvxferdLacks: decode context parallelism is refused
+// at registration; state into a decode of another TP size, or into another PP
+// layout, fails the room's last chunk instead of writing whole slots.
+func TestTopologyRefusesWhatKvxferdLacks(t *testing.T) {
+	tp := topo{heads: 4, ptp: 1, dtp: 1, ppp: 1, dpp: 1, layers: 1, page: 1, bph: 8, slots: 8}
+	pre := tp.newRank(t, "pre", 1, 0, 1, 0, false)
+	dec := tp.newRank(t, "dec", 1, 0, 1, 0, true)
+	g := dec.peer(&tp, false)
+	g.DCPSize = 2
+	if _, err := sglang.NewPeer(&pre.geo, g); err == nil || !strings.Contains(err.Error(), "dcp_size 2") {
+		t.Errorf("dcp: %v", err)
+	}
+
+	state := func(l *sglang.Local, bufs int) {
+		l.State = []sglang.Buffers{{NumSlots: 4, Kind: nixl.VRAM}}
+		for i := range bufs {
+			l.State[0].Ptrs = append(l.State[0].Ptrs, uint64(0x7000000+i*0x1000))
+			l.State[0].ItemLens = append(l.State[0].ItemLens, 64)
+		}
+	}
+	last := sglang.Chunk{Room: 9, IsLast: true, SrcPages: []int32{1}, DstPages: []int32{2}, SrcAux: 1, DstAux: 1,
+		SrcState: [][]int32{{0}}, DstState: [][]int32{{1}}}
+	for _, c := range []struct {
+		name            string
+		tp              topo
+		preBufs, dstBuf int
+		want            string
+	}{
+		{"hetero TP", topo{heads: 4, ptp: 1, dtp: 2, ppp: 1, dpp: 1, layers: 1, page: 1, bph: 8, slots: 8}, 2, 2, "heterogeneous-TP state transfer"},
+		{"PP stage into a whole-model decode", topo{heads: 2, ptp: 1, dtp: 1, ppp: 2, dpp: 1, layers: 2, page: 1, bph: 8, slots: 8, layerIDs: true}, 1, 2,
+			"PP-heterogeneous transfer requires layer ids on both peers; got src=1 dst=2 entries"},
+	} {
+		pre := c.tp.newRank(t, "pre", c.tp.ptp, 0, c.tp.ppp, 0, false)
+		dec := c.tp.newRank(t, "dec", c.tp.dtp, 0, c.tp.dpp, 0, true)
+		state(&pre.geo, c.preBufs)
+		state(&dec.geo, c.dstBuf)
+		g := dec.peer(&c.tp, false)
+		g.StatePtrs = [][]uint64{dec.geo.State[0].Ptrs}
+		p, err := sglang.NewPeer(&pre.geo, g)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		var plan sglang.Plan
+		if err := pre.geo.Plan(&plan, p, &last); err == nil || !strings.Contains(err.Error(), c.want) || len(plan.Reqs) != 0 {
+			t.Errorf("%s: %v (%d requests), want %q and nothing planned", c.name, err, len(plan.Reqs), c.want)
+		}
+	}
+}
