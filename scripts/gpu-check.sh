@@ -52,6 +52,13 @@ if [ -d "$w/nixl-site" ]; then
 else
   echo "NIXL not in the bundle (KVXFER_GPU_NIXL=0): the nixl backend and the NIXL Python baseline were not run" | tee -a "$sum"
 fi
+# Side by side: kvxferd over NIXL vs NIXL's Python, median GB/s per room.
+gbs() { grep "$1" "$sum" | sed -nE 's/.*= ([0-9.]+) GB\/s.*/\1/p' | head -1; }
+k=$(gbs 'kvxferd nixl backend'); p=$(gbs 'Python (UCX'); l=$(gbs 'kvxferd loopback backend')
+if [ -n "$k" ] && [ -n "$p" ]; then
+  echo "ratio kvxferd(nixl)/NIXL Python: $(awk -v a="$k" -v b="$p" 'BEGIN{printf "%.2f", a/b}') ($k vs $p GB/s, median per room); loopback VRAM mode: ${l:-n/a} GB/s" | tee -a "$sum"
+fi
+echo "conditions: $(uptime | sed 's/.*load/load/'); $(nproc) CPUs; $(nvidia-smi --query-gpu=name,driver_version,memory.used --format=csv,noheader 2>/dev/null)" | tee -a "$sum"
 echo "== summary"
 cat "$sum"
 rm -rf "$w"
