@@ -251,7 +251,9 @@ func Start(cfg Config) (*Daemon, error) {
 	}
 	d.eng = eng
 	d.liveness = newLiveness(cfg.Liveness, ec.Clock, d.decodeLost, d.decodeBack)
-	d.xfers.suspects = &d.liveness.suspects
+	if !d.liveness.cfg.ConfirmWrites {
+		d.xfers.suspects = &d.liveness.suspects // else every post asks the gate
+	}
 	if err := d.startBootstrap(); err != nil {
 		d.Shutdown(context.Background())
 		return nil, err
@@ -556,7 +558,7 @@ func (l *lazyTransfers) Post(t room.Transfer, done room.DoneFunc) {
 			inner(fail, signal)
 		}
 	}
-	if l.gate == nil || l.suspects == nil || l.suspects.Load() == 0 {
+	if l.gate == nil || l.suspects != nil && l.suspects.Load() == 0 {
 		p.Post(t, done)
 		return
 	}

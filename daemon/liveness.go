@@ -76,6 +76,11 @@ type LivenessConfig struct {
 	// KVXFER_INGEST_KEEPALIVE, else half of SafeAfter, at least 2 s;
 	// negative: off).
 	IngestKeepAlive time.Duration
+	// ConfirmWrites posts a write only once a probe begun after it was
+	// answered (KVXFER_PEER_CONFIRM_WRITES=1): no write is posted toward a
+	// decode behind a link cut before the cut was seen, at the cost of one
+	// TCP connect round trip per batch of writes to a decode.
+	ConfirmWrites bool
 	// Probe replaces the TCP connect (tests).
 	Probe func(ctx context.Context, to room.Endpoint) ProbeResult
 	// Clock replaces the engine's clock (tests).
@@ -106,6 +111,7 @@ const (
 	EnvFenceHold           = "KVXFER_PEER_FENCE_HOLD"
 	EnvSafeAfter           = "KVXFER_PEER_SAFE_AFTER"
 	EnvIngestKeepAlive     = "KVXFER_INGEST_KEEPALIVE"
+	EnvConfirmWrites       = "KVXFER_PEER_CONFIRM_WRITES"
 	// sglangHeartbeatAttempt is the longest one heartbeat GET takes before it
 	// counts as failed: requests' timeout=(2, 3).
 	sglangHeartbeatAttempt = 5 * time.Second
@@ -177,6 +183,9 @@ func (c LivenessConfig) withDefaults(getenv func(string) string) LivenessConfig 
 	c.Interval = max(c.Interval, time.Millisecond)
 	c.Timeout = min(max(c.Timeout, time.Millisecond), c.Interval)
 	c.SafeAfter = min(max(c.SafeAfter, c.Interval), c.Budget)
+	if v := getenv(EnvConfirmWrites); v == "1" || v == "true" {
+		c.ConfirmWrites = true
+	}
 	if c.IngestKeepAlive == 0 {
 		if v := getenv(EnvIngestKeepAlive); v == "0" || v == "off" {
 			c.IngestKeepAlive = -1
@@ -257,6 +266,9 @@ type endpointLive struct {
 	probing   bool
 	lastProbe ProbeResult
 	held      []heldXfer // posts held while failing, in the order they came
+	confirm   []heldXfer // posts waiting for a probe begun after them (ConfirmWrites)
+	// confirming: a confirmRounds goroutine is at work for the endpoint.
+	confirming bool
 }
 
 // setFailingLocked flips the failing flag and the suspects count.
@@ -272,11 +284,12 @@ func (l *liveness) setFailingLocked(e *endpointLive, failing bool) {
 	}
 }
 
-// takeHeldLocked empties an endpoint's held transfers and returns the call
-// that fails them (run it unlocked, after the decode is dropped).
+// takeHeldLocked empties an endpoint's held transfers (and those waiting
+// for a confirmation) and returns the call that fails them (run it
+// unlocked, after the decode is dropped).
 func takeHeldLocked(e *endpointLive) func() {
-	held := e.held
-	e.held = nil
+	held := append(e.held, e.confirm...)
+	e.held, e.confirm = nil, nil
 	return func() {
 		for _, h := range held {
 			h.fail()
@@ -395,13 +408,34 @@ func (l *liveness) probe(at room.Endpoint, e *endpointLive) {
 	e.probing = true
 	l.mu.Unlock()
 	res := l.cfg.Probe(l.ctx, at)
-	now := l.clk.Now()
-	var act, after func()
 	l.mu.Lock()
-	e.probing, e.lastProbe = false, res
+	e.probing = false
+	act, after := l.resultLocked(at, e, res, 0)
+	l.mu.Unlock()
+	if act != nil {
+		act()
+	}
+	if after != nil {
+		after()
+	}
+}
+
+// resultLocked acts on one probe's result; confirmed is how many transfers
+// of the confirm queue the probe answers for (those queued before it began).
+// It returns what to run unlocked: the report, then the failing of held
+// transfers.
+func (l *liveness) resultLocked(at room.Endpoint, e *endpointLive, res ProbeResult, confirmed int) (act, after func()) {
+	now := l.clk.Now()
+	e.lastProbe = res
 	if l.closed || l.eps[at] != e {
-		l.mu.Unlock()
-		return
+		return nil, nil
+	}
+	if res != ProbeOK {
+		// Not confirmed: whatever waited for a confirmation waits for the
+		// decode to answer again, behind nothing (held is empty while the
+		// last probe answered).
+		e.held = append(e.held, e.confirm...)
+		e.confirm = nil
 	}
 	switch res {
 	case ProbeOK:
@@ -417,6 +451,12 @@ func (l *liveness) probe(at room.Endpoint, e *endpointLive) {
 			h.post()
 		}
 		e.held = nil
+		if !e.fenced {
+			for _, h := range e.confirm[:confirmed] {
+				h.post()
+			}
+			e.confirm = e.confirm[confirmed:]
+		}
 		e.lastOK = now
 		l.setFailingLocked(e, false)
 		if e.fenced {
@@ -449,12 +489,54 @@ func (l *liveness) probe(at room.Endpoint, e *endpointLive) {
 			act, after = func() { l.lost(at, why, true) }, takeHeldLocked(e)
 		}
 	}
-	l.mu.Unlock()
-	if act != nil {
-		act()
+	return act, after
+}
+
+// confirm holds a transfer until a probe that began after it is answered
+// (LivenessConfig.ConfirmWrites): a write is posted only toward a decode
+// known to be reachable after the write was ready. It reports whether it
+// took the transfer (not for an endpoint not watched, or fenced).
+func (l *liveness) confirm(at room.Endpoint, post, fail func()) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	e, ok := l.eps[at]
+	if !ok || e.fenced || l.closed {
+		return false
 	}
-	if after != nil {
-		after()
+	if e.failing {
+		e.held = append(e.held, heldXfer{post: post, fail: fail})
+		return true
+	}
+	e.confirm = append(e.confirm, heldXfer{post: post, fail: fail})
+	if !e.confirming {
+		e.confirming = true
+		go l.confirmRounds(at, e)
+	}
+	return true
+}
+
+// confirmRounds probes until the confirm queue is empty, each probe
+// answering for the transfers queued before it began.
+func (l *liveness) confirmRounds(at room.Endpoint, e *endpointLive) {
+	for {
+		l.mu.Lock()
+		n := len(e.confirm)
+		if n == 0 || l.closed || l.eps[at] != e {
+			e.confirming = false
+			l.mu.Unlock()
+			return
+		}
+		l.mu.Unlock()
+		res := l.cfg.Probe(l.ctx, at)
+		l.mu.Lock()
+		act, after := l.resultLocked(at, e, res, n)
+		l.mu.Unlock()
+		if act != nil {
+			act()
+		}
+		if after != nil {
+			after()
+		}
 	}
 }
 
@@ -547,11 +629,18 @@ func (d *Daemon) decodeBack(at room.Endpoint, alive bool) {
 // a cut link, where it would land only when the link returns, possibly after
 // decode gave the room up.
 func (d *Daemon) gateTransfer(t room.Transfer, post, fail func()) bool {
-	if d.liveness == nil || d.liveness.suspects.Load() == 0 {
+	l := d.liveness
+	if l == nil || l.cfg.Off || !l.cfg.ConfirmWrites && l.suspects.Load() == 0 {
 		return false
 	}
 	at, ok := d.peers.endpointOf(t.Agent)
-	return ok && d.liveness.hold(at, post, fail)
+	if !ok {
+		return false
+	}
+	if l.cfg.ConfirmWrites {
+		return l.confirm(at, post, fail)
+	}
+	return l.hold(at, post, fail)
 }
 
 // linkAllowed says whether a link may be dialled to an endpoint: a

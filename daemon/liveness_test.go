@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"context"
 	"sync"
 	"testing"
 	"time"
@@ -443,5 +444,100 @@ func TestIngestKeepAliveWindow(t *testing.T) {
 		case c.count == 0 && k != nil, c.count != 0 && (k == nil || k.Count != c.count || k.Idle != time.Second || k.Interval != time.Second):
 			t.Errorf("env %v: keepalive %+v, want count %d", c.env, k, c.count)
 		}
+	}
+}
+
+// gatedProbes answers each probe when the test says so.
+type gatedProbes struct{ calls chan chan ProbeResult }
+
+func (g *gatedProbes) probe(_ context.Context, _ room.Endpoint) ProbeResult {
+	reply := make(chan ProbeResult)
+	g.calls <- reply
+	return <-reply
+}
+
+// With ConfirmWrites a write is posted only once a probe begun after it was
+// answered: one queued while a probe is out waits for the next; one whose
+// probe is not answered waits for the decode to answer again.
+func TestConfirmWritesWaitForAProbeBegunAfterThem(t *testing.T) {
+	clk := clock.NewFake(time.Unix(1000, 0))
+	g := &gatedProbes{calls: make(chan chan ProbeResult)}
+	var mu sync.Mutex
+	var posted []int
+	l := newLiveness(LivenessConfig{Interval: time.Second, Budget: 10 * time.Second, SafeAfter: 5 * time.Second,
+		ConfirmWrites: true, Clock: clk, Probe: g.probe}, nil,
+		func(room.Endpoint, string, bool) { t.Error("lost") }, func(room.Endpoint, bool) {})
+	defer l.close()
+	at := room.Endpoint{IP: "192.0.2.2", Port: 5005}
+	post := func(i int) func() {
+		return func() { mu.Lock(); posted = append(posted, i); mu.Unlock() }
+	}
+	got := func() []int { mu.Lock(); defer mu.Unlock(); return append([]int(nil), posted...) }
+	fail := func() { t.Error("failed") }
+	if l.confirm(at, post(0), fail) {
+		t.Fatal("confirmed an endpoint not watched")
+	}
+	l.watch(at)
+	if !l.confirm(at, post(1), fail) {
+		t.Fatal("not taken")
+	}
+	first := <-g.calls // probe 1 is out
+	if !l.confirm(at, post(2), fail) {
+		t.Fatal("not taken")
+	}
+	if p := got(); len(p) != 0 {
+		t.Fatalf("posted %v before any answer", p)
+	}
+	first <- ProbeOK
+	second := <-g.calls // 2 waits for a probe begun after it
+	if p := got(); len(p) != 1 || p[0] != 1 {
+		t.Fatalf("after probe 1: posted %v", p)
+	}
+	second <- ProbeUnreachable // 2 is held: the decode stopped answering
+	waitFor(t, "probe 2 handled", func() bool { return l.suspects.Load() == 1 })
+	if p := got(); len(p) != 1 {
+		t.Fatalf("posted %v toward a decode that did not answer", p)
+	}
+	go clk.Advance(time.Second) // the regular probe: answered (a short outage)
+	(<-g.calls) <- ProbeOK
+	waitFor(t, "held write posted", func() bool { return len(got()) == 2 })
+	if p := got(); p[1] != 2 {
+		t.Fatalf("posted %v", p)
+	}
+}
+
+// With ConfirmWrites a chunk sent toward a decode behind a cut is never
+// posted, even before any periodic probe failed; a reachable decode's rooms
+// move as before.
+func TestConfirmWritesNothingPostedTowardACutDecode(t *testing.T) {
+	d, s, clk, probes := livenessDaemon(t, LivenessConfig{Interval: time.Second, Budget: 4 * time.Second,
+		SafeAfter: 2 * time.Second, ConfirmWrites: true})
+	dec := newDecode(t, d)
+	at := endpointOf(dec)
+	waitWatched(t, d, at)
+	const ok, cut = 901, 902
+	dec.checker.Expect(ok, 1, false)
+	dec.send(t, dec.info(ok, seqPages(0, 2), 0, 1))
+	s.start(t, roomSpec{id: ok, src: seqPages(10, 2), chunks: []int{1, 1}, aux: 0})
+	if rep := s.waitTerminal(t, ok); rep.Status != room.Success {
+		t.Fatalf("room toward a reachable decode: %v/%v", rep.Status, rep.Reason)
+	}
+	dec.verify(t, ok, seqPages(0, 2), 0)
+	posted := d.PoolStats().Posted
+
+	dst := seqPages(20, 2)
+	dec.node.ZeroPages(dst)
+	dec.send(t, dec.info(cut, dst, 1, 1))
+	s.cli.Open(cut, "")
+	waitRoomStatus(t, s, cut, room.WaitingForInput)
+	probes.set(at, ProbeUnreachable) // the cut, before any periodic probe saw it
+	s.start(t, roomSpec{id: cut, src: seqPages(12, 2), chunks: []int{2}, aux: 1})
+	waitFor(t, "chunk held", func() bool { return d.liveness.heldCount(at) == 1 })
+	advance(clk, 4)
+	if rep := s.waitTerminal(t, cut); rep.Status != room.Failed || rep.Reason != room.ReasonPeerLost {
+		t.Fatalf("room toward a cut decode: %v/%v", rep.Status, rep.Reason)
+	}
+	if n := d.PoolStats().Posted; n != posted || !dec.node.PagesZero(dst) {
+		t.Fatalf("posted %d (was %d), pages zero %v", n, posted, dec.node.PagesZero(dst))
 	}
 }
