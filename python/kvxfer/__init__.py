@@ -3,7 +3,7 @@ KVSender that forwards to it, so that a prefill scheduler can hand its KV
 transfers to kvxferd (see docs/python-adapter.md)."""
 
 from .control import ControlClient, ControlError, pack_int32
-from .sender import KVPoll, KVTransferError, KvxferManager, KvxferSender, Buffer
+from .sender import KVPoll, KVTransferError, KvxferManager, KvxferSender, Buffer, VRAMBuffer
 
 __all__ = ["ControlClient", "ControlError", "pack_int32", "KVPoll", "KVTransferError",
-           "KvxferManager", "KvxferSender", "Buffer"]
+           "KvxferManager", "KvxferSender", "Buffer", "VRAMBuffer"]

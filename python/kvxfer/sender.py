@@ -62,6 +62,41 @@ class Buffer:
                 "item_len": self.item_len, "mem": self.mem, "dev": self.dev}
 
 
+@dataclass
+class VRAMBuffer:
+    """One KVArgs buffer in GPU memory, reached by kvxferd through CUDA IPC:
+    the 64-byte handle of the device allocation that holds it, the buffer's
+    offset from the allocation base, its length, the bytes of one slot and the
+    GPU (docs/vram.md). Build it with from_tensor or from_pointer: the
+    exporter keeps exported tensors alive for as long as the process runs."""
+
+    cuda_ipc: bytes
+    offset: int
+    length: int
+    item_len: int
+    dev: int = 0
+
+    def wire(self):
+        return {"cuda_ipc": bytes(self.cuda_ipc), "offset": self.offset, "length": self.length,
+                "item_len": self.item_len, "mem": "VRAM", "dev": self.dev}
+
+    @classmethod
+    def _of(cls, r):
+        return cls(r["cuda_ipc"], r["offset"], r["length"], r["item_len"], r["dev"])
+
+    @classmethod
+    def from_tensor(cls, t, item_len, exporter=None):
+        """Through torch.cuda storage sharing."""
+        from . import vram
+        return cls._of((exporter or vram.EXPORTER).export_tensor(t, item_len))
+
+    @classmethod
+    def from_pointer(cls, ptr, length, item_len, exporter=None):
+        """Through the CUDA driver API (ctypes); the caller keeps the memory allocated."""
+        from . import vram
+        return cls._of((exporter or vram.EXPORTER).export_pointer(ptr, length, item_len))
+
+
 class KvxferManager:
     """One prefill rank's connection to its kvxferd."""
 
@@ -74,9 +109,10 @@ class KvxferManager:
         self._polled = {}
 
     def register_kv_args(self, kv, aux, state=()):
-        """kv: Buffers in SGLang order (K of every layer, then V; MLA one per
-        layer); aux: the metadata buffers in order; state: one list of Buffers
-        per hybrid-state component. kvxferd goes live after the last one."""
+        """kv: Buffers (or VRAMBuffers, for GPU memory) in SGLang order (K of
+        every layer, then V; MLA one per layer); aux: the metadata buffers in
+        order (host memory); state: one list of Buffers per hybrid-state
+        component. kvxferd goes live after the last one."""
         self.client.register_memory("kv", [b.wire() for b in kv])
         for i, comp in enumerate(state):
             self.client.register_memory("state", [b.wire() for b in comp], component=i)

@@ -128,6 +128,28 @@ class ExportPointerTest(unittest.TestCase):
             self.assertFalse(vram.is_device_pointer(0x1000))
 
 
+def _have_zmq():
+    try:
+        import zmq  # noqa: F401
+        import msgpack  # noqa: F401
+        return True
+    except ImportError:
+        return False
+
+
+@unittest.skipUnless(_have_zmq(), "the kvxfer package needs pyzmq and msgpack")
+class VRAMBufferTest(unittest.TestCase):
+    def test_manager_buffer_from_tensor_and_pointer(self):
+        from kvxfer import VRAMBuffer
+        st = FakeStorage(base=0x2000_0000, handle=b"V" * 64, block_off=512, dev=1)
+        ex = vram.Exporter(drv=FakeDriver(dev=1, base=0x3000_0000))
+        b = VRAMBuffer.from_tensor(FakeTensor(st, ptr=0x2000_0000 + 1024, numel=2048), 1024, exporter=ex)
+        self.assertEqual(b.wire(), {"cuda_ipc": b"V" * 64, "offset": 1536, "length": 4096, "item_len": 1024,
+                                    "mem": "VRAM", "dev": 1})
+        p = VRAMBuffer.from_pointer(0x3000_0000 + 4096, 8192, 1024, exporter=ex)
+        self.assertEqual((p.offset, p.length, p.dev, p.wire()["mem"]), (4096, 8192, 1, "VRAM"))
+
+
 @unittest.skipUnless(os.environ.get("KVXFER_CONTROL") and os.environ.get("KVXFER_IPC_HANDLE"),
                      "needs a kvxferd with CUDA IPC (run by daemon/vram_test.go TestPythonVRAMRegistration)")
 class RegisterMemoryTest(unittest.TestCase):
@@ -140,7 +162,8 @@ class RegisterMemoryTest(unittest.TestCase):
                 c.register_memory("kv", [vram.region(b"\x07" * 64, 0, 4096, 512, 0)])
             with self.assertRaisesRegex(ControlError, "wrong device"):
                 c.register_memory("kv", [vram.region(h, 0, 4096, 512, 1)])
-            bufs = [vram.region(h, i * 4096, 4096, 512, 0) for i in range(4)]
+            from kvxfer import VRAMBuffer
+            bufs = [VRAMBuffer(h, i * 4096, 4096, 512, 0).wire() for i in range(4)]  # KvxferManager's entries
             c.register_memory("kv", bufs)
         finally:
             c.close()
