@@ -158,7 +158,8 @@ func New(cfg Config) (*Engine, error) {
 	lim := shardLimits(c.RoomCap, c.PeerRoomCap, c.Shards)
 	for i := 0; i < c.Shards; i++ {
 		props := actor.PropsFromProducer(func() actor.Actor { return newShard(e, capPerShard, lim) },
-			actor.WithSupervisor(actor.NewOneForOneStrategy(0, 0, func(any) actor.Directive { return actor.StopDirective })))
+			actor.WithSupervisor(actor.NewOneForOneStrategy(0, 0, func(any) actor.Directive { return actor.StopDirective })),
+			actor.WithMailbox(actor.UnboundedLockfree())) // no mutex in a mailbox (the default's ring has one)
 		e.shards = append(e.shards, sys.Root.Spawn(props))
 	}
 	if w, ok := c.Observer.(EngineWatcher); ok {

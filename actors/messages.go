@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"math"
 	"sync/atomic"
 	"time"
 
@@ -69,7 +70,8 @@ type xferDone struct {
 	signal [][]byte
 }
 
-type deadline struct{ gen uint32 }
+// deadline is a room's timer firing.
+type deadline struct{}
 
 type sweep struct{}
 
@@ -109,7 +111,7 @@ type abandoned struct{}
 // through the room.
 type view struct {
 	state  atomic.Uint64 // seen<<32 | status<<8 | reason
-	prefix atomic.Int64  // Reply.PrefixLen
+	prefix atomic.Int32  // Reply.PrefixLen
 	// handed: the room handed its Observer record over (Retired or
 	// Abandoned); the shard must not close its story again.
 	handed atomic.Bool
@@ -119,17 +121,25 @@ func packView(seen uint32, r room.Reply) uint64 {
 	return uint64(seen)<<32 | uint64(r.Status)<<8 | uint64(r.Reason)
 }
 
-// load returns how many messages the room has handled and its reply.
-func (v *view) load() (uint32, room.Reply) {
+// load returns how many messages the room has handled and its reply; ok is
+// false when the reply's PrefixLen does not fit the view (a poll must then
+// ask the room).
+func (v *view) load() (seen uint32, r room.Reply, ok bool) {
 	st := v.state.Load()
-	return uint32(st >> 32), room.Reply{Status: room.Status(st >> 8), Reason: room.Reason(st), PrefixLen: int(v.prefix.Load())}
+	p := v.prefix.Load()
+	return uint32(st >> 32), room.Reply{Status: room.Status(st >> 8), Reason: room.Reason(st), PrefixLen: int(p)}, p != noPrefix
 }
 
-func (v *view) store(seen uint32, r room.Reply) uint64 {
-	st := packView(seen, r)
-	v.prefix.Store(int64(r.PrefixLen)) // before state: a reader that sees state sees it
-	v.state.Store(st)
-	return st
+// noPrefix marks a PrefixLen outside what the view holds.
+const noPrefix = math.MinInt32
+
+func (v *view) store(seen uint32, r room.Reply) {
+	p := int32(noPrefix)
+	if r.PrefixLen > noPrefix && r.PrefixLen <= math.MaxInt32 {
+		p = int32(r.PrefixLen)
+	}
+	v.prefix.Store(p) // before state: a reader that sees state sees it
+	v.state.Store(packView(seen, r))
 }
 
 // LiveRooms counts live rooms by the status a poll answers

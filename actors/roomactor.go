@@ -14,35 +14,56 @@ import (
 // answers polls, sends notices, arms the one deadline and retires. It holds no
 // rule of its own. It also owns the room's Observer record (rec) until it
 // hands it over (Retired or Abandoned).
+//
+// It is kept small (a live room's heap is mostly its actor, its machine and
+// protoactor's process): what only a posting room needs is in posts.
 type roomActor struct {
-	eng   *Engine
-	m     *room.Machine
-	rec   RoomObserver
-	lr    *live // its shard's entry: the actor writes the view in it
-	shard *actor.PID
-	self  *actor.PID
-	timer clock.Timer
-	gone  bool // retired: routed messages go back to the shard
+	eng  *Engine
+	m    *room.Machine
+	lr   *live // its shard's entry: the actor writes the view, and uses the record (lr.rec), in it
+	self *actor.PID
 
-	first    room.Effects // the shard stepped the first message
-	firstEnv *envelope
+	// The one deadline the room wants (Effects.Arm): Deadline{wantGen} at
+	// wantAt. The timer is armed at timerAt <= wantAt and left alone when
+	// the room moves its deadline later (it re-arms for the rest when it
+	// fires); only an earlier deadline replaces it. ring is the timer's
+	// function (made once).
+	timer   clock.Timer
+	timerAt int64 // UnixNano on the engine's clock
+	wantAt  int64
+	ring    func()
 
-	recv      uint32 // envelopes handled (the shard counts what it routed)
-	published uint64 // the view last stored (packView)
+	first *firstStep // the shard stepped the first message (until Started)
+	posts *posting   // once the room posted a transfer
+	slot  statusSlot // the status-table slot it publishes to (statusslot.go)
 
-	// Completions that came inside Transfers.Post (an instant transfer
-	// layer): stepped once the step that posted them is done, without a
-	// trip through the mailbox. spare is a postDone to reuse.
-	syncDone []xferDone
-	spare    *postDone
-
-	pendingDone *room.XferDone // a completion being observed, not yet stepped
-	slot        statusSlot     // the status-table slot it publishes to (statusslot.go)
+	recv    uint32 // envelopes handled (the shard counts what it routed)
+	wantGen uint32
+	wanted  bool
+	gone    bool // retired: routed messages go back to the shard
 }
 
-func newRoomActor(e *Engine, m *room.Machine, first room.Effects, env *envelope, shard *actor.PID, lr *live) *roomActor {
-	return &roomActor{eng: e, m: m, rec: lr.rec, lr: lr, shard: shard, first: first, firstEnv: env,
-		published: lr.state.Load()}
+// posting is a room actor's part for its transfers. Completions that came
+// inside Transfers.Post (an instant transfer layer) wait in syncDone and are
+// stepped once the step that posted them is done, without a trip through the
+// mailbox; spare is a postDone to reuse; pendingDone is a completion being
+// observed, not yet stepped.
+type posting struct {
+	syncDone    []xferDone
+	spare       *postDone
+	pendingDone *room.XferDone
+}
+
+// firstStep is the first message of a room the shard created (or revived)
+// and stepped, with that step's effects, which the actor executes when it
+// starts.
+type firstStep struct {
+	fx  room.Effects
+	env *envelope
+}
+
+func newRoomActor(e *Engine, m *room.Machine, first room.Effects, env *envelope, lr *live) *roomActor {
+	return &roomActor{eng: e, m: m, lr: lr, first: &firstStep{fx: first, env: env}}
 }
 
 // Receive handles one message. A panic anywhere in it (the room's rules, an
@@ -62,7 +83,7 @@ func (a *roomActor) Receive(ctx actor.Context) {
 		if a.gone {
 			// Retired while this was queued: the shard, which has seen our
 			// retirement by now, routes it to the tombstone.
-			ctx.Send(a.shard, msg)
+			ctx.Send(a.eng.shardFor(a.m.Room()), msg)
 			return
 		}
 		a.recv++
@@ -78,22 +99,24 @@ func (a *roomActor) Receive(ctx actor.Context) {
 	case *postDone:
 		done := xferDone{seq: msg.seq, fail: msg.fail, signal: msg.signal}
 		msg.signal = nil
-		if a.spare == nil {
-			a.spare = msg // its done function has returned: reusable
+		if a.posts.spare == nil {
+			a.posts.spare = msg // its done function has returned: reusable
 		}
 		a.complete(ctx, done)
 		a.drainSync(ctx)
 		a.report(ctx)
 	case deadline:
-		a.stepDirect(ctx, room.Deadline{Gen: msg.gen})
+		if !a.fired() {
+			return
+		}
+		a.stepDirect(ctx, room.Deadline{Gen: a.wantGen})
 		a.drainSync(ctx)
 		a.report(ctx)
 	case *actor.Started:
 		a.self = ctx.Self()
-		fx, env := a.first, a.firstEnv
-		a.first = room.Effects{}
-		a.exec(ctx, env, fx)
-		a.firstEnv = nil
+		f := a.first
+		a.exec(ctx, f.env, f.fx)
+		a.first = nil
 		a.drainSync(ctx)
 		a.report(ctx)
 	case *describe:
@@ -104,9 +127,7 @@ func (a *roomActor) Receive(ctx actor.Context) {
 		a.abandon()
 		msg.reply <- abandoned{}
 	case *actor.Stopping:
-		if a.timer != nil {
-			a.timer.Stop()
-		}
+		a.stopTimer()
 		a.abandon()
 	}
 }
@@ -117,10 +138,10 @@ func (a *roomActor) Receive(ctx actor.Context) {
 func (a *roomActor) see(env *envelope) bool {
 	switch m := env.msg.(type) {
 	case room.TransferInfo:
-		a.rec.TransferInfo(m.Agent, m.Required)
+		a.lr.rec.TransferInfo(m.Agent, m.Required)
 	case room.Open:
 		if env.trace != "" {
-			return traced(a.eng, a.rec, env)
+			return traced(a.eng, a.lr.rec, env)
 		}
 	}
 	return true
@@ -132,8 +153,8 @@ func (a *roomActor) abandon() {
 	if a.gone || a.lr.handed.Swap(true) {
 		return
 	}
-	rec := a.rec
-	a.rec = nopRoom{}
+	rec := a.lr.rec
+	a.lr.rec = nopRoom{} // the shard reads it only if it set handed first
 	rec.Abandoned()
 }
 
@@ -144,8 +165,8 @@ func (a *roomActor) view() {
 		return
 	}
 	r := a.m.Reply()
-	if st := packView(a.recv, r); st != a.published || r.PrefixLen != int(a.lr.prefix.Load()) {
-		a.published = a.lr.store(a.recv, r)
+	if _, old, _ := a.lr.load(); packView(a.recv, r) != a.lr.state.Load() || r.PrefixLen != old.PrefixLen {
+		a.lr.store(a.recv, r)
 	}
 }
 
@@ -172,21 +193,25 @@ func (a *roomActor) complete(ctx actor.Context, d xferDone) {
 		a.eng.cfg.Observer.Ignored(a.m.Room(), done)
 		return
 	}
-	a.pendingDone = &done // stepped by fault if the observer panics
-	a.rec.TransferDone(d.seq, d.fail)
-	a.pendingDone = nil
+	a.posts.pendingDone = &done // stepped by fault if the observer panics
+	a.lr.rec.TransferDone(d.seq, d.fail)
+	a.posts.pendingDone = nil
 	a.exec(ctx, nil, a.m.Step(done))
 }
 
 // drainSync steps the completions that came inside Post, in order (stepping
 // one may post, and complete, more).
 func (a *roomActor) drainSync(ctx actor.Context) {
-	for i := 0; i < len(a.syncDone); i++ {
-		d := a.syncDone[i]
-		a.syncDone[i] = xferDone{}
+	p := a.posts
+	if p == nil {
+		return
+	}
+	for i := 0; i < len(p.syncDone); i++ {
+		d := p.syncDone[i]
+		p.syncDone[i] = xferDone{}
 		a.complete(ctx, d)
 	}
-	a.syncDone = a.syncDone[:0]
+	p.syncDone = p.syncDone[:0]
 }
 
 // fault handles a panic recovered from Receive: the room fails with
@@ -206,14 +231,17 @@ func (a *roomActor) fault(ctx actor.Context, r any) {
 	}
 	env, _ := ctx.Message().(*envelope)
 	if _, started := ctx.Message().(*actor.Started); started {
-		env = a.firstEnv
-		a.first, a.firstEnv = room.Effects{}, nil
+		if a.first != nil {
+			env = a.first.env
+		}
+		a.first = nil
 	}
 	if !a.gone {
 		if p := recoverFrom(func() {
 			a.exec(ctx, nil, a.m.Step(room.Fail{Reason: room.ReasonInternalError}))
-			if d := a.pendingDone; d != nil {
-				a.pendingDone = nil
+			if p := a.posts; p != nil && p.pendingDone != nil {
+				d := p.pendingDone
+				p.pendingDone = nil
 				a.stepDirect(ctx, *d)
 			}
 			a.drainSync(ctx)
@@ -223,12 +251,14 @@ func (a *roomActor) fault(ctx actor.Context, r any) {
 		}); p != nil {
 			// The machine itself is broken: keep only a Failed tombstone.
 			a.eng.cfg.Logger.Error("failing the room panicked; keeping a Failed tombstone", "room", id, "panic", fmt.Sprint(p))
-			a.pendingDone = nil
-			clear(a.syncDone)
-			a.syncDone = a.syncDone[:0]
+			if p := a.posts; p != nil {
+				p.pendingDone = nil
+				clear(p.syncDone)
+				p.syncDone = p.syncDone[:0]
+			}
 			a.m = room.FromTombstone(&a.eng.cfg.Room, room.Tombstone{Room: id, Status: room.Failed, Reason: room.ReasonInternalError, Opened: true})
 			if !a.lr.handed.Swap(true) {
-				rec, t := a.rec, a.m.Tombstone()
+				rec, t := a.lr.rec, a.m.Tombstone()
 				recoverFrom(func() { rec.StatusChanged(room.Failed, room.ReasonInternalError) })
 				recoverFrom(func() { rec.Retired(t) })
 			}
@@ -263,23 +293,23 @@ func (a *roomActor) exec(ctx actor.Context, env *envelope, fx room.Effects) {
 		a.post(&fx.Posts[i])
 	}
 	if fx.Arm.Kind != room.NoDeadline {
-		if a.timer != nil {
-			a.timer.Stop()
-		}
-		self, root, gen := a.self, a.eng.system.Root, fx.Arm.Gen
-		a.timer = a.eng.cfg.Clock.AfterFunc(fx.Arm.After, func() { root.Send(self, deadline{gen: gen}) })
+		a.arm(fx.Arm)
 	}
 	if fx.Retire {
 		a.retire(ctx) // the shard hears it before anyone hears the poll answer
 	}
-	execStateless(a.eng, env, a.m, fx, a.rec, a.lr)
+	execStateless(a.eng, env, a.m, fx, a.lr.rec, a.lr)
 }
 
 // post hands one transfer to the transfer layer. A completion inside Post is
 // queued for drainSync; a later one arrives as the postDone message.
 func (a *roomActor) post(t *room.Transfer) {
-	a.rec.Posted(t)
-	pd := a.spare
+	a.lr.rec.Posted(t)
+	if a.posts == nil {
+		a.posts = &posting{}
+	}
+	p := a.posts
+	pd := p.spare
 	if pd == nil {
 		pd = &postDone{}
 		self, root := a.self, a.eng.system.Root
@@ -290,24 +320,76 @@ func (a *roomActor) post(t *room.Transfer) {
 			}
 		}
 	}
-	a.spare = nil
+	p.spare = nil
 	pd.seq = t.Seq
 	pd.state.Store(postInCall)
 	a.eng.cfg.Transfers.Post(*t, pd.fn)
 	if pd.state.CompareAndSwap(postInCall, postReturned) {
 		return // done comes later, as a message
 	}
-	a.syncDone = append(a.syncDone, xferDone{seq: pd.seq, fail: pd.fail, signal: pd.signal})
+	p.syncDone = append(p.syncDone, xferDone{seq: pd.seq, fail: pd.fail, signal: pd.signal})
 	pd.signal = nil
-	a.spare = pd
+	p.spare = pd
 }
 
-func (a *roomActor) retire(ctx actor.Context) {
+// arm makes the room's deadline Deadline{arm.Gen} after arm.After, replacing
+// the one it had. The timer is replaced only if the new deadline is earlier.
+func (a *roomActor) arm(arm room.Arm) {
+	a.wantAt, a.wantGen, a.wanted = a.eng.cfg.Clock.Now().Add(arm.After).UnixNano(), arm.Gen, true
+	if a.timer != nil && a.wantAt >= a.timerAt {
+		return
+	}
+	a.startTimer(arm.After)
+}
+
+func (a *roomActor) startTimer(after time.Duration) {
 	if a.timer != nil {
 		a.timer.Stop()
 	}
+	if a.ring == nil {
+		// Captures only a (the smallest closure); eng and self never change
+		// once the actor started.
+		a.ring = func() { a.eng.system.Root.Send(a.self, deadline{}) }
+	}
+	a.timerAt = a.eng.cfg.Clock.Now().Add(after).UnixNano()
+	a.timer = a.eng.cfg.Clock.AfterFunc(after, a.ring)
+}
+
+// fired handles a timer firing: it reports whether the wanted deadline has
+// come (the room steps it). A deadline moved later re-arms the timer for the
+// rest. A firing before the current timer's time is a replaced timer's (it
+// could not be stopped in time) and is dropped; one at or after it is taken
+// as the current timer's (it is due either way).
+func (a *roomActor) fired() bool {
+	now := a.eng.cfg.Clock.Now().UnixNano()
+	if a.timer == nil || now < a.timerAt {
+		return false
+	}
+	a.timer.Stop()
+	a.timer = nil
+	if !a.wanted {
+		return false
+	}
+	if rest := time.Duration(a.wantAt - now); rest > 0 {
+		a.startTimer(rest)
+		return false
+	}
+	a.wanted = false
+	return true
+}
+
+func (a *roomActor) stopTimer() {
+	if a.timer != nil {
+		a.timer.Stop()
+		a.timer = nil
+	}
+	a.wanted = false
+}
+
+func (a *roomActor) retire(ctx actor.Context) {
+	a.stopTimer()
 	a.gone = true
-	ctx.Send(a.shard, &retired{tomb: a.m.Tombstone(), pid: a.self})
+	ctx.Send(a.eng.shardFor(a.m.Room()), &retired{tomb: a.m.Tombstone(), pid: a.self})
 }
 
 // execStateless runs the effects that need neither an actor nor a timer; the

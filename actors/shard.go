@@ -30,6 +30,10 @@ type shard struct {
 
 	self  *actor.PID
 	timer clock.Timer
+	// props spawn every room actor of the shard: the producer hands over
+	// next, which the shard sets just before the (synchronous) spawn.
+	props *actor.Props
+	next  *roomActor
 
 	// creating: the room being routed is being created or revived;
 	// announced: RoomCreated was told for it and rec is its record
@@ -110,6 +114,11 @@ func (s *shard) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
 		s.self = ctx.Self()
+		s.props = actor.PropsFromProducer(func() actor.Actor {
+			a := s.next
+			s.next = nil
+			return a
+		}, actor.WithMailbox(actor.UnboundedLockfree()))
 		s.armSweep()
 	case *envelope:
 		s.route(ctx, m)
@@ -182,7 +191,7 @@ func (s *shard) live() LiveRooms {
 	var l LiveRooms
 	oldest := int64(0)
 	for _, lr := range s.rooms {
-		_, r := lr.load()
+		_, r, _ := lr.load()
 		if int(r.Status) < len(l.ByStatus) {
 			l.ByStatus[r.Status]++
 		}
@@ -291,7 +300,7 @@ func roomOfPID(pid *actor.PID) (uint64, bool) {
 func (s *shard) routeOne(ctx actor.Context, env *envelope) {
 	if lr, ok := s.rooms[env.room]; ok {
 		if _, poll := env.msg.(room.Poll); poll && !env.sync {
-			if seen, r := lr.load(); seen == lr.sent {
+			if seen, r, ok := lr.load(); ok && seen == lr.sent {
 				answer(env, r) // the room has handled everything routed to it
 				return
 			}
@@ -350,10 +359,8 @@ func (s *shard) routeOne(ctx actor.Context, env *envelope) {
 		lr := &live{opened: open || m.Tombstone().Opened, born: s.eng.cfg.Clock.Now().UnixNano(), rec: rec}
 		lr.store(0, m.Reply())
 		delete(s.tombs, env.room)
-		self := ctx.Self()
-		lr.pid = ctx.SpawnPrefix(actor.PropsFromProducer(func() actor.Actor {
-			return newRoomActor(s.eng, m, fx, env, self, lr)
-		}), roomPrefix(env.room))
+		s.next = newRoomActor(s.eng, m, fx, env, lr)
+		lr.pid = ctx.SpawnPrefix(s.props, roomPrefix(env.room))
 		if ti, ok := env.msg.(room.TransferInfo); ok {
 			lr.peer = ti.Agent
 			s.peers[ti.Agent]++

@@ -79,11 +79,19 @@ type Machine struct {
 	cfg  *Config
 	room uint64
 
-	phase   phase
-	status  Status
-	reason  Reason
-	opened  bool
-	cleared bool
+	// Small fields together (no padding between them: a live room's
+	// machine is most of its heap).
+	phase        phase
+	status       Status
+	reason       Reason
+	opened       bool
+	cleared      bool
+	inited       bool // scheduler side: Init came
+	lastSent     bool // scheduler side: the last chunk came
+	drainExpired bool
+	armKind      DeadlineKind
+	armGen       uint32
+	nextSeq      uint32 // writes in flight are numbered from it
 
 	// Decode side.
 	infos     []TransferInfo
@@ -91,28 +99,21 @@ type Machine struct {
 	prefixLen int
 
 	// Scheduler side.
-	inited    bool
 	numPages  int
 	auxIndex  int
 	sentPages int
 	chunks    int
-	lastSent  bool
 	held      []chunk
 
 	// Writes in flight, by sequence number.
-	nextSeq  uint32
 	inflight []uint32
 
 	// Decode endpoints that sent ABORT and wait for ABORT_ACK after the drain.
-	ackTo        []ackTarget
-	lateTo       []Endpoint // transfer infos that came while draining
-	drainExpired bool
+	ackTo  []ackTarget
+	lateTo []Endpoint // transfer infos that came while draining
 
 	// Completion notifications the pool held back, by agent.
 	signals []heldSignal
-
-	armGen  uint32
-	armKind DeadlineKind
 
 	fx Effects
 }
