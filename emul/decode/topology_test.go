@@ -39,6 +39,7 @@ type emuTopo struct {
 	page       int
 	layerIDs   bool
 	release    Release
+	state      bool   // a hybrid-model state buffer (one slot per room)
 	wantReason string // SGLang's refusal, if the decode must be refused
 }
 
@@ -59,6 +60,9 @@ func (c emuTopo) shape(layers, start int, heads []int, vram bool) kvmem.Shape {
 	t := &kvmem.Topo{MLA: c.mla, StartLayer: start, Heads: heads, HeadBytes: c.headBytes, PageTokens: c.page, VRAM: vram}
 	sh.Layers, sh.Slots, sh.AuxSlots, sh.Topo = layers, 32, 16, t
 	sh.Item = t.ItemLen()
+	if c.state {
+		sh.StateSlots, sh.StateItem, sh.StateBufs = 8, 48, 2
+	}
 	return sh
 }
 
@@ -136,6 +140,7 @@ func (c emuTopo) run(t *testing.T) {
 		cfg.Bootstrap, cfg.PageSize, cfg.TPSize, cfg.TPRank, cfg.PPSize, cfg.MLA = boot, c.page, c.dtp, d, 1, c.mla
 		cfg.Shape = c.shape(c.layers, 0, ownedHeads(max(c.heads, 1), c.dtp, d), true)
 		cfg.Workload.DummyShare, cfg.Release, cfg.WaitingTimeout = 0, c.release, 5*time.Second
+		cfg.State = c.state
 		cfg.Name = fmt.Sprintf("emu-topo-dec%d", d)
 		e, err := New(cfg)
 		if err != nil {
@@ -156,6 +161,9 @@ func (c emuTopo) run(t *testing.T) {
 				p.node.FillPageAt(r, int(s), j)
 			}
 			p.node.WriteAux(7, r)
+			if c.state {
+				FillState(p.node, r, 5)
+			}
 			if _, err := p.cli.Open(r, ""); err != nil {
 				t.Fatal(err)
 			}
@@ -173,7 +181,11 @@ func (c emuTopo) run(t *testing.T) {
 			if err := p.cli.Send(r, src[:3], nil); err != nil {
 				t.Fatal(err)
 			}
-			if err := p.cli.Send(r, src[3:], nil); err != nil {
+			var state [][]int32
+			if c.state {
+				state = [][]int32{{5}}
+			}
+			if err := p.cli.Send(r, src[3:], state); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -236,6 +248,9 @@ func TestEmulatorTopologies(t *testing.T) {
 		{name: "MHA PP2→PP1", heads: 2, ptp: 1, ppp: 2, dtp: 1, layers: 4, headBytes: 16, page: 1, layerIDs: true},
 		{name: "MHA TP2 PP2→TP1 PP1", heads: 4, ptp: 2, ppp: 2, dtp: 1, layers: 4, headBytes: 8, page: 2, layerIDs: true},
 		{name: "MLA PP2→PP1", mla: true, ptp: 1, ppp: 2, dtp: 1, layers: 4, headBytes: 32, page: 1, layerIDs: true},
+		{name: "MHA TP1→TP1 + state buffer", heads: 2, ptp: 1, ppp: 1, dtp: 1, layers: 2, headBytes: 16, page: 1, state: true},
+		{name: "MLA TP2→TP1 (dummy) + state buffer", mla: true, ptp: 2, ppp: 1, dtp: 1, layers: 2, headBytes: 32, page: 1, state: true},
+		{name: "MLA TP1→TP2 + state buffer", mla: true, ptp: 1, ppp: 1, dtp: 2, layers: 2, headBytes: 32, page: 1, state: true},
 		{name: "MHA PP2→PP1 without prefill layer ids (refused)", heads: 2, ptp: 1, ppp: 2, dtp: 1, layers: 4, headBytes: 16, page: 1,
 			wantReason: "Layer metadata must be provided by both PD peers or neither"},
 	}
