@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"time"
 
 	"github.com/kvxfer/kvxfer/actors/room"
 	"github.com/kvxfer/kvxfer/nixl"
@@ -37,7 +38,21 @@ type Direct struct {
 	localKV nixl.ListID
 	peers   map[string]directPeer
 	slots   []directSlot
+
+	stopWake func()
 }
+
+// Close stops the agent's wake-ups; the agent itself is the caller's.
+func (d *Direct) Close() {
+	if d.stopWake != nil {
+		d.stopWake()
+	}
+}
+
+// spinPolls is how many polls in a row without progress a waiting worker
+// spins (SGLang's loop never stops spinning) before it parks on the agent's
+// wake-up. See Wait.
+const spinPolls = 256
 
 type directPeer struct {
 	peer *sglang.Peer
@@ -45,6 +60,7 @@ type directPeer struct {
 }
 
 type directSlot struct {
+	woke chan struct{} // the agent's OnProgress wake-up (capacity 1)
 	mu   sync.Mutex
 	plan sglang.Plan
 	pend []directPending
@@ -70,6 +86,19 @@ func NewDirect(ag nixl.Agent, local *sglang.Local, peers []sglang.PeerGeometry, 
 		return nil, fmt.Errorf("dict direct: local KV list: %w", err)
 	}
 	d := &Direct{ag: ag, local: local, localKV: l, peers: map[string]directPeer{}, slots: make([]directSlot, workers)}
+	for i := range d.slots {
+		d.slots[i].woke = make(chan struct{}, 1)
+	}
+	if w, ok := ag.(nixl.Waker); ok {
+		d.stopWake = w.OnProgress(func() {
+			for i := range d.slots {
+				select {
+				case d.slots[i].woke <- struct{}{}:
+				default:
+				}
+			}
+		})
+	}
 	for _, g := range peers {
 		p, err := sglang.NewPeer(local, g)
 		if err != nil {
@@ -138,10 +167,19 @@ func (d *Direct) Post(t room.Transfer, done room.DoneFunc) {
 // roomID posted, one Poll of all of them per round and a yield between rounds.
 // It reports every posted write (its DoneFunc) once all of its handles are
 // terminal; the first failed handle fails the write.
+//
+// One deviation, measured: Python's time.sleep(0) is a system call that gives
+// the OS thread away; Go's runtime.Gosched is not, and while every P runs a
+// spinning worker Go's scheduler looks at the network poller only from sysmon
+// (about every 10 ms), so goroutines waiting on sockets (the loopback agent's
+// notification socket) starve. After spinPolls polls without progress, and
+// unless a modelled completion is due within 1 ms (nixl.Dueer), the worker
+// parks on the agent's wake-up (nixl.Waker) or until that due time.
 func (d *Direct) Wait(roomID uint64) {
 	s := d.slot(roomID)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	idle := 0
 	for {
 		s.ids = s.ids[:0]
 		for _, p := range s.pend {
@@ -163,7 +201,7 @@ func (d *Direct) Wait(roomID uint64) {
 			}
 			break
 		}
-		k, busy := 0, false
+		k, busy, moved := 0, false, false
 		for i := range s.pend {
 			p := &s.pend[i]
 			keep := p.reqs[:0]
@@ -171,8 +209,10 @@ func (d *Direct) Wait(roomID uint64) {
 				switch st[k].State {
 				case nixl.Done:
 					_ = d.ag.Release(x)
+					moved = true
 				case nixl.Failed:
 					_ = d.ag.Release(x)
+					moved = true
 					if p.fail == room.ReasonNone {
 						p.fail = reasonOf(st[k].Err)
 					}
@@ -187,7 +227,17 @@ func (d *Direct) Wait(roomID uint64) {
 		if !busy {
 			break
 		}
-		runtime.Gosched() // time.sleep(0)
+		if moved {
+			idle = 0
+		} else {
+			idle++
+		}
+		if idle < spinPolls {
+			runtime.Gosched() // time.sleep(0)
+			continue
+		}
+		d.park(s)
+		idle = 0
 	}
 	pend := s.pend
 	s.pend = s.pend[:0]
@@ -195,6 +245,34 @@ func (d *Direct) Wait(roomID uint64) {
 		p.done(p.fail, nil)
 	}
 	clear(pend)
+}
+
+// park waits for the agent's wake-up, or for its next modelled completion
+// when that is 1 ms or more away (a due time sooner than that is spun for).
+func (d *Direct) park(s *directSlot) {
+	var until time.Duration
+	if du, ok := d.ag.(nixl.Dueer); ok {
+		if at, ok := du.Due(); ok {
+			if until = time.Until(at); until < time.Millisecond {
+				runtime.Gosched()
+				return
+			}
+		}
+	}
+	if until == 0 {
+		if d.stopWake == nil { // no wake-up to park on
+			runtime.Gosched()
+			return
+		}
+		<-s.woke
+		return
+	}
+	t := time.NewTimer(until)
+	defer t.Stop()
+	select {
+	case <-s.woke:
+	case <-t.C:
+	}
 }
 
 // reasonOf maps a NIXL error to a room failure reason, as the pool does.

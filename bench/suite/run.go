@@ -50,6 +50,7 @@ func Run(cfg Config, command string, progress io.Writer) (*Results, error) {
 	if r.direct, err = dict.NewDirect(f.Prefill.Agent, &f.Prefill.Geo, []sglang.PeerGeometry{f.Decode[0].Peer(), f.Decode[1].Peer()}, 4); err != nil {
 		return nil, fmt.Errorf("suite: preparing the dict engines' direct NIXL path: %w", err)
 	}
+	defer r.direct.Close()
 	stop := r.display(progress, res.Started)
 	defer stop()
 

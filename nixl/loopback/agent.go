@@ -67,7 +67,7 @@ type Agent struct {
 	conn *net.UnixConn
 
 	// mu guards everything below except what copyMu and the queue guard.
-	mu       sync.Mutex
+	mu       sync.RWMutex // Poll reads under RLock; a worker finishing a request is a writer, so spinning pollers cannot starve it
 	closed   bool
 	seq      uint64
 	allocs   map[uint64]*mapping // by base address

@@ -217,6 +217,9 @@ func (a *Agent) Poll(xs []nixl.XferID, out []nixl.Status) error {
 	if len(out) < len(xs) {
 		return nixl.Errorf(nixl.ErrInvalid, "loopback poll: %d results for %d requests", len(out), len(xs))
 	}
+	if done, err := a.pollShared(xs, out); done || err != nil {
+		return err
+	}
 	a.mu.Lock()
 	if a.closed {
 		a.mu.Unlock()
@@ -277,6 +280,35 @@ func (a *Agent) Poll(xs []nixl.XferID, out []nixl.Status) error {
 	}
 	a.mu.Unlock()
 	return nil
+}
+
+// pollShared answers a poll under the read lock when no request of xs is due
+// to complete now (the common case: a worker completes it, or its due time
+// has not come). done false: the caller takes the write lock and completes.
+func (a *Agent) pollShared(xs []nixl.XferID, out []nixl.Status) (done bool, err error) {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	if a.closed {
+		return true, nixl.ErrClosed
+	}
+	var now int64
+	for i, id := range xs {
+		x := a.xfers[id]
+		if x == nil {
+			out[i] = nixl.Status{State: nixl.Failed, Err: nixl.Errorf(nixl.ErrInvalid, "loopback poll: unknown request %d", id)}
+			continue
+		}
+		if x.state == nixl.InProgress && x.landed && !x.sending {
+			if now == 0 {
+				now = a.mono()
+			}
+			if now >= x.due {
+				return false, nil
+			}
+		}
+		out[i] = nixl.Status{State: x.state, Err: x.err}
+	}
+	return true, nil
 }
 
 // Release implements nixl.Agent.
