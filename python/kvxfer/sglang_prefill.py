@@ -170,6 +170,7 @@ class KvxferPrefillManager(BaseKVManager):
             argv += ["-load-balance-method", self.load_balance_method]
         if self.is_mla_backend:
             argv.append("-mla")
+        argv += topology_args(self.kv_args, self.is_mla_backend)
         extra = os.environ.get("KVXFER_ARGS", "").split()
         return argv + extra
 
@@ -278,6 +279,28 @@ def _new_force_rule():
         return tuple(int(x) for x in version("sglang").split(".")[:3]) >= (0, 5, 23)
     except Exception:  # noqa: BLE001
         return True
+
+
+def topology_args(kv_args, is_mla):
+    """kvxferd flags for the rank's place in the model, from SGLang's KVArgs
+    (issue 16): the KV head counts (decodes of another TP size get per-token
+    head slices), this PP stage's first layer and the pool's layer ids (a
+    stage writing a whole-model decode pairs buffers by layer)."""
+    out = []
+    if not is_mla:
+        kvh = int(_attr(kv_args, "kv_head_num", 0) or 0)
+        total = int(_attr(kv_args, "total_kv_head_num", 0) or 0)
+        if kvh > 0:
+            out += ["-kv-head-num", str(kvh)]
+        if total > 0:
+            out += ["-total-kv-heads", str(total)]
+    start = int(_attr(kv_args, "prefill_start_layer", 0) or 0)
+    if start > 0:
+        out += ["-prefill-start-layer", str(start)]
+    ids = list(_attr(kv_args, "kv_layer_ids", None) or [])
+    if ids:
+        out += ["-kv-layer-ids", ",".join(str(int(i)) for i in ids)]
+    return out
 
 
 def register_dp_rank(bootstrap_addr, room, dp_rank):
