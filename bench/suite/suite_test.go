@@ -90,3 +90,19 @@ func TestTinySuite(t *testing.T) {
 		}
 	}
 }
+
+// TestOnlySettings: naming a transfer setting keeps the throughput points at
+// that setting only and drops the other parts.
+func TestOnlySettings(t *testing.T) {
+	c, err := Quick().Only("rdma", "instant")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Throughput) == 0 || len(c.Settings) != 2 || c.Settings[0].Name != "rdma" || c.Settings[1].Name != "instant" ||
+		c.Storm.Rooms != 0 || c.Memory != nil || c.PinShares != nil {
+		t.Fatalf("Only(rdma, instant) = %+v", c)
+	}
+	if _, err := Quick().Only("ethernet"); err == nil {
+		t.Fatal("unknown setting accepted")
+	}
+}

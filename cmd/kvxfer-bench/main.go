@@ -42,7 +42,7 @@ func run(args []string) error {
 	reps := fs.Int("reps", 0, "repetitions of every throughput, overhead, storm and pin run (default: the suite's)")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file")
 	render := fs.String("render", "", "re-render the report and plots from this results.json instead of running")
-	only := fs.String("only", "", "comma-separated parts to run (throughput,paced,overhead,storm,pins,openloop,memory,poll,races); default all")
+	only := fs.String("only", "", "comma-separated parts to run (throughput,paced,overhead,storm,pins,openloop,memory,poll,races) or throughput settings (instant,copies,rdma: throughput at those only); default all")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
