@@ -212,7 +212,7 @@ func (r *runner) runSet(name string, st Setting, spec workload.Spec, reps int) R
 			a.leaked = max(a.leaked, res.Leaked)
 			a.rates = append(a.rates, res.RoomsPerSec)
 			a.cpu = append(a.cpu, res.CPUPer1k())
-			if heap > 0 {
+			if heap != 0 {
 				a.heap = append(a.heap, heap)
 			}
 			a.load = load
@@ -303,26 +303,24 @@ func (s Setting) spec(sp workload.Spec) workload.Spec {
 }
 
 // heapProbe measures the live heap per live room once in a run: when half of
-// the rooms are terminal it forces a GC and reads HeapAlloc, minus the heap
-// after a GC before the run, divided by the rooms admitted and not yet
-// terminal. It includes the driver's per-room state (the same for every
-// engine) and costs the run one GC.
+// the rooms are terminal it forces a GC and reads HeapAlloc and the rooms
+// admitted and not yet terminal; after the run (every room terminal, the
+// engine still up) another GC gives the baseline. (mid − after) ÷ live rooms
+// includes the driver's per-room state (the same for every engine) and costs
+// the run one GC.
 type heapProbe struct {
 	quit chan struct{}
-	done chan float64
+	done chan [2]float64 // heap, live rooms
 }
 
 func startHeapProbe(p *workload.Progress, n int) *heapProbe {
-	var ms runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&ms)
-	base := ms.HeapAlloc
-	h := &heapProbe{quit: make(chan struct{}), done: make(chan float64, 1)}
+	h := &heapProbe{quit: make(chan struct{}), done: make(chan [2]float64, 1)}
 	go func() {
+		var ms runtime.MemStats
 		for {
 			select {
 			case <-h.quit:
-				h.done <- 0
+				h.done <- [2]float64{}
 				return
 			default:
 			}
@@ -334,7 +332,7 @@ func startHeapProbe(p *workload.Progress, n int) *heapProbe {
 				if live <= 0 {
 					live = adm - term
 				}
-				h.done <- float64(int64(ms.HeapAlloc)-int64(base)) / float64(live)
+				h.done <- [2]float64{float64(ms.HeapAlloc), float64(live)}
 				return
 			}
 			time.Sleep(time.Millisecond)
@@ -343,7 +341,15 @@ func startHeapProbe(p *workload.Progress, n int) *heapProbe {
 	return h
 }
 
+// stop returns the heap per live room, 0 when the probe saw no mid-run point.
 func (h *heapProbe) stop() float64 {
 	close(h.quit)
-	return <-h.done
+	m := <-h.done
+	if m[1] == 0 {
+		return 0
+	}
+	var ms runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	return (m[0] - float64(ms.HeapAlloc)) / m[1]
 }
