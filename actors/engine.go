@@ -19,13 +19,19 @@ import (
 // Transfers posts a room's writes. The NIXL transfer pool implements it; Post
 // must not block, and done must be called exactly once per Post, from any
 // goroutine, with room.ReasonNone on success. signal is the notifications held
-// back from a HoldSignal transfer's writes (nil otherwise).
+// back from a HoldSignal transfer's writes (nil otherwise). A done called
+// inside Post is stepped once the posting step is done; a later one may run
+// the room's handling of it on the calling goroutine (a room actor's mailbox
+// runs on its sender's goroutine when idle), so call done holding no lock
+// that Post, Notify or the Observer might take.
 type Transfers interface {
 	Post(t room.Transfer, done room.DoneFunc)
 }
 
 // Notifier carries a room's notices to decode (KV_STATUS failure, ABORT_ACK).
 // The transport decides whether the decode speaks a protocol that wants them.
+// Notify must not block: it runs in the room's handling, which may be on its
+// shard's goroutine.
 type Notifier interface {
 	Notify(roomID uint64, n room.Notice)
 }

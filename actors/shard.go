@@ -96,6 +96,15 @@ type tombRef struct {
 	expires time.Time
 }
 
+// roomDispatcher runs a room actor's mailbox on the goroutine that sends to
+// it when the mailbox is idle (the shard routing a message, a timer, the
+// transfer pool's completion), instead of a new goroutine per scheduling:
+// rooms of a shard are handled in the shard's goroutine, no goroutine is
+// started and no stack grown per room message. A room's Receive never blocks
+// (Transfers.Post and Notifier.Notify must not), so a sender is held only for
+// the room's own work; a panic is still the room's (its mailbox recovers it).
+var roomDispatcher = actor.NewSynchronizedDispatcher(300)
+
 func newShard(e *Engine, capacity int, lim limits) *shard {
 	return &shard{eng: e, capacity: capacity, lim: lim, rooms: map[uint64]*live{}, peers: map[string]int{},
 		tombs: map[uint64]tombEntry{}}
@@ -118,7 +127,7 @@ func (s *shard) Receive(ctx actor.Context) {
 			a := s.next
 			s.next = nil
 			return a
-		}, actor.WithMailbox(actor.UnboundedLockfree()))
+		}, actor.WithMailbox(actor.UnboundedLockfree()), actor.WithDispatcher(roomDispatcher))
 		s.armSweep()
 	case *envelope:
 		s.route(ctx, m)
