@@ -34,9 +34,15 @@ type Rank struct {
 	DPSize, DPRank int
 }
 
-// Sender is the notification sender id: pp_rank*tp_size + tp_rank (unique
-// across PP stages, which upstream's plain tp_rank is not).
-func (r Rank) Sender() int { return sglang.SenderID(r.PPRank, r.TPSize, r.TPRank) }
+// Sender is the notification sender id, SGLang's transfer_source_rank:
+// pp_rank·tp_size + tp_rank over the whole TP group, whose ranks are
+// (cp_rank, attn_tp_rank) with attn_tp fastest — so CP ranks that all
+// transfer stay distinct senders (unique across PP stages too, which
+// upstream's plain tp_rank once was not).
+func (r Rank) Sender() int {
+	cp := max(r.CPSize, 1)
+	return sglang.SenderID(r.PPRank, r.TPSize*cp, r.CPRank*r.TPSize+r.TPRank)
+}
 
 // Unique is SGLang's _prefill_unique_rank(), the prefill_rank of KV_STATUS and
 // ABORT_ACK: attn_tp_rank·(pp_size·cp_size) + pp_rank·cp_size + cp_rank. Decode
@@ -263,7 +269,7 @@ func Start(cfg Config) (*Daemon, error) {
 		ep = control.DefaultEndpoint(cfg.Rank.TPRank)
 	}
 	d.control, err = control.Start(control.Config{
-		Endpoint: ep, Engine: eng, Memory: d.registerMemory, Logger: cfg.Logger,
+		Endpoint: ep, Engine: d.controlEngine(eng), Memory: d.registerMemory, Logger: cfg.Logger,
 		Identity: control.Identity{Rank: cfg.Rank.TPRank, PPRank: cfg.Rank.PPRank, DPRank: cfg.Rank.DPRank, Name: "kvxferd"},
 	})
 	if err != nil {

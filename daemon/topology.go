@@ -5,7 +5,10 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/kvxfer/kvxfer/actors"
+	"github.com/kvxfer/kvxfer/actors/room"
 	"github.com/kvxfer/kvxfer/nixl/sglang"
+	"github.com/kvxfer/kvxfer/transport/control"
 	"github.com/kvxfer/kvxfer/transport/wire"
 )
 
@@ -25,6 +28,10 @@ type Topology struct {
 	// (kv_layer_ids; empty for plain pools): with a decode's ids they pair
 	// buffers by layer, which a PP stage needs to write a whole-model decode.
 	KVLayerIDs []int
+	// AllCPRanks: every CP rank transfers its share
+	// (SGLANG_DISAGGREGATION_ALL_CP_RANKS_TRANSFER). Off, a CP rank other than
+	// 0 is a dummy sender: its rooms succeed without a decode (cpDummyEngine).
+	AllCPRanks bool
 }
 
 // ParseLayerIDs reads "0,1,2,3" (or "") into layer ids.
@@ -70,4 +77,46 @@ func peerTopology(g *sglang.PeerGeometry, r *wire.Registration, dialect wire.Dia
 	if dialect == wire.Dialect0523 {
 		g.Rules = sglang.Rules0523
 	}
+}
+
+// cpDummyAgent is the agent of the transfer info a dummy CP rank's rooms get.
+const cpDummyAgent = "kvxferd-dummy-cp-rank"
+
+// dummyCP says this rank is one of SGLang's dummy CP ranks
+// (CommonKVManager.is_dummy_cp_rank): context parallel, not CP rank 0, and
+// not every CP rank transferring (SGLANG_DISAGGREGATION_ALL_CP_RANKS_TRANSFER).
+// Decode pulls from CP rank 0 only, so no decode ever sends this rank a
+// transfer info.
+func (d *Daemon) dummyCP() bool {
+	r := d.cfg.Rank
+	return r.CPSize > 1 && r.CPRank != 0 && !d.cfg.Topology.AllCPRanks
+}
+
+// cpDummyEngine is the control API's engine on a dummy CP rank. As SGLang's
+// sender does there (WaitingForInput at once, Success after the last chunk,
+// nothing sent), every room the scheduler opens gets a dummy transfer info of
+// its own: the room needs no decode, transfers nothing, and succeeds when its
+// last chunk is sent. Everything else is the engine's.
+type cpDummyEngine struct{ *actors.Engine }
+
+func (e cpDummyEngine) Open(roomID uint64) {
+	e.Engine.Open(roomID)
+	e.dummyInfo(roomID)
+}
+
+func (e cpDummyEngine) OpenTraced(roomID uint64, traceparent string) {
+	e.Engine.OpenTraced(roomID, traceparent)
+	e.dummyInfo(roomID)
+}
+
+func (e cpDummyEngine) dummyInfo(roomID uint64) {
+	e.Engine.TransferInfo(roomID, room.TransferInfo{Agent: cpDummyAgent, Required: 1, Dummy: true})
+}
+
+// controlEngine is the engine the control API drives.
+func (d *Daemon) controlEngine(eng *actors.Engine) control.Engine {
+	if d.dummyCP() {
+		return cpDummyEngine{eng}
+	}
+	return eng
 }

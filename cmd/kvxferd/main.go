@@ -76,6 +76,7 @@ func runWithOutput(args []string, getenv func(string) string, usage io.Writer) e
 	fs.IntVar(&c.Topology.KVHeadNum, "kv-head-num", 0, "MHA: this rank's KV heads (kv_args.kv_head_num); with -total-kv-heads, needed to serve decodes of another TP size (head slicing)")
 	fs.IntVar(&c.Topology.TotalKVHeads, "total-kv-heads", 0, "MHA: the model's KV heads (0: -kv-head-num × -tp-size)")
 	fs.IntVar(&c.Topology.StartLayer, "prefill-start-layer", 0, "this PP stage's first model layer (prefill_start_layer)")
+	fs.BoolVar(&c.Topology.AllCPRanks, "all-cp-ranks-transfer", envTrue(getenv("SGLANG_DISAGGREGATION_ALL_CP_RANKS_TRANSFER")), "every attention CP rank transfers (SGLANG_DISAGGREGATION_ALL_CP_RANKS_TRANSFER); off, a CP rank other than 0 is SGLang's dummy CP rank: its rooms succeed without a decode")
 	layerIDs := fs.String("kv-layer-ids", "", "model layer of each KV buffer, comma separated (SGLang's kv_layer_ids; empty for plain pools): pairs buffers by layer with decodes that send theirs")
 	fs.IntVar(&c.PullPort, "zmq-port", 0, "ZMQ PULL port for decode frames (0: random)")
 	fs.StringVar(&c.StateDir, "state-dir", "", "private directory (ours, 0700; created) where the decode registrations this rank accepted are kept and from which they are replayed when it next goes live: a restarted kvxferd serves decodes that registered with the one before (empty: off)")
@@ -252,3 +253,6 @@ func watchParent(ctx context.Context, parent int, every time.Duration, getppid f
 	}()
 	return ctx
 }
+
+// envTrue reads a boolean environment value as SGLang's get_bool_env_var does.
+func envTrue(v string) bool { return v == "1" || v == "true" || v == "True" || v == "TRUE" }

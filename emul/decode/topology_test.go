@@ -33,6 +33,7 @@ type emuTopo struct {
 	mla        bool
 	heads      int
 	ptp, ppp   int
+	pcp        int // prefill attention CP size (0: 1)
 	dtp        int
 	layers     int
 	headBytes  int
@@ -72,7 +73,7 @@ type emuPrefill struct {
 	cli  *control.Client
 }
 
-func (c emuTopo) startPrefill(t *testing.T, tp, pp int, bootstrap string) *emuPrefill {
+func (c emuTopo) startPrefill(t *testing.T, tp, pp, cp int, bootstrap string) *emuPrefill {
 	t.Helper()
 	n := c.layers / c.ppp
 	heads := ownedHeads(max(c.heads, 1), c.ptp, tp)
@@ -88,7 +89,7 @@ func (c emuTopo) startPrefill(t *testing.T, tp, pp int, bootstrap string) *emuPr
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	cfg := daemon.Config{HostIP: "127.0.0.1", ServeBootstrap: bootstrap == "", ControlEndpoint: "ipc://" + filepath.Join(dir, "c.sock"),
-		Rank:     daemon.Rank{TPSize: c.ptp, TPRank: tp, PPSize: c.ppp, PPRank: pp, CPSize: 1, DPSize: 1},
+		Rank:     daemon.Rank{TPSize: c.ptp, TPRank: tp, PPSize: c.ppp, PPRank: pp, CPSize: max(c.pcp, 1), CPRank: cp, DPSize: 1},
 		MLA:      c.mla,
 		NoKV:     sglang.NoKVWithCount,
 		PageSize: c.page,
@@ -110,7 +111,7 @@ func (c emuTopo) startPrefill(t *testing.T, tp, pp int, bootstrap string) *emuPr
 		d.Shutdown(ctx)
 	})
 	if err := d.Activate(node.Agent, node.Geo); err != nil {
-		t.Fatal(err)
+		t.Fatalf("prefill tp%d pp%d cp%d: %v", tp, pp, cp, err)
 	}
 	cli, err := control.Dial(d.ControlEndpoint())
 	if err != nil {
@@ -123,13 +124,15 @@ func (c emuTopo) startPrefill(t *testing.T, tp, pp int, bootstrap string) *emuPr
 func (c emuTopo) run(t *testing.T) {
 	var pre []*emuPrefill
 	boot := ""
-	for pp := range c.ppp {
-		for tp := range c.ptp {
-			p := c.startPrefill(t, tp, pp, boot)
-			if boot == "" {
-				boot = p.d.BootstrapAddr()
+	for cp := range max(c.pcp, 1) {
+		for pp := range c.ppp {
+			for tp := range c.ptp {
+				p := c.startPrefill(t, tp, pp, cp, boot)
+				if boot == "" {
+					boot = p.d.BootstrapAddr()
+				}
+				pre = append(pre, p)
 			}
-			pre = append(pre, p)
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -251,6 +254,10 @@ func TestEmulatorTopologies(t *testing.T) {
 		{name: "MHA TP1→TP1 + state buffer", heads: 2, ptp: 1, ppp: 1, dtp: 1, layers: 2, headBytes: 16, page: 1, state: true},
 		{name: "MLA TP2→TP1 (dummy) + state buffer", mla: true, ptp: 2, ppp: 1, dtp: 1, layers: 2, headBytes: 32, page: 1, state: true},
 		{name: "MLA TP1→TP2 + state buffer", mla: true, ptp: 1, ppp: 1, dtp: 2, layers: 2, headBytes: 32, page: 1, state: true},
+		// CP rank 1 is SGLang's dummy CP rank: decode pulls from CP rank 0
+		// only; rank 1's rooms must still succeed, writing nothing.
+		{name: "MHA CP2 (dummy CP rank) → TP1", heads: 2, ptp: 1, ppp: 1, pcp: 2, dtp: 1, layers: 2, headBytes: 16, page: 1},
+		{name: "MHA TP2 CP2 → TP2", heads: 4, ptp: 2, ppp: 1, pcp: 2, dtp: 2, layers: 2, headBytes: 8, page: 1},
 		{name: "MHA PP2→PP1 without prefill layer ids (refused)", heads: 2, ptp: 1, ppp: 2, dtp: 1, layers: 4, headBytes: 16, page: 1,
 			wantReason: "Layer metadata must be provided by both PD peers or neither"},
 	}
