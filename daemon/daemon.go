@@ -238,7 +238,8 @@ func Start(cfg Config) (*Daemon, error) {
 	if cfg.StateDir != "" {
 		d.state, d.replay = openRegStore(cfg.StateDir, d.stateScope(), links.max, cfg.Logger)
 	}
-	d.xfers.peerLost = func(agent string) { go d.dropAgent(agent, "NIXL connection lost", true) }
+	d.xfers.peerLost = func(agent string, epoch uint64) { go d.dropAgentSince(agent, epoch, "NIXL connection lost") }
+	d.xfers.epoch = d.peers.epoch.Load
 	d.xfers.gate = d.gateTransfer
 	ec := cfg.Engine
 	if ec.Room == (room.Config{HoldCompletion: ec.Room.HoldCompletion}) {
@@ -544,7 +545,8 @@ func (d *Daemon) signal(roomID uint64, n room.Notice) {
 // (liveness.go): it returns true and later calls post, or fail, exactly once.
 type lazyTransfers struct {
 	pool     atomic.Pointer[xfer.Pool]
-	peerLost func(agent string)
+	peerLost func(agent string, epoch uint64)
+	epoch    func() uint64 // the peer table's epoch: a loss is of the agent loaded by then
 	gate     func(t room.Transfer, post, fail func()) bool
 	suspects *atomic.Int64 // decodes not answering now; 0: gate is not asked
 }
@@ -556,10 +558,10 @@ func (l *lazyTransfers) Post(t room.Transfer, done room.DoneFunc) {
 		return
 	}
 	if l.peerLost != nil {
-		inner := done
+		inner, epoch := done, l.epoch()
 		done = func(fail room.Reason, signal [][]byte) {
 			if fail == room.ReasonPeerLost {
-				l.peerLost(t.Agent)
+				l.peerLost(t.Agent, epoch)
 			}
 			inner(fail, signal)
 		}

@@ -52,7 +52,7 @@ type LivenessConfig struct {
 	Off bool
 	// Interval between probes of one decode (0: KVXFER_PEER_PROBE_INTERVAL,
 	// else 1 s). Timeout bounds one probe (0: KVXFER_PEER_PROBE_TIMEOUT, else
-	// 1 s, at most Interval).
+	// half the interval; at most Interval).
 	Interval, Timeout time.Duration
 	// Budget is the outage after which a decode's rooms fail peer_lost (0:
 	// KVXFER_PEER_LOSS_AFTER, else decode's heartbeat budget from SGLang's
@@ -160,7 +160,7 @@ func (c LivenessConfig) withDefaults(getenv func(string) string) LivenessConfig 
 		c.Timeout = envDuration(getenv, EnvProbeTimeout)
 	}
 	if c.Timeout <= 0 {
-		c.Timeout = time.Second
+		c.Timeout = c.Interval / 2
 	}
 	if c.Budget <= 0 {
 		c.Budget = envDuration(getenv, EnvLossAfter)
@@ -389,13 +389,18 @@ func (l *liveness) kick(at room.Endpoint) bool {
 	return ok
 }
 
+// tick probes at a fixed rate: the next tick is armed before this probe,
+// so a probe that waits for its timeout does not stretch the period (a tick
+// that finds the last probe still out skips).
 func (l *liveness) tick(at room.Endpoint, e *endpointLive) {
-	l.probe(at, e)
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	if !l.closed && l.eps[at] == e {
-		e.timer = l.clk.AfterFunc(l.cfg.Interval, func() { l.tick(at, e) })
+	if l.closed || l.eps[at] != e {
+		l.mu.Unlock()
+		return
 	}
+	e.timer = l.clk.AfterFunc(l.cfg.Interval, func() { l.tick(at, e) })
+	l.mu.Unlock()
+	l.probe(at, e)
 }
 
 // probe probes once (no lock held while it dials) and acts on the result.

@@ -189,6 +189,12 @@ func TestSameAgentRegisteringAgainIsTheDecodeComingBack(t *testing.T) {
 	if g.dropped.Load() != 1 {
 		t.Fatalf("the old load was not dropped from NIXL before the new one: %d drops", g.dropped.Load())
 	}
+	// A transfer of the old load failing peer_lost now (our own DropPeer
+	// invalidated it) does not drop the agent loaded again.
+	d.dropAgentSince(dec.node.Agent.Name(), 1, "a transfer posted before the decode came back")
+	if _, ok := d.peers.endpointOf(dec.node.Agent.Name()); !ok || d.Counters()["peers_dropped"] != 1 {
+		t.Fatalf("the agent loaded again was dropped for its old load's failure: %v", d.Counters())
+	}
 	const fresh = 302
 	dec.checker.Expect(fresh, 1, false)
 	dec.send(t, dec.info(fresh, seqPages(5, 2), 1, 1))

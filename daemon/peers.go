@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/kvxfer/kvxfer/actors/room"
@@ -56,11 +57,16 @@ type peers struct {
 	fenced     map[string]fenceEntry
 	fenceOrder []string
 	wg         sync.WaitGroup // load goroutines
+	// epoch numbers the entries: a transfer posted at epoch n that fails
+	// peer_lost drops its agent only if the entry is from n or before (not
+	// the same agent loaded again since: dropAgentSince).
+	epoch atomic.Uint64
 
 	dupLogs, rejectLogs, addLogs *logLimiter
 }
 
 type peerEntry struct {
+	epoch   uint64
 	reg     *wire.Registration
 	to      room.Endpoint
 	ready   bool
@@ -181,7 +187,7 @@ func (p *peers) register(r *wire.Registration, frames [][]byte, replay bool) boo
 		}
 		return false
 	}
-	e = &peerEntry{reg: r, to: to, started: d.now()}
+	e = &peerEntry{reg: r, to: to, started: d.now(), epoch: p.epoch.Add(1)}
 	p.mu.Lock()
 	p.byAgent[r.AgentName] = e
 	p.loading++
@@ -367,6 +373,21 @@ func (d *Daemon) dropAgent(agent, why string, lost bool) {
 	}
 }
 
+// dropAgentSince drops an agent for a transfer posted at epoch that failed
+// peer_lost, unless the agent was loaded again after it (a decode that came
+// back: the failure is its old incarnation's, our own DropPeer among them).
+func (d *Daemon) dropAgentSince(agent string, epoch uint64, why string) {
+	p := d.peers
+	p.mu.Lock()
+	e, ok := p.byAgent[agent]
+	newer := ok && e.epoch > epoch
+	p.mu.Unlock()
+	if newer {
+		return
+	}
+	d.dropAgent(agent, why, true)
+}
+
 // fence marks an agent lost to an outage: its transfer infos fail their rooms
 // before the rooms see them, until it registers again or is restored (see
 // liveness.go). Call it before the agent is dropped.
@@ -430,7 +451,7 @@ func (p *peers) restore(agent string) {
 		p.mu.Unlock()
 		return
 	}
-	e := &peerEntry{reg: r, to: to, started: d.now()}
+	e := &peerEntry{reg: r, to: to, started: d.now(), epoch: p.epoch.Add(1)}
 	p.byAgent[agent] = e
 	p.loading++
 	p.wg.Add(1)
