@@ -3,7 +3,9 @@ package hosts
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -181,6 +183,11 @@ func emulatorScenarios(t *testing.T, release string) {
 			}
 			note("200 rooms: %v on decode, %d bytes verified, 0 wrong, sides agree (%d decode aborts after prefill's success); prefill p50 %.1f ms", ds.Outcomes, ds.BytesVerified, after, ss.P50Millis)
 		})
+		if release == "0.5.23" { // 0.5.18 across a cut: SGLang's own decode
+			scenario(t, label, "link cut 10 s", func(t *testing.T, note func(string, ...any)) {
+				emulLinkCut(t, release, note)
+			})
+		}
 		scenario(t, label, "decode kill -9", func(t *testing.T, note func(string, ...any)) {
 			dbg := freePort(t)
 			d := startKvxferd(t, []string{"-host", prefillIP, "-debug-addr", "127.0.0.1:" + strconv.Itoa(dbg)}, "SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT=4")
@@ -238,6 +245,129 @@ func emulatorScenarios(t *testing.T, release string) {
 			note("%d of %d rooms in flight peer_lost (the rest completed first), all terminal %.2f s after the kill", lost, len(inflight), took.Seconds())
 		})
 	}
+}
+
+// emulLinkCut runs 150 rooms at 20 a second (no abort plans) and cuts the
+// link for 10 s once 30 rooms have finished. Both processes must finish
+// cleanly (no wrong byte: decode poisons pages before it hands them out, so a
+// late write into a page it gave up shows up when the page is reused; nothing
+// pinned) and the two sides must agree on every room. The rooms that succeed
+// after the link returns are counted, not asserted: during the cut decode's
+// new rooms fail at once (no bootstrap server), so decode runs ahead of the
+// scheduler, whose rooms wait for their bootstrap deadline, and the two
+// emulators' windows need not meet again (SGLang's decode asserts it).
+func emulLinkCut(t *testing.T, release string, note func(string, ...any)) {
+	const rooms = 150
+	dbg := freePort(t)
+	// Rooms decode gave up during the cut (and never sends a transfer info
+	// for again) fill the scheduler's window until their bootstrap deadline:
+	// keep it short here.
+	d := startKvxferd(t, []string{"-host", prefillIP, "-debug-addr", "127.0.0.1:" + strconv.Itoa(dbg)}, "SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT=3")
+	defer func() {
+		if t.Failed() {
+			for _, path := range []string{"/debug/rooms?limit=20", "/debug/peers"} {
+				if resp, err := http.Get("http://127.0.0.1:" + strconv.Itoa(dbg) + path); err == nil {
+					b, _ := io.ReadAll(io.LimitReader(resp.Body, 8<<10))
+					resp.Body.Close()
+					t.Logf("kvxferd %s:\n%s", path, b)
+				}
+			}
+		}
+	}()
+	r := startEmul(t, d, release, rooms, 16, "-abort-share", "0", "-seed", "1", "-rate", "20")
+	// Cut once decode is registered and rooms are completing (decode's NIXL
+	// agent must have been created with the link up: UCX publishes only the
+	// interfaces that are up).
+	for deadline := time.Now().Add(30 * time.Second); tombstones(t, dbg) < 30; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("fewer than 30 rooms finished in 30 s; kvxfer-decode:\n%s", lastLines(r.decOut.String(), 20))
+		}
+	}
+	t0 := time.Now()
+	setLink(t, false)
+	time.Sleep(10 * time.Second)
+	setLink(t, true)
+	successAtUp := retiredSuccess(t, dbg)
+	schedErr, decErr := errors.New("did not finish in 100 s"), errors.New("did not finish in 100 s")
+	select {
+	case schedErr = <-r.schedDone:
+		select {
+		case decErr = <-r.decDone:
+		case <-time.After(30 * time.Second):
+		}
+	case <-time.After(100 * time.Second):
+		if os.Getenv("KVXFER_HOSTS_STACKS") == "1" { // goroutine dumps of both emulators
+			r.sched.Process.Signal(syscall.SIGQUIT)
+			r.dec.Process.Signal(syscall.SIGQUIT)
+			time.Sleep(2 * time.Second)
+			os.WriteFile("/tmp/kvx-sched-stacks.txt", r.schedOut.Bytes(), 0o644)
+			os.WriteFile("/tmp/kvx-decode-stacks.txt", r.decOut.Bytes(), 0o644)
+		}
+		t.Fatalf("kvxfer-sched did not finish within 100 s of the cut; kvxfer-sched:\n%s\nkvxfer-decode:\n%s",
+			lastLines(r.schedOut.String(), 5), lastLines(r.decOut.String(), 20))
+	}
+	took := time.Since(t0)
+	successAfter := retiredSuccess(t, dbg) - successAtUp
+	var ds decode.Summary
+	var ss sched.Summary
+	var dr, pr map[string]string
+	readJSON(t, filepath.Join(r.dir, "decode.json"), &ds)
+	readJSON(t, filepath.Join(r.dir, "sched.json"), &ss)
+	readJSON(t, filepath.Join(r.dir, "decode-rooms.json"), &dr)
+	readJSON(t, filepath.Join(r.dir, "sched-rooms.json"), &pr)
+	prefillBy := map[string]int{}
+	for _, o := range pr {
+		prefillBy[o]++
+	}
+	bad, _ := join(dr, pr)
+	note("decode %v (heartbeat losses %d), prefill %s; %d disagreements, %d wrong bytes, %d pinned; %d rooms succeeded after the link returned; %.1f s from the cut to both exits",
+		ds.Outcomes, ds.HeartbeatLosses, joinCounts(prefillBy), len(bad), ds.WrongBytes, ss.Pinned, successAfter, took.Seconds())
+	if schedErr != nil || decErr != nil {
+		t.Errorf("kvxfer-sched: %v; kvxfer-decode: %v", schedErr, decErr)
+	}
+	if len(bad) > 0 {
+		t.Errorf("%d rooms the two sides disagree on: %v", len(bad), bad[:min(len(bad), 10)])
+	}
+	if ds.WrongBytes != 0 || ds.AuxErrors != 0 || ss.Pinned != 0 {
+		t.Errorf("decode: %d wrong bytes, %d aux errors; prefill: %d pinned", ds.WrongBytes, ds.AuxErrors, ss.Pinned)
+	}
+}
+
+// retiredSuccess reads kvxferd's count of rooms retired as Success (/metrics).
+func retiredSuccess(t *testing.T, dbg int) int {
+	t.Helper()
+	resp, err := http.Get("http://127.0.0.1:" + strconv.Itoa(dbg) + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	n := 0
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "kvxfer_rooms_retired") && strings.Contains(line, `"Success"`) {
+			f := strings.Fields(line)
+			v, _ := strconv.ParseFloat(f[len(f)-1], 64)
+			n += int(v)
+		}
+	}
+	return n
+}
+
+// tombstones is the number of finished rooms kvxferd keeps.
+func tombstones(t *testing.T, dbg int) int {
+	t.Helper()
+	resp, err := http.Get("http://127.0.0.1:" + strconv.Itoa(dbg) + "/debug/rooms?limit=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var body struct {
+		Stats struct{ Tombstones int } `json:"stats"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+		t.Fatal(err)
+	}
+	return body.Stats.Tombstones
 }
 
 // liveAgentRooms lists the non-terminal rooms on kvxferd that a decode agent
