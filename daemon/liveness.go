@@ -213,12 +213,16 @@ func (l *liveness) ingestKeepAlive() *zmqio.KeepAlive {
 
 // tcpProbe connects to decode's PULL endpoint and closes at once (libzmq
 // drops a connection that closes before its greeting, and nothing reaches
-// the socket's reader).
+// the socket's reader). The close is a reset, so probes leave no TIME_WAIT
+// sockets behind however often they run.
 func tcpProbe(timeout time.Duration) func(context.Context, room.Endpoint) ProbeResult {
 	return func(ctx context.Context, to room.Endpoint) ProbeResult {
 		dl := net.Dialer{Timeout: timeout}
 		c, err := dl.DialContext(ctx, "tcp", net.JoinHostPort(to.IP, strconv.Itoa(to.Port)))
 		if err == nil {
+			if tc, ok := c.(*net.TCPConn); ok {
+				_ = tc.SetLinger(0) // closed with a reset: no TIME_WAIT left per probe
+			}
 			_ = c.Close()
 			return ProbeOK
 		}
