@@ -113,7 +113,15 @@ class Driver:
             base, size = ctypes.c_uint64(0), ctypes.c_size_t(0)
             self._check("cuMemGetAddressRange", self._range(ctypes.byref(base), ctypes.byref(size), ptr))
             h = _Handle()
-            self._check("cuIpcGetMemHandle", self._get(ctypes.byref(h), base.value))
+            st = self._get(ctypes.byref(h), base.value)
+            if st != 0:
+                try:
+                    self._check("cuIpcGetMemHandle", st)
+                except UnsupportedMemory as e:
+                    raise UnsupportedMemory(
+                        f"{e}: this allocation cannot be exported with CUDA IPC (memory from PyTorch's "
+                        "expandable segments or cuMemCreate has no legacy IPC handle; unset "
+                        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True)") from None
             return bytes(h.reserved), ptr - base.value, size.value
         return self._in_context(dev, go)
 
