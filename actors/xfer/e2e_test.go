@@ -27,7 +27,12 @@ func shape() kvmem.Shape {
 
 func node(t testing.TB, role string, sender int) *kvmem.Node {
 	t.Helper()
-	n, err := kvmem.New(fmt.Sprintf("%s-%d", role, seq.Add(1)), shape(), sender, loopback.Options{})
+	return nodeWith(t, role, sender, loopback.Options{})
+}
+
+func nodeWith(t testing.TB, role string, sender int, o loopback.Options) *kvmem.Node {
+	t.Helper()
+	n, err := kvmem.New(fmt.Sprintf("%s-%d", role, seq.Add(1)), shape(), sender, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,13 +67,22 @@ func newRigWith(t testing.TB, quarantineAfter time.Duration, hold bool) *rig {
 type rigOpts struct {
 	quarantineAfter time.Duration
 	hold            bool
+	// latencyOnFake: prefill's loopback agent measures injected latency on
+	// the rig's fake clock, so a delayed write completes only once the test
+	// advances it past its due time.
+	latencyOnFake bool
 	actors          int                         // pool actors (default the pool's)
 	wrap            func(nixl.Agent) nixl.Agent // what the pool sees of prefill's agent
 }
 
 func newRigOpts(t testing.TB, o rigOpts) *rig {
 	quarantineAfter, hold := o.quarantineAfter, o.hold
-	r := &rig{t: t, clk: clock.NewFake(time.Unix(0, 0)), pre: node(t, "prefill", 3)}
+	r := &rig{t: t, clk: clock.NewFake(time.Unix(0, 0))}
+	var lo loopback.Options
+	if o.latencyOnFake {
+		lo.Clock = r.clk
+	}
+	r.pre = nodeWith(t, "prefill", 3, lo)
 	var agent nixl.Agent = r.pre.Agent
 	if o.wrap != nil {
 		agent = o.wrap(agent)

@@ -16,24 +16,29 @@ import (
 func TestAbortAfterLastChunkNeverCompletesDecode(t *testing.T) {
 	for _, hold := range []bool{true, false} {
 		t.Run(fmt.Sprintf("hold=%v", hold), func(t *testing.T) {
-			r := newRigWith(t, 0, hold)
+			// The writes' latency is on the fake clock: they complete only
+			// when the test advances it, after the abort (no race with wall
+			// time).
+			r := newRigOpts(t, rigOpts{hold: hold, latencyOnFake: true})
 			r.pre.Agent.SetFault(r.dec[0].Agent.Name(), loopback.Fault{Latency: loopback.Fixed(30 * time.Millisecond)})
 			c := &roomCase{id: 501, chunks: []int{2, 1}, srcBase: 0, dstBase: 10, aux: 1, dummyB: true}
 			r.start(c)
-			for r.pool.Stats().InFlight == 0 {
-				time.Sleep(time.Millisecond)
-			}
+			until(t, "both chunks posted and in flight", func() bool {
+				st := r.pool.Stats()
+				return st.Posted == 2 && st.InFlight == 2
+			})
 			r.eng.Abort(c.id)
 			if rep := r.wait(c.id, room.Failed); rep.Reason != room.ReasonClientAbort {
 				t.Fatalf("reason %v", rep.Reason)
 			}
-			for r.pool.Stats().InFlight != 0 {
-				time.Sleep(time.Millisecond)
-			}
+			r.clk.Advance(30 * time.Millisecond)
+			until(t, "the writes completed", func() bool { return r.pool.Stats().InFlight == 0 })
 			// A later room to the same decode completes: every notification
 			// of the aborted one has been delivered by then.
 			ok := &roomCase{id: 502, chunks: []int{1}, srcBase: 5, dstBase: 30, aux: 2, dummyB: true}
 			r.start(ok)
+			until(t, "the later room's write posted", func() bool { return r.pool.Stats().Posted == 3 })
+			r.clk.Advance(30 * time.Millisecond)
 			r.wait(ok.id, room.Success)
 			r.verify(ok)
 			notifs, _ := r.dec[0].Agent.Notifs(nil)
