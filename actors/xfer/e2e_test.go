@@ -71,8 +71,8 @@ type rigOpts struct {
 	// the rig's fake clock, so a delayed write completes only once the test
 	// advances it past its due time.
 	latencyOnFake bool
-	actors          int                         // pool actors (default the pool's)
-	wrap            func(nixl.Agent) nixl.Agent // what the pool sees of prefill's agent
+	actors        int                         // pool actors (default the pool's)
+	wrap          func(nixl.Agent) nixl.Agent // what the pool sees of prefill's agent
 }
 
 func newRigOpts(t testing.TB, o rigOpts) *rig {
