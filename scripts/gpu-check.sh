@@ -47,6 +47,11 @@ step daemon env KVXFER_GPU_BACKEND=loopback "$w/daemon.test" -test.v -test.run '
 if [ -d "$w/nixl-site" ]; then
   export PYTHONPATH=$w/nixl-site${PYTHONPATH:+:$PYTHONPATH}
   export KVXFER_LIBNIXL=$(find "$w/nixl-site" -name libnixl_capi.so | head -1)
+  # UCX's CUDA transports (libuct_cuda) need the CUDA runtime the wheel was
+  # built for (libcudart.so.13): the toolkit's, or the nvidia-* pip packages'.
+  cudart=$(python3 -c 'import glob, site; print(":".join(sorted({p.rsplit("/", 1)[0] for s in site.getsitepackages() for p in glob.glob(s + "/nvidia/**/libcudart.so*", recursive=True)})))' 2>/dev/null)
+  export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:/usr/local/cuda/lib64${cudart:+:$cudart}
+  echo "CUDA runtime for UCX: $(ls /usr/local/cuda/lib64/libcudart.so* 2>/dev/null | head -1) ${cudart}"
   step daemon env KVXFER_GPU_BACKEND=nixl "$w/daemon.test" -test.v -test.run '^TestGPUEndToEnd$' -test.timeout 6m
   step . python3 scripts/gpu/nixl_write.py --out "$(realpath "$sum")"
 else
