@@ -15,6 +15,8 @@
 #      Python doing the same transfer (scripts/gpu/nixl_write.py).
 #
 # Results: $OUT (the device tool's) or .gpu/out: gpu-check.log, summary.txt.
+# Every step has its own time limit (at most about 10 minutes in all, the
+# device tool's limit for one command; a normal run takes a few minutes).
 # Exit status 0 only when every step passed. Size: KVXFER_GPU_LAYERS (16),
 # KVXFER_GPU_ITEM (65536), KVXFER_GPU_PAGES (64), KVXFER_GPU_ROOMS (16).
 set -uo pipefail
@@ -41,9 +43,9 @@ step() {
 }
 nvidia-smi -L; uname -r
 python3 -c 'import torch; print("torch", torch.__version__, torch.cuda.get_device_name())'
-step nixl/cuda "$w/cuda.test" -test.v -test.run 'GPU' -test.timeout 2m
-step python python3 -m unittest -v tests.test_vram.GPUExportTest
-step daemon env KVXFER_GPU_BACKEND=loopback "$w/daemon.test" -test.v -test.run '^TestGPUEndToEnd$' -test.timeout 6m
+step nixl/cuda "$w/cuda.test" -test.v -test.run 'GPU' -test.timeout 60s
+step python timeout 90 python3 -m unittest -v tests.test_vram.GPUExportTest
+step daemon env KVXFER_GPU_BACKEND=loopback "$w/daemon.test" -test.v -test.run '^TestGPUEndToEnd$' -test.timeout 150s
 if [ -d "$w/nixl-site" ]; then
   export PYTHONPATH=$w/nixl-site${PYTHONPATH:+:$PYTHONPATH}
   export KVXFER_LIBNIXL=$(find "$w/nixl-site" -name libnixl_capi.so | head -1)
@@ -52,8 +54,8 @@ if [ -d "$w/nixl-site" ]; then
   cudart=$(python3 -c 'import glob, site; print(":".join(sorted({p.rsplit("/", 1)[0] for s in site.getsitepackages() for p in glob.glob(s + "/nvidia/**/libcudart.so*", recursive=True)})))' 2>/dev/null)
   export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:/usr/local/cuda/lib64${cudart:+:$cudart}
   echo "CUDA runtime for UCX: $(ls /usr/local/cuda/lib64/libcudart.so* 2>/dev/null | head -1) ${cudart}"
-  step daemon env KVXFER_GPU_BACKEND=nixl "$w/daemon.test" -test.v -test.run '^TestGPUEndToEnd$' -test.timeout 6m
-  step . python3 scripts/gpu/nixl_write.py --out "$(realpath "$sum")"
+  step daemon env KVXFER_GPU_BACKEND=nixl "$w/daemon.test" -test.v -test.run '^TestGPUEndToEnd$' -test.timeout 150s
+  step . timeout 150 python3 scripts/gpu/nixl_write.py --out "$(realpath "$sum")"
 else
   echo "NIXL not in the bundle (KVXFER_GPU_NIXL=0): the nixl backend and the NIXL Python baseline were not run" | tee -a "$sum"
 fi
