@@ -320,8 +320,8 @@ func (v *VRAM) Prep(peer string, kind nixl.MemKind, descs []nixl.Desc) (nixl.Lis
 		return v.Agent.Prep(peer, kind, descs)
 	}
 	v.mu.Lock()
-	defer v.mu.Unlock()
 	if v.closed {
+		v.mu.Unlock()
 		return 0, nixl.ErrClosed
 	}
 	var regions []*vregion
@@ -333,11 +333,9 @@ func (v *VRAM) Prep(peer string, kind nixl.MemKind, descs []nixl.Desc) (nixl.Lis
 	} else if p = v.peers[peer]; p != nil {
 		regions = p.regions
 	}
-	if len(regions) == 0 || find(regions, descs[0]) == nil {
-		v.mu.Unlock()
-		id, err := v.Agent.Prep(peer, kind, descs)
-		v.mu.Lock()
-		return id, err
+	v.mu.Unlock()
+	if find(regions, descs[0]) == nil { // not device memory: VRAM-labelled host memory
+		return v.Agent.Prep(peer, kind, descs)
 	}
 	l := &vlist{peer: p, descs: make([]vdesc, len(descs))}
 	for i, d := range descs {
@@ -346,6 +344,11 @@ func (v *VRAM) Prep(peer string, kind nixl.MemKind, descs []nixl.Desc) (nixl.Lis
 			return 0, nixl.Errorf(nixl.ErrInvalid, "loopback VRAM prep: descriptor %d (%#x,+%d, GPU %d) is not inside a device region", i, d.Addr, d.Len, d.DevID)
 		}
 		l.descs[i] = vdesc{dev: r.dev, ptr: r.ptr + (uint64(d.Addr) - r.addr), len: d.Len}
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.closed {
+		return 0, nixl.ErrClosed
 	}
 	id := nixl.ListID(v.next())
 	v.lists[id] = l
