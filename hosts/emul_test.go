@@ -150,7 +150,7 @@ func TestHostsEmulator(t *testing.T) {
 			if ds.Outcomes["success"] == 0 || ds.WrongBytes != 0 {
 				t.Fatalf("decode: %v, %d wrong bytes", ds.Outcomes, ds.WrongBytes)
 			}
-			note("rank_ip %s detected; 50 rooms %v, %d bytes verified", prefillIP, ds.Outcomes, ds.BytesVerified)
+			note("rank_ip %s detected; 50 rooms %v, %d bytes verified", prefillIP, joinCounts(ds.Outcomes), ds.BytesVerified)
 		})
 	})
 	printTable(t)
@@ -181,7 +181,7 @@ func emulatorScenarios(t *testing.T, release string) {
 			if ds.WrongBytes != 0 || ds.AuxErrors != 0 || ds.BytesVerified == 0 || ss.Pinned != 0 || ds.Rooms != 200 {
 				t.Fatalf("decode: %d rooms, %d bytes verified, %d wrong, %d aux errors; prefill pinned %d", ds.Rooms, ds.BytesVerified, ds.WrongBytes, ds.AuxErrors, ss.Pinned)
 			}
-			note("200 rooms: %v on decode, %d bytes verified, 0 wrong, sides agree (%d decode aborts after prefill's success); prefill p50 %.1f ms", ds.Outcomes, ds.BytesVerified, after, ss.P50Millis)
+			note("200 rooms: %v on decode, %d bytes verified, 0 wrong, sides agree (%d decode aborts after prefill's success); prefill p50 %.1f ms", joinCounts(ds.Outcomes), ds.BytesVerified, after, ss.P50Millis)
 		})
 		if release == "0.5.23" { // 0.5.18 across a cut: SGLang's own decode
 			scenario(t, label, "link cut 10 s", func(t *testing.T, note func(string, ...any)) {
@@ -321,7 +321,7 @@ func emulLinkCut(t *testing.T, release string, note func(string, ...any)) {
 	}
 	bad, _ := join(dr, pr)
 	note("decode %v (heartbeat losses %d), prefill %s; %d disagreements, %d wrong bytes, %d pinned; %d rooms succeeded after the link returned; %.1f s from the cut to both exits",
-		ds.Outcomes, ds.HeartbeatLosses, joinCounts(prefillBy), len(bad), ds.WrongBytes, ss.Pinned, successAfter, took.Seconds())
+		joinCounts(ds.Outcomes), ds.HeartbeatLosses, joinCounts(prefillBy), len(bad), ds.WrongBytes, ss.Pinned, successAfter, took.Seconds())
 	if schedErr != nil || decErr != nil {
 		t.Errorf("kvxfer-sched: %v; kvxfer-decode: %v", schedErr, decErr)
 	}

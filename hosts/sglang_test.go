@@ -255,12 +255,17 @@ func linkCut(t *testing.T, e *sgl, note func(string, ...any)) {
 		t.Fatalf("decode rooms not terminal after the link returned: %v %v", timedOut, err)
 	}
 	time.Sleep(3 * time.Second) // anything still on its way lands now
-	prefillBy := map[string]int{}
+	prefillBy, decodeBy := map[string]int{}, map[string]int{}
 	var preLast time.Duration
 	var problems []string
 	for i, r := range all {
 		rep, v := reps[i], views[i]
 		prefillBy[rep.Status.String()+"/"+reasonOf(rep)]++
+		reason := v.ReasonText()
+		if i := strings.IndexAny(reason, "(:,"); i > 0 {
+			reason = strings.TrimSpace(reason[:i])
+		}
+		decodeBy[strings.TrimSpace(v.Phase+" "+reason)]++
 		preLast = max(preLast, when[i].Sub(t0))
 		if (rep.Status == room.Success) != (v.Phase == "success") {
 			problems = append(problems, fmt.Sprintf("room %d: prefill %v/%s, decode %s (%s)", r.id, rep.Status, reasonOf(rep), v.Phase, v.ReasonText()))
@@ -277,8 +282,8 @@ func linkCut(t *testing.T, e *sgl, note func(string, ...any)) {
 			verify(t, e.p, r)
 		}
 	}
-	summary := fmt.Sprintf("decode gave up %d/%d rooms by %.1f s after the cut; prefill terminal by %.1f s (link back at %.1f s): %s; %d disagreements, %d rooms written after decode gave up",
-		len(gaveUp), len(all), decLast.Seconds(), preLast.Seconds(), tUp.Sub(t0).Seconds(), joinCounts(prefillBy), countDisagree(problems), countLanded(problems))
+	summary := fmt.Sprintf("decode gave up %d/%d rooms by %.1f s after the cut (%s); prefill terminal by %.1f s (link back at %.1f s): %s; %d disagreements, %d rooms written after decode gave up",
+		len(gaveUp), len(all), decLast.Seconds(), joinCounts(decodeBy), preLast.Seconds(), tUp.Sub(t0).Seconds(), joinCounts(prefillBy), countDisagree(problems), countLanded(problems))
 	note("%s; rooms after the link returned: not reached", summary)
 	if len(problems) > 0 {
 		t.Errorf("link cut:\n  %s", strings.Join(problems, "\n  "))
