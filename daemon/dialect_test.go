@@ -17,7 +17,13 @@ func as0523(r *wire.Registration) { r.HasStateDataLens = true }
 
 // cpRank has a _prefill_unique_rank (3) that differs from the notification
 // sender id (1), so a test can tell which one a frame carries.
-func cpRank(c *Config) { c.Rank = Rank{PPSize: 2, PPRank: 1, CPSize: 2, CPRank: 1} }
+// cpRank is a rank whose unique rank exercises every term of SGLang's
+// formula. CP rank 1 transfers only when every CP rank does (otherwise it is
+// SGLang's dummy CP rank and decode never pulls from it).
+func cpRank(c *Config) {
+	c.Rank = Rank{PPSize: 2, PPRank: 1, CPSize: 2, CPRank: 1}
+	c.Topology.AllCPRanks = true
+}
 
 func isSuccess(id uint64) func(wire.Outbound) bool {
 	return func(m wire.Outbound) bool {
