@@ -388,7 +388,7 @@ func (d *Daemon) startDebug() error {
 	mux.HandleFunc("/debug/peers", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(map[string]any{"default_23_frame_dialect": d.dialects.legacy.String(),
-			"pinned": d.cfg.Dialect != wire.DialectUnknown, "peers": d.dialects.list()})
+			"pinned": d.cfg.Dialect != wire.DialectUnknown, "peers": d.dialects.list(), "liveness": d.liveness.snapshot()})
 	})
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		if !d.Live() {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"os"
+	"sort"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -562,6 +563,37 @@ func (l *liveness) outage(at room.Endpoint) (time.Duration, bool) {
 		return 0, ok
 	}
 	return l.clk.Now().Sub(e.lastOK), true
+}
+
+// EndpointLiveness is one watched decode endpoint in /debug/peers.
+type EndpointLiveness struct {
+	Endpoint string `json:"endpoint"`
+	// UnreachableMs is the outage so far (0: the last probe was answered).
+	UnreachableMs int64  `json:"unreachable_ms"`
+	LastProbe     string `json:"last_probe"`
+	Fenced        bool   `json:"fenced,omitempty"`
+	Held          int    `json:"held_transfers,omitempty"`
+}
+
+// snapshot lists the watched endpoints, by endpoint.
+func (l *liveness) snapshot() []EndpointLiveness {
+	if l == nil {
+		return nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.clk.Now()
+	out := make([]EndpointLiveness, 0, len(l.eps))
+	for at, e := range l.eps {
+		v := EndpointLiveness{Endpoint: at.String(), LastProbe: e.lastProbe.String(), Fenced: e.fenced,
+			Held: len(e.held) + len(e.confirm)}
+		if e.failing {
+			v.UnreachableMs = now.Sub(e.lastOK).Milliseconds()
+		}
+		out = append(out, v)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Endpoint < out[j].Endpoint })
+	return out
 }
 
 // close stops every probe (shutdown).

@@ -2,6 +2,8 @@ package daemon
 
 import (
 	"context"
+	"encoding/json"
+	"net/http"
 	"sync"
 	"testing"
 	"time"
@@ -227,6 +229,9 @@ func TestDecodeUnreachablePastItsBudget(t *testing.T) {
 	}
 	if c := d.Counters(); c["peers_fenced"] != 1 || c["peers_lost"] != 1 {
 		t.Fatalf("counters %v", c)
+	}
+	if l := debugLiveness(t, d); len(l) != 1 || !l[0].Fenced || l[0].UnreachableMs != 10000 || l[0].LastProbe != "unreachable" {
+		t.Fatalf("/debug/peers liveness %+v", l)
 	}
 
 	// The late transfer info: sent before decode gave the room up.
@@ -540,4 +545,20 @@ func TestConfirmWritesNothingPostedTowardACutDecode(t *testing.T) {
 	if n := d.PoolStats().Posted; n != posted || !dec.node.PagesZero(dst) {
 		t.Fatalf("posted %d (was %d), pages zero %v", n, posted, dec.node.PagesZero(dst))
 	}
+}
+
+func debugLiveness(t *testing.T, d *Daemon) []EndpointLiveness {
+	t.Helper()
+	resp, err := http.Get("http://" + d.DebugAddr() + "/debug/peers")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var v struct {
+		Liveness []EndpointLiveness `json:"liveness"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
+		t.Fatal(err)
+	}
+	return v.Liveness
 }
