@@ -48,8 +48,9 @@ import (
 // connection at once; it triggers a probe now instead of at the next tick,
 // so a decode killed with SIGKILL is dropped within milliseconds.
 type LivenessConfig struct {
-	// Off disables probing: a lost link connection drops the decode at once
-	// (the behaviour before liveness), and no outage is measured.
+	// Off disables probing (KVXFER_PEER_LIVENESS=off): a lost link
+	// connection drops the decode at once (the behaviour before liveness),
+	// no outage is measured, no write is held.
 	Off bool
 	// Interval between probes of one decode (0: KVXFER_PEER_PROBE_INTERVAL,
 	// else 1 s). Timeout bounds one probe (0: KVXFER_PEER_PROBE_TIMEOUT, else
@@ -113,6 +114,7 @@ const (
 	EnvSafeAfter           = "KVXFER_PEER_SAFE_AFTER"
 	EnvIngestKeepAlive     = "KVXFER_INGEST_KEEPALIVE"
 	EnvConfirmWrites       = "KVXFER_PEER_CONFIRM_WRITES"
+	EnvLiveness            = "KVXFER_PEER_LIVENESS"
 	// sglangHeartbeatAttempt is the longest one heartbeat GET takes before it
 	// counts as failed: requests' timeout=(2, 3).
 	sglangHeartbeatAttempt = 5 * time.Second
@@ -151,6 +153,9 @@ func envDuration(getenv func(string) string, name string) time.Duration {
 // below 1 ms: Go timers fire late below it.
 func (c LivenessConfig) withDefaults(getenv func(string) string) LivenessConfig {
 	hbInterval, hbFailures := HeartbeatBudget(getenv)
+	if getenv(EnvLiveness) == "off" {
+		c.Off = true
+	}
 	if c.Interval <= 0 {
 		c.Interval = envDuration(getenv, EnvProbeInterval)
 	}

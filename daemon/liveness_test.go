@@ -37,6 +37,9 @@ func TestHeartbeatBudgetFromSGLangVariables(t *testing.T) {
 	}
 	env := map[string]string{EnvLossAfter: "3.5", EnvProbeInterval: "250ms", EnvProbeTimeout: "2s", EnvFenceHold: "7s"}
 	cfg := LivenessConfig{}.withDefaults(func(k string) string { return env[k] })
+	if cfg.Off || !(LivenessConfig{}.withDefaults(func(k string) string { return map[string]string{EnvLiveness: "off"}[k] })).Off {
+		t.Error("KVXFER_PEER_LIVENESS=off")
+	}
 	if cfg.Budget != 3500*time.Millisecond || cfg.Interval != 250*time.Millisecond || cfg.Timeout != 250*time.Millisecond ||
 		cfg.FenceHold != 7*time.Second {
 		t.Errorf("KVXFER_PEER_* overrides: %+v", cfg)

@@ -470,13 +470,6 @@ func (p *peers) restore(agent string) {
 	go p.load(e, dialect, nil, false, nil)
 }
 
-func (p *peers) isFenced(agent string) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	_, ok := p.fenced[agent]
-	return ok
-}
-
 func (p *peers) TransferInfo(t *wire.TransferInfo) {
 	p.mu.Lock()
 	if _, ok := p.fenced[t.AgentName]; ok {
@@ -576,19 +569,6 @@ func (p *peers) BadFrame(err error) {
 	if errors.As(err, &fe) && fe.HasRoom {
 		p.d.eng.Fail(fe.Room, room.ReasonInvalidRequest)
 	}
-}
-
-// agentsAt lists the accepted agents registered from an endpoint.
-func (p *peers) agentsAt(to room.Endpoint) []string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	var out []string
-	for a, e := range p.byAgent {
-		if e.to == to {
-			out = append(out, a)
-		}
-	}
-	return out
 }
 
 // endpointOf is where an accepted agent registered from.
