@@ -211,7 +211,7 @@ func (c LivenessConfig) withDefaults(getenv func(string) string) LivenessConfig 
 // ingestKeepAlive is the PULL socket's TCP keepalive: probes every second
 // after a second of silence, as many as fit the window (nil: off).
 func (l *liveness) ingestKeepAlive() *zmqio.KeepAlive {
-	if l == nil || l.cfg.IngestKeepAlive < 0 {
+	if l == nil || l.cfg.Off || l.cfg.IngestKeepAlive < 0 {
 		return nil
 	}
 	return &zmqio.KeepAlive{Idle: time.Second, Interval: time.Second, Count: max(int(l.cfg.IngestKeepAlive/time.Second)-1, 1)}
