@@ -18,6 +18,12 @@ die() { echo "netns-up: $*" >&2; "$(dirname "$0")/netns-down.sh" "$prefix" || tr
 command -v ip >/dev/null || die "no ip(8) (iproute2) here"
 [ "$(id -u)" = 0 ] || die "network namespaces need root (uid $(id -u))"
 "$(dirname "$0")/netns-down.sh" "$prefix" # leftovers of a killed run
+# The suite names its namespaces kvxh<pid of the test process>: remove those
+# whose test process is gone (a run killed with SIGKILL cannot clean up).
+for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E '^kvxh[0-9]+[pd]$' || true); do
+  pid=${ns#kvxh}; pid=${pid%?}
+  kill -0 "$pid" 2>/dev/null || "$(dirname "$0")/netns-down.sh" "kvxh$pid"
+done
 ip netns add "$p" 2>/dev/null || die "ip netns add failed (no CAP_SYS_ADMIN, or no netns support in this kernel/container)"
 ip netns add "$d" || die "ip netns add $d failed"
 ip link add veth-p netns "$p" type veth peer name veth-d netns "$d" || die "cannot create a veth pair (no veth driver?)"
