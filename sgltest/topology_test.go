@@ -507,7 +507,9 @@ func waitPrefillRooms(t *testing.T, cli *control.Client, ids []uint64, within ti
 var topoCases = []topoCase{
 	{name: "MLA TP1→TP2", mla: true, ptp: 1, ppp: 1, dtp: 2, dpp: 1, layers: 3, bph: 96},
 	{name: "MLA TP2→TP1 (dummy rank)", mla: true, ptp: 2, ppp: 1, dtp: 1, dpp: 1, layers: 3, bph: 96},
+	{name: "MLA TP4→TP2 (dummy ranks)", mla: true, ptp: 4, ppp: 1, dtp: 2, dpp: 1, layers: 2, bph: 64, rooms: 2},
 	{name: "MHA TP2 PP2→PP2", heads: 4, ptp: 2, ppp: 2, dtp: 2, dpp: 2, layers: 4, bph: 32},
+	{name: "MLA TP2 PP2→TP1 PP2 (dummy)", mla: true, ptp: 2, ppp: 2, dtp: 1, dpp: 2, layers: 4, bph: 64, rooms: 2},
 	{name: "MHA DP2 follow_bootstrap_room", heads: 2, ptp: 1, ppp: 1, pdp: 2, dtp: 1, dpp: 1, layers: 2, bph: 64, rooms: 4},
 	{name: "MHA DP2 round_robin", heads: 2, ptp: 1, ppp: 1, pdp: 2, dtp: 1, dpp: 1, layers: 2, bph: 64, rooms: 4, lb: "round_robin"},
 	{name: "MHA TP1→TP2 refused (DRAM)", heads: 4, ptp: 1, ppp: 1, dtp: 2, dpp: 1, layers: 2, bph: 32,
