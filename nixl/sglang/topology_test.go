@@ -465,3 +465,36 @@ func TestTopologyRefusesWhatKvxferdLacks(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkPlanHeadSlices: planning one chunk of 64 pages × 16 tokens over 64
+// layer buffers (32 layers, K and V) for a decode of twice the TP size: one
+// descriptor per layer buffer, page and token (65,536 per chunk), reusing the
+// plan's slices.
+func BenchmarkPlanHeadSlices(b *testing.B) {
+	l := &sglang.Local{TPSize: 2, TPRank: 1, TotalKVHeads: 8, PageSize: 16, KV: sglang.Buffers{NumSlots: 4096, Kind: nixl.VRAM}}
+	for i := range 64 {
+		l.KV.Ptrs = append(l.KV.Ptrs, uint64(i+1)<<36)
+		l.KV.ItemLens = append(l.KV.ItemLens, 16*4*128) // 4 heads × 128 B per token
+	}
+	g := sglang.PeerGeometry{Agent: "d", TPSize: 4, TPRank: 3, DstKVItemLen: 16 * 2 * 128, DstNumSlots: 4096}
+	for i := range 64 {
+		g.KVPtrs = append(g.KVPtrs, uint64(i+100)<<36)
+	}
+	p, err := sglang.NewPeer(l, g)
+	if err != nil {
+		b.Fatal(err)
+	}
+	src, dst := make([]int32, 64), make([]int32, 64)
+	for i := range src {
+		src[i], dst[i] = int32(7*i), int32(4095-i)
+	}
+	c := sglang.Chunk{Room: 1, SrcPages: src, DstPages: dst}
+	var plan sglang.Plan
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := l.Plan(&plan, p, &c); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(len(plan.Reqs[0].Src)), "descs/op")
+}
