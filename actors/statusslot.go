@@ -3,6 +3,8 @@ package actors
 import (
 	"sync/atomic"
 
+	"github.com/asynkron/protoactor-go/actor"
+
 	"github.com/kvxfer/kvxfer/actors/room"
 )
 
@@ -11,9 +13,9 @@ import (
 // room actor is the writer of its room's slot: after every message it handles
 // it hands its poll answer to the slot it claimed.
 type StatusSink interface {
-	// Claim is called on the room actor's goroutine, once, when the room has
-	// been opened by the scheduler: it returns the slot this incarnation of
-	// the room publishes to, or nil (a room opened over request/reply).
+	// Claim is called on the room actor's goroutine when the room handles
+	// the scheduler's Open: it returns the slot the room publishes to from
+	// now on, or nil (an open over request/reply: the room keeps what it had).
 	Claim(roomID uint64) StatusSlot
 }
 
@@ -57,29 +59,35 @@ func sinkOf(e *Engine) StatusSink {
 	return nil
 }
 
-// statusSlot is a room actor's part: the slot it claimed (none until the
-// room is opened and a sink is set; noSlot once a claim found none).
+// statusSlot is a room actor's part: the slot its room publishes to (nil:
+// none).
 type statusSlot struct{ s StatusSlot }
 
-type noSlotT struct{}
-
-func (noSlotT) Publish(room.Reply) {}
-
-var noSlot StatusSlot = noSlotT{}
-
-// publish is called by the room actor after each message it handles.
-func (p *statusSlot) publish(e *Engine, m *room.Machine) {
-	if p.s == nil {
-		if !m.Tombstone().Opened {
-			return
-		}
-		sink := sinkOf(e)
-		if sink == nil {
-			return
-		}
-		if p.s = sink.Claim(m.Room()); p.s == nil {
-			p.s = noSlot
+// publish is called by the room actor after each message it handles (handled).
+// The room claims a slot when it handles the scheduler's Open (or starts
+// already opened: revived by that Open), and only then: a slot deposited for
+// a later open of the same room id can never receive what the room answered
+// before that open (a stale status).
+func (p *statusSlot) publish(e *Engine, m *room.Machine, handled ...any) {
+	claim := false
+	if len(handled) == 0 {
+		claim = p.s == nil && m.Tombstone().Opened // a caller that does not say what it handled
+	} else {
+		switch msg := handled[0].(type) {
+		case *actor.Started:
+			claim = m.Tombstone().Opened
+		case *envelope:
+			_, claim = msg.msg.(room.Open)
 		}
 	}
-	p.s.Publish(m.Reply())
+	if claim {
+		if sink := sinkOf(e); sink != nil {
+			if s := sink.Claim(m.Room()); s != nil {
+				p.s = s
+			}
+		}
+	}
+	if p.s != nil {
+		p.s.Publish(m.Reply())
+	}
 }

@@ -177,6 +177,31 @@ func (s *ShmClient) publish() {
 	}
 }
 
+// Barrier waits until kvxferd has consumed every record submitted so far
+// (bounded by FullWait: ErrRingFull). They have reached the engine then, so
+// what is sent to the engine by another path afterwards (a request/reply
+// call, or in tests a decode message) is ordered after them.
+func (s *ShmClient) Barrier() error {
+	start := time.Now()
+	for i := 0; ; i++ {
+		if s.head = s.r.u64(hdrHead).Load(); s.head >= s.tail {
+			return nil
+		}
+		if s.Dropped() != DropNone {
+			return ErrDropped
+		}
+		el := time.Since(start)
+		if el > s.FullWait {
+			return ErrRingFull
+		}
+		if el < 100*time.Microsecond {
+			runtime.Gosched()
+		} else {
+			time.Sleep(time.Millisecond)
+		}
+	}
+}
+
 // Open opens a room in a free slot of the table.
 func (s *ShmClient) Open(roomID uint64) error {
 	if _, ok := s.slotOf[roomID]; ok {

@@ -602,3 +602,108 @@ func shmSessionFuzzer(srv *Server, good *ShmClient) func(t *testing.T, recs, ind
 		}
 	}
 }
+
+// TestShmReopenSameRoom: a room id opened again after clear (SGLang's
+// revived room) gets a fresh slot generation that shows the new open's
+// status, Bootstrapping then WaitingForInput, never the old Success, and the
+// room keeps publishing to it.
+func TestShmReopenSameRoom(t *testing.T) {
+	eng := newEngine(t)
+	srv := startServer(t, eng, nil)
+	s := attach(t, srv.Endpoint(), ShmOptions{Slots: 2})
+	const id = 77
+	for round := 0; round < 3; round++ {
+		if err := s.Open(id); err != nil {
+			t.Fatal(err)
+		}
+		if rs, _ := s.Poll([]uint64{id}, nil); rs[0].Status != room.Bootstrapping {
+			t.Fatalf("round %d: a reopened room shows %+v", round, rs[0])
+		}
+		// The decode's info must reach the engine after the clear and the
+		// open (else it lands in the old incarnation): wait for the ring.
+		if err := s.Barrier(); err != nil {
+			t.Fatal(err)
+		}
+		eng.TransferInfo(id, info(round))
+		if r := shmUntil(t, s, id, room.WaitingForInput); r.PrefixLen != round {
+			t.Fatalf("round %d: %+v", round, r)
+		}
+		s.Init(id, 1, 0)
+		s.Send(id, []int32{4}, nil)
+		shmUntil(t, s, id, room.Success)
+		if err := s.Clear(id); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestShmBadStreams: each kind of record the consumer cannot trust drops the
+// session that sent it (dropped = DropGarbage), and only that session.
+func TestShmBadStreams(t *testing.T) {
+	eng := newEngine(t)
+	srv := startServer(t, eng, nil)
+	for name, write := range map[string]func(s *ShmClient){
+		"reserved bytes": func(s *ShmClient) {
+			off := s.r.g.ringOff() + int(s.tail&uint64(s.r.g.entries-1))*RecordSize
+			putRecord(s.r.mem[off:off+RecordSize], Record{Op: RecAbort, Room: 1})
+			s.r.mem[off+1] = 1
+			s.tail++
+		},
+		"room of 2^63":      func(s *ShmClient) { s.put(Record{Op: RecAbort, Room: 1 << 63}) },
+		"slot out of range": func(s *ShmClient) { s.put(Record{Op: RecOpen, Slot: 8, Room: 1, A: 1}) },
+		"slot on abort":     func(s *ShmClient) { s.put(Record{Op: RecAbort, Slot: 1, Room: 1}) },
+		"send out of step":  func(s *ShmClient) { s.put(Record{Op: RecSend, Room: 1, A: 5, B: 2}) },
+		"clear of another room": func(s *ShmClient) {
+			s.put(Record{Op: RecOpen, Slot: 0, Room: 1, A: 1})
+			s.put(Record{Op: RecClear, Slot: 0, Room: 2})
+		},
+		"tail a ring ahead": func(s *ShmClient) { s.tail += uint64(s.r.g.entries) + 1 },
+	} {
+		t.Run(name, func(t *testing.T) {
+			s := attach(t, srv.Endpoint(), ShmOptions{RingEntries: 8, Slots: 8, IndexWords: 64})
+			write(s)
+			s.publish()
+			for s.Dropped() != DropGarbage {
+				time.Sleep(time.Millisecond)
+			}
+		})
+	}
+	if st := srv.ShmStats(); st.DroppedBad != 7 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+// TestShmSessionCap: a server holds at most MaxShmSessions sessions; a
+// detach makes room for another.
+func TestShmSessionCap(t *testing.T) {
+	eng := newEngine(t)
+	srv := startServer(t, eng, nil)
+	c := dial(t, srv.Endpoint())
+	small := ShmOptions{RingEntries: 8, Slots: 1, IndexWords: 64}
+	var all []*ShmClient
+	for range MaxShmSessions {
+		s, err := AttachShm(c, small)
+		if err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, s)
+	}
+	var e *Error
+	if _, err := AttachShm(c, small); !errors.As(err, &e) || e.Code != CodeBusy {
+		t.Fatalf("attach beyond the cap: %v", err)
+	}
+	if err := all[0].Close(); err != nil {
+		t.Fatal(err)
+	}
+	s, err := AttachShm(c, small)
+	if err != nil {
+		t.Fatalf("attach after a detach: %v", err)
+	}
+	all = append(all[1:], s)
+	for _, s := range all {
+		s.Close()
+	}
+	if st := srv.ShmStats(); st.Sessions != 0 || st.Attached != MaxShmSessions+1 {
+		t.Fatalf("stats %+v", st)
+	}
+}
