@@ -74,6 +74,7 @@ func peerTopology(g *sglang.PeerGeometry, r *wire.Registration, dialect wire.Dia
 	g.TPRank = r.DecodeTPRank
 	g.KVLayerIDs = r.KVLayerIDs
 	g.DCPSize = r.DCPSize
+	g.StateItemLens = r.StateItemLens
 	if dialect == wire.Dialect0523 {
 		g.Rules = sglang.Rules0523
 	}

@@ -131,6 +131,10 @@ type PeerGeometry struct {
 	// StateSlots optionally bounds destination state indices per component
 	// (0 or absent: only the agent's region check applies).
 	StateSlots []int
+	// StateItemLens ([12]) are decode's state item lengths per component and
+	// buffer (empty: unknown). Across TP sizes a state buffer is copied whole
+	// only when both sides hold slots of one size (replicated, not sharded).
+	StateItemLens [][]uint32
 	// NoNotifs: the decode neither posts nor reads NIXL notifications (SGLang
 	// 0.5.23 completes on KV_STATUS); notifications sent to it would pile up
 	// in its agent, so none are attached to its writes.
@@ -151,6 +155,7 @@ type Peer struct {
 	aux      []uint64
 	state    [][]uint64
 	stSlots  []int
+	stItems  [][]uint32
 	gpu      uint64
 	tpSize   int
 }
@@ -253,6 +258,11 @@ func (l *Local) AsPeer(agent string) PeerGeometry {
 	for _, s := range l.State {
 		g.StatePtrs = append(g.StatePtrs, s.Ptrs)
 		g.StateSlots = append(g.StateSlots, s.NumSlots)
+		items := make([]uint32, len(s.ItemLens))
+		for i, it := range s.ItemLens {
+			items[i] = uint32(it)
+		}
+		g.StateItemLens = append(g.StateItemLens, items)
 	}
 	return g
 }

@@ -203,6 +203,10 @@ func (l *Local) checkLast(p *Peer, c *Chunk) error {
 			// kvxferd has no state types, so it refuses all rather than
 			// write whole slots into a differently sharded decode.
 			return nixl.Errorf(nixl.ErrInvalid, "sglang plan room %d: state component %d: heterogeneous-TP state transfer (prefill tp %d, decode tp %d) is not implemented by kvxferd", c.Room, i, l.TPSize, p.tpSize)
+		case l.TPSize > 0 && p.tpSize > 0 && l.TPSize != p.tpSize && !l.stateReplicated(p, i):
+			// MLA across TP sizes: a state buffer sharded by TP (Mamba) has
+			// another slot size on decode; SGLang slices it, kvxferd does not.
+			return nixl.Errorf(nixl.ErrInvalid, "sglang plan room %d: state component %d: slots differ in size across TP sizes (prefill tp %d, decode tp %d: sharded state), which kvxferd does not slice", c.Room, i, l.TPSize, p.tpSize)
 		case max(l.PPSize, 1) > 1 && len(p.state[i]) != len(l.State[i].Ptrs):
 			// Positional pairing is what SGLang allows only without PP.
 			return nixl.Errorf(nixl.ErrInvalid, "sglang plan room %d: state component %d: PP-heterogeneous transfer requires layer ids on both peers; got src=%d dst=%d entries", c.Room, i, len(l.State[i].Ptrs), len(p.state[i]))
@@ -291,4 +295,19 @@ func MakeReq(a nixl.Agent, localKV, peerKV nixl.ListID, peer string, r *Req) (ni
 		return a.Make(nixl.Write, localKV, r.SrcIdx, dst, r.DstIdx, r.Notif)
 	}
 	return a.Create(nixl.Write, r.SrcKind, r.Src, peer, r.DstKind, r.Dst, r.Notif)
+}
+
+// stateReplicated says every buffer of state component i has the same slot
+// size on both sides (as decode's registration [12] says; unknown counts as
+// not), so a whole-slot copy moves exactly what decode holds.
+func (l *Local) stateReplicated(p *Peer, i int) bool {
+	if i >= len(p.stItems) || len(p.stItems[i]) < len(l.State[i].ItemLens) {
+		return false
+	}
+	for b, it := range l.State[i].ItemLens {
+		if uint64(p.stItems[i][b]) != it {
+			return false
+		}
+	}
+	return true
 }

@@ -298,6 +298,7 @@ func NewPeer(l *Local, g PeerGeometry) (*Peer, error) {
 	p.aux = g.AuxPtrs
 	p.state = g.StatePtrs
 	p.stSlots = g.StateSlots
+	p.stItems = g.StateItemLens
 	return p, nil
 }
 

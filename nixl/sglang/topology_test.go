@@ -430,11 +430,12 @@ func TestTopologyRefusesWhatKvxferdLacks(t *testing.T) {
 		t.Errorf("dcp: %v", err)
 	}
 
+	stateItem := uint64(64)
 	state := func(l *sglang.Local, bufs int) {
 		l.State = []sglang.Buffers{{NumSlots: 4, Kind: nixl.VRAM}}
 		for i := range bufs {
 			l.State[0].Ptrs = append(l.State[0].Ptrs, uint64(0x7000000+i*0x1000))
-			l.State[0].ItemLens = append(l.State[0].ItemLens, 64)
+			l.State[0].ItemLens = append(l.State[0].ItemLens, stateItem)
 		}
 	}
 	last := sglang.Chunk{Room: 9, IsLast: true, SrcPages: []int32{1}, DstPages: []int32{2}, SrcAux: 1, DstAux: 1,
@@ -443,24 +444,38 @@ func TestTopologyRefusesWhatKvxferdLacks(t *testing.T) {
 		name            string
 		tp              topo
 		preBufs, dstBuf int
-		want            string
+		dstItem         uint64 // decode's state slot size (0: the prefill's)
+		want            string // "": planned, state included
 	}{
-		{"hetero TP", topo{heads: 4, ptp: 1, dtp: 2, ppp: 1, dpp: 1, layers: 1, page: 1, bph: 8, slots: 8}, 2, 2, "heterogeneous-TP state transfer"},
-		{"PP stage into a whole-model decode", topo{heads: 2, ptp: 1, dtp: 1, ppp: 2, dpp: 1, layers: 2, page: 1, bph: 8, slots: 8, layerIDs: true}, 1, 2,
+		{"MLA across TP sizes, replicated state", topo{mla: true, ptp: 2, dtp: 1, ppp: 1, dpp: 1, layers: 1, page: 1, bph: 8, slots: 8}, 2, 2, 0, ""},
+		{"MLA across TP sizes, sharded state", topo{mla: true, ptp: 2, dtp: 1, ppp: 1, dpp: 1, layers: 1, page: 1, bph: 8, slots: 8}, 2, 2, 128,
+			"slots differ in size across TP sizes"},
+		{"hetero TP", topo{heads: 4, ptp: 1, dtp: 2, ppp: 1, dpp: 1, layers: 1, page: 1, bph: 8, slots: 8}, 2, 2, 0, "heterogeneous-TP state transfer"},
+		{"PP stage into a whole-model decode", topo{heads: 2, ptp: 1, dtp: 1, ppp: 2, dpp: 1, layers: 2, page: 1, bph: 8, slots: 8, layerIDs: true}, 1, 2, 0,
 			"PP-heterogeneous transfer requires layer ids on both peers; got src=1 dst=2 entries"},
 	} {
 		pre := c.tp.newRank(t, "pre", c.tp.ptp, 0, c.tp.ppp, 0, false)
 		dec := c.tp.newRank(t, "dec", c.tp.dtp, 0, c.tp.dpp, 0, true)
+		stateItem = 64
 		state(&pre.geo, c.preBufs)
+		if c.dstItem != 0 {
+			stateItem = c.dstItem
+		}
 		state(&dec.geo, c.dstBuf)
 		g := dec.peer(&c.tp, false)
-		g.StatePtrs = [][]uint64{dec.geo.State[0].Ptrs}
 		p, err := sglang.NewPeer(&pre.geo, g)
 		if err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
 		var plan sglang.Plan
-		if err := pre.geo.Plan(&plan, p, &last); err == nil || !strings.Contains(err.Error(), c.want) || len(plan.Reqs) != 0 {
+		err = pre.geo.Plan(&plan, p, &last)
+		if c.want == "" {
+			if err != nil || len(plan.Reqs) != 3 || plan.Reqs[1].Kind != sglang.ReqState {
+				t.Errorf("%s: %v, %d requests; want KV, state and aux", c.name, err, len(plan.Reqs))
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), c.want) || len(plan.Reqs) != 0 {
 			t.Errorf("%s: %v (%d requests), want %q and nothing planned", c.name, err, len(plan.Reqs), c.want)
 		}
 	}
