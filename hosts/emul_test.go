@@ -19,6 +19,7 @@ import (
 	"github.com/kvxfer/kvxfer/actors/room"
 	"github.com/kvxfer/kvxfer/emul/decode"
 	"github.com/kvxfer/kvxfer/emul/sched"
+	"github.com/kvxfer/kvxfer/emul/workload"
 	"github.com/kvxfer/kvxfer/transport/control"
 )
 
@@ -35,6 +36,11 @@ type emulRun struct {
 }
 
 func startEmul(t *testing.T, d *kvxferd, release string, rooms, conc int, extra ...string) *emulRun {
+	return startEmulPaced(t, d, release, rooms, conc, nil, extra...)
+}
+
+// startEmulPaced is startEmul with flags for kvxfer-decode alone (decOnly).
+func startEmulPaced(t *testing.T, d *kvxferd, release string, rooms, conc int, decOnly []string, extra ...string) *emulRun {
 	t.Helper()
 	bin := binDir(t)
 	r := &emulRun{dir: t.TempDir(), schedDone: make(chan error, 1), decDone: make(chan error, 1)}
@@ -53,7 +59,7 @@ func startEmul(t *testing.T, d *kvxferd, release string, rooms, conc int, extra 
 		"-bootstrap", d.boot, "-sglang", release, "-concurrency", strconv.Itoa(conc), "-quiet",
 		"-json", filepath.Join(r.dir, "decode.json"), "-rooms-out", filepath.Join(r.dir, "decode-rooms.json"),
 		"-waiting-timeout", waiting, "-release-timeout", "4s", "-heartbeat-interval", heartbeatInterval + "s",
-		"-heartbeat-max-failure", heartbeatFailures, "-topology-retry", "20ms", "-topology-attempts", "1000"}, work...)...)
+		"-heartbeat-max-failure", heartbeatFailures, "-topology-retry", "20ms", "-topology-attempts", "1000"}, append(work, decOnly...)...)...)
 	r.dec.Env = append(baseEnv(), commonEnv()...)
 	r.dec.Stdout, r.dec.Stderr = &r.decOut, &r.decOut
 	for _, c := range []*exec.Cmd{r.sched, r.dec} {
@@ -257,12 +263,12 @@ func emulatorScenarios(t *testing.T, release string) {
 // scheduler, whose rooms wait for their bootstrap deadline, and the two
 // emulators' windows need not meet again (SGLang's decode asserts it).
 func emulLinkCut(t *testing.T, release string, note func(string, ...any)) {
-	const rooms = 150
+	const rooms, last = 110, 15
 	dbg := freePort(t)
 	// Rooms decode gave up during the cut (and never sends a transfer info
 	// for again) fill the scheduler's window until their bootstrap deadline:
 	// keep it short here.
-	d := startKvxferd(t, []string{"-host", prefillIP, "-debug-addr", "127.0.0.1:" + strconv.Itoa(dbg)}, "SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT=3")
+	d := startKvxferd(t, []string{"-host", prefillIP, "-debug-addr", "127.0.0.1:" + strconv.Itoa(dbg)}, "SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT=8")
 	defer func() {
 		if t.Failed() {
 			for _, path := range []string{"/debug/rooms?limit=20", "/debug/peers"} {
@@ -274,13 +280,13 @@ func emulLinkCut(t *testing.T, release string, note func(string, ...any)) {
 			}
 		}
 	}()
-	r := startEmul(t, d, release, rooms, 16, "-abort-share", "0", "-seed", "1", "-rate", "20")
+	r := startEmul(t, d, release, rooms, 16, "-abort-share", "0", "-seed", "1", "-rate", "4")
 	// Cut once decode is registered and rooms are completing (decode's NIXL
 	// agent must have been created with the link up: UCX publishes only the
 	// interfaces that are up).
-	for deadline := time.Now().Add(30 * time.Second); tombstones(t, dbg) < 30; time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(30 * time.Second); tombstones(t, dbg) < 10; time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("fewer than 30 rooms finished in 30 s; kvxfer-decode:\n%s", lastLines(r.decOut.String(), 20))
+			t.Fatalf("fewer than 10 rooms finished in 30 s; kvxfer-decode:\n%s", lastLines(r.decOut.String(), 20))
 		}
 	}
 	t0 := time.Now()
@@ -320,8 +326,15 @@ func emulLinkCut(t *testing.T, release string, note func(string, ...any)) {
 		prefillBy[o]++
 	}
 	bad, _ := join(dr, pr)
-	note("decode %v (heartbeat losses %d), prefill %s; %d disagreements, %d wrong bytes, %d pinned; %d rooms succeeded after the link returned; %.1f s from the cut to both exits",
-		joinCounts(ds.Outcomes), ds.HeartbeatLosses, joinCounts(prefillBy), len(bad), ds.WrongBytes, ss.Pinned, successAfter, took.Seconds())
+	var lateFail []string
+	for i := rooms - last; i < rooms; i++ {
+		id := strconv.FormatUint(workload.RoomID(1, i), 10)
+		if dr[id] != "success" || !strings.HasPrefix(pr[id], "Success") {
+			lateFail = append(lateFail, fmt.Sprintf("room %s (plan %d): decode %q, prefill %q", id, i, dr[id], pr[id]))
+		}
+	}
+	note("decode %v (heartbeat losses %d), prefill %s; %d disagreements, %d wrong bytes, %d pinned; %d rooms succeeded after the link returned, the last %d rooms: %d failed; %.1f s from the cut to both exits",
+		joinCounts(ds.Outcomes), ds.HeartbeatLosses, joinCounts(prefillBy), len(bad), ds.WrongBytes, ss.Pinned, successAfter, last, len(lateFail), took.Seconds())
 	if schedErr != nil || decErr != nil {
 		t.Errorf("kvxfer-sched: %v; kvxfer-decode: %v", schedErr, decErr)
 	}
@@ -330,6 +343,9 @@ func emulLinkCut(t *testing.T, release string, note func(string, ...any)) {
 	}
 	if ds.WrongBytes != 0 || ds.AuxErrors != 0 || ss.Pinned != 0 {
 		t.Errorf("decode: %d wrong bytes, %d aux errors; prefill: %d pinned", ds.WrongBytes, ds.AuxErrors, ss.Pinned)
+	}
+	if len(lateFail) > 0 {
+		t.Errorf("rooms started after the link returned failed: %v", lateFail[:min(len(lateFail), 5)])
 	}
 }
 
