@@ -41,6 +41,7 @@ type emuTopo struct {
 	layerIDs   bool
 	release    Release
 	state      bool   // a hybrid-model state buffer (one slot per room)
+	hostV      bool   // decode's V buffers in DRAM, K in VRAM (mixed kinds)
 	wantReason string // SGLang's refusal, if the decode must be refused
 }
 
@@ -58,7 +59,7 @@ func ownedHeads(h, t, r int) []int {
 
 func (c emuTopo) shape(layers, start int, heads []int, vram bool) kvmem.Shape {
 	sh := kvmem.DefaultShape()
-	t := &kvmem.Topo{MLA: c.mla, StartLayer: start, Heads: heads, HeadBytes: c.headBytes, PageTokens: c.page, VRAM: vram}
+	t := &kvmem.Topo{MLA: c.mla, StartLayer: start, Heads: heads, HeadBytes: c.headBytes, PageTokens: c.page, VRAM: vram, HostV: vram && c.hostV}
 	sh.Layers, sh.Slots, sh.AuxSlots, sh.Topo = layers, 32, 16, t
 	sh.Item = t.ItemLen()
 	if c.state {
@@ -254,6 +255,12 @@ func TestEmulatorTopologies(t *testing.T) {
 		{name: "MHA TP1→TP1 + state buffer", heads: 2, ptp: 1, ppp: 1, dtp: 1, layers: 2, headBytes: 16, page: 1, state: true},
 		{name: "MLA TP2→TP1 (dummy) + state buffer", mla: true, ptp: 2, ppp: 1, dtp: 1, layers: 2, headBytes: 32, page: 1, state: true},
 		{name: "MLA TP1→TP2 + state buffer", mla: true, ptp: 1, ppp: 1, dtp: 2, layers: 2, headBytes: 32, page: 1, state: true},
+		// Mixed decode memory (K VRAM, V DRAM): one write per run of equal
+		// kinds, "_part_i_n" notifications (0.5.18), one success (0.5.23).
+		{name: "MHA TP1→TP1 mixed VRAM/DRAM", heads: 2, ptp: 1, ppp: 1, dtp: 1, layers: 2, headBytes: 16, page: 1, hostV: true},
+		{name: "MHA TP2→TP2 mixed VRAM/DRAM, 3 chunks' worth", heads: 4, ptp: 2, ppp: 1, dtp: 2, layers: 3, headBytes: 8, page: 2, hostV: true},
+		{name: "MHA TP2→TP1 mixed kinds (refused)", heads: 4, ptp: 2, ppp: 1, dtp: 1, layers: 2, headBytes: 8, page: 1, hostV: true,
+			wantReason: "NIXL destination mixed KV memory kinds are not implemented safely yet: ['DRAM', 'VRAM']"},
 		// CP rank 1 is SGLang's dummy CP rank: decode pulls from CP rank 0
 		// only; rank 1's rooms must still succeed, writing nothing.
 		{name: "MHA CP2 (dummy CP rank) → TP1", heads: 2, ptp: 1, ppp: 1, pcp: 2, dtp: 1, layers: 2, headBytes: 16, page: 1},

@@ -37,6 +37,22 @@ type Topo struct {
 	// VRAM labels the KV buffers VRAM (loopback: host memory with the label),
 	// which SGLang's prefill needs for heterogeneous-TP MHA destinations.
 	VRAM bool
+	// HostV puts the V buffers (MHA) in DRAM and the K buffers in VRAM: a
+	// HiSparse-like pool of mixed memory kinds, which SGLang's prefill
+	// writes in one part per run of equal kinds ("_part_i_n").
+	HostV bool
+}
+
+// kinds is the memory kind of every KV buffer.
+func (n *Node) kinds() []nixl.MemKind {
+	out := make([]nixl.MemKind, len(n.Geo.KV.Ptrs))
+	for b := range out {
+		out[b] = n.Geo.KV.Kind
+		if t := n.Shape.Topo; t != nil && t.HostV && !t.MLA && b >= n.Shape.Layers {
+			out[b] = nixl.DRAM
+		}
+	}
+	return out
 }
 
 // ItemLen is the page size in bytes the topology implies.
@@ -218,6 +234,14 @@ func (n *Node) alloc(sender int) error {
 		return err
 	}
 	sets := []*sglang.Buffers{&n.Geo.KV, &n.Geo.Aux}
+	if t := sh.Topo; t != nil && t.HostV && !t.MLA {
+		// One registration per memory kind, as SGLang's register_buffer_to_engine.
+		kv := n.Geo.KV
+		k, v := kv, kv
+		k.Ptrs, k.ItemLens = kv.Ptrs[:sh.Layers], kv.ItemLens[:sh.Layers]
+		v.Ptrs, v.ItemLens, v.Kind, v.DevID = kv.Ptrs[sh.Layers:], kv.ItemLens[sh.Layers:], nixl.DRAM, 0
+		sets = []*sglang.Buffers{&k, &v, &n.Geo.Aux}
+	}
 	for i := range n.Geo.State {
 		sets = append(sets, &n.Geo.State[i])
 	}
@@ -239,7 +263,11 @@ func (n *Node) LayerIDs() []int {
 func (n *Node) Close() error { return n.NIXL.Close() }
 
 // Peer is the geometry a decode node announces in its registration frame.
-func (n *Node) Peer() sglang.PeerGeometry { return n.Geo.AsPeer(n.NIXL.Name()) }
+func (n *Node) Peer() sglang.PeerGeometry {
+	g := n.Geo.AsPeer(n.NIXL.Name())
+	g.KVKinds = n.kinds()
+	return g
+}
 
 // Pattern is the byte a prefill node holds at offset k of page slot of buffer b
 // for room r: decode checks every received byte against it.

@@ -288,6 +288,16 @@ func (tp *topo) run(t *testing.T) {
 					if err := pre.geo.Plan(&plan, peer, &ch); err != nil {
 						t.Fatal(err)
 					}
+					if tp.wantParts > 1 {
+						// One KV request per run of memory kinds, each with
+						// "_part_i_n" (SGLang's send_kvcache_mixed).
+						for i := range tp.wantParts {
+							want := fmt.Sprintf("%d_kv_%d_%d_%d_part_%d_%d", room, c, map[bool]int{false: 0, true: 1}[last], pre.geo.Sender, i, tp.wantParts)
+							if r := plan.Reqs[i]; r.Kind != sglang.ReqKV || string(r.Notif) != want {
+								t.Fatalf("request %d: %v %q, want KV %q", i, r.Kind, r.Notif, want)
+							}
+						}
+					}
 					pool.submit(&plan, peer, lists)
 					pool.drain()
 					off += n
