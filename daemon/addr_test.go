@@ -204,41 +204,56 @@ func TestReachableURL(t *testing.T) {
 	}
 }
 
-// A wildcard listener: decodes are told the advertised address, kvxferd
-// registers itself at a reachable URL, and a room moves over it.
+// A wildcard listener (IPv4 and IPv6): decodes are told the advertised
+// address, kvxferd registers itself at a reachable URL (with its owner key:
+// the hosted server refuses its PUT otherwise), and a room moves over it.
 func TestDaemonWildcardListenAdvertisesAndRegistersReachably(t *testing.T) {
-	d := startDaemonWith(t, func(c *Config) { c.ListenHost, c.HostIP, c.SingleHost = "0.0.0.0", "127.0.0.1", true })
-	if !strings.HasPrefix(d.BootstrapAddr(), "0.0.0.0:") && !strings.HasPrefix(d.BootstrapAddr(), "[::]:") {
-		t.Fatalf("bootstrap listens on %s, want every interface", d.BootstrapAddr())
+	for _, tc := range []struct{ listen, advertise, regHost string }{
+		{"0.0.0.0", "127.0.0.1", "127.0.0.1"},
+		{"::", "::1", "[::1]"},
+	} {
+		t.Run(tc.listen, func(t *testing.T) {
+			if tc.listen == "::" {
+				if ln, err := net.Listen("tcp", "[::1]:0"); err != nil {
+					t.Skipf("no IPv6 loopback here: %v", err)
+				} else {
+					ln.Close()
+				}
+			}
+			d := startDaemonWith(t, func(c *Config) { c.ListenHost, c.HostIP, c.SingleHost = tc.listen, tc.advertise, true })
+			_, port, _ := net.SplitHostPort(d.BootstrapAddr())
+			if host, _, _ := net.SplitHostPort(d.BootstrapAddr()); host != "0.0.0.0" && host != "::" {
+				t.Fatalf("bootstrap listens on %s, want every interface", d.BootstrapAddr())
+			}
+			if u := d.hostedBootstrapURL(); u != "http://"+tc.regHost+":"+port {
+				t.Fatalf("kvxferd registers at %s", u)
+			}
+			s := newScheduler(t, d) // goes live: PUT /route must have reached the hosted server
+			dec := newDecode(t, d)
+			resp, err := http.Get("http://" + tc.regHost + ":" + port + "/route?prefill_dp_rank=0&prefill_cp_rank=0&target_tp_rank=0&target_pp_rank=0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ep struct {
+				RankIP   string `json:"rank_ip"`
+				RankPort int    `json:"rank_port"`
+			}
+			json.NewDecoder(resp.Body).Decode(&ep)
+			resp.Body.Close()
+			if ep.RankIP != tc.advertise || ep.RankPort != d.PullPort() {
+				t.Fatalf("GET /route gave %+v, want %s:%d", ep, tc.advertise, d.PullPort())
+			}
+			const id = 77
+			dst := []int32{8, 9}
+			dec.checker.Expect(id, 1, false)
+			dec.send(t, dec.info(id, dst, 3, 1))
+			s.start(t, roomSpec{id: id, src: []int32{1, 2}, chunks: []int{2}, aux: 3})
+			if rep := s.waitTerminal(t, id); rep.Status != room.Success {
+				t.Fatalf("room ended %v/%v", rep.Status, rep.Reason)
+			}
+			dec.verify(t, id, dst, 3)
+		})
 	}
-	_, port, _ := net.SplitHostPort(d.BootstrapAddr())
-	if u := d.hostedBootstrapURL(); u != "http://127.0.0.1:"+port {
-		t.Fatalf("kvxferd registers at %s", u)
-	}
-	s := newScheduler(t, d) // goes live: PUT /route must have reached the hosted server
-	dec := newDecode(t, d)
-	resp, err := http.Get("http://127.0.0.1:" + port + "/route?prefill_dp_rank=0&prefill_cp_rank=0&target_tp_rank=0&target_pp_rank=0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ep struct {
-		RankIP   string `json:"rank_ip"`
-		RankPort int    `json:"rank_port"`
-	}
-	json.NewDecoder(resp.Body).Decode(&ep)
-	resp.Body.Close()
-	if ep.RankIP != "127.0.0.1" || ep.RankPort != d.PullPort() {
-		t.Fatalf("GET /route gave %+v, want 127.0.0.1:%d", ep, d.PullPort())
-	}
-	const id = 77
-	dst := []int32{8, 9}
-	dec.checker.Expect(id, 1, false)
-	dec.send(t, dec.info(id, dst, 3, 1))
-	s.start(t, roomSpec{id: id, src: []int32{1, 2}, chunks: []int{2}, aux: 3})
-	if rep := s.waitTerminal(t, id); rep.Status != room.Success {
-		t.Fatalf("room ended %v/%v", rep.Status, rep.Reason)
-	}
-	dec.verify(t, id, dst, 3)
 }
 
 func TestDaemonStartRefusesUnreachableAdvertisedAddress(t *testing.T) {
