@@ -208,13 +208,18 @@ func (c LivenessConfig) withDefaults(getenv func(string) string) LivenessConfig 
 	return c
 }
 
-// ingestKeepAlive is the PULL socket's TCP keepalive: probes every second
-// after a second of silence, as many as fit the window (nil: off).
+// ingestKeepAlive is the PULL socket's TCP keepalive: probes after a second
+// of silence, as many as fit the window, a second apart, or further apart
+// past Linux's 127 probes (nil: off). A value the kernel refuses would make
+// libzmq drop every connection it accepts.
 func (l *liveness) ingestKeepAlive() *zmqio.KeepAlive {
 	if l == nil || l.cfg.Off || l.cfg.IngestKeepAlive < 0 {
 		return nil
 	}
-	return &zmqio.KeepAlive{Idle: time.Second, Interval: time.Second, Count: max(int(l.cfg.IngestKeepAlive/time.Second)-1, 1)}
+	rest := max(int(l.cfg.IngestKeepAlive/time.Second)-1, 1) // seconds after the idle one
+	const maxProbes = 127
+	every := (rest + maxProbes - 1) / maxProbes
+	return &zmqio.KeepAlive{Idle: time.Second, Interval: time.Duration(every) * time.Second, Count: max(rest/every, 1)}
 }
 
 // tcpProbe connects to decode's PULL endpoint and closes at once (libzmq

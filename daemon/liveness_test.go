@@ -440,16 +440,21 @@ func TestIngestKeepAliveWindow(t *testing.T) {
 		env   map[string]string
 		count int // probes after 1 s idle, 1 s apart; 0: off
 	}{
-		{map[string]string{}, 1},                            // SafeAfter 5 s: 2 s
-		{map[string]string{EnvHeartbeatMaxFailure: "5"}, 9}, // SafeAfter 20 s: 10 s
-		{map[string]string{EnvIngestKeepAlive: "6"}, 5},     // 6 s
-		{map[string]string{EnvIngestKeepAlive: "0"}, 0},     // off
-		{map[string]string{EnvHeartbeatMaxFailure: "1"}, 1}, // SafeAfter one probe: 2 s
+		{map[string]string{}, 1},                             // SafeAfter 5 s: 2 s
+		{map[string]string{EnvHeartbeatMaxFailure: "5"}, 9},  // SafeAfter 20 s: 10 s
+		{map[string]string{EnvIngestKeepAlive: "6"}, 5},      // 6 s
+		{map[string]string{EnvIngestKeepAlive: "0"}, 0},      // off
+		{map[string]string{EnvHeartbeatMaxFailure: "1"}, 1},  // SafeAfter one probe: 2 s
+		{map[string]string{EnvIngestKeepAlive: "1000"}, 124}, // past 127 probes: 8 s apart
 	} {
 		cfg := LivenessConfig{}.withDefaults(func(k string) string { return c.env[k] })
 		k := (&liveness{cfg: cfg}).ingestKeepAlive()
+		every := time.Second
+		if c.count > 100 {
+			every = 8 * time.Second
+		}
 		switch {
-		case c.count == 0 && k != nil, c.count != 0 && (k == nil || k.Count != c.count || k.Idle != time.Second || k.Interval != time.Second):
+		case c.count == 0 && k != nil, c.count != 0 && (k == nil || k.Count != c.count || k.Idle != time.Second || k.Interval != every):
 			t.Errorf("env %v: keepalive %+v, want count %d", c.env, k, c.count)
 		}
 	}
@@ -564,4 +569,40 @@ func debugLiveness(t *testing.T, d *Daemon) []EndpointLiveness {
 		t.Fatal(err)
 	}
 	return v.Liveness
+}
+
+// The link's socket monitor triggers a probe at once (no tick: the fake clock
+// never moves): a decode whose endpoint still answers is kept; one refused
+// is dropped.
+func TestLinkLossProbesAtOnce(t *testing.T) {
+	d, s, _, probes := livenessDaemon(t, LivenessConfig{Interval: time.Hour, Budget: time.Hour})
+	kept, gone := newDecode(t, d), newDecode(t, d)
+	// (An hour-long interval makes a keepalive window past Linux's 127
+	// probes: a refused value would drop every decode connection.)
+	waitWatched(t, d, endpointOf(kept))
+	waitWatched(t, d, endpointOf(gone))
+	waitFor(t, "links connected", func() bool { return d.links.len() == 2 })
+	const keptRoom, goneRoom = 1001, 1002
+	kept.send(t, kept.info(keptRoom, seqPages(0, 1), 0, 1))
+	gone.send(t, gone.info(goneRoom, seqPages(0, 1), 0, 1))
+	s.cli.Open(keptRoom, "")
+	s.cli.Open(goneRoom, "")
+	waitRoomStatus(t, s, keptRoom, room.WaitingForInput)
+	waitRoomStatus(t, s, goneRoom, room.WaitingForInput)
+
+	// Both PULL sockets close; only gone's endpoint is refused.
+	probes.set(endpointOf(gone), ProbeRefused)
+	n := probes.n.Load()
+	kept.pull.Stop()
+	gone.pull.Stop()
+	if rep := s.waitTerminal(t, goneRoom); rep.Status != room.Failed || rep.Reason != room.ReasonPeerLost {
+		t.Fatalf("room of the refused decode: %v/%v", rep.Status, rep.Reason)
+	}
+	waitFor(t, "both probed", func() bool { return probes.n.Load() >= n+2 })
+	if reps, _ := s.cli.Poll([]uint64{keptRoom}, nil); reps[0].Status != room.WaitingForInput {
+		t.Fatalf("room of the decode that still answers: %v", reps[0].Status)
+	}
+	if c := d.Counters(); c["peers_lost"] != 1 {
+		t.Fatalf("counters %v", c)
+	}
 }

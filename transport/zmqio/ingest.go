@@ -101,7 +101,7 @@ func (k *KeepAlive) opts() []sockOpt {
 		{"TCP_KEEPALIVE", func(s *zmq.Socket) error { return s.SetTcpKeepalive(1) }},
 		{"TCP_KEEPALIVE_IDLE", func(s *zmq.Socket) error { return s.SetTcpKeepaliveIdle(secs(k.Idle)) }},
 		{"TCP_KEEPALIVE_INTVL", func(s *zmq.Socket) error { return s.SetTcpKeepaliveIntvl(secs(k.Interval)) }},
-		{"TCP_KEEPALIVE_CNT", func(s *zmq.Socket) error { return s.SetTcpKeepaliveCnt(max(k.Count, 1)) }},
+		{"TCP_KEEPALIVE_CNT", func(s *zmq.Socket) error { return s.SetTcpKeepaliveCnt(min(max(k.Count, 1), 127)) }}, // Linux's bound
 	}
 }
 

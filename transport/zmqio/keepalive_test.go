@@ -28,6 +28,14 @@ func TestKeepAliveOptions(t *testing.T) {
 	if on != 1 || idle != 1 || intvl != 1 || cnt != 4 {
 		t.Fatalf("keepalive %d idle %d interval %d count %d", on, idle, intvl, cnt)
 	}
+	big, err := newSocket(zctx, zmq.PULL, "PULL", (&KeepAlive{Count: 500}).opts()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer big.Close()
+	if cnt, _ := big.GetTcpKeepaliveCnt(); cnt != 127 {
+		t.Fatalf("count %d: want Linux's bound 127 (a larger one fails every accepted connection)", cnt)
+	}
 	in, err := StartIngest(IngestConfig{Host: "127.0.0.1", KeepAlive: k}, SinkFuncs{})
 	if err != nil {
 		t.Fatal(err)
