@@ -30,7 +30,7 @@ const (
 
 // The default live-room cap: a quarter of the memory kvxferd may use, at
 // RoomBudget bytes a room, between MinRoomCap and MaxRoomCap. A live room
-// costs about 2.4 KB of heap with one transfer info of a few pages (actor,
+// costs about 1.5 KB of heap with one transfer info of a few pages (actor,
 // mailbox, machine; docs/engine.md), but 11–16 KiB of RSS each as measured
 // while a flood of transfer infos for unknown rooms held 16,384–65,536 of them
 // (the runtime's spare heap and the infos' page lists come with them);
