@@ -536,9 +536,16 @@ func (l *liveness) confirm(at room.Endpoint, post, fail func()) bool {
 }
 
 // confirmRounds probes until the confirm queue is empty, each probe
-// answering for the transfers queued before it began.
+// answering for the transfers queued before it began. Rounds start at least
+// a millisecond apart (wall clock: a rate bound, not a decision), so
+// continuous writes cost a decode at most a thousand connects a second.
 func (l *liveness) confirmRounds(at room.Endpoint, e *endpointLive) {
+	var last time.Time
 	for {
+		if !last.IsZero() && time.Since(last) < time.Millisecond {
+			time.Sleep(time.Millisecond)
+		}
+		last = time.Now()
 		l.mu.Lock()
 		n := len(e.confirm)
 		if n == 0 || l.closed || l.eps[at] != e {
