@@ -23,8 +23,13 @@ const (
 	OpShmDetach = "shm_detach" // session
 )
 
-// MaxShmSessions caps the regions one server holds at once.
-const MaxShmSessions = 64
+// MaxShmSessions caps the regions one server holds at once, MaxShmBytes
+// their bytes together (the regions are files in the control directory,
+// often a tmpfs: memory).
+const (
+	MaxShmSessions = 64
+	MaxShmBytes    = 256 << 20
+)
 
 // Doorbell tuning: the consumer spins this long on an empty ring before it
 // sleeps on the futex; a sleep ends at the client's wake-up, or after
@@ -141,10 +146,16 @@ func (s *Server) shmAttach(b []byte, q *request) ([]byte, *Error) {
 	}
 	h := &s.shm
 	h.mu.Lock()
-	full := len(h.sessions) >= MaxShmSessions
+	n, bytes := len(h.sessions), g.size()
+	for _, ss := range h.sessions {
+		bytes += ss.r.g.size()
+	}
 	h.mu.Unlock()
-	if full {
+	if n >= MaxShmSessions {
 		return b, errorf(CodeBusy, "%d shared-memory sessions attached already", MaxShmSessions)
+	}
+	if bytes > MaxShmBytes {
+		return b, errorf(CodeBusy, "shared-memory sessions would hold %d bytes, more than %d", bytes, MaxShmBytes)
 	}
 	watch, err := watchPid(int(q.shm.pid))
 	if err != nil {

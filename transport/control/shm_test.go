@@ -706,4 +706,22 @@ func TestShmSessionCap(t *testing.T) {
 	if st := srv.ShmStats(); st.Sessions != 0 || st.Attached != MaxShmSessions+1 {
 		t.Fatalf("stats %+v", st)
 	}
+	// The bytes cap: the largest regions run into it before the count does.
+	big := ShmOptions{RingEntries: MaxRingEntries, Slots: MaxSlots, IndexWords: MaxIndexWords}
+	var held []*ShmClient
+	defer func() {
+		for _, s := range held {
+			s.Close()
+		}
+	}()
+	for i := 0; ; i++ {
+		s, err := AttachShm(c, big)
+		if err != nil {
+			if !errors.As(err, &e) || e.Code != CodeBusy || i*(MaxRingEntries*RecordSize+MaxIndexWords*4+MaxSlots*SlotSize) > MaxShmBytes {
+				t.Fatalf("attach %d of the largest: %v", i, err)
+			}
+			break
+		}
+		held = append(held, s)
+	}
 }
