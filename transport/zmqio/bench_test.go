@@ -51,6 +51,15 @@ func BenchmarkIngestTransferInfoBatch(b *testing.B) {
 	benchIngestTo(b, goldenTransferInfoFrames(), s, &s.n)
 }
 
+// BenchmarkIngestTransferInfoPerFrame is BenchmarkIngestTransferInfo through
+// zmq4's per-frame receive (the path before the batch receiver, kept as the
+// fallback), for a side-by-side ratio in one run.
+func BenchmarkIngestTransferInfoPerFrame(b *testing.B) {
+	useRx = false
+	defer func() { useRx = true }()
+	benchIngest(b, goldenTransferInfoFrames())
+}
+
 func benchIngest(b *testing.B, frames [][]byte) {
 	s := &countSink{}
 	benchIngestTo(b, frames, s, &s.n)
