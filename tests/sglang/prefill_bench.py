@@ -185,6 +185,16 @@ def _run(a, work, Peer, ShmBuf, free_port, install_plugin):
     peer.call("wait", rooms=[1], until="terminal", timeout=20)
     peer.call("forget", rooms=[1])
 
+    if a.idle > 0:
+        # Idle: memory registered, a decode peer loaded, one room done, then
+        # nothing for a.idle seconds: what does each process burn?
+        c0, k0, w0 = self_cpu(), proc_cpu(kvxferd_pid) if kvxferd_pid else 0.0, time.monotonic()
+        time.sleep(a.idle)
+        w = time.monotonic() - w0
+        out = {"engine": a.engine, "idle_s": w, "idle_cores_sched": (self_cpu() - c0) / w,
+               "idle_cores_kvxferd": ((proc_cpu(kvxferd_pid) - k0) / w) if kvxferd_pid else None, "loadavg": loadavg()}
+        peer.close()
+        return out
     cpu0, kcpu0, t0 = self_cpu(), proc_cpu(kvxferd_pid) if kvxferd_pid else 0.0, time.monotonic()
     load0 = loadavg()
     deadline = t0 + a.max_seconds
@@ -414,6 +424,7 @@ def main():
     ap.add_argument("--waiting-timeout", type=float, default=5)
     ap.add_argument("--max-seconds", type=float, default=90)
     ap.add_argument("--out", default="")
+    ap.add_argument("--idle", type=float, default=0, help="measure idle CPU for this many seconds after one room, instead of the workload")
     a = ap.parse_args()
     if a.engine != "both":
         print(json.dumps(run_one(a)), flush=True)
