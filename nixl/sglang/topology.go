@@ -209,6 +209,9 @@ func NewPeer(l *Local, g PeerGeometry) (*Peer, error) {
 	if nDst < n {
 		return nil, refuse(g.Agent, "NIXL PD transfer: decode registered fewer KV regions (%d) than prefill (%d); unexpected geometry", nDst, n)
 	}
+	if g.TPSize < 0 || g.TPRank < 0 {
+		return nil, refuse(g.Agent, "decode tp size %d, rank %d", g.TPSize, g.TPRank)
+	}
 	if g.DCPSize > 1 {
 		return nil, refuse(g.Agent, "decode context parallelism (dcp_size %d) needs SGLang's DCP relayout, which kvxferd does not implement", g.DCPSize)
 	}
@@ -405,7 +408,7 @@ func (l *Local) headSlice(g PeerGeometry, items []uint64, kind nixl.MemKind, dev
 		}
 		s.dstPtrs = append(s.dstPtrs, g.KVPtrs[j])
 	}
-	if s.groupOff+s.bytesSend > s.bptSrc || s.dstOff+s.bytesSend > s.bptDst {
+	if s.groupOff > s.bptSrc || s.bytesSend > s.bptSrc-s.groupOff || s.dstOff > s.bptDst || s.bytesSend > s.bptDst-s.dstOff {
 		return nil, fmt.Errorf("head slice [%d+%d) / [%d+%d) is outside a token (%d / %d bytes)", s.groupOff, s.bytesSend, s.dstOff, s.bytesSend, s.bptSrc, s.bptDst)
 	}
 	return s, nil

@@ -21,7 +21,7 @@ func FuzzNewPeer(f *testing.F) {
 		if len(b) < 13 {
 			return
 		}
-		ptp, dtp, drank := int(b[0]%5)+1, int(b[1]%9), int(b[2]%9)
+		ptp, dtp, drank := int(b[0]%5)+1, int(b[1]%9), int(int8(b[2]))
 		heads, bph := int(b[3]%9), uint64(b[4]%33)
 		ppp, pprank, mla := int(b[5]%3)+1, int(b[6]%3), b[7]&1 == 1
 		layers, page := int(b[8]%5)+1, int(b[9]%5)+1
@@ -84,13 +84,24 @@ func FuzzNewPeer(f *testing.F) {
 		if err := l.Plan(&plan, p, &c); err != nil {
 			return
 		}
+		local := func(d nixl.Desc) bool {
+			for i, ptr := range l.KV.Ptrs {
+				if uint64(d.Addr) >= ptr && uint64(d.Addr)+d.Len <= ptr+l.KV.ItemLens[i]*uint64(l.KV.NumSlots) {
+					return true
+				}
+			}
+			return false
+		}
 		for _, r := range plan.Reqs {
 			if r.Kind != sglang.ReqSlice {
 				continue
 			}
-			for _, d := range r.Dst {
+			for i, d := range r.Dst {
 				if !inside(d) {
 					t.Fatalf("head slice %+v outside every decode buffer (geometry %+v)", d, g)
+				}
+				if !local(r.Src[i]) || r.Src[i].Len != d.Len {
+					t.Fatalf("head slice source %+v outside the prefill buffers or of another length than %+v", r.Src[i], d)
 				}
 			}
 		}
