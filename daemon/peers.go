@@ -164,7 +164,9 @@ func (p *peers) register(r *wire.Registration, frames [][]byte, replay bool) boo
 	}
 	p.mu.Lock()
 	full := len(p.byAgent) >= p.max
-	p.unfenceLocked(r.AgentName) // registering again: whatever follows is after decode's reset
+	if f, ok := p.fenced[r.AgentName]; ok && (f.reg == nil || f.reg.DecodeIP == r.DecodeIP && f.reg.DecodePort == r.DecodePort) {
+		p.unfenceLocked(r.AgentName) // registering again: whatever follows is after decode's reset
+	}
 	p.mu.Unlock()
 	var (
 		dialect wire.Dialect
