@@ -153,7 +153,7 @@ func (f *fixture) waitStatus(id uint64, want room.Status) room.Reply {
 		if time.Now().After(deadline) {
 			f.t.Fatalf("room %d: status %v/%v, want %v", id, r.Status, r.Reason, want)
 		}
-		time.Sleep(50 * time.Microsecond)
+		time.Sleep(time.Millisecond)
 	}
 }
 

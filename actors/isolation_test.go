@@ -1,12 +1,15 @@
 package actors
 
 import (
+	"context"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/internal/clock"
 )
 
 // panicky is an Observer that panics in one callback for one room and
@@ -71,7 +74,7 @@ func runRooms(t *testing.T, f *fixture, ids []uint64, victim uint64) room.Reply 
 		if time.Now().After(deadline) {
 			t.Fatalf("victim %d still %v", victim, last.Status)
 		}
-		time.Sleep(50 * time.Microsecond)
+		time.Sleep(time.Millisecond)
 	}
 	for _, id := range ids {
 		f.eng.Clear(id)
@@ -198,7 +201,7 @@ func TestDeadRoomActorBecomesFailedTombstone(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the dead room is still routed: %+v", f.eng.Stats())
 		}
-		time.Sleep(50 * time.Microsecond)
+		time.Sleep(time.Millisecond)
 	}
 	if r := f.poll(victim); r.Status != room.Failed || r.Reason != room.ReasonInternalError {
 		t.Fatalf("dead room polls %+v, want Failed/internal_error", r)
@@ -223,4 +226,135 @@ func TestDeadRoomActorBecomesFailedTombstone(t *testing.T) {
 	f.eng.Init(victim, 1, 0)
 	f.eng.Send(victim, []int32{1}, nil)
 	f.waitStatus(victim, room.Success)
+}
+
+// recordPanics is an Observer whose victim room's record panics when it is
+// abandoned, and which panics on the victim's late completion; every other
+// callback records nothing.
+type recordPanics struct {
+	NopObserver
+	victim    uint64
+	hits      atomic.Int64
+	abandoned atomic.Int64
+}
+
+type recordPanicsRoom struct {
+	nopRoom
+	p  *recordPanics
+	id uint64
+}
+
+func (p *recordPanics) RoomCreated(id uint64) RoomObserver { return &recordPanicsRoom{p: p, id: id} }
+func (p *recordPanics) LateTransferDone(id uint64, _ uint32, _ room.Reason) {
+	if id == p.victim {
+		p.hits.Add(1)
+		panic("observer bug in LateTransferDone")
+	}
+}
+func (r *recordPanicsRoom) Abandoned() {
+	r.p.abandoned.Add(1)
+	if r.id == r.p.victim {
+		r.p.hits.Add(1)
+		panic("observer bug in Abandoned")
+	}
+}
+
+// heldTransfers keeps every done function until the test calls it.
+type heldTransfers struct {
+	mu   sync.Mutex
+	done map[uint64][]room.DoneFunc
+}
+
+func (h *heldTransfers) Post(t room.Transfer, done room.DoneFunc) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.done == nil {
+		h.done = map[uint64][]room.DoneFunc{}
+	}
+	h.done[t.Room] = append(h.done[t.Room], done)
+}
+
+func (h *heldTransfers) take(id uint64) []room.DoneFunc {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	d := h.done[id]
+	delete(h.done, id)
+	return d
+}
+
+// The record callbacks that concern a room no longer live panic: a late
+// completion (the room retired at its drain deadline) and an abandoned
+// record (Engine.AbandonRecords). Only the victim is touched: every other
+// room's record is still handed over, AbandonRecords returns, and the engine
+// keeps serving.
+func TestObserverPanicLateAndAbandoned(t *testing.T) {
+	const victim = 3
+	obs := &recordPanics{victim: victim}
+	xf := &heldTransfers{}
+	clk := clock.NewFake(time.Unix(1000, 0))
+	eng, err := New(Config{Clock: clk, Transfers: xf, Observer: obs, Shards: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = eng.Close(ctx)
+	})
+	ids := []uint64{1, 2, victim, 4}
+	for _, id := range ids {
+		eng.Open(id)
+		eng.TransferInfo(id, info("a", 2, 1))
+		eng.Init(id, 2, 0)
+		eng.Send(id, []int32{1, 2}, nil)
+	}
+	eng.PollSync(ids, nil)
+	// Every room is live: abandoning their records panics on the victim's.
+	eng.AbandonRecords()
+	if n := obs.abandoned.Load(); n != int64(len(ids)) {
+		t.Fatalf("%d records abandoned, want %d", n, len(ids))
+	}
+	// The victim's write never completes in time: it fails at the transfer
+	// deadline, retires at the drain deadline, then the write completes.
+	for _, id := range []uint64{1, 2, 4} {
+		for _, d := range xf.take(id) {
+			d(room.ReasonNone, nil)
+		}
+	}
+	for _, id := range []uint64{1, 2, 4} {
+		if r := eng.PollSync([]uint64{id}, nil)[0]; r.Status != room.Success {
+			t.Fatalf("room %d polls %+v, want Success", id, r)
+		}
+	}
+	eng.Clear(victim)
+	eng.PollSync([]uint64{victim}, nil)
+	clk.Advance(time.Minute) // transfer, then drain deadline
+	eng.PollSync([]uint64{victim}, nil)
+	clk.Advance(time.Minute)
+	if r := eng.PollSync([]uint64{victim}, nil)[0]; r.Status != room.Failed {
+		t.Fatalf("victim polls %+v, want Failed", r)
+	}
+	if st := eng.Stats(); st.LiveRooms != 3 {
+		t.Fatalf("live rooms %+v, want the three successful ones", st)
+	}
+	for _, d := range xf.take(victim) {
+		d(room.ReasonNone, nil) // late: LateTransferDone panics
+	}
+	if obs.hits.Load() != 2 {
+		t.Fatalf("the observer panicked %d times, want 2 (Abandoned, LateTransferDone)", obs.hits.Load())
+	}
+	// The engine still serves, the victim's id too.
+	for _, id := range []uint64{10, victim} {
+		eng.Open(id)
+		eng.TransferInfo(id, info("a", 1, 1))
+		eng.Init(id, 1, 0)
+		eng.Send(id, []int32{1}, nil)
+		eng.PollSync([]uint64{id}, nil)
+		for _, d := range xf.take(id) {
+			d(room.ReasonNone, nil)
+		}
+		if r := eng.PollSync([]uint64{id}, nil)[0]; r.Status != room.Success {
+			t.Fatalf("room %d after the panics polls %+v, want Success", id, r)
+		}
+	}
 }

@@ -112,10 +112,20 @@ type abandoned struct{}
 type view struct {
 	state  atomic.Uint64 // seen<<32 | status<<8 | reason
 	prefix atomic.Int32  // Reply.PrefixLen
-	// handed: the room handed its Observer record over (Retired or
-	// Abandoned); the shard must not close its story again.
-	handed atomic.Bool
+	// flags: viewHanded, the record was handed over (Retired or Abandoned,
+	// or the shard closed a dead room's story): whoever sets it first owns
+	// the record's last call; viewRetired, the room retired: a completion
+	// that comes later goes to Observer.LateTransferDone.
+	flags atomic.Uint32
 }
+
+const (
+	viewHanded uint32 = 1 << iota
+	viewRetired
+)
+
+// hand reports whether the caller is the first to hand the record over.
+func (v *view) hand() bool { return v.flags.Or(viewHanded)&viewHanded == 0 }
 
 func packView(seen uint32, r room.Reply) uint64 {
 	return uint64(seen)<<32 | uint64(r.Status)<<8 | uint64(r.Reason)

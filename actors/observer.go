@@ -16,7 +16,8 @@ import "github.com/kvxfer/kvxfer/actors/room"
 // TransferDone for every transfer, Ignored for messages it absorbed, and
 // Retired last: the record is handed over and the room never touches it
 // again. A write that completes after the drain deadline let the room retire
-// is LateTransferDone.
+// is LateTransferDone (called on the goroutine that reports the completion;
+// a panic there is logged).
 type Observer interface {
 	RoomCreated(roomID uint64) RoomObserver
 	// Ignored: a message absorbed by a tombstone, or for a room nobody named.

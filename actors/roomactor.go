@@ -150,11 +150,11 @@ func (a *roomActor) see(env *envelope) bool {
 // abandon hands the record over while the room is live (the engine or the
 // observer is closing); the room goes on unobserved.
 func (a *roomActor) abandon() {
-	if a.gone || a.lr.handed.Swap(true) {
+	if a.gone || !a.lr.hand() {
 		return
 	}
 	rec := a.lr.rec
-	a.lr.rec = nopRoom{} // the shard reads it only if it set handed first
+	a.lr.rec = nopRoom{} // the shard reads it only if it handed the record first
 	rec.Abandoned()
 }
 
@@ -189,7 +189,7 @@ func (a *roomActor) stepDirect(ctx actor.Context, msg room.Msg) {
 func (a *roomActor) complete(ctx actor.Context, d xferDone) {
 	done := room.XferDone{Seq: d.seq, Fail: d.fail, Signal: d.signal}
 	if a.gone {
-		a.eng.cfg.Observer.LateTransferDone(a.m.Room(), d.seq, d.fail)
+		lateDone(a.eng, a.m.Room(), d.seq, d.fail)
 		a.eng.cfg.Observer.Ignored(a.m.Room(), done)
 		return
 	}
@@ -197,6 +197,14 @@ func (a *roomActor) complete(ctx actor.Context, d xferDone) {
 	a.lr.rec.TransferDone(d.seq, d.fail)
 	a.posts.pendingDone = nil
 	a.exec(ctx, nil, a.m.Step(done))
+}
+
+// lateDone tells the Observer of a completion that came after its room
+// retired; a panic there is logged (the room's story is over).
+func lateDone(e *Engine, id uint64, seq uint32, fail room.Reason) {
+	if p := recoverFrom(func() { e.cfg.Observer.LateTransferDone(id, seq, fail) }); p != nil {
+		e.cfg.Logger.Error("observer panicked on a late completion", "room", id, "panic", fmt.Sprint(p))
+	}
 }
 
 // drainSync steps the completions that came inside Post, in order (stepping
@@ -257,7 +265,7 @@ func (a *roomActor) fault(ctx actor.Context, r any) {
 				p.syncDone = p.syncDone[:0]
 			}
 			a.m = room.FromTombstone(&a.eng.cfg.Room, room.Tombstone{Room: id, Status: room.Failed, Reason: room.ReasonInternalError, Opened: true})
-			if !a.lr.handed.Swap(true) {
+			if a.lr.hand() {
 				rec, t := a.lr.rec, a.m.Tombstone()
 				recoverFrom(func() { rec.StatusChanged(room.Failed, room.ReasonInternalError) })
 				recoverFrom(func() { rec.Retired(t) })
@@ -312,12 +320,20 @@ func (a *roomActor) post(t *room.Transfer) {
 	pd := p.spare
 	if pd == nil {
 		pd = &postDone{}
+		e, lr, id := a.eng, a.lr, a.m.Room()
 		self, root := a.self, a.eng.system.Root
 		pd.fn = func(fail room.Reason, signal [][]byte) {
 			pd.fail, pd.signal = fail, signal
-			if !pd.state.CompareAndSwap(postInCall, postSync) {
-				root.Send(self, pd)
+			if pd.state.CompareAndSwap(postInCall, postSync) {
+				return
 			}
+			if lr.flags.Load()&viewRetired != 0 {
+				// The room retired (at its drain deadline): its actor may be
+				// gone, so the completion is counted here.
+				lateDone(e, id, pd.seq, fail)
+				return
+			}
+			root.Send(self, pd)
 		}
 	}
 	p.spare = nil
@@ -389,6 +405,7 @@ func (a *roomActor) stopTimer() {
 func (a *roomActor) retire(ctx actor.Context) {
 	a.stopTimer()
 	a.gone = true
+	a.lr.flags.Or(viewRetired)
 	ctx.Send(a.eng.shardFor(a.m.Room()), &retired{tomb: a.m.Tombstone(), pid: a.self})
 }
 
@@ -414,7 +431,7 @@ func execStateless(e *Engine, env *envelope, m *room.Machine, fx room.Effects, r
 			e.cfg.Observer.Ignored(id, msg)
 		}
 	}
-	if fx.Retire && rec != nil && (lr == nil || !lr.handed.Swap(true)) {
+	if fx.Retire && rec != nil && (lr == nil || lr.hand()) {
 		rec.Retired(m.Tombstone())
 	}
 	if fx.Reply != nil && env != nil {

@@ -284,7 +284,7 @@ func (s *shard) onTerminated(who *actor.PID) {
 	s.eng.cfg.Logger.Error("room actor died; keeping a Failed tombstone", "room", id)
 	s.forget(id, lr)
 	t := room.Tombstone{Room: id, Status: room.Failed, Reason: room.ReasonInternalError, Opened: lr.opened}
-	if !lr.handed.Swap(true) { // the dead actor's record is the shard's now
+	if lr.hand() { // the dead actor's record is the shard's now
 		rec := lr.rec
 		recoverFrom(func() { rec.StatusChanged(room.Failed, room.ReasonInternalError) })
 		recoverFrom(func() { rec.Retired(t) })
