@@ -427,6 +427,26 @@ func (s *scheduler) waitTerminal(t *testing.T, ids []uint64, within time.Duratio
 	}
 }
 
+// waitBootstrapped polls until no room is still Bootstrapping (each has its
+// transfer info), failing at the deadline.
+func (s *scheduler) waitBootstrapped(t *testing.T, ids []uint64, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		done := true
+		for _, r := range s.poll(t, ids) {
+			done = done && r.Status != room.Bootstrapping
+		}
+		if done {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("transfer infos not all in after %v", within)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
 // ---------------------------------------------------------------- rooms
 
 // alloc hands out decode pages, prefill slots and aux slots round-robin.

@@ -140,6 +140,11 @@ func TestHostsSGLang(t *testing.T) {
 				}
 				for _, r := range rs {
 					e.s.open(t, r)
+				}
+				// Kill only once kvxferd holds every transfer info (decode's
+				// sends are queued in ZMQ: a kill could lose one before it left).
+				e.s.waitBootstrapped(t, ids(rs), 30*time.Second)
+				for _, r := range rs {
 					e.s.sendChunk(t, r, 0)
 				}
 				at := time.Now()
@@ -196,6 +201,9 @@ func linkCut(t *testing.T, e *sgl, note func(string, ...any)) {
 	}
 	for _, r := range mid {
 		e.s.open(t, r)
+	}
+	e.s.waitBootstrapped(t, ids(mid), 30*time.Second)
+	for _, r := range mid {
 		e.s.sendChunk(t, r, 0) // the first half lands before the cut
 	}
 	time.Sleep(200 * time.Millisecond)
