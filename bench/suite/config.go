@@ -98,20 +98,20 @@ type Config struct {
 // storm repeated to quote medians.
 func Quick() Config {
 	return Config{
-		Name:              "quick",
-		Engines:           bench.Kinds(),
-		Seed:              1,
-		Throughput:        []Point{{100, 1000, 3}, {1000, 5000, 3}, {10000, 10000, 1}},
-		Settings:          Settings(),
-		Storm:             Point{1000, 2000, 3},
-		StormShare:        0.5,
-		StormLatency:      [2]time.Duration{50 * time.Microsecond, 2 * time.Millisecond},
-		PinShares:         []float64{0.05, 0.25, 0.5, 1},
-		PinPoint:          Point{256, 800, 1},
-		Memory:            []int{1000, 10000},
-		PollRooms:         1000,
-		PollRounds:        40,
-		Races:             true,
+		Name:         "quick",
+		Engines:      bench.Kinds(),
+		Seed:         1,
+		Throughput:   []Point{{100, 1000, 3}, {1000, 5000, 3}, {10000, 10000, 1}},
+		Settings:     Settings(),
+		Storm:        Point{1000, 2000, 3},
+		StormShare:   0.5,
+		StormLatency: [2]time.Duration{50 * time.Microsecond, 2 * time.Millisecond},
+		PinShares:    []float64{0.05, 0.25, 0.5, 1},
+		PinPoint:     Point{256, 800, 1},
+		Memory:       []int{1000, 10000},
+		PollRooms:    1000,
+		PollRounds:   40,
+		Races:        true,
 	}
 }
 
