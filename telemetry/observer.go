@@ -112,7 +112,7 @@ type Observer struct {
 	batch   []sdktrace.ReadOnlySpan
 	ids     ids
 
-	shards []stripe // a power of two: 4 × GOMAXPROCS, 8 to 256
+	shards []stripe // a power of two: 16 × GOMAXPROCS, 64 to 256
 	shift  uint     // 64 - log2(len(shards))
 
 	// Rare events: plain atomics.
@@ -350,10 +350,12 @@ func (o *Observer) SetBytesPerPage(n int64) { o.bpp.Store(n) }
 // at scrape time).
 func (o *Observer) Attach(s Source) { o.src.Store(&sourceBox{s}) }
 
-// shardCount is 4 × GOMAXPROCS rounded up to a power of two, within 8..256.
+// shardCount is 16 × GOMAXPROCS rounded up to a power of two, within
+// 64..256: the stripes' atomics are updated from every goroutine that runs a
+// room, so more stripes make two cores rarely touch the same one.
 func shardCount() int {
-	n := 8
-	for n < 4*runtime.GOMAXPROCS(0) && n < maxShards {
+	n := 64
+	for n < 16*runtime.GOMAXPROCS(0) && n < maxShards {
 		n *= 2
 	}
 	return n
