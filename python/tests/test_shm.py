@@ -145,6 +145,36 @@ class ShmTest(unittest.TestCase):
             time.sleep(0.001)
         self.assertEqual(c.poll([7003])[0], [KVPoll.Failed])
 
+    def test_stays_on_request_reply_when_off_or_unsupported(self):
+        from kvxfer import ControlClient
+
+        saved = os.environ.get("KVXFER_SHM")
+        os.environ["KVXFER_SHM"] = "0"
+        try:
+            c = ControlClient(EP)
+            self.assertFalse(c.enable_shm())
+            self.assertIsNone(c.shm)
+            c.close()
+        finally:
+            if saved is None:
+                del os.environ["KVXFER_SHM"]
+            else:
+                os.environ["KVXFER_SHM"] = saved
+        real = shm.platform.machine
+        shm.platform.machine = lambda: "aarch64"  # memory ordering Python cannot fence
+        try:
+            c = ControlClient(EP)
+            self.assertFalse(c.enable_shm())
+            with self.assertRaises(RuntimeError):
+                shm.ShmSession(c)
+            c.open(7300)  # request/reply
+            self.assertEqual(c.poll([7300])[0], [KVPoll.Bootstrapping])
+            c.abort(7300)
+            c.clear(7300)
+            c.close()
+        finally:
+            shm.platform.machine = real
+
     def test_garbage_drops_only_this_session(self):
         other = KvxferManager(EP, rank=3)
         try:

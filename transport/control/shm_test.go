@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"reflect"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -723,5 +724,28 @@ func TestShmSessionCap(t *testing.T) {
 			break
 		}
 		held = append(held, s)
+	}
+}
+
+// TestShmSafetyWake: a record published without ringing the doorbell while
+// kvxferd sleeps (a lost wake-up) is still consumed, by the sleep's safety
+// timeout, and counted as a missed wake.
+func TestShmSafetyWake(t *testing.T) {
+	eng := newEngine(t)
+	srv := startServer(t, eng, nil)
+	s := attach(t, srv.Endpoint(), ShmOptions{RingEntries: 8, Slots: 2, IndexWords: 64})
+	// Wait for a sleep that begins after now (its 100 ms have just started),
+	// then publish without the doorbell.
+	k := srv.ShmStats().Sleeps
+	for srv.ShmStats().Sleeps == k || s.r.u32(hdrSleeping).Load() != 1 {
+		runtime.Gosched()
+	}
+	s.put(Record{Op: RecOpen, Slot: 0, Room: 9, A: 1})
+	s.r.u64(hdrTail).Store(s.tail) // no doorbell
+	for srv.ShmStats().Records != 1 {
+		time.Sleep(time.Millisecond)
+	}
+	if st := srv.ShmStats(); st.MissedWakes != 1 {
+		t.Fatalf("stats %+v", st)
 	}
 }
