@@ -38,11 +38,11 @@ type scheduler struct {
 	cli     *control.Client
 }
 
-func newScheduler(t *testing.T, d *Daemon) *scheduler { return newSchedulerState(t, d, false) }
+func newScheduler(t testing.TB, d *Daemon) *scheduler { return newSchedulerState(t, d, false) }
 
 // newSchedulerState also registers one state list (one buffer of stateSlots
 // items) when state is set; the daemon must expect it (StateComponents 1).
-func newSchedulerState(t *testing.T, d *Daemon, state bool) *scheduler {
+func newSchedulerState(t testing.TB, d *Daemon, state bool) *scheduler {
 	t.Helper()
 	dir := t.TempDir()
 	kvPath, auxPath := filepath.Join(dir, "kv"), filepath.Join(dir, "aux")
@@ -139,7 +139,7 @@ func (s *scheduler) writeAux(slot int, r uint64) {
 	}
 }
 
-func (s *scheduler) waitTerminal(t *testing.T, id uint64) room.Reply {
+func (s *scheduler) waitTerminal(t testing.TB, id uint64) room.Reply {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
@@ -179,18 +179,18 @@ func decodeShape(state bool) kvmem.Shape {
 	return sh
 }
 
-func newDecode(t *testing.T, ds ...*Daemon) *decodeRank {
+func newDecode(t testing.TB, ds ...*Daemon) *decodeRank {
 	return newDecodeShape(t, decodeShape(false), ds...)
 }
 
-func newDecodeShape(t *testing.T, sh kvmem.Shape, ds ...*Daemon) *decodeRank {
+func newDecodeShape(t testing.TB, sh kvmem.Shape, ds ...*Daemon) *decodeRank {
 	t.Helper()
 	return newDecodeWith(t, sh, nil, ds...)
 }
 
 // newDecodeWith lets mod change the registration before it is sent (the
 // SGLang release it looks like).
-func newDecodeWith(t *testing.T, sh kvmem.Shape, mod func(*wire.Registration), ds ...*Daemon) *decodeRank {
+func newDecodeWith(t testing.TB, sh kvmem.Shape, mod func(*wire.Registration), ds ...*Daemon) *decodeRank {
 	t.Helper()
 	n, err := kvmem.New(fmt.Sprintf("dec-%d", seq.Add(1)), sh, 0, loopback.Options{})
 	if err != nil {
@@ -201,7 +201,7 @@ func newDecodeWith(t *testing.T, sh kvmem.Shape, mod func(*wire.Registration), d
 }
 
 // newDecodeOn plays a decode rank on a node the caller made (and closes).
-func newDecodeOn(t *testing.T, n *kvmem.Node, mod func(*wire.Registration), ds ...*Daemon) *decodeRank {
+func newDecodeOn(t testing.TB, n *kvmem.Node, mod func(*wire.Registration), ds ...*Daemon) *decodeRank {
 	t.Helper()
 	var err error
 	r := &decodeRank{node: n, checker: sglang.NewChecker()}
@@ -243,7 +243,7 @@ func newDecodeOn(t *testing.T, n *kvmem.Node, mod func(*wire.Registration), ds .
 	return r
 }
 
-func (r *decodeRank) send(t *testing.T, frames [][]byte) {
+func (r *decodeRank) send(t testing.TB, frames [][]byte) {
 	t.Helper()
 	for _, p := range r.pushes {
 		if err := p.Send(frames); err != nil {
@@ -258,7 +258,7 @@ func (r *decodeRank) info(id uint64, dst []int32, aux, required int) [][]byte {
 	return ti.Encode()
 }
 
-func (r *decodeRank) waitDone(t *testing.T, id uint64) {
+func (r *decodeRank) waitDone(t testing.TB, id uint64) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for !r.checker.Done(id) {
@@ -279,7 +279,7 @@ func (r *decodeRank) waitDone(t *testing.T, id uint64) {
 }
 
 // waitFrame waits until decode's PULL socket got a frame for which match holds.
-func (r *decodeRank) waitFrame(t *testing.T, match func(wire.Outbound) bool) wire.Outbound {
+func (r *decodeRank) waitFrame(t testing.TB, match func(wire.Outbound) bool) wire.Outbound {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
@@ -299,11 +299,11 @@ func (r *decodeRank) waitFrame(t *testing.T, match func(wire.Outbound) bool) wir
 }
 
 // startDaemon pins every decode to one dialect (wire.DialectUnknown: auto).
-func startDaemon(t *testing.T, dialect wire.Dialect) *Daemon {
+func startDaemon(t testing.TB, dialect wire.Dialect) *Daemon {
 	return startDaemonWith(t, func(c *Config) { c.Dialect = dialect })
 }
 
-func startDaemonWith(t *testing.T, mod func(*Config)) *Daemon {
+func startDaemonWith(t testing.TB, mod func(*Config)) *Daemon {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "kvx") // short: ipc paths are limited to 107 bytes
 	if err != nil {

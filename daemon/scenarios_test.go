@@ -24,7 +24,7 @@ type roomSpec struct {
 	state  [][]int32 // on the last chunk
 }
 
-func (s *scheduler) start(t *testing.T, r roomSpec) {
+func (s *scheduler) start(t testing.TB, r roomSpec) {
 	t.Helper()
 	for j, slot := range r.src {
 		s.fill(r.id, int(slot), j)
@@ -49,7 +49,7 @@ func (s *scheduler) start(t *testing.T, r roomSpec) {
 	}
 }
 
-func (r *decodeRank) verify(t *testing.T, id uint64, dst []int32, aux int) {
+func (r *decodeRank) verify(t testing.TB, id uint64, dst []int32, aux int) {
 	t.Helper()
 	r.waitDone(t, id)
 	for j, p := range dst {
