@@ -426,6 +426,23 @@ func testDecodeAbort(t *testing.T, e *env, v string, p *Peer, note func(string),
 		e.sched.waitPrefill(t, []uint64{r.pre.id}, 5*time.Second, func(rep room.Reply) bool { return rep.Reason == room.ReasonDecodeAbort })
 		quiet(t, e, p, r, 300*time.Millisecond, func() { e.sched.open(t, r.pre); send(0); send(1); send(2) })
 	} else {
+		if !p.Info.DeferredRelease {
+			// A release without ACKs (0.5.18) frees the pages the moment decode
+			// aborts, before kvxferd has read the ABORT: a chunk the scheduler
+			// sends in that gap, or a write posted just before, is written
+			// into released pages, by SGLang's own prefill too (it is why
+			// 0.5.22 added the ACK). What kvxferd promises is that nothing is
+			// written once it has concluded and drained, so the quiet window
+			// starts there: the poll answers Failed at once, the drain ends
+			// when the pool has no write of this (only) room in flight.
+			e.sched.waitPrefill(t, []uint64{r.pre.id}, 5*time.Second, nil)
+			for end := time.Now().Add(5 * time.Second); e.d.PoolStats().InFlight > 0; {
+				if time.Now().After(end) {
+					t.Fatalf("room %d: writes still in flight 5 s after the room failed", r.pre.id)
+				}
+				time.Sleep(time.Millisecond)
+			}
+		}
 		quiet(t, e, p, r, 300*time.Millisecond, func() { send(2) })
 	}
 	rep := e.sched.waitPrefill(t, []uint64{r.pre.id}, 5*time.Second, nil)[0]
