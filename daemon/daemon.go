@@ -258,7 +258,7 @@ func Start(cfg Config) (*Daemon, error) {
 	}
 	d.eng = eng
 	d.liveness = newLiveness(cfg.Liveness, ec.Clock, d.decodeLost, d.decodeBack)
-	if !d.liveness.cfg.ConfirmWrites {
+	if !d.liveness.cfg.ConfirmWrites && !d.liveness.cfg.ConfirmRemote {
 		d.xfers.suspects = &d.liveness.suspects // else every post asks the gate
 	}
 	if err := d.startBootstrap(); err != nil {

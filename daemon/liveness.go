@@ -79,10 +79,16 @@ type LivenessConfig struct {
 	// negative: off).
 	IngestKeepAlive time.Duration
 	// ConfirmWrites posts a write only once a probe begun after it was
-	// answered (KVXFER_PEER_CONFIRM_WRITES=1): no write is posted toward a
-	// decode behind a link cut before the cut was seen, at the cost of one
-	// TCP connect round trip per batch of writes to a decode.
+	// answered: no write is posted toward a decode behind a link cut before
+	// the cut was seen, at the cost of one TCP connect round trip per batch
+	// of writes to a decode. ConfirmWrites applies it to every decode
+	// (KVXFER_PEER_CONFIRM_WRITES=all or 1); ConfirmRemote only to decodes
+	// whose address is not loopback (=remote, the default: a link between
+	// hosts can be cut, one inside a host cannot). =off turns both off.
 	ConfirmWrites bool
+	ConfirmRemote bool
+	// NoConfirm keeps both off whatever the environment says (tests).
+	NoConfirm bool
 	// Probe replaces the TCP connect (tests).
 	Probe func(ctx context.Context, to room.Endpoint) ProbeResult
 	// Clock replaces the engine's clock (tests).
@@ -189,8 +195,16 @@ func (c LivenessConfig) withDefaults(getenv func(string) string) LivenessConfig 
 	c.Interval = max(c.Interval, time.Millisecond)
 	c.Timeout = min(max(c.Timeout, time.Millisecond), c.Interval)
 	c.SafeAfter = min(max(c.SafeAfter, c.Interval), c.Budget)
-	if v := getenv(EnvConfirmWrites); v == "1" || v == "true" {
+	switch getenv(EnvConfirmWrites) {
+	case "1", "true", "all":
 		c.ConfirmWrites = true
+	case "0", "false", "off":
+		c.NoConfirm = true
+	default: // "", "remote"
+		c.ConfirmRemote = true
+	}
+	if c.NoConfirm {
+		c.ConfirmWrites, c.ConfirmRemote = false, false
 	}
 	if c.IngestKeepAlive == 0 {
 		if v := getenv(EnvIngestKeepAlive); v == "0" || v == "off" {
@@ -688,15 +702,18 @@ func (d *Daemon) decodeBack(at room.Endpoint, alive bool) {
 // decode gave the room up.
 func (d *Daemon) gateTransfer(t room.Transfer, post, fail func()) bool {
 	l := d.liveness
-	if l == nil || l.cfg.Off || !l.cfg.ConfirmWrites && l.suspects.Load() == 0 {
+	if l == nil || l.cfg.Off || !l.cfg.ConfirmWrites && !l.cfg.ConfirmRemote && l.suspects.Load() == 0 {
 		return false
 	}
 	at, ok := d.peers.endpointOf(t.Agent)
 	if !ok {
 		return false
 	}
-	if l.cfg.ConfirmWrites {
+	if l.cfg.ConfirmWrites || l.cfg.ConfirmRemote && !isLoopbackIP(at.IP) {
 		return l.confirm(at, post, fail)
+	}
+	if l.suspects.Load() == 0 {
+		return false
 	}
 	return l.hold(at, post, fail)
 }
@@ -720,4 +737,10 @@ func (d *Daemon) linkLost(at room.Endpoint) {
 		return
 	}
 	d.decodeLost(at, "connection lost", false)
+}
+
+// isLoopbackIP: a decode on this host (its link cannot be cut).
+func isLoopbackIP(ip string) bool {
+	a := net.ParseIP(ip)
+	return a != nil && a.IsLoopback() || ip == "localhost"
 }
