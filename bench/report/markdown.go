@@ -189,6 +189,10 @@ func Markdown(r *suite.Results) string {
 		runTable(&b, []suite.RunSet{*r.Storm}, true)
 		abortTable(&b, r.Storm)
 		phaseTable(&b, r.Storm)
+		if len(r.StormBySetting) > 0 {
+			w("### The storm at each transfer setting\n\nThe same mix and plans at the throughput settings (%d repetition(s) each): pins and abort-to-terminal next to rooms/s and CPU.\n\n", r.StormBySetting[0].Reps)
+			settingStormTable(&b, r.StormBySetting)
+		}
 		w("![abort-to-terminal CDF](abort-to-terminal-cdf.svg)\n\n")
 	}
 	if len(r.Pins) > 0 {
@@ -288,6 +292,24 @@ func runTable(b *strings.Builder, sets []suite.RunSet, aborts bool) {
 			}
 			t.row(set.Name, e.Engine, fmt.Sprintf("%.0f", e.RoomsPerSec), ratio, fmt.Sprintf("%.3f", e.CPUPer1k),
 				fmt.Sprintf("%.0f", e.HeapPerRoom), load, Dur(e.TTT.P50), Dur(e.TTT.P99), Dur(e.TTT.P999), e.Pinned, e.Leaked)
+		}
+	}
+	b.WriteString("\n")
+}
+
+// settingStormTable is engine × setting for the storm: rooms/s, CPU, heap,
+// pins, A2T p99, load.
+func settingStormTable(b *strings.Builder, sets []suite.RunSet) {
+	t := table{b}
+	t.head("setting", "engine", "rooms/s", "CPU s per 1k rooms", "heap B/live room", "pinned", "leaked", "A2T p50", "A2T p99", "load 1m")
+	for _, set := range sets {
+		for _, e := range set.Engines {
+			load := "?"
+			if f := strings.Fields(e.LoadAvg); len(f) > 0 {
+				load = f[0]
+			}
+			t.row(set.Setting, e.Engine, fmt.Sprintf("%.0f", e.RoomsPerSec), fmt.Sprintf("%.3f", e.CPUPer1k), fmt.Sprintf("%.0f", e.HeapPerRoom),
+				e.Pinned, e.Leaked, Dur(e.A2T.P50), Dur(e.A2T.P99), load)
 		}
 	}
 	b.WriteString("\n")

@@ -39,9 +39,10 @@ func sample() *suite.Results {
 	storm := set("abort storm 50%", 1000, [3]float64{100, 200, 300})
 	return &suite.Results{
 		Suite: "test", Command: "kvxfer-bench -suite test", Engines: []string{"upstream", "fixed", "actors"},
-		Throughput: []suite.RunSet{set("throughput c=1000", 1000, [3]float64{10, 20, 40}), set("throughput c=10000", 10000, [3]float64{8, 16, 8})},
-		Storm:      &storm,
-		Pins:       []suite.RunSet{set("pins at 50%", 256, [3]float64{1, 1, 1})},
+		Throughput:     []suite.RunSet{set("throughput c=1000", 1000, [3]float64{10, 20, 40}), set("throughput c=10000", 10000, [3]float64{8, 16, 8})},
+		Storm:          &storm,
+		StormBySetting: []suite.RunSet{set("abort storm 50% rdma", 1000, [3]float64{100, 200, 300})},
+		Pins:           []suite.RunSet{set("pins at 50%", 256, [3]float64{1, 1, 1})},
 		Memory: []suite.MemoryPoint{{Rooms: 1000, Engines: []suite.MemoryUsage{{Engine: "upstream", HeapPerRoom: 1500}, {Engine: "fixed", HeapPerRoom: 1600}, {Engine: "actors", HeapPerRoom: 2200}}},
 			{Rooms: 10000, Engines: []suite.MemoryUsage{{Engine: "upstream", HeapPerRoom: 1400}, {Engine: "fixed", HeapPerRoom: 1500}, {Engine: "actors", HeapPerRoom: 2100}}}},
 		Poll:  []suite.PollResult{{Engine: "actors", Rooms: 1000, Rounds: 3, P50: time.Millisecond, P99: 2 * time.Millisecond, PerRoom: time.Microsecond}},
@@ -59,7 +60,7 @@ func TestMarkdownHasEverySection(t *testing.T) {
 		"abort-to-terminal p99 under the storm, upstream | ∞",
 		"abort-to-terminal p99 under the storm, actors | 3.0 ms",
 		"heap bytes per live room (10000 rooms), actors | 2100 B",
-		"## Abort storm", "Bootstrapping 1", "## Pins vs abort rate", "## Memory per live room",
+		"## Abort storm", "Bootstrapping 1", "### The storm at each transfer setting", "| rdma | actors | 300 | 3.000 | 3000 | 0 | 0 |", "## Pins vs abort rate", "## Memory per live room",
 		"## Batched poll latency", "| abort-before-sender |", "**pinned**",
 		"![throughput](throughput.svg)",
 	} {

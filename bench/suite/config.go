@@ -77,6 +77,11 @@ type Config struct {
 	// StormSlowShare of the storm's requests take StormSlow (a tail).
 	StormSlowShare float64
 	StormSlow      time.Duration
+	// StormSettings repeats the storm's mix at these transfer settings
+	// (StormSettingReps each), so pins and abort-to-terminal are quoted per
+	// setting next to the throughput figures.
+	StormSettings    []Setting
+	StormSettingReps int
 	// PinShares: the pins-vs-abort-rate sweep, one run per share at PinPoint.
 	PinShares []float64
 	PinPoint  Point
@@ -98,20 +103,22 @@ type Config struct {
 // storm repeated to quote medians.
 func Quick() Config {
 	return Config{
-		Name:         "quick",
-		Engines:      bench.Kinds(),
-		Seed:         1,
-		Throughput:   []Point{{100, 1000, 3}, {1000, 5000, 3}, {10000, 10000, 1}},
-		Settings:     Settings(),
-		Storm:        Point{1000, 2000, 3},
-		StormShare:   0.5,
-		StormLatency: [2]time.Duration{50 * time.Microsecond, 2 * time.Millisecond},
-		PinShares:    []float64{0.05, 0.25, 0.5, 1},
-		PinPoint:     Point{256, 800, 1},
-		Memory:       []int{1000, 10000},
-		PollRooms:    1000,
-		PollRounds:   40,
-		Races:        true,
+		Name:             "quick",
+		Engines:          bench.Kinds(),
+		Seed:             1,
+		Throughput:       []Point{{100, 1000, 3}, {1000, 5000, 3}, {10000, 10000, 1}},
+		Settings:         Settings(),
+		Storm:            Point{1000, 2000, 3},
+		StormShare:       0.5,
+		StormLatency:     [2]time.Duration{50 * time.Microsecond, 2 * time.Millisecond},
+		StormSettings:    Settings(),
+		StormSettingReps: 1,
+		PinShares:        []float64{0.05, 0.25, 0.5, 1},
+		PinPoint:         Point{256, 800, 1},
+		Memory:           []int{1000, 10000},
+		PollRooms:        1000,
+		PollRounds:       40,
+		Races:            true,
 	}
 }
 
@@ -181,6 +188,7 @@ func (c Config) Only(parts ...string) (Config, error) {
 	}
 	if !keep["storm"] {
 		c.Storm = Point{}
+		c.StormSettings = nil
 	}
 	if !keep["pins"] {
 		c.PinShares = nil

@@ -23,15 +23,17 @@ type Results struct {
 	// shared, and a load above the CPU count explains noisy figures.
 	LoadAvg [2]string `json:"loadavg"`
 
-	Throughput []RunSet      `json:"throughput"`
-	Paced      []RunSet      `json:"paced,omitempty"`
-	Overhead   []RunSet      `json:"overhead"`
-	Storm      *RunSet       `json:"storm,omitempty"`
-	OpenLoop   *RunSet       `json:"open_loop,omitempty"`
-	Pins       []RunSet      `json:"pins_vs_abort_rate"`
-	Memory     []MemoryPoint `json:"memory"`
-	Poll       []PollResult  `json:"poll"`
-	Races      []RaceRow     `json:"races"`
+	Throughput []RunSet `json:"throughput"`
+	Paced      []RunSet `json:"paced,omitempty"`
+	Overhead   []RunSet `json:"overhead"`
+	Storm      *RunSet  `json:"storm,omitempty"`
+	// StormBySetting is the storm's mix at each transfer setting.
+	StormBySetting []RunSet      `json:"storm_by_setting,omitempty"`
+	OpenLoop       *RunSet       `json:"open_loop,omitempty"`
+	Pins           []RunSet      `json:"pins_vs_abort_rate"`
+	Memory         []MemoryPoint `json:"memory"`
+	Poll           []PollResult  `json:"poll"`
+	Races          []RaceRow     `json:"races"`
 }
 
 // RunSet is one scenario run on every engine, Reps times, engines interleaved

@@ -74,6 +74,12 @@ func Run(cfg Config, command string, progress io.Writer) (*Results, error) {
 	if cfg.Storm.Rooms > 0 {
 		s := r.runSet(fmt.Sprintf("abort storm %.0f%%", 100*cfg.StormShare), stormSetting, cfg.stormSpec(cfg.Storm, cfg.StormShare), cfg.Storm.Reps)
 		res.Storm = &s
+		for _, st := range cfg.StormSettings {
+			spec := cfg.stormSpec(cfg.Storm, cfg.StormShare)
+			spec.Latency, spec.SlowShare, spec.Slow = st.Latency, st.SlowShare, st.Slow
+			res.StormBySetting = append(res.StormBySetting,
+				r.runSet(fmt.Sprintf("abort storm %.0f%% %s", 100*cfg.StormShare, st.Name), st, spec, max(cfg.StormSettingReps, 1)))
+		}
 	}
 	for _, share := range cfg.PinShares {
 		res.Pins = append(res.Pins, r.runSet(fmt.Sprintf("pins at %.0f%% aborts", 100*share), stormSetting, cfg.stormSpec(cfg.PinPoint, share), cfg.PinPoint.Reps))

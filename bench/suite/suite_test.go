@@ -76,6 +76,19 @@ func TestTinySuite(t *testing.T) {
 	if settings["instant"] != 2 || settings["copies"] != 2 || settings["rdma"] != 2 {
 		t.Fatalf("settings: %v", settings)
 	}
+	if len(r.StormBySetting) != len(Settings()) {
+		t.Fatalf("storm by setting: %d sets", len(r.StormBySetting))
+	}
+	for i, set := range r.StormBySetting {
+		if set.Setting != Settings()[i].Name || set.Spec.AbortShare != r.Storm.Spec.AbortShare || len(set.Engines) != 3 {
+			t.Fatalf("storm at %s: %+v", Settings()[i].Name, set)
+		}
+		for _, e := range set.Engines {
+			if e.Engine != string(bench.Upstream) && e.Pinned != 0 {
+				t.Fatalf("storm at %s: %s pinned %d", set.Setting, e.Engine, e.Pinned)
+			}
+		}
+	}
 	if r.Storm.Spec.Latency[1] == 0 || r.Storm.Transfer != "loopback" || r.Overhead[0].Transfer != "instant" {
 		t.Fatalf("transfer layers: storm %s %v, overhead %s", r.Storm.Transfer, r.Storm.Spec.Latency, r.Overhead[0].Transfer)
 	}
