@@ -89,6 +89,8 @@ func DecodeOutbound(frames [][]byte) (Outbound, error) {
 		return decodeAbortAck(frames)
 	case bytes.Equal(tag, []byte(TagStagingReq)):
 		return decodeStagingReq(frames)
+	case bytes.Equal(tag, []byte(TagChunkReady)):
+		return decodeChunkReady(frames)
 	default:
 		return nil, &FrameError{Frame: 0, Field: "tag", Err: detail(ErrUnknownTag, "%q", clip(tag))}
 	}

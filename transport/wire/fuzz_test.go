@@ -112,6 +112,8 @@ func outboundSeeds() [][][]byte {
 		fr("ABORT_ACK", "42", "3"),
 		fr("STAGING_REQ", "42", "1", "8", agentUUID),
 		fr("ABORT_ACK", "42", "3", "7"),
+		fr("CHUNK_READY", "42", "2", "32", "5", agentUUID, "3"),
+		fr("STAGING_REQ", "42", "1", "8", agentUUID, "0"),
 	}
 }
 
@@ -135,7 +137,8 @@ func FuzzDecodeInbound(f *testing.F) {
 	})
 }
 
-// FuzzDecodeOutbound covers KV_STATUS, ABORT_ACK and STAGING_REQ decoding (decode side).
+// FuzzDecodeOutbound covers KV_STATUS, ABORT_ACK, STAGING_REQ and CHUNK_READY decoding
+// (decode side).
 func FuzzDecodeOutbound(f *testing.F) {
 	for _, s := range outboundSeeds() {
 		f.Add(joinFrames(s))

@@ -28,6 +28,7 @@ const (
 	KindKVStatus
 	KindAbortAck
 	KindStagingReq
+	KindChunkReady // 0.5.23 staging (staging.go)
 )
 
 var kindNames = [...]string{
@@ -40,6 +41,7 @@ var kindNames = [...]string{
 	KindKVStatus:     "kv_status",
 	KindAbortAck:     "abort_ack",
 	KindStagingReq:   "staging_req",
+	KindChunkReady:   "chunk_ready",
 }
 
 func (k Kind) String() string {
@@ -57,7 +59,8 @@ type Inbound interface {
 	Encode() [][]byte
 }
 
-// Outbound is a decoded prefill->decode message: *KVStatus, *AbortAck or *StagingReq.
+// Outbound is a decoded prefill->decode message: *KVStatus, *AbortAck, *StagingReq or
+// *ChunkReady.
 type Outbound interface {
 	Kind() Kind
 	Encode() [][]byte

@@ -87,13 +87,16 @@ func decodeAbortAck(frames [][]byte) (*AbortAck, error) {
 }
 
 // StagingReq is prefill's staging allocation request
-// [b"STAGING_REQ", room, chunk_idx, chunk_pages, session_id] (§4.3d). kvxfer does not
-// implement staging; the codec exists for completeness of the emulator.
+// [b"STAGING_REQ", room, chunk_idx, chunk_pages, session_id(, requester_pp_rank)]
+// (§4.3d, staging.go). SGLang's NIXL prefill never sends the pp rank (HasPPRank false);
+// decode then answers every prefill endpoint of the room.
 type StagingReq struct {
 	Room       uint64
 	ChunkIdx   int
 	ChunkPages int
 	SessionID  string
+	PPRank     int
+	HasPPRank  bool
 }
 
 // Kind implements Outbound.
@@ -101,7 +104,11 @@ func (*StagingReq) Kind() Kind { return KindStagingReq }
 
 // Encode implements Outbound.
 func (m *StagingReq) Encode() [][]byte {
-	return [][]byte{[]byte(TagStagingReq), utoa(m.Room), intb(m.ChunkIdx), intb(m.ChunkPages), []byte(m.SessionID)}
+	out := [][]byte{[]byte(TagStagingReq), utoa(m.Room), intb(m.ChunkIdx), intb(m.ChunkPages), []byte(m.SessionID)}
+	if m.HasPPRank {
+		out = append(out, intb(m.PPRank))
+	}
+	return out
 }
 
 func decodeStagingReq(frames [][]byte) (*StagingReq, error) {
@@ -121,6 +128,12 @@ func decodeStagingReq(frames [][]byte) (*StagingReq, error) {
 	m.ChunkPages = int(v)
 	if m.SessionID, err = f.ascii(4, "session_id"); err != nil {
 		return nil, err
+	}
+	if f.has(5) {
+		if m.PPRank, err = f.nonNeg(5, "requester_pp_rank"); err != nil {
+			return nil, err
+		}
+		m.HasPPRank = true
 	}
 	return m, nil
 }
