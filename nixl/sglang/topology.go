@@ -175,6 +175,20 @@ func mhaStageDst(start, nSrc, nDst int) []int {
 	return out
 }
 
+// PeerDescsFactor and PeerDescsFloor cap what one decode registration can make
+// kvxferd allocate: a peer's prepared KV list (local KV buffers × dst_num_slots
+// descriptors) may hold at most PeerDescsFactor times this rank's own list, and
+// never less than PeerDescsFloor descriptors (2^20, 24 MiB).
+const (
+	PeerDescsFactor = 16
+	PeerDescsFloor  = 1 << 20
+)
+
+// MaxPeerKVDescs is the most KV descriptors kvxferd prepares for one decode peer.
+func (l *Local) MaxPeerKVDescs() uint64 {
+	return max(PeerDescsFactor*uint64(len(l.KV.Ptrs))*uint64(max(l.KV.NumSlots, 0)), PeerDescsFloor)
+}
+
 // NewPeer validates a decode peer against the local geometry and decides how
 // this rank writes it, with SGLang's checks (_add_remote_peer /
 // _prepare_payload_xfer), so that a registration SGLang's prefill would refuse
@@ -218,6 +232,12 @@ func NewPeer(l *Local, g PeerGeometry) (*Peer, error) {
 	slots := g.DstNumSlots
 	if slots == 0 {
 		slots = l.KV.NumSlots
+	}
+	if lim := l.MaxPeerKVDescs(); slots < 0 || uint64(slots) > lim/uint64(n) {
+		// The prepared list holds n·slots descriptors (24 bytes each), built
+		// before NIXL sees it: a hostile slot count must not size kvxferd's heap.
+		return nil, refuse(g.Agent, "dst_num_slots %d × %d KV buffers is more descriptors than kvxferd prepares for one decode peer (cap %d: %d × this rank's %d, at least %d)",
+			slots, n, lim, PeerDescsFactor, uint64(n)*uint64(l.KV.NumSlots), PeerDescsFloor)
 	}
 	p.dstSlots = slots
 	specDec := nDst > n
