@@ -241,6 +241,11 @@ func TestEveryFailureReasonIsErrorType(t *testing.T) {
 			h.eng.TransferInfo(id, info("a", 2, 1))
 			h.eng.Fail(id, room.ReasonPeerRejected) // what kvxferd does for a rejected agent's info
 		},
+		room.ReasonClientLost: func(h *harness, id uint64) {
+			h.eng.Open(id)
+			h.expect(id, room.Bootstrapping)
+			h.eng.Fail(id, room.ReasonClientLost) // what kvxferd does for a lost shared-memory client's open rooms
+		},
 		room.ReasonRoomCap: func(h *harness, id uint64) {
 			h.capped(1)
 			h.eng.Open(id + 1)

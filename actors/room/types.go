@@ -59,6 +59,10 @@ const (
 	// ReasonRoomCap: kvxferd refused to create the room: its live-room cap, or
 	// the decode agent's share of it, was reached (actors.Config.RoomCap).
 	ReasonRoomCap
+	// ReasonClientLost: the scheduler that opened the room over the
+	// shared-memory control path was lost (its process exited, it detached
+	// with the room open, or it sent a record that does not decode).
+	ReasonClientLost
 	numReasons
 )
 
@@ -76,6 +80,7 @@ var reasonNames = [numReasons]string{
 	ReasonShutdown:         "shutdown",
 	ReasonPeerRejected:     "peer_rejected",
 	ReasonRoomCap:          "room_cap",
+	ReasonClientLost:       "client_lost",
 }
 
 func (r Reason) String() string {

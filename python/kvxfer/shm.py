@@ -41,7 +41,7 @@ MAGIC = 0x31474E4952585642
 BOOTSTRAPPING = 1
 WRITTEN = 1 << 48
 _GEN_WRITTEN = np.uint64(0xFFFFFFFF | WRITTEN)
-CLIENT_LOST = 64
+CLIENT_LOST = 13  # room.ReasonClientLost; the attach reply's reason_names is authoritative
 
 _SYS_FUTEX = {"x86_64": 202, "aarch64": 98}.get(platform.machine())
 _FUTEX_WAKE = 1

@@ -360,6 +360,8 @@ func FailureMessage(r room.Reply) string {
 		return "kvxferd is shutting down."
 	case room.ReasonRoomCap:
 		return "kvxferd refused the room: too many live rooms (KVXFER_ROOM_CAP)."
+	case room.ReasonClientLost:
+		return "kvxferd dropped this scheduler's shared-memory session (client_lost)."
 	case room.ReasonNone:
 		return "KVSender failed."
 	}

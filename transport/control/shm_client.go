@@ -266,8 +266,7 @@ func (s *ShmClient) Clear(roomID uint64) error {
 
 // Poll reads the rooms' statuses from the table: no message, no system call.
 // A room kvxferd has not yet written for this open answers Bootstrapping, as
-// a fresh SGLang sender does. Reason is a room.Reason code, or
-// ReasonClientLost. out is reused when it has the capacity.
+// a fresh SGLang sender does. out is reused when it has the capacity.
 func (s *ShmClient) Poll(rooms []uint64, out []room.Reply) ([]room.Reply, error) {
 	out = append(out[:0], make([]room.Reply, len(rooms))...)
 	for i, id := range rooms {

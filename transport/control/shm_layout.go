@@ -65,10 +65,10 @@ const (
 	DropDead     = 3 // the client's process exited
 )
 
-// ReasonClientLost is the status table's reason for rooms failed because their
-// client was dropped (crashed, detached or sent garbage). It is a table code
-// beside room.Reason's codes, which the table carries as they are.
-const ReasonClientLost = 64
+// ReasonClientLost is the reason of rooms failed because their client was
+// dropped (crashed, detached or sent garbage): room.ReasonClientLost, in the
+// table and in the engine alike.
+const ReasonClientLost = uint8(room.ReasonClientLost)
 
 // Slot layout.
 const (
@@ -330,7 +330,7 @@ type SlotView struct {
 	Room      uint64
 	Gen       uint32
 	Status    room.Status
-	Reason    uint8 // a room.Reason code, or ReasonClientLost
+	Reason    uint8 // a room.Reason code
 	Written   bool  // kvxferd wrote a status for this generation
 	PrefixLen int64
 }
@@ -365,18 +365,10 @@ func (r *region) readSlot(i uint32) (v SlotView, ok bool) {
 }
 
 // ReasonName is the protocol's name for a table reason code.
-func ReasonName(code uint8) string {
-	if code == ReasonClientLost {
-		return "client_lost"
-	}
-	return room.Reason(code).String()
-}
+func ReasonName(code uint8) string { return room.Reason(code).String() }
 
 // ReasonMessage is what failure_exception raises for a Failed slot with this
 // reason code (FailureMessage's wording).
 func ReasonMessage(code uint8) string {
-	if code == ReasonClientLost {
-		return "kvxferd dropped this scheduler's shared-memory session (client_lost)."
-	}
 	return FailureMessage(room.Reply{Status: room.Failed, Reason: room.Reason(code)})
 }

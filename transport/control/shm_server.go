@@ -202,7 +202,7 @@ func (s *Server) shmAttach(b []byte, q *request) ([]byte, *Error) {
 	b = appendInt(appendStr(b, "ring_off"), int64(g.ringOff()))
 	b = appendInt(appendStr(b, "index_off"), int64(g.indexOff()))
 	b = appendInt(appendStr(b, "table_off"), int64(g.tableOff()))
-	codes := append(room.Reasons(), room.ReasonNone, ReasonClientLost)
+	codes := append(room.Reasons(), room.ReasonNone)
 	b = appendArrayHeader(appendStr(b, "reason_names"), len(codes))
 	for _, c := range codes {
 		b = appendArrayHeader(b, 2)
@@ -471,16 +471,21 @@ func (ss *shmSession) apply(b []byte) error {
 // without Fail gets an Abort.
 func (ss *shmSession) invalidRoom(id uint64) {
 	ss.hub.invalid.Add(1)
+	ss.failRoom(id, room.ReasonInvalidRequest)
+}
+
+// failRoom fails a room with why; an engine without Fail gets an Abort.
+func (ss *shmSession) failRoom(id uint64, why room.Reason) {
 	if f, ok := ss.eng.(interface{ Fail(uint64, room.Reason) }); ok {
-		f.Fail(id, room.ReasonInvalidRequest)
+		f.Fail(id, why)
 		return
 	}
 	ss.eng.Abort(id)
 }
 
 // teardown ends the session on the consumer's goroutine: every bound room
-// that is not terminal fails client_lost (in the table; the engine aborts
-// it), every bound room is cleared, the region is released.
+// that is not terminal fails client_lost (in the table and in the engine),
+// every bound room is cleared, the region is released.
 func (ss *shmSession) teardown(code uint32, why string) {
 	ss.closing.CompareAndSwap(0, code)
 	code = ss.closing.Load()
@@ -500,7 +505,7 @@ func (ss *shmSession) teardown(code uint32, why string) {
 		h.sink.withdraw(b)
 		if !b.close(true) {
 			h.lost.Add(1)
-			ss.eng.Abort(b.room)
+			ss.failRoom(b.room, room.ReasonClientLost)
 		}
 		ss.eng.Clear(b.room)
 		ss.bindings[i] = nil

@@ -390,13 +390,13 @@ func TestShmGarbageDropsOnlyThatClient(t *testing.T) {
 	for bad.Dropped() != DropGarbage {
 		time.Sleep(time.Millisecond)
 	}
-	if r := shmUntil(t, bad, 2, room.Failed); r.Reason != ReasonClientLost {
+	if r := shmUntil(t, bad, 2, room.Failed); r.Reason != room.ReasonClientLost {
 		t.Fatalf("dropped client's room: %+v", r)
 	}
 	if err := bad.Open(4); !errors.Is(err, ErrDropped) {
 		t.Fatalf("open after drop: %v", err)
 	}
-	if e := eng.PollSync([]uint64{2}, nil)[0]; e.Status != room.Failed || e.Reason != room.ReasonClientAbort {
+	if e := eng.PollSync([]uint64{2}, nil)[0]; e.Status != room.Failed || e.Reason != room.ReasonClientLost {
 		t.Fatalf("engine's view of the lost room: %+v", e)
 	}
 	eng.TransferInfo(1, info(0))
@@ -407,8 +407,8 @@ func TestShmGarbageDropsOnlyThatClient(t *testing.T) {
 }
 
 // TestShmClientCrash: a client process killed with rooms open is noticed
-// through its pidfd: its non-terminal rooms fail (client_lost in the table,
-// an abort in the engine), every room it had is cleared, its session and
+// through its pidfd: its non-terminal rooms fail client_lost (in the table
+// and in the engine), every room it had is cleared, its session and
 // file are gone.
 func TestShmClientCrash(t *testing.T) {
 	eng := newEngine(t)
@@ -445,7 +445,7 @@ func TestShmClientCrash(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	for _, r := range rooms {
-		if e := eng.PollSync([]uint64{r}, nil)[0]; e.Status != room.Failed || e.Reason != room.ReasonClientAbort {
+		if e := eng.PollSync([]uint64{r}, nil)[0]; e.Status != room.Failed || e.Reason != room.ReasonClientLost {
 			t.Fatalf("room %d after its client died: %+v", r, e)
 		}
 	}
