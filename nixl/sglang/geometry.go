@@ -139,6 +139,10 @@ type PeerGeometry struct {
 	// 0.5.23 completes on KV_STATUS); notifications sent to it would pile up
 	// in its agent, so none are attached to its writes.
 	NoNotifs bool
+	// StagingBase ([14]) and StagingSize ([15]) are decode's staging ring
+	// (VRAM on GPU); both zero: no staging (staging.go).
+	StagingBase uint64
+	StagingSize int64
 }
 
 // Peer is a validated decode peer, ready for planning.
@@ -158,6 +162,9 @@ type Peer struct {
 	stItems  [][]uint32
 	gpu      uint64
 	tpSize   int
+	tpRank   int
+	stgBase  uint64 // decode's staging ring (staging.go); 0, 0: none
+	stgSize  int64
 }
 
 // KVSrcDescs is the local prepared list: every slot of every KV buffer,

@@ -198,7 +198,8 @@ func NewPeer(l *Local, g PeerGeometry) (*Peer, error) {
 	if g.Agent == "" {
 		return nil, nixl.Errorf(nixl.ErrInvalid, "sglang peer: empty agent name")
 	}
-	p := &Peer{Agent: g.Agent, NoNotifs: g.NoNotifs, gpu: g.GPU, tpSize: g.TPSize}
+	p := &Peer{Agent: g.Agent, NoNotifs: g.NoNotifs, gpu: g.GPU, tpSize: g.TPSize, tpRank: g.TPRank,
+		stgBase: g.StagingBase, stgSize: g.StagingSize}
 	items := g.KVItemLens
 	if len(items) == 0 {
 		items = make([]uint64, len(g.KVPtrs))
