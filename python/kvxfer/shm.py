@@ -47,6 +47,7 @@ _SYS_FUTEX = {"x86_64": 202, "aarch64": 98}.get(platform.machine())
 _FUTEX_WAKE = 1
 _libc = ctypes.CDLL(None, use_errno=True)
 _rec = struct.Struct("<BBHIQqq")
+MAX_TRACEPARENT = 256  # bytes; control.MaxTraceparent
 
 
 class RingFull(Exception):
@@ -131,10 +132,10 @@ class ShmSession:
             if el > 0.0001:
                 time.sleep(0.001)
 
-    def _put(self, op, slot, room, a, b):
+    def _put(self, op, slot, room, a, b, flags=0):
         if self._tail - self._head >= self.entries:
             self._wait(lambda: self._tail - self._head < self.entries)
-        _rec.pack_into(self._mm, self._ring_off + (self._tail & self._mask) * RECORD_SIZE, op, 0, 0, slot, room, a, b)
+        _rec.pack_into(self._mm, self._ring_off + (self._tail & self._mask) * RECORD_SIZE, op, flags, 0, slot, room, a, b)
         self._tail += 1
         self._hdr[HDR_TAIL] = self._tail
         f = self._fence  # a full fence between the store of tail and the load of sleeping
@@ -144,8 +145,26 @@ class ShmSession:
             self._hdr32[HDR_SLEEPING] = 0
             _libc.syscall(_SYS_FUTEX, ctypes.c_void_p(self._sleep_addr), _FUTEX_WAKE, 1, None, None, 0)
 
+    def _reserve(self, words):
+        """Waits for a free record and `words` free index words; returns their position."""
+        w = self.words
+        pos = self._idx_tail
+        if pos % w + words > w:
+            pos = (pos // w + 1) * w  # the blob does not fit before the end: it starts at the wrap
+        if words > w:
+            raise ValueError(f"kvxfer: {words} index words do not fit an area of {w}")
+        if pos + words - self._idx_head > w or self._tail - self._head >= self.entries:
+            self._wait(lambda: pos + words - self._idx_head <= w and self._tail - self._head < self.entries)
+        return pos
+
     def open(self, room, traceparent=None):
-        """Opens room in a free slot (traceparent is not carried on this path)."""
+        """Opens room in a free slot. A traceparent travels in the index area
+        ([byte length, bytes packed four to an int32]); kvxferd ignores one that
+        is not a valid W3C traceparent, as over request/reply. Returns whether a
+        traceparent was carried."""
+        raw = traceparent.encode() if traceparent else b""
+        if len(raw) > MAX_TRACEPARENT:
+            raise ValueError(f"kvxfer: a traceparent of {len(raw)} bytes is longer than {MAX_TRACEPARENT}")
         if room in self.slot_of:
             raise ValueError(f"kvxfer: room {room} is open in this session already")
         if not self._free:
@@ -154,13 +173,22 @@ class ShmSession:
             raise Dropped(f"kvxferd dropped shm session {self.session} (code {self.dropped()})")
         slot = self._free[-1]
         gen = (int(self.gens[slot]) + 1) & 0xFFFFFFFF
-        self._put(OP_OPEN, slot, room, gen, 0)
+        flags = pos = 0
+        if raw:
+            flags = 1 + (len(raw) + 3) // 4
+            pos = self._reserve(flags)
+            p = pos % self.words
+            self._idx[p] = len(raw)
+            self._idx[p + 1:p + flags] = np.frombuffer(raw.ljust(4 * (flags - 1), b"\0"), dtype="<i4")
+            self._idx_tail = pos + flags
+            self._hdr[HDR_IDX_TAIL] = self._idx_tail
+        self._put(OP_OPEN, slot, room, gen, pos, flags)
         self._free.pop()
         self.gens[slot] = gen
         self.expect[slot] = gen | WRITTEN
         self.slot_room[slot] = room
         self.slot_of[room] = slot
-        return False
+        return bool(raw)
 
     def init(self, room, num_pages, aux_index):
         self._put(OP_INIT, 0, room, num_pages, aux_index)
@@ -172,15 +200,8 @@ class ShmSession:
         if state is not None:
             for s in state:
                 words += 1 + (0 if s is None else len(s))
-        w = self.words
-        pos = self._idx_tail
-        if pos % w + words > w:
-            pos = (pos // w + 1) * w
-        if words > w:
-            raise ValueError(f"kvxfer: a send of {words} index words does not fit an area of {w}")
-        if pos + words - self._idx_head > w or self._tail - self._head >= self.entries:
-            self._wait(lambda: pos + words - self._idx_head <= w and self._tail - self._head < self.entries)
-        iv, p = self._idx, pos % w
+        pos = self._reserve(words)
+        iv, p = self._idx, pos % self.words
         iv[p] = n
         if n:
             iv[p + 1:p + 1 + n] = pages

@@ -175,6 +175,21 @@ class ShmTest(unittest.TestCase):
         finally:
             shm.platform.machine = real
 
+    def test_traceparent_rides_the_ring(self):
+        # TestPythonShm checks kvxferd counted one traced open and one ignored traceparent.
+        tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+        s = KvxferSender(self.mgr, "127.0.0.1:8998", 7400, traceparent=tp)
+        self.assertEqual(s.poll(), KVPoll.Bootstrapping)
+        c = self.mgr.client
+        self.assertTrue(c.open(7401, "00-00000000000000000000000000000000-00f067aa0ba902b7-01"))
+        with self.assertRaises(ValueError):
+            c.open(7402, "0" * (shm.MAX_TRACEPARENT + 1))
+        self.assertNotIn(7402, c.shm.slot_of)
+        for room in (7400, 7401):
+            c.abort(room)
+        s.clear()
+        c.clear(7401)
+
     def test_garbage_drops_only_this_session(self):
         other = KvxferManager(EP, rank=3)
         try:

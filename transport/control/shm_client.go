@@ -203,7 +203,16 @@ func (s *ShmClient) Barrier() error {
 }
 
 // Open opens a room in a free slot of the table.
-func (s *ShmClient) Open(roomID uint64) error {
+func (s *ShmClient) Open(roomID uint64) error { return s.OpenTraced(roomID, "") }
+
+// OpenTraced is Open with the scheduler's W3C traceparent ("" for none),
+// carried in the index area: the room's span is its child. kvxferd ignores
+// a value that is not a valid traceparent (the room opens untraced), as
+// over request/reply; one longer than MaxTraceparent is refused here.
+func (s *ShmClient) OpenTraced(roomID uint64, traceparent string) error {
+	if len(traceparent) > MaxTraceparent {
+		return fmt.Errorf("kvxfer control: a traceparent of %d bytes is longer than %d", len(traceparent), MaxTraceparent)
+	}
 	if _, ok := s.slotOf[roomID]; ok {
 		return fmt.Errorf("kvxfer control: room %d is open in this session already", roomID)
 	}
@@ -212,7 +221,16 @@ func (s *ShmClient) Open(roomID uint64) error {
 	}
 	slot := s.free[len(s.free)-1]
 	s.gens[slot]++
-	if err := s.submit(Record{Op: RecOpen, Slot: slot, Room: roomID, A: uint64(s.gens[slot])}); err != nil {
+	rec := Record{Op: RecOpen, Slot: slot, Room: roomID, A: uint64(s.gens[slot])}
+	var err error
+	if traceparent == "" {
+		err = s.submit(rec)
+	} else {
+		err = s.submitIndexed(&rec, appendTraceparent(s.blob[:0], traceparent), func(pos, n uint64) {
+			rec.Flags, rec.B = uint8(n), pos
+		})
+	}
+	if err != nil {
 		s.gens[slot]--
 		return err
 	}
@@ -231,17 +249,30 @@ func (s *ShmClient) Send(roomID uint64, pages []int32, state [][]int32) error {
 	if s.Dropped() != DropNone {
 		return ErrDropped
 	}
-	n := uint64(sendBlobWords(pages, state))
+	rec := Record{Op: RecSend, Room: roomID}
+	return s.submitIndexed(&rec, appendSendBlob(s.blob[:0], pages, state), func(pos, n uint64) { rec.A, rec.B = pos, n })
+}
+
+// submitIndexed copies blob to the index area, lets place write its
+// position and size into *rec, and submits *rec.
+func (s *ShmClient) submitIndexed(rec *Record, blob []int32, place func(pos, n uint64)) error {
+	if s.Dropped() != DropNone {
+		return ErrDropped
+	}
+	s.blob = blob
+	n := uint64(len(blob))
 	pos, err := s.reserve(n)
 	if err != nil {
 		return err
 	}
-	s.blob = appendSendBlob(s.blob[:0], pages, state)
 	w := uint64(s.r.g.words)
-	dst := unsafe.Slice((*int32)(unsafe.Pointer(&s.r.mem[s.r.g.indexOff()+int(pos%w)*4])), len(s.blob))
-	copy(dst, s.blob)
+	if n > 0 {
+		dst := unsafe.Slice((*int32)(unsafe.Pointer(&s.r.mem[s.r.g.indexOff()+int(pos%w)*4])), len(blob))
+		copy(dst, blob)
+	}
 	s.idxTail = pos + n
-	s.put(Record{Op: RecSend, Room: roomID, A: pos, B: n})
+	place(pos, n)
+	s.put(*rec)
 	s.publish()
 	return nil
 }

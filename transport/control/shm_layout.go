@@ -50,12 +50,17 @@ const (
 
 // Record ops.
 const (
-	RecOpen  = 1 // slot, room, a = generation (uint32)
+	RecOpen  = 1 // slot, room, a = generation (uint32); with a traceparent: flags = its index words, b = index position
 	RecInit  = 2 // room, a = num_pages, b = aux_index (int64)
 	RecSend  = 3 // room, a = index position (monotonic, in int32 words), b = words
 	RecAbort = 4 // room
 	RecClear = 5 // slot, room
 )
+
+// MaxTraceparent caps the bytes of a traceparent an open record carries in
+// the index area (a W3C version-00 value has 55; later versions may append
+// fields).
+const MaxTraceparent = 256
 
 // DropCode says why kvxferd dropped a client (header hdrDropped).
 const (
@@ -169,16 +174,19 @@ func readHeader(mem []byte) (shmGeometry, error) {
 
 // Record is one decoded ring record.
 type Record struct {
-	Op   uint8
-	Slot uint32
-	Room uint64
-	A, B uint64
+	Op uint8
+	// Flags is the record's second byte: an open's traceparent size in
+	// index words (0: none); zero in every other record.
+	Flags uint8
+	Slot  uint32
+	Room  uint64
+	A, B  uint64
 }
 
 // putRecord encodes rec at b (RecordSize bytes).
 func putRecord(b []byte, rec Record) {
 	le := binary.LittleEndian
-	le.PutUint64(b[0:], uint64(rec.Op)|uint64(rec.Slot)<<32)
+	le.PutUint64(b[0:], uint64(rec.Op)|uint64(rec.Flags)<<8|uint64(rec.Slot)<<32)
 	le.PutUint64(b[8:], rec.Room)
 	le.PutUint64(b[16:], rec.A)
 	le.PutUint64(b[24:], rec.B)
@@ -191,9 +199,12 @@ func putRecord(b []byte, rec Record) {
 func decodeRecord(b []byte, g shmGeometry) (Record, error) {
 	le := binary.LittleEndian
 	w := le.Uint64(b[0:])
-	rec := Record{Op: uint8(w), Slot: uint32(w >> 32), Room: le.Uint64(b[8:]), A: le.Uint64(b[16:]), B: le.Uint64(b[24:])}
-	if w>>8&0xffffff != 0 {
-		return rec, fmt.Errorf("record flags/reserved bytes %#x are not zero", w>>8&0xffffff)
+	rec := Record{Op: uint8(w), Flags: uint8(w >> 8), Slot: uint32(w >> 32), Room: le.Uint64(b[8:]), A: le.Uint64(b[16:]), B: le.Uint64(b[24:])}
+	if w>>16&0xffff != 0 {
+		return rec, fmt.Errorf("record reserved bytes %#x are not zero", w>>16&0xffff)
+	}
+	if rec.Flags != 0 && rec.Op != RecOpen {
+		return rec, fmt.Errorf("op %d carries flags %#x", rec.Op, rec.Flags)
 	}
 	if rec.Op < RecOpen || rec.Op > RecClear {
 		return rec, fmt.Errorf("unknown record op %d", rec.Op)
@@ -208,6 +219,9 @@ func decodeRecord(b []byte, g shmGeometry) (Record, error) {
 		}
 		if rec.Op == RecOpen && rec.A > math.MaxUint32 {
 			return rec, fmt.Errorf("open generation %d is not a uint32", rec.A)
+		}
+		if rec.Op == RecOpen && uint32(rec.Flags) > g.words {
+			return rec, fmt.Errorf("open traceparent of %d index words, the area holds %d", rec.Flags, g.words)
 		}
 	case RecSend:
 		if rec.B > uint64(g.words) {
@@ -303,6 +317,45 @@ func sendBlobWords(pages []int32, state [][]int32) int {
 		n += 1 + len(s)
 	}
 	return n
+}
+
+// traceparentWords is the index words a traceparent of n bytes takes:
+// [n, bytes packed little-endian four to a word, zero-padded].
+func traceparentWords(n int) int { return 1 + (n+3)/4 }
+
+// appendTraceparent encodes tp as traceparentWords(len(tp)) words.
+func appendTraceparent(b []int32, tp string) []int32 {
+	b = append(b, int32(len(tp)))
+	for i := 0; i < len(tp); i += 4 {
+		var w [4]byte
+		copy(w[:], tp[i:])
+		b = append(b, int32(binary.LittleEndian.Uint32(w[:])))
+	}
+	return b
+}
+
+// decodeTraceparent is the inverse of appendTraceparent; ok is false when
+// the words do not hold one (a length out of range or not matching, bytes
+// after the value that are not zero). The value itself is checked by the
+// caller (validTraceparent).
+func decodeTraceparent(words []int32) (tp string, ok bool) {
+	if len(words) == 0 {
+		return "", false
+	}
+	n := int(words[0])
+	if n <= 0 || n > MaxTraceparent || traceparentWords(n) != len(words) {
+		return "", false
+	}
+	b := make([]byte, 4*(len(words)-1))
+	for i, w := range words[1:] {
+		binary.LittleEndian.PutUint32(b[4*i:], uint32(w))
+	}
+	for _, c := range b[n:] {
+		if c != 0 {
+			return "", false
+		}
+	}
+	return string(b[:n]), true
 }
 
 // Slot words.

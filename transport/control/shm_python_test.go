@@ -21,8 +21,8 @@ func pythonWithNumpy() string {
 // TestPythonShm runs python/tests/test_shm.py: KvxferManager and
 // KvxferSender over the shared-memory ring and table of a real engine
 // (lifecycle, abort and failure_exception, a bad init, a batched poll of
-// 1,000 rooms, slot reuse, a torn read retried, garbage dropping only its own
-// session).
+// 1,000 rooms, slot reuse, a torn read retried, a traceparent carried on the
+// ring, garbage dropping only its own session).
 func TestPythonShm(t *testing.T) {
 	py := pythonWithNumpy()
 	if py == "" {
@@ -41,7 +41,7 @@ func TestPythonShm(t *testing.T) {
 		t.Fatalf("python: %v\n%s", err, out)
 	}
 	t.Logf("%s", out)
-	if st := s.ShmStats(); st.DroppedBad != 1 || st.InvalidSends != 1 {
+	if st := s.ShmStats(); st.DroppedBad != 1 || st.InvalidSends != 1 || st.TracedOpens != 1 || st.IgnoredTraceparents != 1 {
 		t.Fatalf("stats %+v", st)
 	}
 }

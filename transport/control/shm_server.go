@@ -51,6 +51,11 @@ type ShmStats struct {
 	DroppedBad   uint64 // sessions dropped for a record that did not decode
 	RoomsLost    uint64 // rooms failed client_lost
 	InvalidSends uint64 // send or init records refused (room failed invalid_request)
+	// TracedOpens: opens that carried a valid traceparent (the room's span
+	// is its child); IgnoredTraceparents: opens whose traceparent was not
+	// valid (the room opens untraced, the W3C rule, as over request/reply).
+	TracedOpens         uint64
+	IgnoredTraceparents uint64
 }
 
 // shmAttachReq holds shm_attach's and shm_detach's fields.
@@ -90,6 +95,7 @@ type shmHub struct {
 	dir      string
 
 	attached, records, sleeps, missed, dead, bad, lost, invalid atomic.Uint64
+	traced, untraced                                            atomic.Uint64
 }
 
 // ShmStats returns the shared-memory path's counters.
@@ -100,7 +106,7 @@ func (s *Server) ShmStats() ShmStats {
 	h.mu.Unlock()
 	return ShmStats{Sessions: n, Attached: h.attached.Load(), Records: h.records.Load(), Sleeps: h.sleeps.Load(),
 		MissedWakes: h.missed.Load(), DroppedDead: h.dead.Load(), DroppedBad: h.bad.Load(), RoomsLost: h.lost.Load(),
-		InvalidSends: h.invalid.Load()}
+		InvalidSends: h.invalid.Load(), TracedOpens: h.traced.Load(), IgnoredTraceparents: h.untraced.Load()}
 }
 
 func (s *Server) shmDir() (string, error) {
@@ -417,11 +423,27 @@ func (ss *shmSession) apply(b []byte) error {
 			old.close(false)
 			ss.hub.sink.withdraw(old)
 		}
+		var tp string
+		if rec.Flags != 0 {
+			words, err := ss.takeIndex(rec.B, uint64(rec.Flags))
+			if err != nil {
+				return err
+			}
+			tp, _ = decodeTraceparent(words)
+		}
 		nb := &slotBinding{r: ss.r, slot: rec.Slot, gen: uint32(rec.A), room: rec.Room}
 		nb.reset()
 		ss.bindings[rec.Slot] = nb
 		ss.hub.sink.deposit(nb)
-		ss.eng.Open(rec.Room)
+		if to, ok := ss.eng.(TracedOpener); ok && tp != "" && validTraceparent(tp) {
+			ss.hub.traced.Add(1)
+			to.OpenTraced(rec.Room, tp)
+		} else {
+			if rec.Flags != 0 {
+				ss.hub.untraced.Add(1)
+			}
+			ss.eng.Open(rec.Room)
+		}
 		ss.opened = append(ss.opened, nb)
 	case RecInit:
 		numPages, aux := int64(rec.A), int64(rec.B)
@@ -431,19 +453,9 @@ func (ss *shmSession) apply(b []byte) error {
 		}
 		ss.eng.Init(rec.Room, int(numPages), int(aux))
 	case RecSend:
-		w := uint64(ss.r.g.words)
-		want := ss.cursor
-		if want%w+rec.B > w {
-			want = (want/w + 1) * w // the blob did not fit before the end: it starts at the wrap
-		}
-		if rec.A != want {
-			return fmt.Errorf("send at index position %d, expected %d", rec.A, want)
-		}
-		ss.cursor = rec.A + rec.B
-		start := ss.r.g.indexOff() + int(rec.A%w)*4
-		var words []int32
-		if rec.B > 0 {
-			words = unsafe.Slice((*int32)(unsafe.Pointer(&ss.r.mem[start])), int(rec.B))
+		words, err := ss.takeIndex(rec.A, rec.B)
+		if err != nil {
+			return err
 		}
 		pages, state, err := decodeSendBlob(words)
 		if err != nil {
@@ -464,6 +476,26 @@ func (ss *shmSession) apply(b []byte) error {
 		ss.eng.Clear(rec.Room)
 	}
 	return nil
+}
+
+// takeIndex consumes the n index words a record says start at pos: they
+// must start where the previous blob ended, or at the wrap when they did not
+// fit before the end. The words alias the region (copy what is kept).
+func (ss *shmSession) takeIndex(pos, n uint64) ([]int32, error) {
+	w := uint64(ss.r.g.words)
+	want := ss.cursor
+	if want%w+n > w {
+		want = (want/w + 1) * w // the blob did not fit before the end: it starts at the wrap
+	}
+	if pos != want {
+		return nil, fmt.Errorf("index words at position %d, expected %d", pos, want)
+	}
+	ss.cursor = pos + n
+	if n == 0 {
+		return nil, nil
+	}
+	start := ss.r.g.indexOff() + int(pos%w)*4
+	return unsafe.Slice((*int32)(unsafe.Pointer(&ss.r.mem[start])), int(n)), nil
 }
 
 // invalidRoom fails a room whose record carried values it cannot take: no
@@ -497,7 +529,6 @@ func (ss *shmSession) teardown(code uint32, why string) {
 		h.bad.Add(1)
 		ss.log.Error("control: dropping a shared-memory client that sent a bad record", "session", ss.id, "error", why)
 	}
-	ss.r.u32(hdrDropped).Store(code)
 	for i, b := range ss.bindings {
 		if b == nil {
 			continue
@@ -516,6 +547,9 @@ func (ss *shmSession) teardown(code uint32, why string) {
 	h.mu.Lock()
 	delete(h.sessions, ss.id)
 	h.mu.Unlock()
+	// The client sees the drop once the teardown is done: its rooms are
+	// failed and cleared, the session is gone from the stats.
+	ss.r.u32(hdrDropped).Store(code)
 	// Every binding is closed: nothing writes the region any more (a late
 	// poll answer or room actor finds its binding closed). An in-process
 	// client has its own mapping.

@@ -547,6 +547,11 @@ func FuzzShmRecord(f *testing.F) {
 				t.Fatalf("blob %v re-encodes to %v", words, back)
 			}
 		}
+		if tp, ok := decodeTraceparent(words); ok {
+			if back := appendTraceparent(nil, tp); !reflect.DeepEqual(back, words) {
+				t.Fatalf("traceparent words %v re-encode to %v", words, back)
+			}
+		}
 	})
 }
 
@@ -647,13 +652,16 @@ func TestShmBadStreams(t *testing.T) {
 		"reserved bytes": func(s *ShmClient) {
 			off := s.r.g.ringOff() + int(s.tail&uint64(s.r.g.entries-1))*RecordSize
 			putRecord(s.r.mem[off:off+RecordSize], Record{Op: RecAbort, Room: 1})
-			s.r.mem[off+1] = 1
+			s.r.mem[off+2] = 1
 			s.tail++
 		},
-		"room of 2^63":      func(s *ShmClient) { s.put(Record{Op: RecAbort, Room: 1 << 63}) },
-		"slot out of range": func(s *ShmClient) { s.put(Record{Op: RecOpen, Slot: 8, Room: 1, A: 1}) },
-		"slot on abort":     func(s *ShmClient) { s.put(Record{Op: RecAbort, Slot: 1, Room: 1}) },
-		"send out of step":  func(s *ShmClient) { s.put(Record{Op: RecSend, Room: 1, A: 5, B: 2}) },
+		"flags on abort":          func(s *ShmClient) { s.put(Record{Op: RecAbort, Flags: 1, Room: 1}) },
+		"traceparent out of step": func(s *ShmClient) { s.put(Record{Op: RecOpen, Flags: 15, Slot: 0, Room: 1, A: 1, B: 3}) },
+		"traceparent beyond area": func(s *ShmClient) { s.put(Record{Op: RecOpen, Flags: 65, Slot: 0, Room: 1, A: 1}) },
+		"room of 2^63":            func(s *ShmClient) { s.put(Record{Op: RecAbort, Room: 1 << 63}) },
+		"slot out of range":       func(s *ShmClient) { s.put(Record{Op: RecOpen, Slot: 8, Room: 1, A: 1}) },
+		"slot on abort":           func(s *ShmClient) { s.put(Record{Op: RecAbort, Slot: 1, Room: 1}) },
+		"send out of step":        func(s *ShmClient) { s.put(Record{Op: RecSend, Room: 1, A: 5, B: 2}) },
 		"clear of another room": func(s *ShmClient) {
 			s.put(Record{Op: RecOpen, Slot: 0, Room: 1, A: 1})
 			s.put(Record{Op: RecClear, Slot: 0, Room: 2})
@@ -669,7 +677,7 @@ func TestShmBadStreams(t *testing.T) {
 			}
 		})
 	}
-	if st := srv.ShmStats(); st.DroppedBad != 7 {
+	if st := srv.ShmStats(); st.DroppedBad != 10 {
 		t.Fatalf("stats %+v", st)
 	}
 }
