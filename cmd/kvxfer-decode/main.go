@@ -69,6 +69,7 @@ func run(args []string, getenv func(string) string, out io.Writer) error {
 	fs.IntVar(&cfg.Shape.StateSlots, "state-slots", 0, "hybrid state slots (with -state)")
 	fs.IntVar(&cfg.Shape.StateItem, "state-item", 256, "bytes of one state slot")
 	fs.BoolVar(&cfg.State, "state", false, "send state indices (the prefill must send state too)")
+	stagingMB := fs.Int64("staging-mb", 0, "announce a staging ring of this many MiB in the registration, as SGLang's decode with SGLANG_DISAGG_STAGING_BUFFER=1 (a prefill with staging off ignores it; 0: none)")
 	fs.IntVar(&cfg.Rooms, "rooms", 2000, "rooms to run (room i is the workload's plan i)")
 	fs.IntVar(&cfg.Concurrency, "concurrency", 64, "rooms in flight at once (keep ≤ the scheduler's)")
 	fs.Float64Var(&cfg.Rate, "rate", 0, "rooms started per second (0: as fast as concurrency allows)")
@@ -96,6 +97,7 @@ func run(args []string, getenv func(string) string, out io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	cfg.StagingBytes = *stagingMB << 20
 	switch *backend {
 	case "loopback":
 	case "nixl":

@@ -35,6 +35,13 @@ type Config struct {
 	// (Shape.StateSlots must be > 0; the prefill must send state too).
 	Shape kvmem.Shape
 	State bool
+	// StagingBytes > 0 gives the rank a staging ring of that size (VRAM on
+	// GPU), announced in registration frames [14] and [15] as SGLang's decode
+	// does with SGLANG_DISAGG_STAGING_BUFFER=1. A prefill with staging off
+	// (kvxferd, SGLang's by default) ignores it and writes head slices into
+	// the pages; a STAGING_REQ reaching the rank is counted (PullMessages).
+	// The staged path itself is checked by StagingRing and StagingView.
+	StagingBytes int64
 
 	Workload    workload.Config
 	Rooms       int     // rooms Run plays
@@ -105,6 +112,8 @@ func (c *Config) validate() error {
 		return errors.New("decode: concurrency must be ≥ 1")
 	case c.WaitingTimeout <= 0, c.HeartbeatInterval <= 0, c.ReleaseTimeout <= 0, c.HeartbeatTimeout <= 0:
 		return errors.New("decode: timeouts and intervals must be > 0")
+	case c.StagingBytes < 0:
+		return errors.New("decode: negative staging size")
 	case c.State && c.Shape.StateSlots == 0:
 		return errors.New("decode: state needs Shape.StateSlots > 0")
 	case c.Shape.Slots < c.Workload.MaxPages:

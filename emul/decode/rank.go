@@ -8,6 +8,7 @@ import (
 	"github.com/kvxfer/kvxfer/nixl"
 	"github.com/kvxfer/kvxfer/nixl/kvmem"
 	"github.com/kvxfer/kvxfer/nixl/loopback"
+	"github.com/kvxfer/kvxfer/nixl/sglang"
 	"github.com/kvxfer/kvxfer/transport/wire"
 	"github.com/kvxfer/kvxfer/transport/zmqio"
 )
@@ -24,6 +25,9 @@ type rank struct {
 	// and the dummy only exists to send empty transfer infos.
 	tpRank int
 	links  map[string]*zmqio.PushLink // prefill endpoint -> link; registration sent on creation
+	// stg is the staging ring (Config.StagingBytes), stgBase its address.
+	stg     []byte
+	stgBase uint64
 }
 
 func newRank(cfg *Config, role string, tpRank int, onMsg func([][]byte)) (*rank, error) {
@@ -44,12 +48,25 @@ func newRank(cfg *Config, role string, tpRank int, onMsg func([][]byte)) (*rank,
 	if err != nil {
 		return nil, err
 	}
+	var stg []byte
+	var stgBase uint64
+	if cfg.StagingBytes > 0 {
+		if stg, err = n.NIXL.Alloc(int(cfg.StagingBytes)); err == nil {
+			stgBase = uint64(nixl.DescOf(stg, 0).Addr)
+			_, err = sglang.RegisterBuffers(n.NIXL, &sglang.Buffers{Ptrs: []uint64{stgBase},
+				ItemLens: []uint64{uint64(cfg.StagingBytes)}, NumSlots: 1, Kind: nixl.VRAM, DevID: uint64(cfg.GPU)})
+		}
+		if err != nil {
+			n.Close()
+			return nil, fmt.Errorf("decode %s: staging ring: %w", role, err)
+		}
+	}
 	pull, err := zmqio.StartPull(zmqio.IngestConfig{Host: cfg.Host, Logger: cfg.Logger}, onMsg)
 	if err != nil {
 		n.Close()
 		return nil, fmt.Errorf("decode %s: PULL socket: %w", role, err)
 	}
-	return &rank{node: n, pull: pull, tpRank: tpRank, links: map[string]*zmqio.PushLink{}}, nil
+	return &rank{node: n, pull: pull, tpRank: tpRank, links: map[string]*zmqio.PushLink{}, stg: stg, stgBase: stgBase}, nil
 }
 
 // registration is the KV-args frame (spec §4.3a) this rank sends once per
@@ -66,6 +83,9 @@ func (r *rank) registration(cfg *Config) (*wire.Registration, error) {
 		GPUID: cfg.GPU, DecodeTPSize: max(cfg.TPSize, 1), DecodeTPRank: r.tpRank,
 		DstKVItemLen: int(g.DstKVItemLen), DstNumSlots: g.DstNumSlots, HasDstNumSlots: true,
 		KVItemLens: g.KVItemLens,
+	}
+	if r.stg != nil {
+		reg.StagingBasePtr, reg.StagingTotalSize = r.stgBase, int64(len(r.stg))
 	}
 	for _, k := range g.KVKinds {
 		if k == nixl.VRAM {

@@ -17,6 +17,7 @@ import (
 	"github.com/kvxfer/kvxfer/nixl/loopback"
 	"github.com/kvxfer/kvxfer/nixl/sglang"
 	"github.com/kvxfer/kvxfer/transport/control"
+	"github.com/kvxfer/kvxfer/transport/wire"
 )
 
 // The topologies SGLang's decode cannot run on a CPU-only machine (a
@@ -42,6 +43,7 @@ type emuTopo struct {
 	release    Release
 	state      bool   // a hybrid-model state buffer (one slot per room)
 	hostV      bool   // decode's V buffers in DRAM, K in VRAM (mixed kinds)
+	staging    bool   // decode announces a staging ring (SGLANG_DISAGG_STAGING_BUFFER=1)
 	wantReason string // SGLang's refusal, if the decode must be refused
 }
 
@@ -145,6 +147,9 @@ func (c emuTopo) run(t *testing.T) {
 		cfg.Shape = c.shape(c.layers, 0, ownedHeads(max(c.heads, 1), c.dtp, d), true)
 		cfg.Workload.DummyShare, cfg.Release, cfg.WaitingTimeout = 0, c.release, 5*time.Second
 		cfg.State = c.state
+		if c.staging {
+			cfg.StagingBytes = 1 << 16
+		}
 		cfg.Name = fmt.Sprintf("emu-topo-dec%d", d)
 		e, err := New(cfg)
 		if err != nil {
@@ -220,6 +225,22 @@ func (c emuTopo) run(t *testing.T) {
 			_ = p.cli.Clear(r)
 		}
 	}
+	if c.staging {
+		// kvxferd's staging is off (SGLang's default): it writes head slices
+		// into the pages (checked above) and asks decode for no staging region.
+		for k, e := range emus {
+			reg, err := e.primary.registration(&e.cfg)
+			if err != nil || reg.StagingBasePtr == 0 || reg.StagingTotalSize != 1<<16 {
+				t.Fatalf("decode tp%d announced no staging ring: %+v %v", k, reg, err)
+			}
+			e.mu.Lock()
+			n := e.c.pull[wire.TagStagingReq]
+			e.mu.Unlock()
+			if n != 0 {
+				t.Fatalf("decode tp%d got %d STAGING_REQ", k, n)
+			}
+		}
+	}
 }
 
 func pollTerminal(t *testing.T, cli *control.Client, r uint64) room.Reply {
@@ -257,6 +278,10 @@ func TestEmulatorTopologies(t *testing.T) {
 		{name: "MLA TP1→TP2 + state buffer", mla: true, ptp: 1, ppp: 1, dtp: 2, layers: 2, headBytes: 32, page: 1, state: true},
 		// Mixed decode memory (K VRAM, V DRAM): one write per run of equal
 		// kinds, "_part_i_n" notifications (0.5.18), one success (0.5.23).
+		// A decode with its staging ring on (both directions of heterogeneous
+		// TP): kvxferd, staging off, serves it through the head-slice path.
+		{name: "MHA TP1→TP2, decode staging on", heads: 4, ptp: 1, ppp: 1, dtp: 2, layers: 2, headBytes: 8, page: 2, staging: true},
+		{name: "MHA TP2→TP1, decode staging on", heads: 4, ptp: 2, ppp: 1, dtp: 1, layers: 2, headBytes: 8, page: 2, staging: true},
 		{name: "MHA TP1→TP1 mixed VRAM/DRAM", heads: 2, ptp: 1, ppp: 1, dtp: 1, layers: 2, headBytes: 16, page: 1, hostV: true},
 		{name: "MHA TP2→TP2 mixed VRAM/DRAM, 3 chunks' worth", heads: 4, ptp: 2, ppp: 1, dtp: 2, layers: 3, headBytes: 8, page: 2, hostV: true},
 		{name: "MHA TP2→TP1 mixed kinds (refused)", heads: 4, ptp: 2, ppp: 1, dtp: 1, layers: 2, headBytes: 8, page: 1, hostV: true,
