@@ -390,6 +390,7 @@ func (d *Daemon) startDebug() error {
 		_ = json.NewEncoder(w).Encode(map[string]any{"default_23_frame_dialect": d.dialects.legacy.String(),
 			"pinned": d.cfg.Dialect != wire.DialectUnknown, "peers": d.dialects.list(), "liveness": d.liveness.snapshot()})
 	})
+	mux.HandleFunc("/debug/shm", d.serveShm)
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		if !d.Live() {
 			http.Error(w, "not live: waiting for memory registration", http.StatusServiceUnavailable)
@@ -585,8 +586,15 @@ func (d *Daemon) PoolStats() xfer.Stats {
 	return xfer.Stats{}
 }
 
-// Counters returns the daemon's frame and registration counters by name.
-func (d *Daemon) Counters() map[string]int64 { return d.counters.snapshot() }
+// Counters returns the daemon's frame and registration counters by name,
+// and the shared-memory control path's (shm_*).
+func (d *Daemon) Counters() map[string]int64 {
+	m := d.counters.snapshot()
+	if d.control != nil {
+		shmCounters(m, d.control.ShmStats())
+	}
+	return m
+}
 
 type counters struct {
 	registrations, duplicateRegistrations, badRegistrations atomic.Int64

@@ -206,6 +206,25 @@ var daemonCounters = []struct{ key, name, desc string }{
 	{"activations_rolled_back", "kvxfer_activations_rolled_back", "Activations (going live) that failed and were undone."},
 }
 
+// shmCounters maps the shared-memory control path's Counters() keys
+// (daemon/shm.go) to metric names; the clients lost are one metric by cause.
+var shmCounters = []struct {
+	key, name, unit, desc string
+	gauge                 bool
+}{
+	{"shm_sessions", "kvxfer_shm_sessions", "{session}", "Shared-memory control sessions attached now.", true},
+	{"shm_sessions_attached", "kvxfer_shm_sessions_attached", "{session}", "Shared-memory control sessions ever attached.", false},
+	{"shm_records", "kvxfer_shm_records", "{record}", "Ring records consumed (open, init, send, abort, clear).", false},
+	{"shm_doorbell_sleeps", "kvxfer_shm_doorbell_sleeps", "{sleep}", "Times a ring consumer slept on its futex doorbell after spinning.", false},
+	{"shm_doorbell_wakes", "kvxfer_shm_doorbell_wakes", "{wake}", "Doorbell sleeps ended by the client's futex wake.", false},
+	{"shm_missed_wakes", "kvxfer_shm_missed_wakes", "{wake}", "Doorbell sleeps ended by the 100 ms safety timeout with records waiting (a lost wake-up).", false},
+	{"shm_full_waits", "kvxfer_shm_full_waits", "{wait}", "Times clients waited for room in a full ring or index area (client-reported).", false},
+	{"shm_rooms_lost", "kvxfer_shm_rooms_lost", "{room}", "Rooms failed client_lost because their shared-memory client was dropped.", false},
+	{"shm_invalid_records", "kvxfer_shm_invalid_records", "{record}", "Init or send records a room could not take (the room failed invalid_request).", false},
+	{"shm_traced_opens", "kvxfer_shm_traced_opens", "{record}", "Open records that carried a valid traceparent.", false},
+	{"shm_ignored_traceparents", "kvxfer_shm_ignored_traceparents", "{record}", "Open records whose traceparent was not valid (the room opened untraced).", false},
+}
+
 func sortedKeys(m map[string]int64) []string {
 	out := make([]string, 0, len(m))
 	for k := range m {
@@ -317,6 +336,18 @@ func (o *Observer) Produce(context.Context) ([]metricdata.ScopeMetrics, error) {
 			if v, ok := dc[d.key]; ok {
 				sum(d.name, "{frame}", d.desc, pt(noAttrs, v))
 			}
+		}
+		for _, d := range shmCounters {
+			if v, ok := dc[d.key]; ok && d.gauge {
+				gauge(d.name, d.unit, d.desc, pt(noAttrs, v))
+			} else if ok {
+				sum(d.name, d.unit, d.desc, pt(noAttrs, v))
+			}
+		}
+		if dead, ok := dc["shm_clients_lost_process_exit"]; ok {
+			sum("kvxfer_shm_clients_lost", "{session}", "Shared-memory clients kvxferd dropped: cause=process_exit (the client's process exited) or bad_record (a record that did not decode).",
+				pt(attribute.NewSet(attribute.String("cause", "process_exit")), dead),
+				pt(attribute.NewSet(attribute.String("cause", "bad_record")), dc["shm_clients_lost_bad_record"]))
 		}
 		peers := b.s.DecodePeers()
 		var ppts []metricdata.DataPoint[int64]

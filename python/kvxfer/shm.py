@@ -37,6 +37,7 @@ OP_OPEN, OP_INIT, OP_SEND, OP_ABORT, OP_CLEAR = 1, 2, 3, 4, 5
 HDR_TAIL, HDR_IDX_TAIL, HDR_HEAD, HDR_IDX_HEAD = 64 // 8, 72 // 8, 128 // 8, 136 // 8
 HDR_SLEEPING = 192 // 4  # uint32 index
 HDR_DROPPED = 256 // 4
+HDR_FULL_WAITS = 320 // 8  # client-reported: waits for room in a full ring or index area
 MAGIC = 0x31474E4952585642
 BOOTSTRAPPING = 1
 WRITTEN = 1 << 48
@@ -116,9 +117,10 @@ class ShmSession:
     def dropped(self):
         return int(self._hdr32[HDR_DROPPED])
 
-    def _wait(self, ok):
+    def _wait(self, ok, full=True):
         """Bounded wait for room in the ring: spin, then 1 ms sleeps, then RingFull."""
         start = time.monotonic()
+        counted = not full
         while True:
             if self._hdr32[HDR_DROPPED]:
                 raise Dropped(f"kvxferd dropped shm session {self.session} (code {self.dropped()})")
@@ -126,6 +128,9 @@ class ShmSession:
             self._idx_head = int(self._hdr[HDR_IDX_HEAD])
             if ok():
                 return
+            if not counted:  # full indeed, not only a stale head: one wait (kvxferd's FullWaits)
+                self._hdr[HDR_FULL_WAITS] += 1
+                counted = True
             el = time.monotonic() - start
             if el > self.full_wait:
                 raise RingFull(f"kvxfer: shm ring full for {self.full_wait} s")
@@ -303,7 +308,7 @@ class ShmSession:
         record submitted so far: they have reached the engine, so a
         request/reply call made now is ordered after them."""
         if int(self._hdr[HDR_HEAD]) < self._tail:
-            self._wait(lambda: self._head >= self._tail)
+            self._wait(lambda: self._head >= self._tail, full=False)
 
     def failure(self, rooms, clear=True):
         """(status, reason, message) per room, as ControlClient.failure. A room

@@ -97,13 +97,17 @@ func (s *ShmClient) Session() int64 { return s.session }
 func (s *ShmClient) Dropped() uint32 { return s.r.u32(hdrDropped).Load() }
 
 // Close detaches (kvxferd fails the rooms still open with client_lost and
-// clears every room) and unmaps the region.
+// clears every room) and unmaps the region. A second Close does nothing.
 func (s *ShmClient) Close() error {
+	if s.r.mem == nil {
+		return nil
+	}
 	var err error
 	if s.Dropped() == DropNone {
 		_, err = s.c.Call(OpShmDetach, map[string]any{"session": s.session})
 	}
 	syscall.Munmap(s.r.mem)
+	s.r.mem = nil
 	return err
 }
 
@@ -131,6 +135,9 @@ func (s *ShmClient) reserve(n uint64) (pos uint64, err error) {
 		s.head = s.r.u64(hdrHead).Load()
 		if fits() {
 			return pos, nil
+		}
+		if i == 0 {
+			s.r.u64(hdrFullWait).Add(1) // full indeed (not only a stale head): one wait
 		}
 		if n > w {
 			return 0, fmt.Errorf("kvxfer control: a send of %d index words does not fit an area of %d", n, w)

@@ -46,6 +46,7 @@ const (
 	hdrSleeping = 192 // uint32 futex word: 1 while kvxferd sleeps on the doorbell
 	hdrDropped  = 256 // uint32: non-zero once kvxferd dropped this client (a DropCode)
 	hdrWakeups  = 264 // kvxferd: doorbell wake-ups taken (informative)
+	hdrFullWait = 320 // client: times it waited for room in a full ring or index area (informative, client-reported)
 )
 
 // Record ops.

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"sort"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -42,11 +43,16 @@ const (
 
 // ShmStats are the shared-memory path's counters (Server.ShmStats).
 type ShmStats struct {
-	Sessions     int    // attached now
-	Attached     uint64 // sessions ever attached
-	Records      uint64 // records consumed
-	Sleeps       uint64 // times a consumer slept on its doorbell
-	MissedWakes  uint64 // sleeps ended by the safety timeout with work waiting
+	Sessions    int    // attached now
+	Attached    uint64 // sessions ever attached
+	Records     uint64 // records consumed
+	Sleeps      uint64 // times a consumer slept on its doorbell
+	Wakes       uint64 // sleeps ended by the client's doorbell (it cleared sleeping and woke the futex)
+	MissedWakes uint64 // sleeps ended by the safety timeout with work waiting
+	// FullWaits: times clients waited for room in a full ring or index area,
+	// as they report it in their region's header (sessions attached now and
+	// ended ones).
+	FullWaits    uint64
 	DroppedDead  uint64 // sessions dropped because the client's process exited
 	DroppedBad   uint64 // sessions dropped for a record that did not decode
 	RoomsLost    uint64 // rooms failed client_lost
@@ -95,7 +101,7 @@ type shmHub struct {
 	dir      string
 
 	attached, records, sleeps, missed, dead, bad, lost, invalid atomic.Uint64
-	traced, untraced                                            atomic.Uint64
+	traced, untraced, wakes, fullWaits                          atomic.Uint64
 }
 
 // ShmStats returns the shared-memory path's counters.
@@ -103,10 +109,49 @@ func (s *Server) ShmStats() ShmStats {
 	h := &s.shm
 	h.mu.Lock()
 	n := len(h.sessions)
+	full := h.fullWaits.Load()
+	for _, ss := range h.sessions {
+		full += ss.fullWaits()
+	}
 	h.mu.Unlock()
 	return ShmStats{Sessions: n, Attached: h.attached.Load(), Records: h.records.Load(), Sleeps: h.sleeps.Load(),
+		Wakes: h.wakes.Load(), FullWaits: full,
 		MissedWakes: h.missed.Load(), DroppedDead: h.dead.Load(), DroppedBad: h.bad.Load(), RoomsLost: h.lost.Load(),
 		InvalidSends: h.invalid.Load(), TracedOpens: h.traced.Load(), IgnoredTraceparents: h.untraced.Load()}
+}
+
+// ShmSession describes one attached session (Server.ShmSessions, kvxferd's
+// /debug/shm).
+type ShmSession struct {
+	ID          int64  `json:"id"`
+	PID         int64  `json:"pid"`
+	RingEntries uint32 `json:"ring_entries"`
+	Slots       uint32 `json:"slots"`
+	IndexWords  uint32 `json:"index_words"`
+	Tail        uint64 `json:"tail"` // records the client published
+	Head        uint64 `json:"head"` // records kvxferd consumed
+	Sleeping    bool   `json:"sleeping"`
+	FullWaits   uint64 `json:"full_waits"`
+}
+
+// ShmSessions lists the sessions attached now, by id.
+func (s *Server) ShmSessions() []ShmSession {
+	h := &s.shm
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]ShmSession, 0, len(h.sessions))
+	for _, ss := range h.sessions {
+		v := ShmSession{ID: ss.id, PID: ss.pid, RingEntries: ss.r.g.entries, Slots: ss.r.g.slots, IndexWords: ss.r.g.words}
+		ss.memMu.RLock()
+		if !ss.unmapped {
+			v.Tail, v.Head = ss.r.u64(hdrTail).Load(), ss.r.u64(hdrHead).Load()
+			v.Sleeping, v.FullWaits = ss.r.u32(hdrSleeping).Load() == 1, ss.r.u64(hdrFullWait).Load()
+		}
+		ss.memMu.RUnlock()
+		out = append(out, v)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
 }
 
 func (s *Server) shmDir() (string, error) {
@@ -189,7 +234,7 @@ func (s *Server) shmAttach(b []byte, q *request) ([]byte, *Error) {
 		watch.Close()
 		return b, errorf(CodeInternal, "shm region: %v", err)
 	}
-	ss := &shmSession{id: id, hub: h, eng: s.cfg.Engine, log: s.log, r: &region{mem: mem, g: g}, path: path, watch: watch,
+	ss := &shmSession{id: id, pid: q.shm.pid, hub: h, eng: s.cfg.Engine, log: s.log, r: &region{mem: mem, g: g}, path: path, watch: watch,
 		bindings: make([]*slotBinding, g.slots), done: make(chan struct{}), polls: make(chan []*slotBinding, 64)}
 	ss.r.initHeader()
 	h.mu.Lock()
@@ -283,6 +328,7 @@ func createRegion(path string, size int) ([]byte, error) {
 // bindings, head and cursor are the consumer's alone.
 type shmSession struct {
 	id    int64
+	pid   int64
 	hub   *shmHub
 	eng   Engine
 	log   interface{ Error(string, ...any) }
@@ -310,6 +356,16 @@ func (ss *shmSession) start() {
 	}()
 	go ss.pollOpens()
 	go ss.run()
+}
+
+// fullWaits is what the client reported in the header (0 once unmapped).
+func (ss *shmSession) fullWaits() uint64 {
+	ss.memMu.RLock()
+	defer ss.memMu.RUnlock()
+	if ss.unmapped {
+		return 0
+	}
+	return ss.r.u64(hdrFullWait).Load()
 }
 
 // end asks the session to end with code (the first code wins).
@@ -370,7 +426,9 @@ func (ss *shmSession) run() {
 			ss.hub.sleeps.Add(1)
 			slept := time.Now()
 			futexWaitWord(sleeping, 1, shmSafetyWake)
-			if sleeping.Swap(0) == 1 && time.Since(slept) >= shmSafetyWake && tail.Load() != ss.head {
+			if sleeping.Swap(0) == 0 {
+				ss.hub.wakes.Add(1) // the client cleared sleeping: its doorbell
+			} else if time.Since(slept) >= shmSafetyWake && tail.Load() != ss.head {
 				ss.hub.missed.Add(1)
 			}
 			spinning = false
@@ -546,6 +604,7 @@ func (ss *shmSession) teardown(code uint32, why string) {
 	os.Remove(ss.path)
 	h.mu.Lock()
 	delete(h.sessions, ss.id)
+	h.fullWaits.Add(ss.r.u64(hdrFullWait).Load())
 	h.mu.Unlock()
 	// The client sees the drop once the teardown is done: its rooms are
 	// failed and cleared, the session is gone from the stats.

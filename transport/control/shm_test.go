@@ -201,6 +201,9 @@ func TestShmRingFull(t *testing.T) {
 	if !errors.Is(err, ErrRingFull) || accepted != 4 {
 		t.Fatalf("accepted %d, then %v; want 4 then ErrRingFull", accepted, err)
 	}
+	if st, ss := srv.ShmStats(), srv.ShmSessions(); st.FullWaits != 1 || len(ss) != 1 || ss[0].Tail != 4 || ss[0].Head != 0 || ss[0].FullWaits != 1 || ss[0].RingEntries != 4 {
+		t.Fatalf("a full ring: stats %+v, sessions %+v", st, ss)
+	}
 	close(eng.gate)
 	for srv.ShmStats().Records != uint64(accepted) {
 		time.Sleep(time.Millisecond)
@@ -211,11 +214,41 @@ func TestShmRingFull(t *testing.T) {
 	for srv.ShmStats().Records != uint64(accepted+1) {
 		time.Sleep(time.Millisecond)
 	}
+	if st := srv.ShmStats(); st.FullWaits != 1 {
+		t.Fatalf("a stale head is no full wait: stats %+v", st)
+	}
+	s.Close()
+	if st := srv.ShmStats(); st.FullWaits != 1 || st.Sessions != 0 {
+		t.Fatalf("an ended session's full waits are kept: stats %+v", st)
+	}
 	eng.mu.Lock()
 	defer eng.mu.Unlock()
 	want := []string{"open 1", "open 2", "open 3", "open 4", "open 99"}
 	if !reflect.DeepEqual(eng.ops, want) {
 		t.Fatalf("applied %v, want %v", eng.ops, want)
+	}
+}
+
+// TestShmDoorbellWakeCounted: a record submitted while the consumer sleeps
+// rings the doorbell, and the wake-up is counted as the client's (Wakes),
+// not as a missed one.
+func TestShmDoorbellWakeCounted(t *testing.T) {
+	eng := newEngine(t)
+	srv := startServer(t, eng, nil)
+	s := attach(t, srv.Endpoint(), ShmOptions{})
+	for i := uint64(1); i <= 3; i++ {
+		for ss := srv.ShmSessions(); len(ss) != 1 || !ss[0].Sleeping; ss = srv.ShmSessions() {
+			time.Sleep(time.Millisecond)
+		}
+		if err := s.Open(i); err != nil {
+			t.Fatal(err)
+		}
+		for srv.ShmStats().Wakes != i {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	if st := srv.ShmStats(); st.Records != 3 || st.Sleeps < 3 {
+		t.Fatalf("stats %+v", st)
 	}
 }
 
