@@ -260,6 +260,50 @@ type scheduler struct {
 	kv  []byte
 	aux []byte
 	cli *control.Client
+	// shm, when set (useShm), carries open, init, send, abort and clear on
+	// the shared-memory ring and answers polls from the status table (issue
+	// 12); request/reply keeps hello and register_memory.
+	shm *control.ShmClient
+}
+
+// useShm moves s onto the shared-memory control path, as a scheduler with
+// KVXFER_SHM on does.
+func (s *scheduler) useShm(t testing.TB) {
+	t.Helper()
+	sc, err := control.AttachShm(s.cli, control.ShmOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sc.Close() })
+	s.shm = sc
+}
+
+// barrier (shm only) waits until kvxferd consumed every record submitted:
+// they reached the engine, as a request/reply call had when it returned, so
+// the scenarios' ordering against decode's messages is the same on both
+// paths. The caller holds mu.
+func (s *scheduler) barrier(t testing.TB) {
+	t.Helper()
+	if s.shm != nil {
+		if err := s.shm.Barrier(); err != nil {
+			t.Fatalf("shm barrier: %v", err)
+		}
+	}
+}
+
+// trySend sends pages of room id and returns the error (a send may be
+// refused after an abort or a failure).
+func (s *scheduler) trySend(id uint64, pages []int32) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.shm != nil {
+		err := s.shm.Send(id, pages, nil)
+		if err == nil {
+			err = s.shm.Barrier()
+		}
+		return err
+	}
+	return s.cli.Send(id, pages, nil)
 }
 
 func newScheduler(t testing.TB, d *daemon.Daemon) *scheduler {
@@ -356,6 +400,16 @@ func (s *scheduler) open(t testing.TB, r prefillRoom) {
 	s.prep(r.id, r.src, r.aux)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.shm != nil {
+		if err := s.shm.Open(r.id); err != nil {
+			t.Fatalf("shm open %d: %v", r.id, err)
+		}
+		if err := s.shm.Init(r.id, len(r.src), r.aux); err != nil {
+			t.Fatalf("shm init %d: %v", r.id, err)
+		}
+		s.barrier(t)
+		return
+	}
 	if _, err := s.cli.Open(r.id, ""); err != nil {
 		t.Fatalf("open %d: %v", r.id, err)
 	}
@@ -373,6 +427,13 @@ func (s *scheduler) sendChunk(t testing.TB, r prefillRoom, i int) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.shm != nil {
+		if err := s.shm.Send(r.id, r.src[from:from+r.chunks[i]], nil); err != nil {
+			t.Fatalf("shm send %d chunk %d: %v", r.id, i, err)
+		}
+		s.barrier(t)
+		return
+	}
 	if err := s.cli.Send(r.id, r.src[from:from+r.chunks[i]], nil); err != nil {
 		t.Fatalf("send %d chunk %d: %v", r.id, i, err)
 	}
@@ -390,6 +451,14 @@ func (s *scheduler) poll(t testing.TB, ids []uint64) []room.Reply {
 	t.Helper()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.shm != nil {
+		// The table answers rooms open in the session; a room not open
+		// there (not yet opened, or cleared) is asked over request/reply,
+		// as the Python client does.
+		if reps, err := s.shm.Poll(ids, nil); err == nil {
+			return reps
+		}
+	}
 	reps, err := s.cli.Poll(ids, nil)
 	if err != nil {
 		t.Fatalf("poll: %v", err)
@@ -401,6 +470,15 @@ func (s *scheduler) abort(t testing.TB, ids ...uint64) {
 	t.Helper()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.shm != nil {
+		for _, id := range ids {
+			if err := s.shm.Abort(id); err != nil {
+				t.Fatalf("shm abort: %v", err)
+			}
+		}
+		s.barrier(t)
+		return
+	}
 	if err := s.cli.Abort(ids...); err != nil {
 		t.Fatalf("abort: %v", err)
 	}
@@ -409,6 +487,13 @@ func (s *scheduler) abort(t testing.TB, ids ...uint64) {
 func (s *scheduler) clearRooms(ids ...uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.shm != nil {
+		for _, id := range ids {
+			_ = s.shm.Clear(id) // a room not open in the session has nothing to clear
+		}
+		_ = s.shm.Barrier()
+		return
+	}
 	_ = s.cli.Clear(ids...)
 }
 

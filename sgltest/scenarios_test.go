@@ -59,6 +59,23 @@ func TestSGLangDecode(t *testing.T) {
 			})
 		}
 	}
+	// The prefill side over the shared-memory ring and status table (issue
+	// 12), judged by the same SGLang decodes.
+	for _, v := range Versions() {
+		for _, sc := range scenarios {
+			if !shmScenarios[sc.name] {
+				continue
+			}
+			m.run(t, v, "shm_"+sc.name, func(t *testing.T, note func(string)) {
+				e := newEnv(t, v)
+				e.sched.useShm(t)
+				sc.run(t, e, v, e.peers[v], note)
+				if st := e.d.Counters(); st["shm_records"] == 0 || st["shm_clients_lost_bad_record"] != 0 {
+					t.Fatalf("the scheduler did not drive kvxferd over the ring: %v", st)
+				}
+			})
+		}
+	}
 	for _, v := range Versions() {
 		for _, hold := range []bool{true, false} {
 			name := "abort_storm"
@@ -80,6 +97,11 @@ type scenario struct {
 	name string
 	run  func(t *testing.T, e *env, version string, p *Peer, note func(string))
 }
+
+// shmScenarios are the scenarios TestSGLangDecode runs again with the
+// scheduler on the shared-memory path (shm_<name> rows).
+var shmScenarios = map[string]bool{"one_chunk": true, "three_chunks": true, "rooms_200": true,
+	"prefill_abort_mid_transfer": true, "decode_abort_mid_transfer": true}
 
 var scenarios = []scenario{
 	{"one_chunk", func(t *testing.T, e *env, v string, p *Peer, note func(string)) {
@@ -354,9 +376,7 @@ func testPrefillAbort(t *testing.T, e *env, v string, p *Peer, note func(string)
 	}
 	rv := checkRelease(t, p, r.pre.id)
 	quiet(t, e, p, r, 300*time.Millisecond, func() {
-		e.sched.mu.Lock()
-		_ = e.sched.cli.Send(r.pre.id, r.pre.src[2:4], nil) // a late chunk must not be written
-		e.sched.mu.Unlock()
+		_ = e.sched.trySend(r.pre.id, r.pre.src[2:4]) // a late chunk must not be written
 	})
 	note(fmt.Sprintf("decode Failed after %v (%q), released %s", lag.Round(time.Millisecond), trunc(dv.ReasonText(), 50), rv.ReleaseText()))
 }
@@ -386,9 +406,7 @@ func testDecodeAbort(t *testing.T, e *env, v string, p *Peer, note func(string),
 		t.Fatal(err)
 	}
 	send := func(i int) {
-		e.sched.mu.Lock()
-		_ = e.sched.cli.Send(r.pre.id, r.pre.src[2*i:2*i+2], nil) // may be refused after the abort
-		e.sched.mu.Unlock()
+		_ = e.sched.trySend(r.pre.id, r.pre.src[2*i:2*i+2]) // may be refused after the abort
 	}
 	switch at {
 	case afterTransferInfo:
@@ -483,9 +501,7 @@ func testDecodeKill(t *testing.T, e *env, v string, p *Peer, note func(string)) 
 	t0 := time.Now()
 	p.Kill()
 	for _, r := range mid {
-		e.sched.mu.Lock()
-		_ = e.sched.cli.Send(r.pre.id, r.pre.src[2:], nil) // the scheduler carries on
-		e.sched.mu.Unlock()
+		_ = e.sched.trySend(r.pre.id, r.pre.src[2:]) // the scheduler carries on
 	}
 	// Poll until 1 s after the kill, then keep watching (up to 10 s) only to
 	// report what happened.
