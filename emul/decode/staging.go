@@ -23,16 +23,20 @@ import (
 // the watermark (round, tail) is the oldest region still held, and prefill
 // may write a region of round r only once round r-1 is freed past its end.
 type StagingRing struct {
-	Size      int64
-	head      int64
-	round     int64
-	next      int
-	allocs    map[int][3]int64 // id -> offset, size, round
-	order     []int
-	wmRound   int64
-	wmTail    int64
-	byChunk   map[[2]uint64]chunkAlloc // (room, chunk_idx) -> allocation
-	oversized map[[2]uint64]bool
+	// EmptyNewRound is 0.5.23's rule: a ring emptied by a free starts a new
+	// round at offset 0 (watermark (round, 0)); 0.5.18 keeps its head and
+	// reports (round, head).
+	EmptyNewRound bool
+	Size          int64
+	head          int64
+	round         int64
+	next          int
+	allocs        map[int][3]int64 // id -> offset, size, round
+	order         []int
+	wmRound       int64
+	wmTail        int64
+	byChunk       map[[2]uint64]chunkAlloc // (room, chunk_idx) -> allocation
+	oversized     map[[2]uint64]bool
 }
 
 type chunkAlloc struct {
@@ -76,6 +80,10 @@ func (g *StagingRing) free(id int) {
 		g.order = g.order[1:]
 	}
 	if len(g.allocs) == 0 {
+		if g.EmptyNewRound {
+			g.round++
+			g.head = 0
+		}
 		g.wmRound, g.wmTail = g.round, g.head
 	} else if len(g.order) > 0 {
 		a := g.allocs[g.order[0]]

@@ -71,6 +71,7 @@ func (c stagingCase) run(t *testing.T) {
 	t.Cleanup(func() { dec.Close() })
 	ringSize := 2 * view.ChunkBytes(grid)
 	ring := NewStagingRing(ringSize)
+	ring.EmptyNewRound = c.chunkReady // 0.5.23's allocator
 	stg, err := dec.NIXL.Alloc(int(ringSize))
 	if err != nil {
 		t.Fatal(err)
