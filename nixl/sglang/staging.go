@@ -1,6 +1,8 @@
 package sglang
 
 import (
+	"math"
+
 	"github.com/kvxfer/kvxfer/nixl"
 	"github.com/kvxfer/kvxfer/transport/wire"
 )
@@ -98,6 +100,9 @@ func (l *Local) PlanStaged(out *Plan, p *Peer, c *StagedChunk) error {
 	base, size, ok := p.Staging()
 	if !ok {
 		return nixl.Errorf(nixl.ErrInvalid, "sglang staged room %d: peer %s takes no staged writes (needs heterogeneous-TP MHA and a staging buffer)", c.Room, p.Agent)
+	}
+	if size < 0 || base > math.MaxUint64-uint64(size) {
+		return nixl.Errorf(nixl.ErrInvalid, "sglang staged room %d: peer %s registered a staging ring [%#x, +%d) outside the address space", c.Room, p.Agent, base, size)
 	}
 	if c.Offset == wire.AllocOversized {
 		return nixl.Errorf(nixl.ErrInvalid, "[Staging] Chunk staging allocation permanently failed: chunk exceeds ring buffer total size (room=%d). Increase SGLANG_DISAGG_STAGING_POOL_SIZE_MB.", c.Room)
