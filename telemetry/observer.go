@@ -7,7 +7,6 @@ import (
 	"math/bits"
 	"runtime"
 	"slices"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -127,7 +126,7 @@ type Observer struct {
 	// first by QueueSize.
 	kept, abandoned recStack
 	keptN           atomic.Int64
-	free            sync.Pool // *roomRec, reset
+	free            freeList // recycled records, reset
 
 	queue   chan parcel // Flush and Close barriers for the emitter
 	closed  atomic.Bool
@@ -201,6 +200,7 @@ type roomRec struct {
 	o     *Observer
 	st    *stripe
 	next  *roomRec // on a recStack
+	slot  uint32   // its freeList slot + 1 (0: none yet)
 	evBuf [4]statusEvent
 	spBuf [4]xferRec
 	inBuf [4]inflightRec
@@ -361,7 +361,14 @@ func shardCount() int {
 	return n
 }
 
-func (o *Observer) shardIndex(id uint64) int { return int((id * 0x9E3779B97F4A7C15) >> o.shift) }
+// shardIndex is the room's stripe: the same hash the engine uses to pick a
+// room's directory shard (actors.Engine), so with a stripe count that is a
+// multiple of the shard count (the defaults: 16 and 4 × GOMAXPROCS) every
+// stripe belongs to one shard, whose goroutine runs its rooms: a stripe's
+// cache lines stay on one core instead of moving with every room.
+func (o *Observer) shardIndex(id uint64) int {
+	return int(((id * 0x9E3779B97F4A7C15) >> 32) % uint64(len(o.shards)))
+}
 
 func (o *Observer) stripeOf(id uint64) *stripe { return &o.shards[o.shardIndex(id)] }
 
@@ -398,7 +405,7 @@ func (o *Observer) RoomCreated(id uint64) actors.RoomObserver {
 		return &st.unt
 	}
 	st.created.Add(1)
-	r, _ := o.free.Get().(*roomRec)
+	r := o.free.get()
 	if r == nil {
 		r = new(roomRec)
 		reset(r)
@@ -420,10 +427,56 @@ func reset(r *roomRec) {
 	r.events, r.spans, r.inflight, r.agents = r.evBuf[:0], r.spBuf[:0], r.inBuf[:0], r.agBuf[:0]
 }
 
-// recycle returns r to the free pool.
+// recycle returns r to the free list (dropped if the list is full).
 func (o *Observer) recycle(r *roomRec) {
 	reset(r)
-	o.free.Put(r)
+	o.free.put(r)
+}
+
+// freeList keeps up to freeRecords reset records for reuse, lock-free, and
+// unlike a sync.Pool across garbage collections (a record is about 1 KiB;
+// allocating one per room was a fifth of the engine's allocation). A record
+// gets a slot the first time it is put and keeps it; the stack links slots
+// by index, and its head carries a version so that a pop racing with a pop
+// and push of the same slot fails its compare-and-swap (no ABA).
+type freeList struct {
+	head  atomic.Uint64 // version<<32 | slot+1 (0: empty)
+	slots atomic.Uint32 // slots handed out
+	next  [freeRecords]atomic.Uint32
+	recs  [freeRecords]*roomRec // written once, before the slot's first push
+}
+
+func (f *freeList) get() *roomRec {
+	for {
+		h := f.head.Load()
+		top := uint32(h)
+		if top == 0 {
+			return nil
+		}
+		nx := f.next[top-1].Load()
+		if f.head.CompareAndSwap(h, (h>>32+1)<<32|uint64(nx)) {
+			return f.recs[top-1]
+		}
+	}
+}
+
+func (f *freeList) put(r *roomRec) {
+	if r.slot == 0 {
+		n := f.slots.Add(1)
+		if n > freeRecords {
+			f.slots.Add(^uint32(0))
+			return // full: the garbage collector takes it
+		}
+		r.slot = n
+		f.recs[n-1] = r
+	}
+	for {
+		h := f.head.Load()
+		f.next[r.slot-1].Store(uint32(h))
+		if f.head.CompareAndSwap(h, (h>>32+1)<<32|uint64(r.slot)) {
+			return
+		}
+	}
 }
 
 // Ignored implements actors.Observer: a message a tombstone (or nobody)
