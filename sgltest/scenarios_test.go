@@ -355,6 +355,7 @@ func testPrefillAbort(t *testing.T, e *env, v string, p *Peer, note func(string)
 	if rep.Status != room.Failed || rep.Reason != room.ReasonClientAbort {
 		t.Fatalf("prefill room after abort: %v/%v", rep.Status, rep.Reason)
 	}
+	prefillLag := time.Since(t0)
 	within := decodeDeadline()
 	if readsKVStatus(v) {
 		within = 2 * time.Second
@@ -378,7 +379,7 @@ func testPrefillAbort(t *testing.T, e *env, v string, p *Peer, note func(string)
 	quiet(t, e, p, r, 300*time.Millisecond, func() {
 		_ = e.sched.trySend(r.pre.id, r.pre.src[2:4]) // a late chunk must not be written
 	})
-	note(fmt.Sprintf("decode Failed after %v (%q), released %s", lag.Round(time.Millisecond), trunc(dv.ReasonText(), 50), rv.ReleaseText()))
+	note(fmt.Sprintf("prefill Failed after %v, decode after %v (%q), released %s", prefillLag.Round(100*time.Microsecond), lag.Round(time.Millisecond), trunc(dv.ReasonText(), 50), rv.ReleaseText()))
 }
 
 func trunc(s string, n int) string {
