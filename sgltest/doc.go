@@ -16,6 +16,12 @@
 // (one decode of each release against one kvxferd). Every byte that lands in
 // decode memory is checked. TestSGLangDecode logs a release × scenario matrix.
 //
+// The shm_ rows (one chunk, three chunks, 200 rooms, the prefill abort and
+// the decode abort mid-transfer) run again with the prefill scheduler on the
+// shared-memory control path (docs/control-api.md §6: the Go ShmClient's
+// ring records, polls read from the status table), so that path is judged by
+// SGLang's own decode too.
+//
 // Running:
 //
 //	bash scripts/install-nixl.sh && bash scripts/install-sglang.sh
