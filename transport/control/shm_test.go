@@ -600,6 +600,14 @@ func FuzzShmSession(f *testing.F) {
 	putRecord(b[RecordSize:], Record{Op: RecSend, Room: 5, A: 0, B: 3})
 	f.Add(b[:], []byte{1, 0, 0, 0, 9, 0, 0, 0, 255, 255, 255, 255})
 	f.Add([]byte("garbage garbage garbage garbage garbage"), []byte{})
+	var tb [RecordSize]byte // a traced open: its traceparent at index position 0
+	tw := appendTraceparent(nil, "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+	putRecord(tb[:], Record{Op: RecOpen, Flags: uint8(len(tw)), Slot: 2, Room: 6, A: 1})
+	ti := make([]byte, 4*len(tw))
+	for i, w := range tw {
+		binary.LittleEndian.PutUint32(ti[4*i:], uint32(w))
+	}
+	f.Add(tb[:], ti)
 	f.Fuzz(shmSessionFuzzer(srv, good))
 }
 
