@@ -233,9 +233,12 @@ func (s *ShmClient) OpenTraced(roomID uint64, traceparent string) error {
 	if traceparent == "" {
 		err = s.submit(rec)
 	} else {
-		err = s.submitIndexed(&rec, appendTraceparent(s.blob[:0], traceparent), func(pos, n uint64) {
+		var pos, n uint64
+		if pos, n, err = s.stage(appendTraceparent(s.blob[:0], traceparent)); err == nil {
 			rec.Flags, rec.B = uint8(n), pos
-		})
+			s.put(rec)
+			s.publish()
+		}
 	}
 	if err != nil {
 		s.gens[slot]--
@@ -256,32 +259,33 @@ func (s *ShmClient) Send(roomID uint64, pages []int32, state [][]int32) error {
 	if s.Dropped() != DropNone {
 		return ErrDropped
 	}
-	rec := Record{Op: RecSend, Room: roomID}
-	return s.submitIndexed(&rec, appendSendBlob(s.blob[:0], pages, state), func(pos, n uint64) { rec.A, rec.B = pos, n })
-}
-
-// submitIndexed copies blob to the index area, lets place write its
-// position and size into *rec, and submits *rec.
-func (s *ShmClient) submitIndexed(rec *Record, blob []int32, place func(pos, n uint64)) error {
-	if s.Dropped() != DropNone {
-		return ErrDropped
-	}
-	s.blob = blob
-	n := uint64(len(blob))
-	pos, err := s.reserve(n)
+	pos, n, err := s.stage(appendSendBlob(s.blob[:0], pages, state))
 	if err != nil {
 		return err
 	}
-	w := uint64(s.r.g.words)
+	s.put(Record{Op: RecSend, Room: roomID, A: pos, B: n})
+	s.publish()
+	return nil
+}
+
+// stage waits for a free record and room for blob in the index area, copies
+// blob there and claims it: the caller's record (put next) names pos and n.
+func (s *ShmClient) stage(blob []int32) (pos, n uint64, err error) {
+	if s.Dropped() != DropNone {
+		return 0, 0, ErrDropped
+	}
+	s.blob = blob
+	n = uint64(len(blob))
+	if pos, err = s.reserve(n); err != nil {
+		return 0, 0, err
+	}
 	if n > 0 {
+		w := uint64(s.r.g.words)
 		dst := unsafe.Slice((*int32)(unsafe.Pointer(&s.r.mem[s.r.g.indexOff()+int(pos%w)*4])), len(blob))
 		copy(dst, blob)
 	}
 	s.idxTail = pos + n
-	place(pos, n)
-	s.put(*rec)
-	s.publish()
-	return nil
+	return pos, n, nil
 }
 
 // Abort is sender.abort().
