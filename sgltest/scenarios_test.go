@@ -369,8 +369,11 @@ func testPrefillAbort(t *testing.T, e *env, v string, p *Peer, note func(string)
 		t.Fatalf("decode room after prefill abort: phase %s reason %q (waited %v)", dv.Phase, dv.ReasonText(), within)
 	}
 	lag := At(dv.TTerminal).Sub(t0)
-	if readsKVStatus(v) && lag > 100*time.Millisecond {
-		t.Errorf("decode saw Failed %v after the prefill abort, want ≤ 100 ms (KV_STATUS \"0\"); reason %q", lag, dv.ReasonText())
+	// What is asserted is the cause, not a latency (the note reports it): a
+	// release that reads KV_STATUS fails because kvxferd told it, well inside
+	// the 2 s wait and its own waiting timeout, never by that timeout.
+	if readsKVStatus(v) && strings.Contains(dv.ReasonText(), "timed out") {
+		t.Errorf("decode failed %v after the prefill abort by its own timeout (%q), want kvxferd's KV_STATUS \"0\"", lag, dv.ReasonText())
 	}
 	if !readsKVStatus(v) && !strings.Contains(dv.ReasonText(), "timed out") {
 		t.Errorf("0.5.18 decode failed for %q, want its waiting timeout", dv.ReasonText())
