@@ -297,6 +297,66 @@ func (e *Engine) TransferInfo(roomID uint64, ti room.TransferInfo) {
 	e.route(roomID, ti)
 }
 
+// Batch collects decode-side room messages for one hand-off: Flush sends
+// each shard its part as one mailbox message, instead of one per message, and
+// the shard routes them in the order they were added. Messages to one room
+// keep their order, within a batch and against the engine's other calls made
+// by the same goroutine after Flush. A Batch belongs to one goroutine; it is
+// reusable after Flush. What each method does to a room is exactly what the
+// Engine method of the same name does.
+type Batch struct {
+	e     *Engine
+	parts []*envBatch // per shard, nil until used since the last Flush
+	n     int
+}
+
+// envBatch is one shard's part of a Batch, routed in order.
+type envBatch struct{ envs []envelope }
+
+// NewBatch returns an empty Batch for this engine.
+func (e *Engine) NewBatch() *Batch {
+	return &Batch{e: e, parts: make([]*envBatch, len(e.shards))}
+}
+
+func (b *Batch) add(roomID uint64, msg room.Msg) {
+	s := b.e.shardIndex(roomID)
+	p := b.parts[s]
+	if p == nil {
+		p = &envBatch{envs: make([]envelope, 0, 16)}
+		b.parts[s] = p
+	}
+	p.envs = append(p.envs, envelope{room: roomID, msg: msg})
+	b.n++
+}
+
+// Len is how many messages wait for Flush.
+func (b *Batch) Len() int { return b.n }
+
+// TransferInfo adds Engine.TransferInfo(roomID, ti).
+func (b *Batch) TransferInfo(roomID uint64, ti room.TransferInfo) { b.add(roomID, ti) }
+
+// Fail adds Engine.Fail(roomID, why).
+func (b *Batch) Fail(roomID uint64, why room.Reason) { b.add(roomID, room.Fail{Reason: why}) }
+
+// DecodeAbort adds Engine.DecodeAbort(roomID, from).
+func (b *Batch) DecodeAbort(roomID uint64, from room.Endpoint) {
+	b.add(roomID, room.DecodeAbort{From: from})
+}
+
+// Flush sends what was added, one message per shard that has any.
+func (b *Batch) Flush() {
+	if b.n == 0 {
+		return
+	}
+	for s, p := range b.parts {
+		if p != nil {
+			b.e.system.Root.Send(b.e.shards[s], p)
+			b.parts[s] = nil // the shard owns it now
+		}
+	}
+	b.n = 0
+}
+
 // DecodeAbort delivers decode's ABORT for a room.
 func (e *Engine) DecodeAbort(roomID uint64, from room.Endpoint) {
 	e.route(roomID, room.DecodeAbort{From: from})

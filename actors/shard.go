@@ -131,6 +131,10 @@ func (s *shard) Receive(ctx actor.Context) {
 		s.armSweep()
 	case *envelope:
 		s.route(ctx, m)
+	case *envBatch:
+		for i := range m.envs {
+			s.route(ctx, &m.envs[i])
+		}
 	case *pollBatch:
 		for i, r := range m.rooms {
 			s.route(ctx, &envelope{room: r, msg: room.Poll{}, answers: m.answers, index: m.index[i], sync: m.sync})
