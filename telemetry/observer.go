@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sync/atomic"
 	"time"
+	_ "unsafe" // go:linkname runtime.procPin (see local)
 
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk/resource"
@@ -372,6 +373,29 @@ func (o *Observer) shardIndex(id uint64) int {
 
 func (o *Observer) stripeOf(id uint64) *stripe { return &o.shards[o.shardIndex(id)] }
 
+// local is the stripe of the processor (Go's P) running the caller: the
+// counters and histograms a room adds to as it goes. A room's actor runs on
+// whichever P its mailbox is scheduled on, so a stripe chosen by room id
+// moved its cache lines between cores with nearly every room (about ten
+// lines per room: counters, four status histograms, the transfer
+// histogram); a P's stripe stays in its core's cache. The P can change
+// right after the id is read; that only costs locality, the adds are atomic.
+// (The cap on tracked rooms stays on the id's stripe: see RoomCreated.)
+func (o *Observer) local() *stripe {
+	p := procPin()
+	procUnpin()
+	return &o.shards[p&(len(o.shards)-1)]
+}
+
+// procPin and procUnpin are the runtime's (as sync.Pool uses them): procPin
+// returns the current P's id.
+//
+//go:linkname procPin runtime.procPin
+func procPin() int
+
+//go:linkname procUnpin runtime.procUnpin
+func procUnpin()
+
 // WatchEngine implements actors.EngineWatcher: the live-room gauges are read
 // from e at scrape time, and Close has e's live rooms hand their records over.
 func (o *Observer) WatchEngine(e *actors.Engine) {
@@ -482,13 +506,13 @@ func (f *freeList) put(r *roomRec) {
 // Ignored implements actors.Observer: a message a tombstone (or nobody)
 // absorbed.
 func (o *Observer) Ignored(id uint64, msg room.Msg) {
-	o.stripeOf(id).absorbed[msgIndex(msg)][1].Add(1)
+	o.local().absorbed[msgIndex(msg)][1].Add(1)
 }
 
 // LateTransferDone implements actors.Observer: a write that completed after
 // its room retired is counted.
-func (o *Observer) LateTransferDone(id uint64, _ uint32, fail room.Reason) {
-	st := o.stripeOf(id)
+func (o *Observer) LateTransferDone(_ uint64, _ uint32, fail room.Reason) {
+	st := o.local()
 	if fail == room.ReasonNone {
 		st.xferOK.Add(1)
 	} else {
@@ -528,7 +552,8 @@ func (r *roomRec) TransferInfo(_ string, required int) { r.required = required }
 
 // StatusChanged implements actors.RoomObserver.
 func (r *roomRec) StatusChanged(s room.Status, why room.Reason) {
-	o, st := r.o, r.st
+	o := r.o
+	st := o.local()
 	now := o.now()
 	if s == room.Failed {
 		st.failures[reasonIndex(why)].Add(1)
@@ -553,7 +578,7 @@ func (r *roomRec) Posted(t *room.Transfer) {
 	now := o.now()
 	pages := len(t.SrcPages)
 	bytes := int64(pages) * o.bpp.Load()
-	r.st.posted.Add(1)
+	o.local().posted.Add(1)
 	r.transfers++
 	r.pages += int64(pages)
 	if t.Chunk+1 > r.chunks {
@@ -603,7 +628,7 @@ func contains(ss []string, s string) bool {
 // TransferDone implements actors.RoomObserver.
 func (r *roomRec) TransferDone(seq uint32, fail room.Reason) {
 	now := r.o.now()
-	st := r.st
+	st := r.o.local()
 	if fail == room.ReasonNone {
 		r.doneOK++
 		st.xferOK.Add(1)
@@ -638,16 +663,17 @@ func (r *roomRec) TransferDone(seq uint32, fail room.Reason) {
 // Ignored implements actors.RoomObserver: a message the live room absorbed.
 func (r *roomRec) Ignored(msg room.Msg) {
 	r.ignored++
-	r.st.absorbed[msgIndex(msg)][0].Add(1)
+	r.o.local().absorbed[msgIndex(msg)][0].Add(1)
 }
 
 // Retired implements actors.RoomObserver: the record is closed, and handed to
 // the emitter if the tail sampler keeps the room.
 func (r *roomRec) Retired(t room.Tombstone) {
-	o, st := r.o, r.st
+	o := r.o
 	now := o.now()
+	r.st.tracked.Add(-1)
+	st := o.local()
 	st.retired[statusIndex(t.Status)].Add(1)
-	st.tracked.Add(-1)
 	st.statusDur[statusIndex(r.status)].observe(time.Duration(now-r.statusAt), statusBoundsNs)
 	r.status, r.reason, r.retiredAt, r.retired = t.Status, t.Reason, now, true
 	keep := dropSampled
@@ -694,19 +720,19 @@ func (u *untracked) Traceparent(string)       {}
 func (u *untracked) TransferInfo(string, int) {}
 func (u *untracked) StatusChanged(s room.Status, why room.Reason) {
 	if s == room.Failed {
-		u.st.failures[reasonIndex(why)].Add(1)
+		u.o.local().failures[reasonIndex(why)].Add(1)
 	}
 }
-func (u *untracked) Posted(*room.Transfer) { u.st.posted.Add(1) }
+func (u *untracked) Posted(*room.Transfer) { u.o.local().posted.Add(1) }
 func (u *untracked) TransferDone(_ uint32, fail room.Reason) {
 	if fail == room.ReasonNone {
-		u.st.xferOK.Add(1)
+		u.o.local().xferOK.Add(1)
 	} else {
-		u.st.xferFailed.Add(1)
+		u.o.local().xferFailed.Add(1)
 	}
 }
-func (u *untracked) Ignored(msg room.Msg)     { u.st.absorbed[msgIndex(msg)][1].Add(1) }
-func (u *untracked) Retired(t room.Tombstone) { u.st.retired[statusIndex(t.Status)].Add(1) }
+func (u *untracked) Ignored(msg room.Msg)     { u.o.local().absorbed[msgIndex(msg)][1].Add(1) }
+func (u *untracked) Retired(t room.Tombstone) { u.o.local().retired[statusIndex(t.Status)].Add(1) }
 func (u *untracked) Abandoned()               {}
 
 // recStack is a lock-free stack of records (many pushers, one taker).
