@@ -14,6 +14,7 @@ import (
 	zmq "github.com/pebbe/zmq4"
 
 	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/transport/zmqio"
 )
 
 // Config configures a Server. Engine is required.
@@ -26,7 +27,8 @@ type Config struct {
 	Identity Identity
 	Engine   Engine
 	Memory   MemoryFunc // nil: register_memory answers CodeUnsupported
-	// PollInterval bounds how long Stop waits for the loop; 0 means 20 ms.
+	// PollInterval is unused: the loop blocks without a timeout while idle and
+	// Stop wakes it (an idle server costs no CPU). Kept for compatibility.
 	PollInterval time.Duration
 	// MaxMessage caps one request (ZMQ_MAXMSGSIZE); libzmq disconnects a client that
 	// sends more, without a reply. 0 means 64 MiB.
@@ -66,6 +68,7 @@ type Server struct {
 	stop     chan struct{}
 	done     chan struct{}
 	stopOnce sync.Once
+	waker    *zmqio.Waker // Stop wakes the loop's poll
 
 	messages, errors, dropped, sendErrors, recvErrors, panics atomic.Uint64
 
@@ -122,13 +125,16 @@ func (s *Server) Endpoint() string { return s.endpoint }
 // gone.
 func (s *Server) Done() <-chan struct{} { return s.done }
 
-// Stop ends the loop and waits for it (at most about one PollInterval plus the
+// Stop ends the loop and waits for it (its poll is woken; it stops after the
 // request being served). It is idempotent. Stop the server before closing the Engine,
 // so that clients lose the socket rather than see every room fail: a poll served while
 // the engine closes answers Failed (shutdown) once its shards have stopped, or
 // internal_error after the engine's PollTimeout.
 func (s *Server) Stop() {
-	s.stopOnce.Do(func() { close(s.stop) })
+	s.stopOnce.Do(func() {
+		close(s.stop)
+		s.waker.Wake()
+	})
 	<-s.done
 }
 
@@ -168,6 +174,11 @@ func (s *Server) run(ep endpoint, ready chan<- error) {
 		ready <- err
 		return
 	}
+	if s.waker, err = zmqio.NewWaker(zctx); err != nil {
+		ready <- err
+		return
+	}
+	defer s.waker.Close()
 	ready <- nil
 	s.sendMsg = func(parts []any) error {
 		_, err := sock.SendMessageDontwait(parts...)
@@ -212,13 +223,14 @@ func (s *Server) setup(sock *zmq.Socket, ep endpoint) error {
 func (s *Server) loop(sock *zmq.Socket) {
 	p := zmq.NewPoller()
 	p.Add(sock, zmq.POLLIN)
+	p.Add(s.waker.Socket(), zmq.POLLIN)
 	for {
 		select {
 		case <-s.stop:
 			return
 		default:
 		}
-		wait := s.cfg.PollInterval
+		wait := time.Duration(-1) // idle: a request or Stop's wake-up ends the poll
 		if s.queued > 0 {
 			wait = 0 // requests are waiting for their turn: only look for new ones
 		}
@@ -229,6 +241,11 @@ func (s *Server) loop(sock *zmq.Socket) {
 			}
 			s.recvErrors.Add(1)
 			continue
+		}
+		for _, q := range polled {
+			if q.Socket == s.waker.Socket() {
+				s.waker.Drain() // Stop's: the select above sees it
+			}
 		}
 	drain:
 		for i := 0; len(polled) > 0 && i < drainBatch; i++ {

@@ -35,10 +35,14 @@ const (
 // Doorbell tuning: the consumer spins this long on an empty ring before it
 // sleeps on the futex; a sleep ends at the client's wake-up, or after
 // shmSafetyWake at the latest (a safety net, counted when it finds work).
+// Each safety timeout that finds nothing doubles the next one, up to
+// shmSafetyWakeMax, so an idle session wakes less than once a second
+// (docs/benchmarks.md, idle CPU); records or a doorbell reset it.
 const (
-	shmSpin       = 50 * time.Microsecond
-	shmSafetyWake = 100 * time.Millisecond
-	shmBatch      = 256 // records consumed between publications of head
+	shmSpin          = 50 * time.Microsecond
+	shmSafetyWake    = 100 * time.Millisecond
+	shmSafetyWakeMax = 6400 * time.Millisecond
+	shmBatch         = 256 // records consumed between publications of head
 )
 
 // ShmStats are the shared-memory path's counters (Server.ShmStats).
@@ -403,6 +407,7 @@ func (ss *shmSession) run() {
 	mask := uint64(r.g.entries - 1)
 	var spinStart time.Time
 	spinning := false
+	safety := shmSafetyWake
 	var rec [RecordSize]byte
 	for {
 		if code := ss.closing.Load(); code != 0 {
@@ -425,16 +430,21 @@ func (ss *shmSession) run() {
 			}
 			ss.hub.sleeps.Add(1)
 			slept := time.Now()
-			futexWaitWord(sleeping, 1, shmSafetyWake)
+			futexWaitWord(sleeping, 1, safety)
 			if sleeping.Swap(0) == 0 {
 				ss.hub.wakes.Add(1) // the client cleared sleeping: its doorbell
-			} else if time.Since(slept) >= shmSafetyWake && tail.Load() != ss.head {
-				ss.hub.missed.Add(1)
+				safety = shmSafetyWake
+			} else if time.Since(slept) >= safety {
+				if tail.Load() != ss.head {
+					ss.hub.missed.Add(1)
+				} else {
+					safety = min(2*safety, shmSafetyWakeMax) // idle: sleep longer
+				}
 			}
 			spinning = false
 			continue
 		}
-		spinning = false
+		spinning, safety = false, shmSafetyWake
 		if t-ss.head > uint64(r.g.entries) {
 			ss.teardown(DropGarbage, fmt.Sprintf("tail %d is more than a ring ahead of head %d", t, ss.head))
 			return

@@ -57,7 +57,9 @@ type IngestConfig struct {
 	Host string
 	// Port to bind; 0 picks a random free port (upstream bind_to_random_port). See Port().
 	Port int
-	// PollInterval bounds how long Stop waits for the loop: 0 means 50 ms.
+	// PollInterval is the pause after a socket error before the loop tries
+	// again: 0 means 50 ms. The loop blocks without a timeout otherwise (Stop
+	// wakes it), so an idle ingest costs no CPU.
 	PollInterval time.Duration
 	// RcvBuf sets SO_RCVBUF when > 0 (upstream uses 512 MiB on large hosts).
 	RcvBuf int
@@ -158,6 +160,7 @@ type Ingest struct {
 	stop     chan struct{}
 	done     chan struct{}
 	stopOnce sync.Once
+	waker    *Waker // Stop wakes the loop's poll
 
 	messages, registrations, transferInfos, aborts, staging atomic.Uint64
 	badFrames, unknownTags, sinkPanics, recvErrors          atomic.Uint64
@@ -225,9 +228,13 @@ func (in *Ingest) Port() int { return in.port }
 func (in *Ingest) Done() <-chan struct{} { return in.done }
 
 // Stop ends the loop, closes the socket (in its owner goroutine) and waits for that. It is
-// idempotent and returns within about one PollInterval.
+// idempotent and returns once the loop has seen the stop: its poll is woken, and it
+// stops after the batch being handled.
 func (in *Ingest) Stop() {
-	in.stopOnce.Do(func() { close(in.stop) })
+	in.stopOnce.Do(func() {
+		close(in.stop)
+		in.waker.Wake()
+	})
 	<-in.done
 }
 
@@ -263,6 +270,11 @@ func (in *Ingest) run(ready chan<- error) {
 		return
 	}
 	defer func() { _ = mon.Close() }() // before the socket: deferred calls run in reverse
+	if in.waker, err = NewWaker(zctx); err != nil {
+		ready <- err
+		return
+	}
+	defer in.waker.Close()
 	ready <- nil
 	if in.cfg.Before != nil {
 		in.before()
@@ -339,8 +351,10 @@ func (in *Ingest) loop(sock, mon *zmq.Socket) {
 	poller := zmq.NewPoller()
 	poller.Add(sock, zmq.POLLIN)
 	poller.Add(mon, zmq.POLLIN)
+	poller.Add(in.waker.Socket(), zmq.POLLIN)
 	for !in.stopping() {
-		polled, err := poller.Poll(in.cfg.PollInterval)
+		// No timeout: a message, a monitor event or Stop's wake-up ends it.
+		polled, err := poller.Poll(-1)
 		if err != nil {
 			if in.fatal(err, "poll") {
 				return
@@ -350,6 +364,7 @@ func (in *Ingest) loop(sock, mon *zmq.Socket) {
 		if len(polled) == 0 {
 			continue
 		}
+		in.waker.Drain()
 		for range drainBatch {
 			ev, _, _, err := mon.RecvEvent(zmq.DONTWAIT)
 			if err != nil {
