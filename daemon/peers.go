@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kvxfer/kvxfer/actors"
 	"github.com/kvxfer/kvxfer/actors/room"
 	"github.com/kvxfer/kvxfer/nixl"
 	"github.com/kvxfer/kvxfer/nixl/sglang"
@@ -63,6 +64,12 @@ type peers struct {
 	epoch atomic.Uint64
 
 	dupLogs, rejectLogs, addLogs *logLimiter
+
+	// The ingest goroutine's own (TransferInfos): the engine batch, the
+	// run's routes and the run's rejection answers per agent.
+	batch      *actors.Batch
+	routes     []infoRoute
+	rejectedOf map[string]bool
 }
 
 type peerEntry struct {
@@ -91,7 +98,8 @@ type queuedFrame struct {
 func newPeers(d *Daemon, maxPeers int) *peers {
 	s := &d.counters.logsSuppressed
 	return &peers{d: d, max: maxPeers, byAgent: map[string]*peerEntry{}, fenced: map[string]fenceEntry{},
-		dupLogs: newLogLimiter(time.Second, s), rejectLogs: newLogLimiter(time.Second, s),
+		rejectedOf: map[string]bool{},
+		dupLogs:    newLogLimiter(time.Second, s), rejectLogs: newLogLimiter(time.Second, s),
 		// Honest registrations come in bursts at start-up: 20 lines a second.
 		addLogs: newLogLimiter(50*time.Millisecond, s)}
 }
@@ -472,17 +480,21 @@ func (p *peers) restore(agent string) {
 	go p.load(e, dialect, nil, false, nil)
 }
 
-func (p *peers) TransferInfo(t *wire.TransferInfo) {
-	p.mu.Lock()
+// infoRoute is what the ingest does with one transfer info (classify).
+type infoRoute uint8
+
+const (
+	infoApply   infoRoute = iota // to its room (applyInfo)
+	infoFenced                   // its agent is fenced: fail the room, then the info
+	infoQueued                   // its agent is loading: queued, load applies it
+	infoRefused                  // the loading queue is full: fail the room
+)
+
+// classifyLocked decides an info's route and queues it when its agent is
+// loading. Called with p.mu held; it calls nothing outside the table.
+func (p *peers) classifyLocked(t *wire.TransferInfo) infoRoute {
 	if _, ok := p.fenced[t.AgentName]; ok {
-		p.mu.Unlock()
-		// The room fails before it sees the info, so nothing is ever
-		// written for it; the info after the failure tells decode (where
-		// its release reads KV_STATUS) that the room failed.
-		p.d.counters.fencedInfos.Add(1)
-		p.d.eng.Fail(t.Room, room.ReasonPeerLost)
-		p.applyInfo(t)
-		return
+		return infoFenced
 	}
 	if e, ok := p.byAgent[t.AgentName]; ok && !e.ready {
 		size := 4*len(t.DstKVIndices) + 4*len(t.DstStateIndices) + 256
@@ -490,30 +502,102 @@ func (p *peers) TransferInfo(t *wire.TransferInfo) {
 			e.queue = append(e.queue, queuedFrame{info: t, size: size})
 			e.qBytes += size
 			p.queued += size
-			p.mu.Unlock()
-			return
+			return infoQueued
 		}
-		p.mu.Unlock()
-		p.d.counters.queueRefused.Add(1)
-		p.d.eng.Fail(t.Room, room.ReasonTransferError)
-		return
+		return infoRefused
 	}
-	p.mu.Unlock()
-	p.applyInfo(t)
+	return infoApply
 }
 
-func (p *peers) applyInfo(t *wire.TransferInfo) {
-	defer func() {
-		if p.d.dialects.rejection(t.AgentName) != "" {
-			// After the info, so the room knows where to send the failure.
-			p.d.eng.Fail(t.Room, room.ReasonPeerRejected)
+// infoSink is where an info's room messages go: the engine itself
+// (*actors.Engine) or a batch of the ingest's (*actors.Batch).
+type infoSink interface {
+	TransferInfo(roomID uint64, ti room.TransferInfo)
+	Fail(roomID uint64, why room.Reason)
+}
+
+// routeInfo does what classify decided, on to.
+func (p *peers) routeInfo(t *wire.TransferInfo, how infoRoute, to infoSink, rejected func(agent string) bool) {
+	switch how {
+	case infoFenced:
+		// The room fails before it sees the info, so nothing is ever
+		// written for it; the info after the failure tells decode (where
+		// its release reads KV_STATUS) that the room failed.
+		p.d.counters.fencedInfos.Add(1)
+		to.Fail(t.Room, room.ReasonPeerLost)
+		p.applyInfoTo(t, to, rejected)
+	case infoRefused:
+		p.d.counters.queueRefused.Add(1)
+		to.Fail(t.Room, room.ReasonTransferError)
+	case infoApply:
+		p.applyInfoTo(t, to, rejected)
+	}
+}
+
+func (p *peers) TransferInfo(t *wire.TransferInfo) {
+	p.mu.Lock()
+	how := p.classifyLocked(t)
+	p.mu.Unlock()
+	p.routeInfo(t, how, p.d.eng, p.rejected)
+}
+
+// TransferInfos is the ingest's batched hand-off (zmqio.BatchSink): a run of
+// transfer infos, classified under one lock and handed to the engine as one
+// message per directory shard (actors.Batch) instead of one per info. Each
+// info is treated exactly as TransferInfo treats it, in the same order; the
+// infos of an agent still loading are queued as before, and the run is
+// flushed before the ingest hands over anything else, so a registration or
+// an ABORT that follows on the socket still comes after it.
+func (p *peers) TransferInfos(ts []*wire.TransferInfo) {
+	if perFrameIngest {
+		for _, t := range ts {
+			p.TransferInfo(t)
 		}
-	}()
-	p.d.eng.TransferInfo(t.Room, room.TransferInfo{
+		return
+	}
+	if p.batch == nil {
+		p.batch = p.d.eng.NewBatch()
+	}
+	p.routes = p.routes[:0]
+	p.mu.Lock()
+	for _, t := range ts {
+		p.routes = append(p.routes, p.classifyLocked(t))
+	}
+	p.mu.Unlock()
+	// A run comes from few agents: ask the dialect table once per agent.
+	clear(p.rejectedOf)
+	rejected := func(agent string) bool {
+		r, ok := p.rejectedOf[agent]
+		if !ok {
+			r = p.rejected(agent)
+			p.rejectedOf[agent] = r
+		}
+		return r
+	}
+	for i, t := range ts {
+		p.routeInfo(t, p.routes[i], p.batch, rejected)
+	}
+	p.batch.Flush()
+}
+
+// perFrameIngest makes TransferInfos hand each info over on its own, as the
+// ingest did before it batched (BenchmarkDaemonIngest's baseline; tests only).
+var perFrameIngest = false
+
+func (p *peers) rejected(agent string) bool { return p.d.dialects.rejection(agent) != "" }
+
+func (p *peers) applyInfo(t *wire.TransferInfo) { p.applyInfoTo(t, p.d.eng, p.rejected) }
+
+func (p *peers) applyInfoTo(t *wire.TransferInfo, to infoSink, rejected func(string) bool) {
+	to.TransferInfo(t.Room, room.TransferInfo{
 		Agent: t.AgentName, From: room.Endpoint{IP: t.DecodeIP, Port: t.DecodePort},
 		DstPages: t.DstKVIndices, DstAux: t.DstAuxIndex, Required: t.RequiredDstInfoNum,
 		DstState: t.DstStateIndices, PrefixLen: t.DecodePrefixLen, Dummy: t.IsDummy(),
 	})
+	if rejected(t.AgentName) {
+		// After the info, so the room knows where to send the failure.
+		to.Fail(t.Room, room.ReasonPeerRejected)
+	}
 }
 
 // Abort: the return address is taken only when it is a registered decode's

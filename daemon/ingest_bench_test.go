@@ -1,0 +1,108 @@
+package daemon
+
+import (
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	zmq "github.com/pebbe/zmq4"
+
+	"github.com/kvxfer/kvxfer/actors"
+	"github.com/kvxfer/kvxfer/transport/zmqio"
+)
+
+// BenchmarkDaemonIngest measures ingest end to end: a real daemon's PULL
+// socket, fed by a PUSH socket (zmqio.SendMany: one cgo call sends them all,
+// so the sender costs little next to the daemon), b.N transfer infos of a
+// registered decode agent, each for a new room (11 frames, 3 pages); timed
+// until the engine holds b.N live rooms. batched: the peer table takes runs of
+// transfer infos (zmqio.BatchSink) and hands them to the engine one message
+// per directory shard (actors.Batch); perframe: one TransferInfo call and one
+// engine message per info, as before. Reports msgs/s, frames/s and the
+// 1-minute load average. For medians and a side-by-side ratio:
+//
+//	go test -run '^$' -bench DaemonIngest -benchtime 100000x -count 5 ./daemon/
+func BenchmarkDaemonIngest(b *testing.B) {
+	b.Run("batched", func(b *testing.B) { benchDaemonIngest(b, false) })
+	b.Run("perframe", func(b *testing.B) { benchDaemonIngest(b, true) })
+}
+
+func benchDaemonIngest(b *testing.B, perFrame bool) {
+	perFrameIngest = perFrame
+	defer func() { perFrameIngest = false }()
+	d := startDaemonWith(b, func(c *Config) {
+		c.Engine = actors.Config{RoomCap: 1 << 22, PeerRoomCap: 1 << 22}
+	})
+	newScheduler(b, d)
+	dec := newDecode(b, d)
+	agent := dec.node.Agent.Name()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(time.Millisecond) {
+		d.peers.mu.Lock()
+		e := d.peers.byAgent[agent]
+		ready := e != nil && e.ready
+		d.peers.mu.Unlock()
+		if ready {
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatal("decode registration never loaded")
+		}
+	}
+	msgs := make([][][]byte, b.N)
+	frames := 0
+	for i := range msgs {
+		msgs[i] = dec.info(uint64(1<<40+i), []int32{1, 2, 3}, 0, 1)
+		frames += len(msgs[i])
+	}
+	zctx, err := zmq.NewContext()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = zctx.Term() }()
+	push, err := zctx.NewSocket(zmq.PUSH)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = push.Close() }()
+	_ = push.SetLinger(0)
+	_ = push.SetSndhwm(b.N + 1)
+	if err := push.Connect(zmqio.TCPEndpoint("127.0.0.1", d.PullPort())); err != nil {
+		b.Fatal(err)
+	}
+	runtime.GC()
+	before := d.eng.Stats().LiveRooms
+	b.ReportAllocs()
+	b.ResetTimer()
+	start := time.Now()
+	if err := zmqio.SendMany(push, msgs); err != nil {
+		b.Fatal(err)
+	}
+	for deadline := time.Now().Add(60 * time.Second); d.eng.Stats().LiveRooms-before < b.N; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			b.Fatalf("%d of %d rooms after 60 s: %+v", d.eng.Stats().LiveRooms-before, b.N, d.eng.Stats())
+		}
+	}
+	el := time.Since(start)
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/el.Seconds(), "msgs/s")
+	b.ReportMetric(float64(frames)/el.Seconds(), "frames/s")
+	b.ReportMetric(loadAvg1(), "load1")
+	if st := d.eng.Stats(); st.RefusedRoomCap+st.RefusedPeerShare != 0 {
+		b.Fatalf("refused rooms: %+v", st)
+	}
+}
+
+func loadAvg1() float64 {
+	raw, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return -1
+	}
+	f, err := strconv.ParseFloat(strings.Fields(string(raw))[0], 64)
+	if err != nil {
+		return -1
+	}
+	return f
+}
