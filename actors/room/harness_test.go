@@ -110,7 +110,9 @@ func (m *Machine) clone() *Machine {
 	c.infos = slices.Clone(m.infos)
 	c.held = slices.Clone(m.held)
 	c.inflight = slices.Clone(m.inflight)
-	c.ackTo = slices.Clone(m.ackTo)
+	if m.ab != nil {
+		c.ab = &abortLists{ackTo: slices.Clone(m.ab.ackTo), lateTo: slices.Clone(m.ab.lateTo)}
+	}
 	c.signals = slices.Clone(m.signals)
 	return &c
 }
@@ -120,7 +122,12 @@ func (m *Machine) key() string {
 	c := *m
 	c.fx = Effects{}
 	c.cfg = nil
-	return fmt.Sprintf("%v", c)
+	c.ab = nil // by value below, not by address
+	ab := abortLists{}
+	if m.ab != nil {
+		ab = *m.ab
+	}
+	return fmt.Sprintf("%v %v", c, ab)
 }
 
 func msgName(msg Msg) string {

@@ -108,14 +108,38 @@ type Machine struct {
 	// Writes in flight, by sequence number.
 	inflight []uint32
 
-	// Decode endpoints that sent ABORT and wait for ABORT_ACK after the drain.
-	ackTo  []ackTarget
-	lateTo []Endpoint // transfer infos that came while draining
+	// The abort path's lists (nil until a room needs one: most rooms never
+	// do, and a live room's machine stays in a smaller size class).
+	ab *abortLists
 
 	// Completion notifications the pool held back, by agent.
 	signals []heldSignal
 
 	fx Effects
+}
+
+// abortLists: decode endpoints that sent ABORT and wait for ABORT_ACK after
+// the drain (ackTo), and those of transfer infos that came while draining
+// (lateTo).
+type abortLists struct {
+	ackTo  []ackTarget
+	lateTo []Endpoint
+}
+
+// aborts returns the room's abort lists, made on first use.
+func (m *Machine) aborts() *abortLists {
+	if m.ab == nil {
+		m.ab = &abortLists{}
+	}
+	return m.ab
+}
+
+// acks is the ABORT_ACK list (nil when none).
+func (m *Machine) acks() []ackTarget {
+	if m.ab == nil {
+		return nil
+	}
+	return m.ab.ackTo
 }
 
 // New returns the machine of a room that has just been named by its first
@@ -229,7 +253,8 @@ func (m *Machine) stepCommon(msg Msg) {
 	case Abort:
 		m.fail(ReasonClientAbort)
 	case DecodeAbort:
-		m.ackTo = appendAck(m.ackTo, msg)
+		a := m.aborts()
+		a.ackTo = appendAck(a.ackTo, msg)
 		m.fail(ReasonDecodeAbort)
 	case PeerLost:
 		if !m.hasAgent(msg.Agent) {
@@ -260,11 +285,13 @@ func (m *Machine) stepDraining(msg Msg) {
 			m.conclude()
 		}
 	case DecodeAbort:
-		m.ackTo = appendAck(m.ackTo, msg)
+		a := m.aborts()
+		a.ackTo = appendAck(a.ackTo, msg)
 	case TransferInfo:
 		// Too late to be used, but decode has allocated pages for it: it
 		// hears the failure with the others once the drain is over.
-		m.lateTo = appendEndpoint(m.lateTo, msg.From)
+		a := m.aborts()
+		a.lateTo = appendEndpoint(a.lateTo, msg.From)
 		m.fx.Ignored = true
 	case Clear:
 		m.cleared = true
@@ -534,17 +561,21 @@ func (m *Machine) conclude() {
 			}
 		}
 	}
-	for _, to := range m.lateTo {
+	var late []Endpoint
+	if m.ab != nil {
+		late = m.ab.lateTo
+	}
+	for _, to := range late {
 		m.notifyOnce(FailureStatus, to)
 	}
 	if !m.drainExpired {
 		// After an expired drain a write may still land in decode's pages:
 		// no ACK, so decode keeps them until its own release timeout.
-		for _, a := range m.ackTo {
+		for _, a := range m.acks() {
 			m.ack(a)
 		}
 	}
-	m.ackTo, m.lateTo, m.signals = nil, nil, nil
+	m.ab, m.signals = nil, nil
 	if m.cleared || !m.opened {
 		// Nobody will poll an unopened room; its tombstone remembers the
 		// outcome for the sender that may still come.
@@ -560,7 +591,7 @@ func (m *Machine) retire() {
 	m.fx.Retire = true
 	m.fx.Arm = Arm{}
 	// Drop what only a live room needs; the tombstone keeps the outcome.
-	m.infos, m.held, m.inflight, m.ackTo, m.lateTo, m.signals = nil, nil, nil, nil, nil, nil
+	m.infos, m.held, m.inflight, m.ab, m.signals = nil, nil, nil, nil, nil
 }
 
 // complete tells every non-dummy agent that the room succeeded. It runs in the
@@ -653,7 +684,7 @@ func (m *Machine) hasAgent(agent string) bool {
 }
 
 func (m *Machine) aborted(e Endpoint) bool {
-	for _, a := range m.ackTo {
+	for _, a := range m.acks() {
 		if a.to == e {
 			return true
 		}
