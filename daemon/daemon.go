@@ -112,6 +112,8 @@ type Config struct {
 	QueueSize       int // transfer pool actors
 	StateComponents int // state lists the scheduler will register before going live
 	MLA             bool
+	// Staging: SGLang's staging path (-staging; staging.go). Off by default.
+	Staging StagingConfig
 	// Topology: KV heads, PP stage layers and layer ids (topology.go).
 	Topology Topology
 

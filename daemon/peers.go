@@ -47,6 +47,10 @@ const (
 type peers struct {
 	d   *Daemon
 	max int
+	// stg is the staging state of decodes with a staging ring (staging.go),
+	// made on first use.
+	stg     *stagingTable
+	stgOnce sync.Once
 
 	mu      sync.Mutex
 	byAgent map[string]*peerEntry
@@ -231,6 +235,7 @@ func (p *peers) load(e *peerEntry, dialect wire.Dialect, frames [][]byte, replay
 		d.releaseAgent(r.AgentName, true)
 	case err == nil:
 		d.counters.registrations.Add(1)
+		p.staging().add(r)
 		if frames != nil {
 			d.state.put(r, frames)
 		}
@@ -307,6 +312,7 @@ func (p *peers) add(r *wire.Registration, dialect wire.Dialect) error {
 		NoNotifs: !dialect.Notifs(),
 	}
 	peerTopology(&g, r, dialect)
+	p.staging().geometry(&g, r)
 	if r.HasDstNumSlots {
 		g.DstNumSlots = r.DstNumSlots
 	}
@@ -338,6 +344,7 @@ func (d *Daemon) forgetAgent(agent, why string, lost, keepState bool) (release f
 		delete(p.byAgent, agent)
 	}
 	p.mu.Unlock()
+	p.staging().drop(agent)
 	to, inDialects := d.dialects.drop(agent, why, lost)
 	if !ok && !inDialects {
 		return nil, false
@@ -597,7 +604,11 @@ func (p *peers) applyInfoTo(t *wire.TransferInfo, to infoSink, rejected func(str
 	if rejected(t.AgentName) {
 		// After the info, so the room knows where to send the failure.
 		to.Fail(t.Room, room.ReasonPeerRejected)
+		return
 	}
+	// A staging peer's regions are asked for as its info arrives (SGLang's
+	// prefetch_staging_reqs; staging.go). Nothing without -staging.
+	p.staging().info(t, p.d.cfg.PageSize)
 }
 
 // Abort: the return address is taken only when it is a registered decode's
@@ -644,7 +655,14 @@ func (p *peers) applyAbort(a *wire.Abort) {
 	p.d.eng.DecodeAbort(a.Room, from)
 }
 
-func (p *peers) Staging(wire.Inbound) { p.d.counters.staging.Add(1) }
+// Staging routes STAGING_RSP and WATERMARK to their staging peer (staging.go);
+// with -staging off, or when nobody asked for it, the frame is dropped and
+// counted (staging_frames_dropped).
+func (p *peers) Staging(m wire.Inbound) {
+	if !p.staging().frame(m) {
+		p.d.counters.staging.Add(1)
+	}
+}
 
 // BadFrame: the ingest already counted and logged it; when the frame named its
 // room, that room fails (invalid_request) instead of waiting for a deadline,
