@@ -11,6 +11,7 @@ import (
 	"time"
 	_ "unsafe" // go:linkname runtime.procPin (see local)
 
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -111,6 +112,7 @@ type Observer struct {
 	exp     sdktrace.SpanExporter // the direct path
 	batch   []sdktrace.ReadOnlySpan
 	ids     ids
+	agents  map[string]attribute.KeyValue // the emitter's: kv_transfer.peer.agent of one-agent rooms
 
 	shards []stripe // a power of two: 16 × GOMAXPROCS, 64 to 256
 	shift  uint     // 64 - log2(len(shards))

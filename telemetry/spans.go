@@ -90,7 +90,8 @@ func roomAttrCount(r *roomRec) int {
 const xferAttrMax = 7
 
 // roomAttrs appends the room span's attributes, all known at retirement.
-func roomAttrs(a []attribute.KeyValue, r *roomRec) []attribute.KeyValue {
+// agents, if valid, is the kv_transfer.peer.agent attribute of r.agents.
+func roomAttrs(a []attribute.KeyValue, r *roomRec, agents attribute.KeyValue) []attribute.KeyValue {
 	a = append(a, AttrBootstrapRoom.Int64(int64(r.id)), roleAttr, backendAttr, statusAttrs[statusIndex(r.status)],
 		AttrChunks.Int(r.chunks), AttrTransfers.Int(r.transfers), AttrPages.Int64(r.pages), AttrBytes.Int64(r.bytes),
 		decideAttrs[r.keep])
@@ -98,7 +99,10 @@ func roomAttrs(a []attribute.KeyValue, r *roomRec) []attribute.KeyValue {
 		a = append(a, AttrRequired.Int(r.required))
 	}
 	if len(r.agents) > 0 {
-		a = append(a, AttrPeerAgent.StringSlice(r.agents))
+		if !agents.Valid() {
+			agents = AttrPeerAgent.StringSlice(r.agents)
+		}
+		a = append(a, agents)
 	}
 	if r.failedX > 0 {
 		a = append(a, AttrFailedTransfers.Int(r.failedX))
@@ -174,7 +178,7 @@ func (o *Observer) emitAPI(r *roomRec) {
 		ctx = trace.ContextWithRemoteSpanContext(ctx, r.parent)
 	}
 	ctx, sp := o.tracer.Start(ctx, RoomSpan, trace.WithTimestamp(o.wall(r.created)), trace.WithSpanKind(trace.SpanKindInternal),
-		trace.WithAttributes(roomAttrs(nil, r)...))
+		trace.WithAttributes(roomAttrs(nil, r, attribute.KeyValue{})...))
 	for i := range r.events {
 		e := &r.events[i]
 		sp.AddEvent(StatusEvent, trace.WithTimestamp(o.wall(e.at)), trace.WithAttributes(statusEventAttrs(e)...))
@@ -248,28 +252,51 @@ func (o *Observer) build(r *roomRec) {
 	// capped sub-slice).
 	n := roomAttrCount(r)
 	buf := make([]attribute.KeyValue, 0, n+xferAttrMax*len(r.spans))
-	ra := roomAttrs(buf[:0:n], r)
+	ra := roomAttrs(buf[:0:n], r, o.agentAttr(r.agents))
 	buf = buf[n:n:cap(buf)]
-	o.batch = append(o.batch, &spanRecord{
+	// One allocation for the room's spans too.
+	recs := make([]spanRecord, 1+len(r.spans))
+	recs[0] = spanRecord{
 		name: RoomSpan, sc: sc, parent: parent, kind: trace.SpanKindInternal,
 		start: o.wall(r.created), end: o.wall(r.retiredAt), attrs: ra, events: events,
 		status: roomStatus(r), droppedEvents: r.droppedEvents, childSpanCount: len(r.spans),
 		resource: o.cfg.Resource, scope: scope,
-	})
+	}
+	o.batch = append(o.batch, &recs[0])
 	for i := range r.spans {
 		x := &r.spans[i]
 		attrs, end, st := xferAttrs(buf[:0:xferAttrMax], r, x)
 		buf = buf[xferAttrMax:xferAttrMax:cap(buf)]
 		csc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: o.ids.span(), TraceFlags: trace.FlagsSampled, TraceState: state})
-		o.batch = append(o.batch, &spanRecord{
+		recs[1+i] = spanRecord{
 			name: TransferSpan, sc: csc, parent: sc, kind: trace.SpanKindClient,
 			start: o.wall(x.start), end: o.wall(end), attrs: attrs, status: st,
 			resource: o.cfg.Resource, scope: scope,
-		})
+		}
+		o.batch = append(o.batch, &recs[1+i])
 	}
 	if len(o.batch) >= exportBatch {
 		o.export(context.Background())
 	}
+}
+
+// agentAttr is kv_transfer.peer.agent for a room that wrote to one agent,
+// made once per agent (attribute.StringSlice copies through reflection and
+// allocates); an empty attribute for several agents (roomAttrs builds it).
+// Emitter goroutine only; the cache is dropped when it holds 1,024 agents.
+func (o *Observer) agentAttr(agents []string) attribute.KeyValue {
+	if len(agents) != 1 {
+		return attribute.KeyValue{}
+	}
+	if kv, ok := o.agents[agents[0]]; ok {
+		return kv
+	}
+	if o.agents == nil || len(o.agents) >= 1024 {
+		o.agents = make(map[string]attribute.KeyValue)
+	}
+	kv := AttrPeerAgent.StringSlice(agents)
+	o.agents[agents[0]] = kv
+	return kv
 }
 
 // export hands the pending batch to the exporter (bounded by ExportTimeout
