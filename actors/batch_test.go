@@ -122,7 +122,7 @@ func TestBatchKeepsPerRoomOrder(t *testing.T) {
 	b.TransferInfo(1, info("d", 2, 1))
 	b.TransferInfo(2, info("d", 2, 1))
 	b.Fail(2, room.ReasonPeerRejected)
-	if b.Len() != 4 {
+	if b.Len() != 4 { // below batchPart: nothing sent yet
 		t.Fatalf("Len = %d", b.Len())
 	}
 	b.Flush()

@@ -298,7 +298,8 @@ func (e *Engine) TransferInfo(roomID uint64, ti room.TransferInfo) {
 }
 
 // Batch collects decode-side room messages for one hand-off: Flush sends
-// each shard its part as one mailbox message, instead of one per message, and
+// each shard its part as one mailbox message (a part is also sent as soon as
+// it holds batchPart messages), instead of one per message, and
 // the shard routes them in the order they were added. Messages to one room
 // keep their order, within a batch and against the engine's other calls made
 // by the same goroutine after Flush. A Batch belongs to one goroutine; it is
@@ -306,8 +307,7 @@ func (e *Engine) TransferInfo(roomID uint64, ti room.TransferInfo) {
 // Engine method of the same name does.
 type Batch struct {
 	e     *Engine
-	parts []*envBatch // per shard, nil until used since the last Flush
-	n     int
+	parts []*envBatch // per shard, nil until used since it was last sent
 }
 
 // envBatch is one shard's part of a Batch, routed in order.
@@ -322,15 +322,33 @@ func (b *Batch) add(roomID uint64, msg room.Msg) {
 	s := b.e.shardIndex(roomID)
 	p := b.parts[s]
 	if p == nil {
-		p = &envBatch{envs: make([]envelope, 0, 16)}
+		p = &envBatch{envs: make([]envelope, 0, batchPart)}
 		b.parts[s] = p
 	}
 	p.envs = append(p.envs, envelope{room: roomID, msg: msg})
-	b.n++
+	if len(p.envs) == batchPart {
+		// A full part goes at once: its shard starts on it while the
+		// rest of the batch is being built.
+		b.e.system.Root.Send(b.e.shards[s], p)
+		b.parts[s] = nil
+	}
 }
 
-// Len is how many messages wait for Flush.
-func (b *Batch) Len() int { return b.n }
+// batchPart is how many messages a shard's part of a Batch holds before it
+// is sent without waiting for Flush.
+const batchPart = 32
+
+// Len is how many messages wait for Flush (parts already sent when full
+// are not counted).
+func (b *Batch) Len() int {
+	n := 0
+	for _, p := range b.parts {
+		if p != nil {
+			n += len(p.envs)
+		}
+	}
+	return n
+}
 
 // TransferInfo adds Engine.TransferInfo(roomID, ti).
 func (b *Batch) TransferInfo(roomID uint64, ti room.TransferInfo) { b.add(roomID, ti) }
@@ -345,16 +363,12 @@ func (b *Batch) DecodeAbort(roomID uint64, from room.Endpoint) {
 
 // Flush sends what was added, one message per shard that has any.
 func (b *Batch) Flush() {
-	if b.n == 0 {
-		return
-	}
 	for s, p := range b.parts {
 		if p != nil {
 			b.e.system.Root.Send(b.e.shards[s], p)
 			b.parts[s] = nil // the shard owns it now
 		}
 	}
-	b.n = 0
 }
 
 // DecodeAbort delivers decode's ABORT for a room.
