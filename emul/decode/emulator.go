@@ -43,6 +43,7 @@ type Emulator struct {
 	closed   bool
 	quit     chan struct{}
 	pollDone chan struct{}
+	stg      *stagingAnswer // the staging listener (staging_answer.go); nil without a ring
 
 	c counters
 }
@@ -101,6 +102,11 @@ func New(cfg Config) (*Emulator, error) {
 			e.primary.close()
 			return nil, err
 		}
+	}
+	if cfg.StagingBytes > 0 {
+		ring := NewStagingRing(cfg.StagingBytes)
+		ring.EmptyNewRound = cfg.Release == Release0523
+		e.stg = &stagingAnswer{ring: ring, reqs: map[string]int64{}, known: map[uint64]bool{}}
 	}
 	e.pages = pages.New(cfg.Shape.Slots)
 	e.aux = pages.New(cfg.Shape.AuxSlots)
@@ -309,6 +315,10 @@ func (e *Emulator) onPrimaryMsg(frames [][]byte) {
 	e.mu.Lock()
 	e.c.pull[pullKind(frames)]++
 	e.mu.Unlock()
+	if e.stg != nil && isStagingReq(frames) {
+		e.onStagingReq(frames) // staging's own listener, on every release
+		return
+	}
 	if !rel.ReadsPull() {
 		return
 	}

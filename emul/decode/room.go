@@ -234,6 +234,9 @@ func (e *Emulator) RunRoom(ctx context.Context, p workload.Plan) Result {
 	e.mu.Lock()
 	e.checker.Expect(p.Room, e.mapping.RequiredPrefillResponses, len(state) > 0)
 	rs.infoSent = true
+	if e.stg != nil {
+		e.stg.sawInfo(p.Room)
+	}
 	e.mu.Unlock()
 	prefixTokens := p.PrefixPages * max(deref0(e.info.PageSize), 1)
 	for _, t := range ts {

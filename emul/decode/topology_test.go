@@ -44,6 +44,9 @@ type emuTopo struct {
 	state      bool   // a hybrid-model state buffer (one slot per room)
 	hostV      bool   // decode's V buffers in DRAM, K in VRAM (mixed kinds)
 	staging    bool   // decode announces a staging ring (SGLANG_DISAGG_STAGING_BUFFER=1)
+	// prefillStaging runs kvxferd with -staging (grid: 2 pages): it asks
+	// decode for a region per grid slot and routes the answers.
+	prefillStaging bool
 	wantReason string // SGLang's refusal, if the decode must be refused
 }
 
@@ -97,6 +100,9 @@ func (c emuTopo) startPrefill(t *testing.T, tp, pp, cp int, bootstrap string) *e
 		NoKV:     sglang.NoKVWithCount,
 		PageSize: c.page,
 		Topology: daemon.Topology{KVHeadNum: len(heads), TotalKVHeads: c.heads, StartLayer: pp * n},
+	}
+	if c.prefillStaging {
+		cfg.Staging = daemon.StagingConfig{Enabled: true, ChunkedPrefillSize: 2 * c.page}
 	}
 	if c.layerIDs {
 		cfg.Topology.KVLayerIDs = node.LayerIDs()
@@ -225,6 +231,10 @@ func (c emuTopo) run(t *testing.T) {
 			_ = p.cli.Clear(r)
 		}
 	}
+	if c.prefillStaging {
+		c.checkStagingHandshake(t, pre, emus, 3)
+		return
+	}
 	if c.staging {
 		// kvxferd's staging is off (SGLang's default): it writes head slices
 		// into the pages (checked above) and asks decode for no staging region.
@@ -299,6 +309,69 @@ func TestEmulatorTopologies(t *testing.T) {
 			if c.wantReason != "" && rel == Release0518 {
 				continue // reads no failure status: it would only time out
 			}
+			t.Run(rel.String()+"/"+c.name, c.run)
+		}
+	}
+}
+
+// checkStagingHandshake: with kvxferd -staging (grid 2 pages), each of rooms
+// rooms of 5 pages made every prefill rank ask every decode rank for 3
+// regions (2, 2 and 1 pages) over decode's PULL socket; decode's staging
+// listener answered each (its ring holds each (room, chunk) once), and each
+// prefill rank's kvxferd took exactly one answer per region it asked for
+// (decode answers every writer of a region, so a fan-in rank also sees the
+// other ranks' answers, dropped as already answered). The rooms themselves
+// went through head slices and were checked byte by byte above: staged
+// writes are not wired yet.
+func (c emuTopo) checkStagingHandshake(t *testing.T, pre []*emuPrefill, emus []*Emulator, rooms int) {
+	t.Helper()
+	const slots = 3
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		ok := true
+		for _, e := range emus {
+			if s := e.Staging(); s.Answered != int64(slots*rooms*len(pre)) || s.Skipped != 0 || s.Oversized != 0 || s.Regions != slots*rooms {
+				ok = false
+			}
+		}
+		for _, p := range pre {
+			if s := p.d.StagingStats(); s.ReqsSent != int64(slots*rooms*len(emus)) || s.RspRouted != int64(slots*rooms*len(emus)) {
+				ok = false
+			}
+		}
+		if ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			for k, e := range emus {
+				t.Logf("decode tp%d: %+v", k, e.Staging())
+			}
+			for k, p := range pre {
+				t.Logf("prefill tp%d: %+v", k, p.d.StagingStats())
+			}
+			t.Fatal("staging handshake incomplete")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	for k, p := range pre {
+		if s := p.d.StagingStats(); s.Peers != len(emus) || s.ReqsFailed != 0 || s.WMRouted != 0 {
+			t.Fatalf("prefill tp%d: %+v", k, s)
+		}
+	}
+}
+
+// TestEmulatorStagingHandshake: kvxferd -staging against decodes with their
+// staging ring on, heterogeneous TP both ways, both signalling releases:
+// STAGING_REQ per grid slot out, STAGING_RSP back over the real sockets and
+// routed to the region asked for; every room still succeeds with every byte
+// checked (head slices).
+func TestEmulatorStagingHandshake(t *testing.T) {
+	for _, rel := range []Release{Release0518, Release0523} {
+		for _, c := range []emuTopo{
+			{name: "MHA TP2→TP1", heads: 4, ptp: 2, ppp: 1, dtp: 1, layers: 2, headBytes: 8, page: 2, staging: true, prefillStaging: true},
+			{name: "MHA TP1→TP2", heads: 4, ptp: 1, ppp: 1, dtp: 2, layers: 2, headBytes: 8, page: 2, staging: true, prefillStaging: true},
+		} {
+			c.release = rel
 			t.Run(rel.String()+"/"+c.name, c.run)
 		}
 	}
