@@ -30,24 +30,24 @@ import (
 // from its own layers and heads, never from the prefill's geometry.
 
 type emuTopo struct {
-	name       string
-	mla        bool
-	heads      int
-	ptp, ppp   int
-	pcp        int // prefill attention CP size (0: 1)
-	dtp        int
-	layers     int
-	headBytes  int
-	page       int
-	layerIDs   bool
-	release    Release
-	state      bool   // a hybrid-model state buffer (one slot per room)
-	hostV      bool   // decode's V buffers in DRAM, K in VRAM (mixed kinds)
-	staging    bool   // decode announces a staging ring (SGLANG_DISAGG_STAGING_BUFFER=1)
+	name      string
+	mla       bool
+	heads     int
+	ptp, ppp  int
+	pcp       int // prefill attention CP size (0: 1)
+	dtp       int
+	layers    int
+	headBytes int
+	page      int
+	layerIDs  bool
+	release   Release
+	state     bool // a hybrid-model state buffer (one slot per room)
+	hostV     bool // decode's V buffers in DRAM, K in VRAM (mixed kinds)
+	staging   bool // decode announces a staging ring (SGLANG_DISAGG_STAGING_BUFFER=1)
 	// prefillStaging runs kvxferd with -staging (grid: 2 pages): it asks
 	// decode for a region per grid slot and routes the answers.
 	prefillStaging bool
-	wantReason string // SGLang's refusal, if the decode must be refused
+	wantReason     string // SGLang's refusal, if the decode must be refused
 }
 
 func ownedHeads(h, t, r int) []int {
