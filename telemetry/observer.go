@@ -13,6 +13,7 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/sdk/instrumentation"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
@@ -113,6 +114,7 @@ type Observer struct {
 	batch   []sdktrace.ReadOnlySpan
 	ids     ids
 	agents  map[string]attribute.KeyValue // the emitter's: kv_transfer.peer.agent of one-agent rooms
+	common  spanCommon                    // resource and scope of the direct path's spans
 
 	shards []stripe // a power of two: 16 × GOMAXPROCS, 64 to 256
 	shift  uint     // 64 - log2(len(shards))
@@ -318,6 +320,7 @@ func New(cfg Config) (*Observer, error) {
 		if o.cfg.Resource == nil {
 			o.cfg.Resource = resource.Default()
 		}
+		o.common = spanCommon{resource: o.cfg.Resource, scope: instrumentation.Scope{Name: Scope}}
 	case cfg.Tracer != nil:
 		o.tracer = cfg.Tracer.Tracer(Scope)
 	}

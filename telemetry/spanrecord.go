@@ -26,8 +26,13 @@ type spanRecord struct {
 	status         sdktrace.Status
 	droppedEvents  int
 	childSpanCount int
-	resource       *resource.Resource
-	scope          instrumentation.Scope
+	common         *spanCommon // the Observer's: the same for every span
+}
+
+// spanCommon is what every directly exported span shares.
+type spanCommon struct {
+	resource *resource.Resource
+	scope    instrumentation.Scope
 }
 
 func (s *spanRecord) Name() string                                { return s.name }
@@ -40,8 +45,8 @@ func (s *spanRecord) Attributes() []attribute.KeyValue            { return s.att
 func (s *spanRecord) Links() []sdktrace.Link                      { return nil }
 func (s *spanRecord) Events() []sdktrace.Event                    { return s.events }
 func (s *spanRecord) Status() sdktrace.Status                     { return s.status }
-func (s *spanRecord) InstrumentationScope() instrumentation.Scope { return s.scope }
-func (s *spanRecord) Resource() *resource.Resource                { return s.resource }
+func (s *spanRecord) InstrumentationScope() instrumentation.Scope { return s.common.scope }
+func (s *spanRecord) Resource() *resource.Resource                { return s.common.resource }
 func (s *spanRecord) DroppedAttributes() int                      { return 0 }
 func (s *spanRecord) DroppedLinks() int                           { return 0 }
 func (s *spanRecord) DroppedEvents() int                          { return s.droppedEvents }
@@ -49,5 +54,5 @@ func (s *spanRecord) ChildSpanCount() int                         { return s.chi
 
 // InstrumentationLibrary is the deprecated twin of InstrumentationScope.
 func (s *spanRecord) InstrumentationLibrary() instrumentation.Library { //nolint:staticcheck // part of the interface
-	return instrumentation.Library(s.scope) //nolint:staticcheck // part of the interface
+	return instrumentation.Library(s.common.scope) //nolint:staticcheck // part of the interface
 }

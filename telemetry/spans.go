@@ -9,7 +9,6 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/sdk/instrumentation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
@@ -233,7 +232,6 @@ func (g ids) trace() trace.TraceID {
 
 // build appends r's spans to the pending batch, exporting when it is full.
 func (o *Observer) build(r *roomRec) {
-	scope := instrumentation.Scope{Name: Scope}
 	var parent trace.SpanContext
 	tid := o.ids.trace()
 	var state trace.TraceState
@@ -260,7 +258,7 @@ func (o *Observer) build(r *roomRec) {
 		name: RoomSpan, sc: sc, parent: parent, kind: trace.SpanKindInternal,
 		start: o.wall(r.created), end: o.wall(r.retiredAt), attrs: ra, events: events,
 		status: roomStatus(r), droppedEvents: r.droppedEvents, childSpanCount: len(r.spans),
-		resource: o.cfg.Resource, scope: scope,
+		common: &o.common,
 	}
 	o.batch = append(o.batch, &recs[0])
 	for i := range r.spans {
@@ -271,7 +269,7 @@ func (o *Observer) build(r *roomRec) {
 		recs[1+i] = spanRecord{
 			name: TransferSpan, sc: csc, parent: sc, kind: trace.SpanKindClient,
 			start: o.wall(x.start), end: o.wall(end), attrs: attrs, status: st,
-			resource: o.cfg.Resource, scope: scope,
+			common: &o.common,
 		}
 		o.batch = append(o.batch, &recs[1+i])
 	}
