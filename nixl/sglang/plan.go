@@ -23,6 +23,9 @@ type Chunk struct {
 	// NoKVChunks is the number of earlier KV chunks this sender sent for the
 	// room; it goes into the NoKVWithCount form of aux_nokv.
 	NoKVChunks int
+	// Staged, when set, writes the pages into decode's staging ring
+	// (staging.go) instead of its pages.
+	Staged *StagedRegion
 }
 
 // ReqKind says which part of a room a request carries.
@@ -119,6 +122,11 @@ func (l *Local) Plan(out *Plan, p *Peer, c *Chunk) error {
 	}
 	if len(src) > 0 {
 		switch {
+		case c.Staged != nil:
+			if err := l.planStagedKV(out, p, &StagedChunk{Room: c.Room, ChunkID: c.ChunkID, IsLast: c.IsLast, SrcPages: src,
+				PageStart: c.Staged.PageStart, ChunkIdx: c.Staged.ChunkIdx, Offset: c.Staged.Offset}); err != nil {
+				return err
+			}
 		case p.slice != nil:
 			r := out.next(ReqSlice)
 			r.SrcKind, r.DstKind = l.KV.Kind, p.slice.dstKind

@@ -97,6 +97,20 @@ type StagedChunk struct {
 // prefill refuses (no staging, an oversized or misplaced region).
 func (l *Local) PlanStaged(out *Plan, p *Peer, c *StagedChunk) error {
 	out.Reqs, out.Truncated = out.Reqs[:0], 0
+	return l.planStagedKV(out, p, c)
+}
+
+// StagedRegion makes Plan write a chunk's KV into decode's staging ring (as
+// PlanStaged) instead of its pages; aux and state of a last chunk go as
+// usual. ChunkIdx is the grid slot, PageStart the chunk's first page in the
+// room (index_slice.start), Offset STAGING_RSP's offset of the slot.
+type StagedRegion struct {
+	ChunkIdx, PageStart int
+	Offset              int64
+}
+
+// planStagedKV appends the staged write of c to out.
+func (l *Local) planStagedKV(out *Plan, p *Peer, c *StagedChunk) error {
 	base, size, ok := p.Staging()
 	if !ok {
 		return nixl.Errorf(nixl.ErrInvalid, "sglang staged room %d: peer %s takes no staged writes (needs heterogeneous-TP MHA and a staging buffer)", c.Room, p.Agent)

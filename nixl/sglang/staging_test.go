@@ -1,6 +1,7 @@
 package sglang_test
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -131,5 +132,53 @@ func TestPlanStaged(t *testing.T) {
 	noStg, _ := sglang.NewPeer(l, g)
 	if err := l.PlanStaged(&plan, noStg, c); err == nil {
 		t.Error("staged write to a peer without staging")
+	}
+}
+
+// TestPlanWithStagedRegion: Plan with Chunk.Staged writes the chunk's KV
+// exactly as PlanStaged does (same runs, same stg notification) and, on a
+// last chunk, the aux slot after it with SGLang's plain "{room}_aux"
+// notification (the chunk had KV, so not aux_nokv), as send_kvcache_staged's
+// chunk is followed by send_aux in the transfer worker. A non-last chunk
+// plans the staged write alone; refusals are PlanStaged's.
+func TestPlanWithStagedRegion(t *testing.T) {
+	l := fakeLocal(4, 8, 16)
+	l.TPSize, l.TPRank, l.TotalKVHeads, l.PageSize, l.Sender = 2, 1, 4, 2, 1
+	g := sglang.PeerGeometry{Agent: "dec", DstKVItemLen: 32, TPSize: 1, TPRank: 0, GPU: 3, DstNumSlots: 16,
+		AuxPtrs: []uint64{0x900000, 0xa00000}, StagingBase: 0x7000000, StagingSize: 1 << 20}
+	for b := range 4 {
+		g.KVPtrs = append(g.KVPtrs, uint64(0x10+b)<<32)
+	}
+	p, err := sglang.NewPeer(l, g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := []int32{4, 5, 1}
+	var want, got sglang.Plan
+	if err := l.PlanStaged(&want, p, &sglang.StagedChunk{Room: 9, ChunkID: 2, IsLast: true, SrcPages: src, PageStart: 6, ChunkIdx: 3, Offset: 4096}); err != nil {
+		t.Fatal(err)
+	}
+	c := &sglang.Chunk{Room: 9, ChunkID: 2, IsLast: true, SrcPages: src, DstPages: []int32{7, 8, 9}, SrcAux: 2, DstAux: 5,
+		Staged: &sglang.StagedRegion{ChunkIdx: 3, PageStart: 6, Offset: 4096}}
+	if err := l.Plan(&got, p, c); err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Reqs) != 2 || got.Reqs[0].Kind != sglang.ReqSlice || got.Reqs[1].Kind != sglang.ReqAux {
+		t.Fatalf("requests %+v", got.Reqs)
+	}
+	w, r := want.Reqs[0], got.Reqs[0]
+	if string(r.Notif) != string(w.Notif) || !slices.Equal(r.Src, w.Src) || !slices.Equal(r.Dst, w.Dst) || r.DstKind != nixl.VRAM {
+		t.Fatalf("staged part %q %+v, want %q %+v", r.Notif, r.Dst, w.Notif, w.Dst)
+	}
+	if string(got.Reqs[1].Notif) != "9_aux" {
+		t.Fatalf("aux notif %q", got.Reqs[1].Notif)
+	}
+	c.IsLast = false
+	if err := l.Plan(&got, p, c); err != nil || len(got.Reqs) != 1 || string(got.Reqs[0].Notif) != "9_stg_2_0_1_3_6_3_dec" {
+		t.Fatalf("non-last: %v %+v", err, got.Reqs)
+	}
+	c.Staged.Offset = wire.AllocOversized
+	if err := l.Plan(&got, p, c); err == nil || !strings.Contains(err.Error(), "permanently failed") {
+		t.Fatalf("oversized region planned: %v", err)
 	}
 }
