@@ -49,6 +49,20 @@ type Transfer struct {
 	// XferDone.Signal, so the room sends them only if it is still live once
 	// every write completed (invariant 10).
 	HoldSignal bool
+	// PageStart is the chunk's first page in the room's page list (after
+	// decode's prefix): SGLang's index_slice.start, which staged writes name.
+	PageStart int
+	// Staged is set by the transport, never by the room's rules: the decode
+	// staging-ring region the chunk's KV goes to instead of its pages
+	// (SGLang's staging path; daemon/staging.go).
+	Staged *StagedRegion
+}
+
+// StagedRegion is a chunk's region of decode's staging ring: its grid slot
+// and STAGING_RSP's offset.
+type StagedRegion struct {
+	ChunkIdx int
+	Offset   int64
 }
 
 // NoKV reports whether this is a last chunk without pages (decode's prefix

@@ -513,7 +513,7 @@ func (m *Machine) post(c *chunk) bool {
 		}
 		t := Transfer{
 			Room: m.room, Seq: m.nextSeq, Agent: in.Agent, Chunk: c.id, Last: c.last,
-			SrcPages: c.pages, DstPages: in.DstPages[c.start:end:end],
+			SrcPages: c.pages, DstPages: in.DstPages[c.start:end:end], PageStart: c.start,
 		}
 		if c.last {
 			if m.cfg.HoldCompletion {

@@ -1,6 +1,9 @@
 package room
 
-import "testing"
+import (
+	"slices"
+	"testing"
+)
 
 type step struct {
 	msg  Msg
@@ -445,5 +448,40 @@ func TestConfigValidate(t *testing.T) {
 	c.Drain = 0
 	if err := c.Validate(); err == nil {
 		t.Fatal("a zero drain deadline was accepted")
+	}
+}
+
+// TestTransferPageStart: each posted chunk names its first page in the
+// room's page list (SGLang's index_slice.start, which staged writes carry),
+// for every agent, and its decode pages start there; the room never sets
+// Staged (the transport does).
+func TestTransferPageStart(t *testing.T) {
+	m := New(&testCfg, 7)
+	m.Step(Open{})
+	m.Step(ti("a", epA, pages(10, 11, 12, 13, 14, 15), 2))
+	m.Step(ti("b", epB, pages(20, 21, 22, 23, 24, 25), 2))
+	m.Step(Init{NumPages: 6, AuxIndex: 1})
+	var got []int
+	for _, chunk := range [][]int32{pages(1, 2), pages(3), pages(4, 5, 6)} {
+		fx := m.Step(Send{Pages: chunk})
+		if len(fx.Posts) != 2 {
+			t.Fatalf("%d posts", len(fx.Posts))
+		}
+		for _, p := range fx.Posts {
+			if p.Staged != nil {
+				t.Fatal("the room set Staged")
+			}
+			base := int32(10)
+			if p.Agent == "b" {
+				base = 20
+			}
+			if p.DstPages[0] != base+int32(p.PageStart) {
+				t.Fatalf("chunk %d for %s: PageStart %d, decode pages %v", p.Chunk, p.Agent, p.PageStart, p.DstPages)
+			}
+			got = append(got, p.PageStart)
+		}
+	}
+	if want := []int{0, 0, 2, 2, 3, 3}; !slices.Equal(got, want) {
+		t.Fatalf("page starts %v, want %v", got, want)
 	}
 }

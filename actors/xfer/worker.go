@@ -219,6 +219,9 @@ func (w *worker) startJob(j *job) {
 		Room: j.t.Room, ChunkID: j.t.Chunk, IsLast: j.t.Last, SrcPages: j.t.SrcPages, DstPages: j.t.DstPages,
 		SrcAux: j.t.SrcAux, DstAux: j.t.DstAux, SrcState: j.t.SrcState, DstState: j.t.DstState, NoKVChunks: j.t.Chunk,
 	}
+	if s := j.t.Staged; s != nil {
+		c.Staged = &sglang.StagedRegion{ChunkIdx: s.ChunkIdx, PageStart: j.t.PageStart, Offset: s.Offset}
+	}
 	if err := w.p.cfg.Local.Plan(&w.plan, pe.peer, &c); err != nil {
 		w.p.cfg.Logger.Warn("transfer rejected", "room", j.t.Room, "agent", j.t.Agent, "err", err)
 		j.fail = classify(err)
