@@ -11,6 +11,7 @@ import (
 	zmq "github.com/pebbe/zmq4"
 
 	"github.com/kvxfer/kvxfer/actors"
+	"github.com/kvxfer/kvxfer/actors/room"
 	"github.com/kvxfer/kvxfer/transport/zmqio"
 )
 
@@ -25,12 +26,21 @@ import (
 // 1-minute load average. For medians and a side-by-side ratio:
 //
 //	go test -run '^$' -bench DaemonIngest -benchtime 100000x -count 5 ./daemon/
+//
+// The new/ rows create a room per info (the decode spoke first: a room actor
+// is spawned per info, which dominates); the opened/ rows send infos for rooms
+// the scheduler opened before the clock starts (the hand-off into existing
+// rooms), timed until the ingest decoded them all and every shard routed
+// them (Engine.Stats answers after what was routed before), and then checked:
+// every room waits for input (its info arrived).
 func BenchmarkDaemonIngest(b *testing.B) {
-	b.Run("batched", func(b *testing.B) { benchDaemonIngest(b, false) })
-	b.Run("perframe", func(b *testing.B) { benchDaemonIngest(b, true) })
+	b.Run("new/batched", func(b *testing.B) { benchDaemonIngest(b, false, false) })
+	b.Run("new/perframe", func(b *testing.B) { benchDaemonIngest(b, true, false) })
+	b.Run("opened/batched", func(b *testing.B) { benchDaemonIngest(b, false, true) })
+	b.Run("opened/perframe", func(b *testing.B) { benchDaemonIngest(b, true, true) })
 }
 
-func benchDaemonIngest(b *testing.B, perFrame bool) {
+func benchDaemonIngest(b *testing.B, perFrame, opened bool) {
 	perFrameIngest = perFrame
 	defer func() { perFrameIngest = false }()
 	d := startDaemonWith(b, func(c *Config) {
@@ -52,10 +62,15 @@ func benchDaemonIngest(b *testing.B, perFrame bool) {
 		}
 	}
 	msgs := make([][][]byte, b.N)
+	ids := make([]uint64, b.N)
 	frames := 0
 	for i := range msgs {
-		msgs[i] = dec.info(uint64(1<<40+i), []int32{1, 2, 3}, 0, 1)
+		ids[i] = uint64(1<<40 + i)
+		msgs[i] = dec.info(ids[i], []int32{1, 2, 3}, 0, 1)
 		frames += len(msgs[i])
+		if opened {
+			d.eng.Open(ids[i])
+		}
 	}
 	zctx, err := zmq.NewContext()
 	if err != nil {
@@ -74,19 +89,35 @@ func benchDaemonIngest(b *testing.B, perFrame bool) {
 	}
 	runtime.GC()
 	before := d.eng.Stats().LiveRooms
+	d.mu.Lock()
+	in := d.ingest
+	d.mu.Unlock()
+	infos0 := in.Stats().TransferInfos
 	b.ReportAllocs()
 	b.ResetTimer()
 	start := time.Now()
 	if err := zmqio.SendMany(push, msgs); err != nil {
 		b.Fatal(err)
 	}
-	for deadline := time.Now().Add(60 * time.Second); d.eng.Stats().LiveRooms-before < b.N; time.Sleep(time.Millisecond) {
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Microsecond) {
+		if opened && in.Stats().TransferInfos-infos0 >= uint64(b.N) {
+			d.eng.Stats() // every shard has routed what came before
+			break
+		}
+		if !opened && d.eng.Stats().LiveRooms-before >= b.N {
+			break
+		}
 		if time.Now().After(deadline) {
 			b.Fatalf("%d of %d rooms after 60 s: %+v", d.eng.Stats().LiveRooms-before, b.N, d.eng.Stats())
 		}
 	}
 	el := time.Since(start)
 	b.StopTimer()
+	for i, r := range d.eng.PollSync(ids, nil) {
+		if r.Status != room.WaitingForInput {
+			b.Fatalf("room %d: %v/%v", ids[i], r.Status, r.Reason)
+		}
+	}
 	b.ReportMetric(float64(b.N)/el.Seconds(), "msgs/s")
 	b.ReportMetric(float64(frames)/el.Seconds(), "frames/s")
 	b.ReportMetric(loadAvg1(), "load1")
