@@ -565,6 +565,9 @@ func (p *peers) TransferInfos(ts []*wire.TransferInfo) {
 	if p.batch == nil {
 		p.batch = p.d.eng.NewBatch()
 	}
+	// Deferred: even a panic mid-run (recovered by the ingest) sends what
+	// was added, before anything the ingest hands over next.
+	defer p.batch.Flush()
 	p.routes = p.routes[:0]
 	p.mu.Lock()
 	for _, t := range ts {
@@ -584,7 +587,6 @@ func (p *peers) TransferInfos(ts []*wire.TransferInfo) {
 	for i, t := range ts {
 		p.routeInfo(t, p.routes[i], p.batch, rejected)
 	}
-	p.batch.Flush()
 }
 
 // perFrameIngest makes TransferInfos hand each info over on its own, as the
