@@ -243,6 +243,9 @@ func Start(cfg Config) (*Daemon, error) {
 	d.xfers.peerLost = func(agent string, epoch uint64) { go d.dropAgentSince(agent, epoch, "NIXL connection lost") }
 	d.xfers.epoch = d.peers.epoch.Load
 	d.xfers.gate = d.gateTransfer
+	if cfg.Staging.Enabled {
+		d.xfers.stage = d.peers.staging().stage
+	}
 	ec := cfg.Engine
 	if ec.Room == (room.Config{HoldCompletion: ec.Room.HoldCompletion}) {
 		ec.Room = room.DefaultConfig()
@@ -552,9 +555,20 @@ type lazyTransfers struct {
 	epoch    func() uint64 // the peer table's epoch: a loss is of the agent loaded by then
 	gate     func(t room.Transfer, post, fail func()) bool
 	suspects *atomic.Int64 // decodes not answering now; 0: gate is not asked
+	// stage, when set (-staging), takes the chunks of staging decodes: it
+	// holds each until its staging region is writable and posts it, with
+	// the region, through post (staging.go).
+	stage func(t room.Transfer, done room.DoneFunc, post func(room.Transfer, room.DoneFunc)) bool
 }
 
 func (l *lazyTransfers) Post(t room.Transfer, done room.DoneFunc) {
+	if l.stage != nil && l.stage(t, done, l.post) {
+		return
+	}
+	l.post(t, done)
+}
+
+func (l *lazyTransfers) post(t room.Transfer, done room.DoneFunc) {
 	p := l.pool.Load()
 	if p == nil {
 		done(room.ReasonInvalidRequest, nil)

@@ -235,7 +235,7 @@ func (p *peers) load(e *peerEntry, dialect wire.Dialect, frames [][]byte, replay
 		d.releaseAgent(r.AgentName, true)
 	case err == nil:
 		d.counters.registrations.Add(1)
-		p.staging().add(r)
+		p.staging().add(r, !dialect.Notifs())
 		if frames != nil {
 			d.state.put(r, frames)
 		}

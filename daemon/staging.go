@@ -32,11 +32,17 @@ import (
 //     agent that is not a staging peer, is dropped and counted; it touches no
 //     other room or peer.
 //
-// Not wired yet (issue 16): splitting the scheduler's chunks at grid
-// boundaries, holding a chunk until its region is writable, the staged
-// write itself and 0.5.23's CHUNK_READY. Until then staged peers are still
-// written through head slices, which a decode with staging on does not
-// read: keep -staging off in production.
+//   - holds each chunk to such a decode (stage) until its slot's region is
+//     answered and the watermark allows the write (re-checked on every
+//     STAGING_RSP and WATERMARK of the agent), then posts it with the
+//     region (room.Transfer.Staged): the pool writes its KV into decode's
+//     ring (sglang.Chunk.Staged, the "stg" notification up to 0.5.22) and,
+//     for 0.5.23, kvxferd sends CHUNK_READY once the write is done.
+//
+// SGLang's scheduler, with SGLANG_DISAGG_STAGING_BUFFER=1, already sends
+// one chunk per grid slot (compute_grid_segments in prefill.py), each its
+// own chunk_id; a chunk that crosses a slot is refused (invalid_request),
+// never split here.
 type StagingConfig struct {
 	Enabled bool
 	// ChunkedPrefillSize is the scheduler's chunked_prefill_size, from which
@@ -52,7 +58,17 @@ const (
 	// maxStagingReqsPerInfo bounds the STAGING_REQs one transfer info can
 	// make kvxferd send (its page count over the grid).
 	maxStagingReqsPerInfo = 1 << 12
+	// maxStagingHeld bounds the chunks held per staging peer for a region.
+	maxStagingHeld = 1 << 12
 )
+
+// heldChunk is a transfer waiting for its staging region.
+type heldChunk struct {
+	t        room.Transfer
+	done     room.DoneFunc
+	post     func(room.Transfer, room.DoneFunc)
+	chunkIdx int64
+}
 
 // stagingKey names one staging-grid slot of a room for one decode agent.
 type stagingKey struct {
@@ -70,6 +86,8 @@ type StagingRegion struct {
 // stagingPeer is one decode agent with a staging ring.
 type stagingPeer struct {
 	to             room.Endpoint
+	chunkReady     bool // 0.5.23: CHUNK_READY after the write, no notification on it
+	held           []heldChunk
 	base           uint64
 	size           int64
 	wmRound, wmTle int64
@@ -88,21 +106,29 @@ type StagingStats struct {
 	WMRouted    int64 // WATERMARKs kept (newer than the agent's last)
 	Dropped     int64 // STAGING_RSP/WATERMARK dropped: staging off, unknown agent, not requested, malformed
 	RegionsLost int64 // regions forgotten past maxStagingRegions
+	Held        int64 // chunks that waited for their region
+	Staged      int64 // chunks posted into a staging region
+	Refused     int64 // chunks refused: across a grid slot, no region asked, too many held
+	ChunkReady  int64 // CHUNK_READY sent (0.5.23)
+	HeldNow     int   // chunks waiting now
 }
 
 // stagingTable is the per-agent staging state. The ingest goroutine writes it
 // (transfer infos, STAGING_RSP, WATERMARK, registrations); it is read by
 // whoever plans staged writes, hence the lock (daemon, not actors/).
 type stagingTable struct {
-	cfg    StagingConfig
-	tpSize int
-	mla    bool
-	send   func(to room.Endpoint, frames [][]byte) error
+	cfg      StagingConfig
+	tpSize   int
+	mla      bool
+	pageSize int
+	rank     int // _prefill_unique_rank, CHUNK_READY's prefill_rank
+	send     func(to room.Endpoint, frames [][]byte) error
 
 	mu    sync.Mutex
 	peers map[string]*stagingPeer
 
 	reqsSent, reqsFailed, rspRouted, oversized, wmRouted, dropped, regionsLost atomic.Int64
+	held, staged, refused, chunkReady                                          atomic.Int64
 }
 
 func newStagingTable(cfg StagingConfig, tpSize int, mla bool, send func(room.Endpoint, [][]byte) error) *stagingTable {
@@ -129,22 +155,31 @@ func (s *stagingTable) geometry(g *sglang.PeerGeometry, r *wire.Registration) {
 
 // add records an accepted agent (replacing what an earlier registration of
 // it left): a staging peer starts with no regions and no watermark.
-func (s *stagingTable) add(r *wire.Registration) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	delete(s.peers, r.AgentName)
+// chunkReady: its release reads CHUNK_READY, not notifications (0.5.23).
+func (s *stagingTable) add(r *wire.Registration, chunkReady bool) {
+	s.drop(r.AgentName)
 	if !s.stages(r) {
 		return
 	}
-	s.peers[r.AgentName] = &stagingPeer{to: room.Endpoint{IP: r.DecodeIP, Port: r.DecodePort},
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.peers[r.AgentName] = &stagingPeer{to: room.Endpoint{IP: r.DecodeIP, Port: r.DecodePort}, chunkReady: chunkReady,
 		base: r.StagingBasePtr, size: r.StagingTotalSize, regions: map[stagingKey]*StagingRegion{}}
 }
 
-// drop forgets an agent (dropped, lost, replaced).
+// drop forgets an agent (dropped, lost, replaced); the chunks it held fail
+// peer_lost.
 func (s *stagingTable) drop(agent string) {
 	s.mu.Lock()
-	delete(s.peers, agent)
+	var held []heldChunk
+	if p := s.peers[agent]; p != nil {
+		held = p.held
+		delete(s.peers, agent)
+	}
 	s.mu.Unlock()
+	for _, h := range held {
+		h.done(room.ReasonPeerLost, nil)
+	}
 }
 
 // gridPages is the staging grid slot in pages.
@@ -223,9 +258,13 @@ func (s *stagingTable) frame(m wire.Inbound) bool {
 	if s.cfg.Enabled {
 		switch m := m.(type) {
 		case *wire.StagingRsp:
-			ok = m.Err == nil && s.rsp(m)
+			if ok = m.Err == nil && s.rsp(m); ok {
+				s.wake(m.SessionID)
+			}
 		case *wire.Watermark:
-			ok = m.Err == nil && s.watermark(m)
+			if ok = m.Err == nil && s.watermark(m); ok {
+				s.wake(m.SessionID)
+			}
 		}
 	}
 	if !ok {
@@ -318,11 +357,145 @@ func (s *stagingTable) forget(agent string, roomID uint64) {
 
 func (s *stagingTable) stats() StagingStats {
 	s.mu.Lock()
-	n := len(s.peers)
+	n, h := len(s.peers), 0
+	for _, p := range s.peers {
+		h += len(p.held)
+	}
 	s.mu.Unlock()
 	return StagingStats{Peers: n, ReqsSent: s.reqsSent.Load(), ReqsFailed: s.reqsFailed.Load(),
 		RspRouted: s.rspRouted.Load(), Oversized: s.oversized.Load(), WMRouted: s.wmRouted.Load(),
-		Dropped: s.dropped.Load(), RegionsLost: s.regionsLost.Load()}
+		Dropped: s.dropped.Load(), RegionsLost: s.regionsLost.Load(), Held: s.held.Load(), Staged: s.staged.Load(),
+		Refused: s.refused.Load(), ChunkReady: s.chunkReady.Load(), HeldNow: h}
+}
+
+// writableLocked: may the chunk of slot k be posted now (its region answered
+// and the watermark past it, or ALLOC_OVERSIZED, which the plan refuses with
+// SGLang's reason)?
+func (s *stagingTable) writableLocked(p *stagingPeer, r *StagingRegion) bool {
+	if !r.Known {
+		return false
+	}
+	if r.Offset == wire.AllocOversized {
+		return true
+	}
+	wmR, wmT := int64(-1), int64(0)
+	if p.hasWM {
+		wmR, wmT = p.wmRound, p.wmTle
+	}
+	return wire.WatermarkReady(r.Round, r.End, wmR, wmT)
+}
+
+// stage takes a transfer to a staging peer (the transfers' hook; false: not
+// staged, post it as usual). A chunk with pages goes to its grid slot's
+// region: posted at once when writable, else held until a STAGING_RSP or
+// WATERMARK of the agent makes it so (wake). A chunk across two slots, for a
+// slot kvxferd never asked for, or past maxStagingHeld fails
+// invalid_request / transfer_error. post is the transfers' own path.
+func (s *stagingTable) stage(t room.Transfer, done room.DoneFunc, post func(room.Transfer, room.DoneFunc)) bool {
+	if !s.cfg.Enabled || t.Staged != nil {
+		return false
+	}
+	n := min(len(t.SrcPages), len(t.DstPages))
+	if n == 0 {
+		return false // a last chunk without pages: aux only, as SGLang
+	}
+	grid := s.gridPages(s.pageSize)
+	ci := t.PageStart / grid
+	s.mu.Lock()
+	p := s.peers[t.Agent]
+	if p == nil {
+		s.mu.Unlock()
+		return false
+	}
+	h := heldChunk{t: t, done: done, post: post, chunkIdx: int64(ci)}
+	r := p.regions[stagingKey{room: t.Room, chunkIdx: h.chunkIdx}]
+	switch {
+	case (t.PageStart+n-1)/grid != ci, r == nil:
+		s.mu.Unlock()
+		s.refused.Add(1)
+		done(room.ReasonInvalidRequest, nil)
+		return true
+	case s.writableLocked(p, r):
+		rg := *r
+		s.mu.Unlock()
+		s.postStaged(h, rg, p.to, p.chunkReady)
+		return true
+	case len(p.held) >= maxStagingHeld:
+		s.mu.Unlock()
+		s.refused.Add(1)
+		done(room.ReasonTransferError, nil)
+		return true
+	}
+	p.held = append(p.held, h)
+	s.mu.Unlock()
+	s.held.Add(1)
+	return true
+}
+
+// wake posts, in order, the held chunks of agent that became writable.
+func (s *stagingTable) wake(agent string) {
+	type ready struct {
+		h  heldChunk
+		rg StagingRegion
+	}
+	var out []ready
+	s.mu.Lock()
+	p := s.peers[agent]
+	if p == nil {
+		s.mu.Unlock()
+		return
+	}
+	keep := p.held[:0]
+	for _, h := range p.held {
+		if r := p.regions[stagingKey{room: h.t.Room, chunkIdx: h.chunkIdx}]; r != nil && s.writableLocked(p, r) {
+			out = append(out, ready{h, *r})
+			continue
+		} else if r == nil { // forgotten past the cap: it can never be answered
+			out = append(out, ready{h: h})
+			continue
+		}
+		keep = append(keep, h)
+	}
+	clear(p.held[len(keep):])
+	p.held = keep
+	to, cr := p.to, p.chunkReady
+	s.mu.Unlock()
+	for _, x := range out {
+		if !x.rg.Known {
+			s.refused.Add(1)
+			x.h.done(room.ReasonInvalidRequest, nil)
+			continue
+		}
+		s.postStaged(x.h, x.rg, to, cr)
+	}
+}
+
+// postStaged posts a chunk into its region; once its writes are done the
+// slot is forgotten (decode frees it) and, for a CHUNK_READY release, the
+// signal goes to decode first.
+func (s *stagingTable) postStaged(h heldChunk, rg StagingRegion, to room.Endpoint, chunkReady bool) {
+	t := h.t
+	t.Staged = &room.StagedRegion{ChunkIdx: int(h.chunkIdx), Offset: rg.Offset}
+	inner := h.done
+	s.staged.Add(1)
+	h.post(t, func(fail room.Reason, signal [][]byte) {
+		s.mu.Lock()
+		if p := s.peers[t.Agent]; p != nil {
+			delete(p.regions, stagingKey{room: t.Room, chunkIdx: h.chunkIdx})
+		}
+		s.mu.Unlock()
+		if fail == room.ReasonNone && chunkReady {
+			n := min(len(t.SrcPages), len(t.DstPages))
+			m := &wire.ChunkReady{Room: t.Room, ChunkIdx: int(h.chunkIdx), PageStart: t.PageStart, NumPages: n,
+				WriterID: t.Agent, PrefillRank: s.rank}
+			if err := s.send(to, m.Encode()); err != nil {
+				fail = room.ReasonTransferError // decode would wait for it forever
+			} else {
+				s.chunkReady.Add(1)
+			}
+		}
+		inner(fail, signal)
+	})
 }
 
 // StagingStats returns the staging counters (zero with -staging off, but for
@@ -336,6 +509,7 @@ func (p *peers) staging() *stagingTable {
 		p.stg = newStagingTable(d.cfg.Staging, d.cfg.Rank.TPSize, d.cfg.MLA, func(to room.Endpoint, f [][]byte) error {
 			return d.links.send(to, f)
 		})
+		p.stg.pageSize, p.stg.rank = d.cfg.PageSize, d.cfg.Rank.Unique()
 	})
 	return p.stg
 }

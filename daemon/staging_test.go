@@ -180,7 +180,7 @@ func TestStagingPeerRule(t *testing.T) {
 		s := newStagingTable(StagingConfig{Enabled: c.on}, 2, c.mla, nil)
 		var g sglang.PeerGeometry
 		s.geometry(&g, c.r)
-		s.add(c.r)
+		s.add(c.r, false)
 		got := g.StagingBase != 0 || g.StagingSize != 0
 		if got != c.want || (len(s.peers) == 1) != c.want {
 			t.Errorf("%s: staging peer %v (table %d), want %v", c.name, got, len(s.peers), c.want)
@@ -205,7 +205,7 @@ func TestStagingCaps(t *testing.T) {
 		return nil
 	})
 	r := &wire.Registration{AgentName: "a", DecodeTPSize: 1, StagingBasePtr: stgBase, StagingTotalSize: stgSize}
-	s.add(r)
+	s.add(r, false)
 	info := func(id uint64, pages int) *wire.TransferInfo {
 		return &wire.TransferInfo{Room: id, AgentName: "a", DstKVIndices: make([]int32, pages), HasDecodePrefixLen: true}
 	}
@@ -247,5 +247,94 @@ func TestStagingCaps(t *testing.T) {
 	s.drop("a")
 	if s.info(info(10, 2), 1) != 0 {
 		t.Fatal("a dropped agent was asked")
+	}
+}
+
+// The staging gate: a chunk to a staging peer waits until its grid slot's
+// region is answered and the watermark allows the write, then is posted with
+// the region (in order, woken by the STAGING_RSP or WATERMARK that made it
+// writable); for a CHUNK_READY release (0.5.23) kvxferd sends CHUNK_READY
+// with the chunk's slot, first page and page count once the write is done,
+// before the room hears of it. A chunk across two slots or for a slot never
+// asked for is refused; an ALLOC_OVERSIZED slot is posted so that the plan
+// refuses it with SGLang's reason; held chunks of a dropped agent fail
+// peer_lost; empty chunks and other peers pass through.
+func TestStagingGateHoldsUntilWritable(t *testing.T) {
+	var sent [][][]byte
+	s := newStagingTable(StagingConfig{Enabled: true, ChunkedPrefillSize: 3}, 2, false, func(_ room.Endpoint, f [][]byte) error {
+		sent = append(sent, f)
+		return nil
+	})
+	s.pageSize, s.rank = 1, 5
+	s.add(&wire.Registration{AgentName: "a", DecodeIP: "10.0.0.9", DecodePort: 7, DecodeTPSize: 1, StagingBasePtr: stgBase, StagingTotalSize: stgSize}, true)
+	s.info(&wire.TransferInfo{Room: 1, AgentName: "a", DstKVIndices: seqPages(0, 7), HasDecodePrefixLen: true}, 1)
+	sent = sent[:0] // the three STAGING_REQs
+	type posted struct {
+		t    room.Transfer
+		done room.DoneFunc
+	}
+	var posts []posted
+	post := func(t room.Transfer, d room.DoneFunc) { posts = append(posts, posted{t, d}) }
+	var results []room.Reason
+	done := func(f room.Reason, _ [][]byte) { results = append(results, f) }
+	chunk := func(start, n int) room.Transfer {
+		return room.Transfer{Room: 1, Agent: "a", PageStart: start, SrcPages: seqPages(start, n), DstPages: seqPages(start, n)}
+	}
+	if !s.stage(chunk(0, 3), done, post) || !s.stage(chunk(3, 3), done, post) || len(posts) != 0 {
+		t.Fatalf("posted before any region: %d", len(posts))
+	}
+	if !s.frame(&wire.StagingRsp{Room: 1, ChunkIdx: 1, Offset: 4096, Round: 1, End: 8192, SessionID: "a"}) || len(posts) != 0 {
+		t.Fatal("slot 1 (round 1) posted without a watermark past it")
+	}
+	s.frame(&wire.StagingRsp{Room: 1, ChunkIdx: 0, Offset: 0, Round: 0, End: 4096, SessionID: "a"})
+	if len(posts) != 1 || *posts[0].t.Staged != (room.StagedRegion{ChunkIdx: 0, Offset: 0}) {
+		t.Fatalf("slot 0 not posted with its region: %+v", posts)
+	}
+	s.frame(&wire.Watermark{Round: 0, Tail: 8192, SessionID: "a"})
+	if len(posts) != 2 || *posts[1].t.Staged != (room.StagedRegion{ChunkIdx: 1, Offset: 4096}) {
+		t.Fatalf("slot 1 not posted once the watermark passed it: %+v", posts)
+	}
+	if len(sent) != 0 || len(results) != 0 {
+		t.Fatal("CHUNK_READY or done before the write was done")
+	}
+	posts[1].done(room.ReasonNone, nil)
+	posts[0].done(room.ReasonTransferError, nil)
+	if !slices.Equal(results, []room.Reason{room.ReasonNone, room.ReasonTransferError}) || len(sent) != 1 {
+		t.Fatalf("results %v, %d frames sent", results, len(sent))
+	}
+	m, err := wire.DecodeOutbound(sent[0])
+	if cr, ok := m.(*wire.ChunkReady); err != nil || !ok || *cr != (wire.ChunkReady{Room: 1, ChunkIdx: 1, PageStart: 3, NumPages: 3, WriterID: "a", PrefillRank: 5}) {
+		t.Fatalf("CHUNK_READY %+v %v", m, err)
+	}
+	if _, _, ok := s.region("a", 1, 1); ok {
+		t.Fatal("a written slot was kept")
+	}
+	results = results[:0]
+	s.stage(chunk(2, 2), done, post)                                                                                          // pages 2 and 3: slots 0 and 1
+	s.stage(room.Transfer{Room: 2, Agent: "a", PageStart: 0, SrcPages: seqPages(0, 1), DstPages: seqPages(0, 1)}, done, post) // never asked
+	if !slices.Equal(results, []room.Reason{room.ReasonInvalidRequest, room.ReasonInvalidRequest}) {
+		t.Fatalf("refusals %v", results)
+	}
+	s.frame(&wire.StagingRsp{Room: 1, ChunkIdx: 2, Offset: wire.AllocOversized, Round: 0, End: -1, SessionID: "a"})
+	n := len(posts)
+	s.stage(chunk(6, 1), done, post)
+	if len(posts) != n+1 || posts[n].t.Staged.Offset != wire.AllocOversized {
+		t.Fatal("an oversized slot was not handed to the plan")
+	}
+	if s.stage(room.Transfer{Room: 1, Agent: "a", Last: true}, done, post) || s.stage(room.Transfer{Room: 1, Agent: "b", SrcPages: seqPages(0, 1), DstPages: seqPages(0, 1)}, done, post) {
+		t.Fatal("an empty last chunk or another peer's chunk was staged")
+	}
+	s.info(&wire.TransferInfo{Room: 3, AgentName: "a", DstKVIndices: seqPages(0, 3), HasDecodePrefixLen: true}, 1)
+	results = results[:0]
+	s.stage(room.Transfer{Room: 3, Agent: "a", SrcPages: seqPages(0, 3), DstPages: seqPages(0, 3)}, done, post)
+	if st := s.stats(); st.HeldNow != 1 {
+		t.Fatalf("held %d", st.HeldNow)
+	}
+	s.drop("a")
+	if !slices.Equal(results, []room.Reason{room.ReasonPeerLost}) {
+		t.Fatalf("held chunk of a dropped agent: %v", results)
+	}
+	if st := s.stats(); st.Held != 3 || st.Staged != 3 || st.Refused != 2 || st.ChunkReady != 1 || st.HeldNow != 0 {
+		t.Fatalf("stats %+v", st)
 	}
 }
