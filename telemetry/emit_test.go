@@ -1,0 +1,70 @@
+package telemetry
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/kvxfer/kvxfer/actors/room"
+)
+
+// TestEmitAgentAttrCached: the direct path makes a one-agent room's
+// kv_transfer.peer.agent once per agent and reuses it; every room span still
+// names its own agents (one, several, and more agents than the cache holds),
+// and the transfer spans their own agent, resource and scope.
+func TestEmitAgentAttrCached(t *testing.T) {
+	exp := tracetest.NewInMemoryExporter()
+	obs, err := New(Config{Exporter: exp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := obs.Close(context.Background()); err != nil { // emit runs here
+		t.Fatal(err)
+	}
+	mk := func(id uint64, agents ...string) *roomRec {
+		r := &roomRec{roomState: roomState{id: id, retiredAt: 5e6, status: room.Success, retired: true, keep: keepSampled}}
+		for i, a := range agents {
+			r.spans = append(r.spans, xferRec{seq: uint32(i + 1), agent: a, start: 1e6, end: 2e6, done: true})
+			r.agents = append(r.agents, a)
+		}
+		return r
+	}
+	var want []string
+	emit := func(r *roomRec) {
+		obs.emit(r)
+		want = append(want, fmt.Sprint(r.agents))
+	}
+	emit(mk(1, "a"))
+	emit(mk(2, "b"))
+	emit(mk(3, "a"))
+	emit(mk(4, "a", "b"))
+	for i := range 1100 { // more agents than the cache keeps
+		emit(mk(uint64(10+i), fmt.Sprintf("agent-%d", i)))
+	}
+	emit(mk(5, "a"))
+	emit(mk(6)) // no transfer: no attribute
+	if len(obs.agents) > 1024 {
+		t.Errorf("agent cache holds %d entries, want at most 1024", len(obs.agents))
+	}
+	obs.export(context.Background())
+	var got []string
+	for _, s := range exp.GetSpans() {
+		switch s.Name {
+		case RoomSpan:
+			if v, ok := attrOf(s.Attributes, AttrPeerAgent); ok {
+				got = append(got, fmt.Sprint(v.AsStringSlice()))
+			} else {
+				got = append(got, "[]")
+			}
+		case TransferSpan:
+			if s.Resource != obs.cfg.Resource || s.InstrumentationScope.Name != Scope {
+				t.Errorf("transfer span resource %v scope %v", s.Resource, s.InstrumentationScope)
+			}
+		}
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("room spans' agents %v\nwant %v", got, want)
+	}
+}
