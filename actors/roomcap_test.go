@@ -28,7 +28,7 @@ func TestShardAdmitRules(t *testing.T) {
 		{"info at the cap", ti("e"), 4, map[string]int{"d": 2}, roomCap},
 		{"cap before share", ti("d"), 4, map[string]int{"d": 2}, roomCap},
 	} {
-		if got := lim.admit(tc.msg, tc.live, tc.peers); got != tc.want {
+		if got := lim.admit(tc.msg, tc.live, func(a string) int { return tc.peers[a] }); got != tc.want {
 			t.Errorf("%s: admit = %d, want %d", tc.name, got, tc.want)
 		}
 	}

@@ -21,7 +21,7 @@ type shard struct {
 	lim      limits
 
 	rooms map[uint64]*live
-	peers map[string]int // live rooms charged to each decode agent (created by its transfer info)
+	peers map[string]*peerCharge // live rooms charged to each decode agent (created by its transfer info)
 	// refused counts messages that would have made a room live beyond a cap.
 	refusedCap, refusedShare uint64
 	tombs                    map[uint64]tombEntry
@@ -47,14 +47,24 @@ type shard struct {
 // live is a room with an actor: its PID, how many messages the shard routed
 // to it, and the room's view (how many it handled and what a poll answers,
 // written by the room).
+//
+// Kept at 64 bytes (a size class; one per live room): the agent is a pointer
+// to its charge, opened sits beside sent.
 type live struct {
 	view
 	pid    *actor.PID
 	sent   uint32
-	peer   string       // the decode agent charged for the room ("" for the scheduler)
 	opened bool         // the scheduler's Open was routed to it
+	peer   *peerCharge  // the decode agent charged for the room (nil for the scheduler)
 	born   int64        // creation time, UnixNano on the engine's clock
 	rec    RoomObserver // the room's record, for onTerminated only
+}
+
+// peerCharge is one decode agent's live rooms in a shard; it is dropped when
+// the last of them goes, so the shard keeps one per agent with live rooms.
+type peerCharge struct {
+	agent string
+	rooms int
 }
 
 // limits are one shard's part of Config.RoomCap and Config.PeerRoomCap.
@@ -75,12 +85,12 @@ const (
 // admit decides whether msg, which would make a room live, may: the shard's
 // live rooms stay under its cap, and a room created by a transfer info is
 // charged to its agent, whose rooms stay under the per-peer share. Opens are
-// charged to nobody. peers is the live rooms per charged agent.
-func (l limits) admit(msg room.Msg, live int, peers map[string]int) refusal {
+// charged to nobody. charged says how many live rooms an agent is charged.
+func (l limits) admit(msg room.Msg, live int, charged func(agent string) int) refusal {
 	if live >= l.rooms {
 		return roomCap
 	}
-	if ti, ok := msg.(room.TransferInfo); ok && peers[ti.Agent] >= l.peer {
+	if ti, ok := msg.(room.TransferInfo); ok && charged(ti.Agent) >= l.peer {
 		return peerShare
 	}
 	return admitted
@@ -106,7 +116,7 @@ type tombRef struct {
 var roomDispatcher = actor.NewSynchronizedDispatcher(300)
 
 func newShard(e *Engine, capacity int, lim limits) *shard {
-	return &shard{eng: e, capacity: capacity, lim: lim, rooms: map[uint64]*live{}, peers: map[string]int{},
+	return &shard{eng: e, capacity: capacity, lim: lim, rooms: map[uint64]*live{}, peers: map[string]*peerCharge{},
 		tombs: map[uint64]tombEntry{}}
 }
 
@@ -342,7 +352,7 @@ func (s *shard) routeOne(ctx actor.Context, env *envelope) {
 	fx := m.Step(env.msg)
 	alive := !m.Retired()
 	if alive {
-		if why := s.lim.admit(env.msg, len(s.rooms), s.peers); why != admitted {
+		if why := s.lim.admit(env.msg, len(s.rooms), s.charged); why != admitted {
 			s.refuse(env, why)
 			return
 		}
@@ -375,8 +385,13 @@ func (s *shard) routeOne(ctx actor.Context, env *envelope) {
 		s.next = newRoomActor(s.eng, m, fx, env, lr)
 		lr.pid = ctx.SpawnPrefix(s.props, roomPrefix(env.room))
 		if ti, ok := env.msg.(room.TransferInfo); ok {
-			lr.peer = ti.Agent
-			s.peers[ti.Agent]++
+			c := s.peers[ti.Agent]
+			if c == nil {
+				c = &peerCharge{agent: ti.Agent}
+				s.peers[ti.Agent] = c
+			}
+			c.rooms++
+			lr.peer = c
 		}
 		s.rooms[env.room] = lr
 		if failTrace {
@@ -459,12 +474,20 @@ func (s *shard) onRetired(ctx actor.Context, m *retired) {
 	s.keepTombstone(m.tomb)
 }
 
+// charged is how many live rooms agent is charged in this shard.
+func (s *shard) charged(agent string) int {
+	if c := s.peers[agent]; c != nil {
+		return c.rooms
+	}
+	return 0
+}
+
 // forget drops a live room and its charge to its decode agent.
 func (s *shard) forget(id uint64, lr *live) {
 	delete(s.rooms, id)
-	if lr.peer != "" {
-		if s.peers[lr.peer]--; s.peers[lr.peer] <= 0 {
-			delete(s.peers, lr.peer)
+	if c := lr.peer; c != nil {
+		if c.rooms--; c.rooms <= 0 {
+			delete(s.peers, c.agent)
 		}
 	}
 }
