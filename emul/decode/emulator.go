@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -319,6 +320,10 @@ func (e *Emulator) onPrimaryMsg(frames [][]byte) {
 		e.onStagingReq(frames) // staging's own listener, on every release
 		return
 	}
+	if e.stg != nil && rel.ReadsPull() && isChunkReady(frames) {
+		e.onChunkReady(frames)
+		return
+	}
 	if !rel.ReadsPull() {
 		return
 	}
@@ -427,8 +432,23 @@ func (e *Emulator) pollNotifs() {
 			continue
 		}
 		e.mu.Lock()
+		var wms []stagedWatermark
 		for _, n := range ns {
-			nn, err := sglang.ParseNotif(n.Msg)
+			msg := n.Msg
+			if e.stg != nil && strings.Contains(msg, "_stg_") {
+				// A staged chunk: scatter it once every writer's block
+				// arrived, then count it as that chunk's kv arrival.
+				st, err := wire.ParseStgNotif(msg)
+				if err != nil {
+					e.c.badNotifs.Add(1)
+					continue
+				}
+				if wm := e.stagedArrivedLocked(st.Room, st.ChunkIdx, st.PageStart, st.NumPages); wm.wm != nil {
+					wms = append(wms, wm)
+				}
+				msg = string(sglang.AppendKVNotif(nil, st.Room, st.ChunkID, st.IsLast, st.Sender))
+			}
+			nn, err := sglang.ParseNotif(msg)
 			if err != nil {
 				e.c.badNotifs.Add(1)
 				continue
@@ -444,6 +464,7 @@ func (e *Emulator) pollNotifs() {
 			}
 		}
 		e.mu.Unlock()
+		e.sendWatermarks(wms)
 	}
 }
 

@@ -111,6 +111,7 @@ type roomState struct {
 	failed         bool
 	failReason     string
 	okRanks        map[int]bool // prefill ranks that sent KV_STATUS "4"
+	dst            []int32      // decode pages of the transfer info (staged regions scatter into them)
 
 	// Deferred release (0.5.21+): abortSent is abort_notified; armed says the
 	// ACK tracker exists, gen is its generation (0.5.22+), acks the prefill
@@ -236,6 +237,7 @@ func (e *Emulator) RunRoom(ctx context.Context, p workload.Plan) Result {
 	rs.infoSent = true
 	if e.stg != nil {
 		e.stg.sawInfo(p.Room)
+		rs.dst = pages
 	}
 	e.mu.Unlock()
 	prefixTokens := p.PrefixPages * max(deref0(e.info.PageSize), 1)

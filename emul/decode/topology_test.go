@@ -170,6 +170,12 @@ func (c emuTopo) run(t *testing.T) {
 	for i := range 3 {
 		r := uint64(0xe0000 + 31*i + c.ptp*7 + c.dtp)
 		plan := workload.Plan{Index: i, Room: r, Pages: 5, Chunks: []int{3, 2}, Agents: 1}
+		cuts := []int{0, 3, 5}
+		if c.prefillStaging {
+			// SGLang's scheduler sends one chunk per staging-grid slot
+			// (compute_grid_segments): 2 pages here.
+			plan.Chunks, cuts = []int{2, 2, 1}, []int{0, 2, 4, 5}
+		}
 		src := []int32{4, 9, 10, 1, 30}
 		for _, p := range pre {
 			for j, s := range src {
@@ -193,15 +199,14 @@ func (c emuTopo) run(t *testing.T) {
 			go func() { defer wg.Done(); results[k] = e.RunRoom(ctx, plan) }()
 		}
 		for _, p := range pre {
-			if err := p.cli.Send(r, src[:3], nil); err != nil {
-				t.Fatal(err)
-			}
-			var state [][]int32
-			if c.state {
-				state = [][]int32{{5}}
-			}
-			if err := p.cli.Send(r, src[3:], state); err != nil {
-				t.Fatal(err)
+			for k := 1; k < len(cuts); k++ {
+				var state [][]int32
+				if c.state && k == len(cuts)-1 {
+					state = [][]int32{{5}}
+				}
+				if err := p.cli.Send(r, src[cuts[k-1]:cuts[k]], state); err != nil {
+					t.Fatal(err)
+				}
 			}
 		}
 		if c.wantReason != "" {
@@ -314,15 +319,13 @@ func TestEmulatorTopologies(t *testing.T) {
 	}
 }
 
-// checkStagingHandshake: with kvxferd -staging (grid 2 pages), each of rooms
-// rooms of 5 pages made every prefill rank ask every decode rank for 3
-// regions (2, 2 and 1 pages) over decode's PULL socket; decode's staging
-// listener answered each (its ring holds each (room, chunk) once), and each
-// prefill rank's kvxferd took exactly one answer per region it asked for
-// (decode answers every writer of a region, so a fan-in rank also sees the
-// other ranks' answers, dropped as already answered). The rooms themselves
-// went through head slices and were checked byte by byte above: staged
-// writes are not wired yet.
+// checkStagingHandshake: with kvxferd -staging (grid 2 pages) each room of 5
+// pages went as 3 grid-slot chunks (2, 2, 1 pages). Every prefill rank asked
+// every decode rank for the 3 regions; decode answered each; every kvxferd
+// held each chunk until its region was known, then wrote it into decode's
+// ring (stg notification for 0.5.18, CHUNK_READY for 0.5.23); decode checked
+// every byte of every region from its own view, scattered it into the
+// room's pages (checked again above), freed it and sent WATERMARKs.
 func (c emuTopo) checkStagingHandshake(t *testing.T, pre []*emuPrefill, emus []*Emulator, rooms int) {
 	t.Helper()
 	const slots = 3
@@ -330,12 +333,13 @@ func (c emuTopo) checkStagingHandshake(t *testing.T, pre []*emuPrefill, emus []*
 	for {
 		ok := true
 		for _, e := range emus {
-			if s := e.Staging(); s.Answered != int64(slots*rooms*len(pre)) || s.Skipped != 0 || s.Oversized != 0 || s.Regions != slots*rooms {
+			s := e.Staging()
+			if s.Answered != int64(slots*rooms*len(pre)) || s.Scattered != int64(slots*rooms) || s.Regions != 0 {
 				ok = false
 			}
 		}
 		for _, p := range pre {
-			if s := p.d.StagingStats(); s.ReqsSent != int64(slots*rooms*len(emus)) || s.RspRouted != int64(slots*rooms*len(emus)) {
+			if s := p.d.StagingStats(); s.RspRouted != int64(slots*rooms*len(emus)) {
 				ok = false
 			}
 		}
@@ -349,22 +353,37 @@ func (c emuTopo) checkStagingHandshake(t *testing.T, pre []*emuPrefill, emus []*
 			for k, p := range pre {
 				t.Logf("prefill tp%d: %+v", k, p.d.StagingStats())
 			}
-			t.Fatal("staging handshake incomplete")
+			t.Fatal("staging incomplete")
 		}
 		time.Sleep(time.Millisecond)
 	}
+	for k, e := range emus {
+		s := e.Staging()
+		e.mu.Lock()
+		want := int64(rooms) * (2*e.stg.view.ChunkBytes(2) + e.stg.view.ChunkBytes(1))
+		e.mu.Unlock()
+		if s.Skipped != 0 || s.Oversized != 0 || s.StagedWrong != 0 || s.StagedBytes != want || s.Late != 0 || s.BadRegion != 0 || s.Watermarks != int64(slots*rooms) {
+			t.Fatalf("decode tp%d: %+v (want %d staged bytes)", k, s, want)
+		}
+	}
+	ready := 0
+	if c.release == Release0523 {
+		ready = slots * rooms * len(emus)
+	}
 	for k, p := range pre {
-		if s := p.d.StagingStats(); s.Peers != len(emus) || s.ReqsFailed != 0 || s.WMRouted != 0 {
+		s := p.d.StagingStats()
+		if s.Peers != len(emus) || s.ReqsSent != int64(slots*rooms*len(emus)) || s.ReqsFailed != 0 ||
+			s.Staged != int64(slots*rooms*len(emus)) || s.Refused != 0 || s.HeldNow != 0 || s.ChunkReady != int64(ready) {
 			t.Fatalf("prefill tp%d: %+v", k, s)
 		}
 	}
 }
 
 // TestEmulatorStagingHandshake: kvxferd -staging against decodes with their
-// staging ring on, heterogeneous TP both ways, both signalling releases:
-// STAGING_REQ per grid slot out, STAGING_RSP back over the real sockets and
-// routed to the region asked for; every room still succeeds with every byte
-// checked (head slices).
+// staging ring on, heterogeneous TP both ways (fan-in: two writers per
+// region), both signalling releases: the whole staged path over real
+// sockets and loopback NIXL, every staged byte and every page byte checked
+// (checkStagingHandshake).
 func TestEmulatorStagingHandshake(t *testing.T) {
 	for _, rel := range []Release{Release0518, Release0523} {
 		for _, c := range []emuTopo{
