@@ -20,18 +20,16 @@ import (
 // [14]/[15]) and runs another attention TP size than this rank (MHA; the
 // head-slice case SGLang stages), kvxferd:
 //   - passes the ring into the peer geometry (sglang.PeerGeometry.StagingBase
-//     and StagingSize), so the pool can plan staged writes (PlanStaged);
+//     and StagingSize), so the pool can plan staged writes;
 //   - sends, when a transfer info of such a decode arrives, one STAGING_REQ
 //     per staging-grid slot of the room's pages to decode's endpoint, as
 //     SGLang's prefetch_staging_reqs does (never for a dummy info or one
 //     without pages);
 //   - routes decode's STAGING_RSP to the (agent, room, chunk_idx) it
 //     requested and WATERMARK to the agent's ring (the newest kept, as
-//     handle_watermark_msg), so the region and the watermark of each slot
-//     are known (stagingTable.region). A reply nobody asked for, or for an
-//     agent that is not a staging peer, is dropped and counted; it touches no
-//     other room or peer.
-//
+//     handle_watermark_msg). A reply nobody asked for, or for an agent that
+//     is not a staging peer, is dropped and counted; it touches no other
+//     room or peer;
 //   - holds each chunk to such a decode (stage) until its slot's region is
 //     answered and the watermark allows the write (re-checked on every
 //     STAGING_RSP and WATERMARK of the agent), then posts it with the
