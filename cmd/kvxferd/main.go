@@ -73,7 +73,7 @@ func runWithOutput(args []string, getenv func(string) string, usage io.Writer) e
 	fs.StringVar(&c.KVCacheDtype, "kv-cache-dtype", "auto", "KV cache dtype decode must match (--kv-cache-dtype)")
 	fs.StringVar(&c.LoadBalanceMethod, "load-balance-method", "", "SGLang's --load-balance-method, sent in PUT /route (empty: the key is omitted, which SGLang reads as follow_bootstrap_room)")
 	fs.BoolVar(&c.MLA, "mla", false, "MLA model: one KV buffer per layer, replicated across TP")
-	fs.BoolVar(&c.Staging.Enabled, "staging", false, "SGLang's staging path (SGLANG_DISAGG_STAGING_BUFFER=1): ask decodes that announced a staging ring and run another TP size for their regions (STAGING_REQ) and route STAGING_RSP/WATERMARK; staged writes are not wired yet (docs/sglang-compat.md), keep off in production")
+	fs.BoolVar(&c.Staging.Enabled, "staging", false, "SGLang's staging path (SGLANG_DISAGG_STAGING_BUFFER=1): decodes that announced a staging ring and run another TP size get each chunk written into a region of their ring (STAGING_REQ/STAGING_RSP/WATERMARK; stg notification, or CHUNK_READY for 0.5.23); the scheduler must send one chunk per grid slot, as SGLang's does (docs/sglang-compat.md)")
 	fs.IntVar(&c.Staging.ChunkedPrefillSize, "chunked-prefill-size", 8192, "the scheduler's chunked_prefill_size in tokens: the staging grid (with -staging)")
 	fs.IntVar(&c.Topology.KVHeadNum, "kv-head-num", 0, "MHA: this rank's KV heads (kv_args.kv_head_num); with -total-kv-heads, needed to serve decodes of another TP size (head slicing)")
 	fs.IntVar(&c.Topology.TotalKVHeads, "total-kv-heads", 0, "MHA: the model's KV heads (0: -kv-head-num × -tp-size)")
