@@ -17,7 +17,10 @@ type batchOp struct {
 }
 
 // batchScript: more rooms than the cap, two agents (one over its share),
-// rooms that need two infos, fails before and after an info, aborts.
+// rooms that need two infos (phase one: only infos, so no room retires while
+// the caps decide, and admission depends on order alone); then fails before
+// and after an info, and decode aborts, on those rooms (phase two creates no
+// room: live ones, or tombstones of refused ones).
 func batchScript() []batchOp {
 	var ops []batchOp
 	for i := range 40 {
@@ -26,19 +29,19 @@ func batchScript() []batchOp {
 		if i%3 == 0 {
 			agent = "b"
 		}
-		req := 1 + i%2
+		ops = append(ops, batchOp{kind: 't', room: id, agent: agent, req: 1 + i%2})
+	}
+	for i := range 40 {
+		id := uint64(500 + i)
 		switch i % 5 {
-		case 0: // fail first, then the info: the info meets a failed room
-			ops = append(ops, batchOp{kind: 'f', room: id, why: room.ReasonTransferError}, batchOp{kind: 't', room: id, agent: agent, req: req})
-		case 1: // the info, then the fail
-			ops = append(ops, batchOp{kind: 't', room: id, agent: agent, req: req}, batchOp{kind: 'f', room: id, why: room.ReasonPeerRejected})
-		case 2: // the info, then decode's abort
-			ops = append(ops, batchOp{kind: 't', room: id, agent: agent, req: req}, batchOp{kind: 'a', room: id})
-		default:
-			ops = append(ops, batchOp{kind: 't', room: id, agent: agent, req: req})
-			if req == 2 {
-				ops = append(ops, batchOp{kind: 't', room: id, agent: "c", req: req})
-			}
+		case 0: // fail, then an info
+			ops = append(ops, batchOp{kind: 'f', room: id, why: room.ReasonTransferError}, batchOp{kind: 't', room: id, agent: "c", req: 2})
+		case 1: // an info, then the fail
+			ops = append(ops, batchOp{kind: 't', room: id, agent: "c", req: 2}, batchOp{kind: 'f', room: id, why: room.ReasonPeerRejected})
+		case 2: // decode's abort
+			ops = append(ops, batchOp{kind: 'a', room: id})
+		case 3: // the second info a two-info room waits for
+			ops = append(ops, batchOp{kind: 't', room: id, agent: "c", req: 2})
 		}
 	}
 	return ops
