@@ -47,6 +47,7 @@ type emuTopo struct {
 	// prefillStaging runs kvxferd with -staging (grid: 2 pages): it asks
 	// decode for a region per grid slot and routes the answers.
 	prefillStaging bool
+	stagingBytes   int64  // decode's ring (0: 64 KiB)
 	wantReason     string // SGLang's refusal, if the decode must be refused
 }
 
@@ -155,6 +156,9 @@ func (c emuTopo) run(t *testing.T) {
 		cfg.State = c.state
 		if c.staging {
 			cfg.StagingBytes = 1 << 16
+			if c.stagingBytes > 0 {
+				cfg.StagingBytes = c.stagingBytes
+			}
 		}
 		cfg.Name = fmt.Sprintf("emu-topo-dec%d", d)
 		e, err := New(cfg)
@@ -365,6 +369,14 @@ func (c emuTopo) checkStagingHandshake(t *testing.T, pre []*emuPrefill, emus []*
 		if s.Skipped != 0 || s.Oversized != 0 || s.StagedWrong != 0 || s.StagedBytes != want || s.Late != 0 || s.BadRegion != 0 || s.Watermarks != int64(slots*rooms) {
 			t.Fatalf("decode tp%d: %+v (want %d staged bytes)", k, s, want)
 		}
+		e.mu.Lock()
+		round, _ := e.stg.ring.Watermark()
+		e.mu.Unlock()
+		// The small ring wraps; a large one only on 0.5.23's rule (a ring
+		// emptied by a free starts a new round).
+		if c.stagingBytes > 0 && round == 0 || c.stagingBytes == 0 && c.release == Release0518 && round != 0 {
+			t.Fatalf("decode tp%d: ring at round %d (ring %d bytes)", k, round, c.stagingBytes)
+		}
 	}
 	ready := 0
 	if c.release == Release0523 {
@@ -389,6 +401,10 @@ func TestEmulatorStagingHandshake(t *testing.T) {
 		for _, c := range []emuTopo{
 			{name: "MHA TP2→TP1", heads: 4, ptp: 2, ppp: 1, dtp: 1, layers: 2, headBytes: 8, page: 2, staging: true, prefillStaging: true},
 			{name: "MHA TP1→TP2", heads: 4, ptp: 1, ppp: 1, dtp: 2, layers: 2, headBytes: 8, page: 2, staging: true, prefillStaging: true},
+			// A ring of two 2-page regions (1 KiB each): a room's third slot
+			// wraps into the next round over its first, and kvxferd must hold
+			// it until decode's WATERMARK says the first was freed.
+			{name: "MHA TP2→TP1, ring of 2 slots", heads: 4, ptp: 2, ppp: 1, dtp: 1, layers: 2, headBytes: 8, page: 2, staging: true, prefillStaging: true, stagingBytes: 2048},
 		} {
 			c.release = rel
 			t.Run(rel.String()+"/"+c.name, c.run)
