@@ -296,9 +296,21 @@ func recoverFrom(f func()) (p any) {
 	return nil
 }
 
+// Withdrawer is optionally implemented by Transfers: Withdraw drops the
+// transfers of a failed room it has not started yet (room.Effects.Withdraw),
+// still reporting each one's completion.
+type Withdrawer interface {
+	Withdraw(roomID uint64)
+}
+
 func (a *roomActor) exec(ctx actor.Context, env *envelope, fx room.Effects) {
 	for i := range fx.Posts {
 		a.post(&fx.Posts[i])
+	}
+	if fx.Withdraw {
+		if w, ok := a.eng.cfg.Transfers.(Withdrawer); ok {
+			w.Withdraw(a.m.Room())
+		}
 	}
 	if fx.Arm.Kind != room.NoDeadline {
 		a.arm(fx.Arm)

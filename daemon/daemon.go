@@ -245,6 +245,7 @@ func Start(cfg Config) (*Daemon, error) {
 	d.xfers.gate = d.gateTransfer
 	if cfg.Staging.Enabled {
 		d.xfers.stage = d.peers.staging().stage
+		d.xfers.withdraw = d.peers.staging().withdraw
 	}
 	ec := cfg.Engine
 	if ec.Room == (room.Config{HoldCompletion: ec.Room.HoldCompletion}) {
@@ -559,6 +560,16 @@ type lazyTransfers struct {
 	// holds each until its staging region is writable and posts it, with
 	// the region, through post (staging.go).
 	stage func(t room.Transfer, done room.DoneFunc, post func(room.Transfer, room.DoneFunc)) bool
+	// withdraw drops the chunks stage holds for a room that failed.
+	withdraw func(roomID uint64)
+}
+
+// Withdraw implements actors.Withdrawer: a failed room's staged chunks still
+// waiting for their region are not written (staging.go).
+func (l *lazyTransfers) Withdraw(roomID uint64) {
+	if l.withdraw != nil {
+		l.withdraw(roomID)
+	}
 }
 
 func (l *lazyTransfers) Post(t room.Transfer, done room.DoneFunc) {

@@ -108,6 +108,7 @@ type StagingStats struct {
 	Staged      int64 // chunks posted into a staging region
 	Refused     int64 // chunks refused: across a grid slot, no region asked, too many held
 	ChunkReady  int64 // CHUNK_READY sent (0.5.23)
+	Withdrawn   int64 // held chunks of a room that failed, never written
 	HeldNow     int   // chunks waiting now
 }
 
@@ -126,7 +127,7 @@ type stagingTable struct {
 	peers map[string]*stagingPeer
 
 	reqsSent, reqsFailed, rspRouted, oversized, wmRouted, dropped, regionsLost atomic.Int64
-	held, staged, refused, chunkReady                                          atomic.Int64
+	held, staged, refused, chunkReady, withdrawn                               atomic.Int64
 }
 
 func newStagingTable(cfg StagingConfig, tpSize int, mla bool, send func(room.Endpoint, [][]byte) error) *stagingTable {
@@ -363,7 +364,7 @@ func (s *stagingTable) stats() StagingStats {
 	return StagingStats{Peers: n, ReqsSent: s.reqsSent.Load(), ReqsFailed: s.reqsFailed.Load(),
 		RspRouted: s.rspRouted.Load(), Oversized: s.oversized.Load(), WMRouted: s.wmRouted.Load(),
 		Dropped: s.dropped.Load(), RegionsLost: s.regionsLost.Load(), Held: s.held.Load(), Staged: s.staged.Load(),
-		Refused: s.refused.Load(), ChunkReady: s.chunkReady.Load(), HeldNow: h}
+		Refused: s.refused.Load(), ChunkReady: s.chunkReady.Load(), Withdrawn: s.withdrawn.Load(), HeldNow: h}
 }
 
 // writableLocked: may the chunk of slot k be posted now (its region answered
@@ -428,6 +429,32 @@ func (s *stagingTable) stage(t room.Transfer, done room.DoneFunc, post func(room
 	s.mu.Unlock()
 	s.held.Add(1)
 	return true
+}
+
+// withdraw ends the held chunks of a failed room (room.Effects.Withdraw)
+// without writing them: decode may free or reuse the room's regions once it
+// failed, so a late write could land in another room's region. Their room
+// is draining; it hears transfer_error for each.
+func (s *stagingTable) withdraw(roomID uint64) {
+	var out []heldChunk
+	s.mu.Lock()
+	for _, p := range s.peers {
+		keep := p.held[:0]
+		for _, h := range p.held {
+			if h.t.Room == roomID {
+				out = append(out, h)
+				continue
+			}
+			keep = append(keep, h)
+		}
+		clear(p.held[len(keep):])
+		p.held = keep
+	}
+	s.mu.Unlock()
+	for _, h := range out {
+		s.withdrawn.Add(1)
+		h.done(room.ReasonTransferError, nil)
+	}
 }
 
 // wake posts, in order, the held chunks of agent that became writable.

@@ -338,3 +338,35 @@ func TestStagingGateHoldsUntilWritable(t *testing.T) {
 		t.Fatalf("stats %+v", st)
 	}
 }
+
+// A failed room's held chunks are withdrawn (room.Effects.Withdraw): they end
+// transfer_error and are never written, even when their region becomes
+// writable later; another room's held chunk stays and is posted.
+func TestStagingWithdrawFailedRoom(t *testing.T) {
+	s := newStagingTable(StagingConfig{Enabled: true, ChunkedPrefillSize: 2}, 2, false, func(room.Endpoint, [][]byte) error { return nil })
+	s.pageSize = 1
+	s.add(&wire.Registration{AgentName: "a", DecodeTPSize: 1, StagingBasePtr: stgBase, StagingTotalSize: stgSize}, false)
+	for _, id := range []uint64{1, 2} {
+		s.info(&wire.TransferInfo{Room: id, AgentName: "a", DstKVIndices: seqPages(0, 2), HasDecodePrefixLen: true}, 1)
+	}
+	var posted []uint64
+	post := func(t room.Transfer, _ room.DoneFunc) { posted = append(posted, t.Room) }
+	ends := map[uint64][]room.Reason{}
+	for _, id := range []uint64{1, 2} {
+		s.stage(room.Transfer{Room: id, Agent: "a", SrcPages: seqPages(0, 2), DstPages: seqPages(0, 2)},
+			func(f room.Reason, _ [][]byte) { ends[id] = append(ends[id], f) }, post)
+	}
+	s.withdraw(1)
+	if !slices.Equal(ends[1], []room.Reason{room.ReasonTransferError}) || len(ends[2]) != 0 {
+		t.Fatalf("ends %v", ends)
+	}
+	for _, id := range []uint64{1, 2} {
+		s.frame(&wire.StagingRsp{Room: id, ChunkIdx: 0, Offset: int64(id) * 1024, Round: 0, End: int64(id)*1024 + 512, SessionID: "a"})
+	}
+	if !slices.Equal(posted, []uint64{2}) {
+		t.Fatalf("posted rooms %v, want only 2", posted)
+	}
+	if st := s.stats(); st.Withdrawn != 1 || st.HeldNow != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+}

@@ -21,6 +21,12 @@ type Effects struct {
 	// Arm, when Kind is not NoDeadline, replaces the armed deadline.
 	Arm Arm
 
+	// Withdraw: the room failed with transfers in flight. A transport that
+	// still holds some of them unstarted (a staged chunk waiting for its
+	// region) may drop them instead of writing for a failed room; it still
+	// reports an XferDone for each.
+	Withdraw bool
+
 	// Retire: the room is done; keep only its tombstone.
 	Retire bool
 	// Revived: a retired room came back to life (an Open for a room that a

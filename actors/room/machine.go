@@ -544,6 +544,7 @@ func (m *Machine) fail(why Reason) {
 	m.status, m.reason = Failed, why
 	m.held = nil
 	if len(m.inflight) > 0 {
+		m.fx.Withdraw = true
 		m.enter(draining)
 		return
 	}

@@ -485,3 +485,44 @@ func TestTransferPageStart(t *testing.T) {
 		t.Fatalf("page starts %v, want %v", got, want)
 	}
 }
+
+// TestFailWithdraws: a room that fails with transfers in flight asks the
+// transport to withdraw the ones it has not started (Effects.Withdraw), once,
+// in the failing step; a room failing with nothing in flight, a success, and
+// a second failure ask nothing. The room still drains: each withdrawn
+// transfer's XferDone comes back, and the failure reaches decode after the last.
+func TestFailWithdraws(t *testing.T) {
+	m := New(&testCfg, 7)
+	m.Step(Open{})
+	m.Step(ti("a", epA, pages(10, 11), 1))
+	m.Step(Init{NumPages: 2, AuxIndex: 1})
+	if fx := m.Step(Send{Pages: pages(1)}); len(fx.Posts) != 1 || fx.Withdraw {
+		t.Fatalf("send: %+v", fx)
+	}
+	fx := m.Step(Abort{})
+	if !fx.Withdraw || fx.Status != Failed {
+		t.Fatalf("abort with a write in flight: withdraw %v status %v", fx.Withdraw, fx.Status)
+	}
+	if fx := m.Step(Fail{Reason: ReasonShutdown}); fx.Withdraw {
+		t.Fatal("a second failure withdrew again")
+	}
+	if fx := m.Step(XferDone{Seq: 0, Fail: ReasonTransferError}); fx.Withdraw || len(fx.Notices) != 1 || fx.Notices[0].Kind != FailureStatus {
+		t.Fatalf("the withdrawn write's done: %+v", fx)
+	}
+
+	idle := New(&testCfg, 8)
+	idle.Step(Open{})
+	idle.Step(ti("a", epA, pages(10), 1))
+	if fx := idle.Step(Abort{}); fx.Withdraw || fx.Status != Failed {
+		t.Fatalf("abort with nothing in flight: withdraw %v status %v", fx.Withdraw, fx.Status)
+	}
+
+	ok := New(&testCfg, 9)
+	ok.Step(Open{})
+	ok.Step(ti("a", epA, pages(10), 1))
+	ok.Step(Init{NumPages: 1})
+	ok.Step(Send{Pages: pages(1)})
+	if fx := ok.Step(XferDone{Seq: 0}); fx.Withdraw || fx.Status != Success {
+		t.Fatalf("success: withdraw %v status %v", fx.Withdraw, fx.Status)
+	}
+}
