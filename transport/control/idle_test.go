@@ -43,3 +43,22 @@ func TestServerIdlePollHasNoTimeout(t *testing.T) {
 		t.Fatal("Stop returned before the loop ended")
 	}
 }
+
+// TestShmSafetyWakeBacksOff: an idle session's doorbell safety timeout
+// doubles from shmSafetyWake after each one that finds nothing, and stays at
+// shmSafetyWakeMax (so an idle session wakes at most every 6.4 s; records
+// and doorbells reset it to shmSafetyWake in the consumer loop).
+func TestShmSafetyWakeBacksOff(t *testing.T) {
+	d := shmSafetyWake
+	var got []time.Duration
+	for range 9 {
+		got = append(got, d)
+		d = nextSafetyWake(d)
+	}
+	want := []time.Duration{100, 200, 400, 800, 1600, 3200, 6400, 6400, 6400}
+	for i := range want {
+		if got[i] != want[i]*time.Millisecond {
+			t.Fatalf("safety timeouts %v, want %v ms", got, want)
+		}
+	}
+}

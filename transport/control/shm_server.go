@@ -401,6 +401,10 @@ func (ss *shmSession) pollOpens() {
 	}
 }
 
+// nextSafetyWake is the safety timeout after one that found the ring still
+// empty: double, at most shmSafetyWakeMax.
+func nextSafetyWake(d time.Duration) time.Duration { return min(2*d, shmSafetyWakeMax) }
+
 func (ss *shmSession) run() {
 	r := ss.r
 	tail, sleeping := r.u64(hdrTail), r.u32(hdrSleeping)
@@ -438,7 +442,7 @@ func (ss *shmSession) run() {
 				if tail.Load() != ss.head {
 					ss.hub.missed.Add(1)
 				} else {
-					safety = min(2*safety, shmSafetyWakeMax) // idle: sleep longer
+					safety = nextSafetyWake(safety) // idle: sleep longer
 				}
 			}
 			spinning = false
