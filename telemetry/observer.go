@@ -95,7 +95,8 @@ type Source interface {
 // context. When the room retires the record is handed to the emitter on a
 // lock-free stack (kept rooms only; the rest are recycled at once). The
 // aggregate metrics are striped atomic counters and histograms (the stripe
-// chosen by room id), added to as events happen; the live-room gauges are
+// of the P running the caller, see local; the tracked-room count on the room
+// id's), added to as events happen; the live-room gauges are
 // summed at scrape time from what the rooms reported to the engine's shards
 // (actors.Engine.Live). Nothing on a room's path takes a lock.
 type Observer struct {
@@ -149,8 +150,9 @@ var (
 type sourceBox struct{ s Source }
 
 // stripe is a share of the aggregate metrics: atomics only, read and summed
-// by Produce. Rooms hash to a stripe, so rooms on different goroutines
-// rarely share a cache line.
+// by Produce. Each P adds to its own stripe (local), so two cores rarely
+// write one cache line; the tracked-room count, which MaxRooms caps per
+// stripe, is kept on the stripe of the room's id (stripeOf).
 type stripe struct {
 	tracked, created, untracked atomic.Int64
 	posted, xferOK, xferFailed  atomic.Int64
