@@ -204,10 +204,9 @@ type shardStats struct {
 // small inline arrays hold a typical room without further allocation.
 type roomRec struct {
 	roomState
-	o     *Observer
-	st    *stripe
-	next  *roomRec // on a recStack
-	slot  uint32   // its freeList slot + 1 (0: none yet)
+	o     *Observer // set once: a record serves one Observer
+	next  *roomRec  // on a recStack
+	slot  uint32    // its freeList slot + 1 (0: none yet)
 	evBuf [4]statusEvent
 	spBuf [4]xferRec
 	inBuf [4]inflightRec
@@ -438,11 +437,12 @@ func (o *Observer) RoomCreated(id uint64) actors.RoomObserver {
 	st.created.Add(1)
 	r := o.free.get()
 	if r == nil {
-		r = new(roomRec)
+		r = &roomRec{o: o}
 		reset(r)
 	}
+	// Only the record's first line is written here (on the shard's
+	// goroutine); the rest is first touched by the room's actor.
 	now := o.now()
-	r.o, r.st = o, st
 	r.id, r.created, r.statusAt, r.status = id, now, now, room.Bootstrapping
 	return r
 }
@@ -454,7 +454,9 @@ func reset(r *roomRec) {
 	clear(r.spBuf[:min(len(r.spans), len(r.spBuf))])
 	clear(r.agBuf[:min(len(r.agents), len(r.agBuf))])
 	r.roomState = roomState{}
-	r.next = nil
+	if r.next != nil { // take clears it; written only if not (it shares o's line)
+		r.next = nil
+	}
 	r.events, r.spans, r.inflight, r.agents = r.evBuf[:0], r.spBuf[:0], r.inBuf[:0], r.agBuf[:0]
 }
 
@@ -678,7 +680,7 @@ func (r *roomRec) Ignored(msg room.Msg) {
 func (r *roomRec) Retired(t room.Tombstone) {
 	o := r.o
 	now := o.now()
-	r.st.tracked.Add(-1)
+	o.stripeOf(r.id).tracked.Add(-1)
 	st := o.local()
 	st.retired[statusIndex(t.Status)].Add(1)
 	st.statusDur[statusIndex(r.status)].observe(time.Duration(now-r.statusAt), statusBoundsNs)
@@ -707,7 +709,7 @@ func (r *roomRec) Retired(t room.Tombstone) {
 // retired), ended when it was handed over.
 func (r *roomRec) Abandoned() {
 	o := r.o
-	r.st.tracked.Add(-1)
+	o.stripeOf(r.id).tracked.Add(-1)
 	if !o.tracing || o.closed.Load() {
 		o.recycle(r)
 		return
