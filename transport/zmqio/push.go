@@ -164,29 +164,19 @@ func (l *PushLink) run(ready chan<- error) {
 		return
 	}
 	watched := make(chan struct{})
-	var wake *Waker // ends the watcher's poll, which has no timeout
 	if mon, ok := l.monitor(zctx, sock); ok {
-		if wake, err = NewWaker(zctx); err != nil {
-			l.log.Warn("transport: PUSH monitor; decode loss will not be detected on this link", "endpoint", l.cfg.Endpoint, "err", err)
-			_ = mon.Close()
-			close(watched)
-		} else {
-			go l.watch(mon, wake, watched)
-		}
+		go l.watch(mon, watched)
 	} else {
 		close(watched)
 	}
 	stopWatch := func() {
-		l.closing.Store(true)   // our own close is not a lost decode
-		_ = sock.Monitor("", 0) // MONITOR_STOPPED ends the watcher (libzmq 4.3 sends none on close)
+		l.closing.Store(true) // our own close is not a lost decode
+		// Stopping the monitor sends MONITOR_STOPPED (it is in the event
+		// mask), which ends the watcher's blocking receive; libzmq 4.3 sends
+		// none when the socket closes.
+		_ = sock.Monitor("", 0)
 		_ = sock.Close()
-		if wake != nil {
-			wake.Wake() // in case the MONITOR_STOPPED event was lost
-		}
 		<-watched // the watcher closes its socket before the context ends
-		if wake != nil {
-			wake.Close()
-		}
 	}
 	if err := sock.Connect(l.cfg.Endpoint); err != nil {
 		stopWatch()
@@ -332,9 +322,10 @@ func (l *PushLink) monitor(zctx *zmq.Context, sock *zmq.Socket) (*zmq.Socket, bo
 	if l.cfg.OnDisconnect == nil {
 		return nil, false
 	}
-	// No receive timeout: the watcher blocks in a poll that the link's close
-	// wakes (an idle link costs no CPU).
-	mon, err := monitorPair(zctx, sock, "PUSH", zmq.EVENT_CONNECTED|zmq.EVENT_DISCONNECTED, 0)
+	// No receive timeout: the watcher blocks until an event, and the link's
+	// close sends it MONITOR_STOPPED (an idle link costs no CPU, and no
+	// sockets or fds beyond the monitor's).
+	mon, err := monitorPair(zctx, sock, "PUSH", zmq.EVENT_CONNECTED|zmq.EVENT_DISCONNECTED|zmq.EVENT_MONITOR_STOPPED, 0)
 	if err != nil {
 		l.log.Warn("transport: PUSH monitor; decode loss will not be detected on this link", "endpoint", l.cfg.Endpoint, "err", err)
 		return nil, false
@@ -343,35 +334,18 @@ func (l *PushLink) monitor(zctx *zmq.Context, sock *zmq.Socket) (*zmq.Socket, bo
 }
 
 // watch owns the monitor socket: every loss of an established connection calls
-// OnDisconnect. It ends when the monitored socket closes (MONITOR_STOPPED), or
-// when woken with the link closing.
-func (l *PushLink) watch(mon *zmq.Socket, wake *Waker, done chan<- struct{}) {
+// OnDisconnect. It ends when the link stops the monitor (MONITOR_STOPPED).
+func (l *PushLink) watch(mon *zmq.Socket, done chan<- struct{}) {
 	defer close(done)
 	defer func() { _ = mon.Close() }()
-	poller := zmq.NewPoller()
-	poller.Add(mon, zmq.POLLIN)
-	poller.Add(wake.Socket(), zmq.POLLIN)
 	connected := false
 	for {
-		polled, err := poller.Poll(-1)
+		ev, _, _, err := mon.RecvEvent(0)
 		if err != nil {
-			if zmq.AsErrno(err) == zmq.Errno(syscall.EINTR) && !l.closing.Load() {
+			if zmq.AsErrno(err) == zmq.Errno(syscall.EINTR) {
 				continue
 			}
-			return
-		}
-		if len(polled) == 0 {
-			continue
-		}
-		wake.Drain()
-		if l.closing.Load() {
-			// Our own close: its MONITOR_STOPPED or its wake-up. Events still
-			// queued are disconnects we caused.
-			return
-		}
-		ev, _, _, err := mon.RecvEvent(zmq.DONTWAIT)
-		if err != nil {
-			continue // the wake-up alone, or nothing complete yet
+			return // ETERM: the context is ending
 		}
 		switch ev {
 		case zmq.EVENT_CONNECTED:

@@ -116,3 +116,24 @@ func TestIngestStopWakesIdlePoll(t *testing.T) {
 	}
 	within(t, "Ingest.Stop", in.Stop)
 }
+
+// TestPushLinkCloseEndsWatcher: a link's disconnect watcher blocks with no
+// receive timeout, and the link's close ends it (the monitor's
+// MONITOR_STOPPED), so Close returns; connected or not.
+func TestPushLinkCloseEndsWatcher(t *testing.T) {
+	in, err := StartIngest(IngestConfig{Host: "127.0.0.1"}, newRecSink())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Stop()
+	for _, ep := range []string{in.Endpoint(), "tcp://127.0.0.1:1"} {
+		l, err := DialPush(PushConfig{Endpoint: ep, OnDisconnect: func() {}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Send(fr("x")); err != nil {
+			t.Fatal(err)
+		}
+		within(t, "PushLink.Close to "+ep, l.Close)
+	}
+}
