@@ -598,19 +598,28 @@ func (p *peers) rejected(agent string) bool { return p.d.dialects.rejection(agen
 func (p *peers) applyInfo(t *wire.TransferInfo) { p.applyInfoTo(t, p.d.eng, p.rejected) }
 
 func (p *peers) applyInfoTo(t *wire.TransferInfo, to infoSink, rejected func(string) bool) {
-	to.TransferInfo(t.Room, room.TransferInfo{
+	isRejected := rejected(t.AgentName)
+	if !isRejected {
+		// A staging peer's regions are asked for as its info arrives
+		// (SGLang's prefetch_staging_reqs; staging.go), before the room can
+		// post a chunk that waits for one. Nothing without -staging.
+		p.staging().info(t, p.d.cfg.PageSize)
+	}
+	info := room.TransferInfo{
 		Agent: t.AgentName, From: room.Endpoint{IP: t.DecodeIP, Port: t.DecodePort},
 		DstPages: t.DstKVIndices, DstAux: t.DstAuxIndex, Required: t.RequiredDstInfoNum,
 		DstState: t.DstStateIndices, PrefixLen: t.DecodePrefixLen, Dummy: t.IsDummy(),
-	})
-	if rejected(t.AgentName) {
-		// After the info, so the room knows where to send the failure.
-		to.Fail(t.Room, room.ReasonPeerRejected)
-		return
 	}
-	// A staging peer's regions are asked for as its info arrives (SGLang's
-	// prefetch_staging_reqs; staging.go). Nothing without -staging.
-	p.staging().info(t, p.d.cfg.PageSize)
+	if isRejected {
+		// The room fails with the info in one step (it learns where to send
+		// the failure, and posts nothing for it); the Fail after it covers a
+		// room past collecting, which absorbs a second agent's info.
+		info.Refused = room.ReasonPeerRejected
+	}
+	to.TransferInfo(t.Room, info)
+	if isRejected {
+		to.Fail(t.Room, room.ReasonPeerRejected)
+	}
 }
 
 // Abort: the return address is taken only when it is a registered decode's

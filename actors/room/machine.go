@@ -400,6 +400,11 @@ func (m *Machine) onSend(msg Send) {
 }
 
 func (m *Machine) onTransferInfo(msg TransferInfo) {
+	if msg.Refused != ReasonNone {
+		m.infos = append(m.infos, msg)
+		m.fail(msg.Refused)
+		return
+	}
 	if msg.Required <= 0 || (m.required != 0 && msg.Required != m.required) {
 		m.fail(ReasonInvalidRequest)
 		return

@@ -22,6 +22,17 @@ type transitionCase struct {
 
 var transitionCases = []transitionCase{
 	{
+		name: "transfer info of a refused registration: fails with it, posts nothing, tells decode",
+		steps: []step{
+			{Open{}, "arm=bootstrap"},
+			{Init{NumPages: 1}, "-"},
+			{Send{Pages: pages(9)}, "-"},
+			{TransferInfo{Agent: "a", From: epA, DstPages: pages(5), Required: 1, Refused: ReasonPeerRejected}, "pub=Failed/peer_rejected status->10.0.0.1:7001 arm=linger"},
+			{Poll{}, "reply=Failed"},
+		},
+		final: Failed,
+	},
+	{
 		name: "happy path, one agent, one chunk",
 		steps: []step{
 			{Open{}, "arm=bootstrap"},

@@ -44,6 +44,11 @@ type TransferInfo struct {
 	DstState  [][]int32
 	PrefixLen int
 	Dummy     bool
+	// Refused is set when the agent's registration was refused (peer_rejected):
+	// the room records where decode is, to tell it, and fails in the same step,
+	// so no write can be posted for the info (a post that failed synchronously
+	// used to fail the room invalid_request before a separate Fail arrived).
+	Refused Reason
 }
 
 // DecodeAbort is decode's ABORT frame for this room. Gen is the deferred-release
