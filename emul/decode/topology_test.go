@@ -47,8 +47,9 @@ type emuTopo struct {
 	// prefillStaging runs kvxferd with -staging (grid: 2 pages): it asks
 	// decode for a region per grid slot and routes the answers.
 	prefillStaging bool
-	stagingBytes   int64  // decode's ring (0: 64 KiB)
-	wantReason     string // SGLang's refusal, if the decode must be refused
+	stagingBytes   int64       // decode's ring (0: 64 KiB)
+	wantReason     string      // SGLang's refusal, if the decode must be refused
+	wantFail       room.Reason // the prefill rooms' reason with wantReason (0: peer_rejected)
 }
 
 func ownedHeads(h, t, r int) []int {
@@ -214,15 +215,31 @@ func (c emuTopo) run(t *testing.T) {
 			}
 		}
 		if c.wantReason != "" {
+			want := room.ReasonPeerRejected
+			if c.wantFail != room.ReasonNone {
+				want = c.wantFail
+			}
+			seen := false
 			for _, p := range pre {
-				if rep := pollTerminal(t, p.cli, r); rep.Reason != room.ReasonPeerRejected {
-					t.Fatalf("prefill room %d: %v %v, want peer_rejected", r, rep.Status, rep.Reason)
+				rep := pollTerminal(t, p.cli, r)
+				seen = seen || rep.Reason == want
+				// A failure at transfer time reaches decode, which aborts
+				// the room at every prefill rank: one still waiting fails
+				// decode_abort instead.
+				if rep.Reason != want && (c.wantFail == room.ReasonNone || rep.Reason != room.ReasonDecodeAbort) {
+					t.Fatalf("prefill room %d: %v %v, want %v", r, rep.Status, rep.Reason, want)
 				}
+			}
+			if !seen {
+				t.Fatalf("prefill room %d: no rank failed %v", r, want)
 			}
 			wg.Wait()
 			for k, res := range results {
 				if res.Outcome == OutcomeSuccess || !strings.Contains(res.Reason, c.wantReason) {
 					t.Fatalf("decode tp%d: %v %q, want a failure with %q", k, res.Outcome, res.Reason, c.wantReason)
+				}
+				if st := emus[k].Staging(); c.prefillStaging && (st.Oversized == 0 || st.Scattered != 0 || st.Late != 0) {
+					t.Fatalf("decode tp%d: %+v, want oversized regions and nothing staged", k, st)
 				}
 			}
 			return
@@ -401,12 +418,21 @@ func TestEmulatorStagingHandshake(t *testing.T) {
 		for _, c := range []emuTopo{
 			{name: "MHA TP2→TP1", heads: 4, ptp: 2, ppp: 1, dtp: 1, layers: 2, headBytes: 8, page: 2, staging: true, prefillStaging: true},
 			{name: "MHA TP1→TP2", heads: 4, ptp: 1, ppp: 1, dtp: 2, layers: 2, headBytes: 8, page: 2, staging: true, prefillStaging: true},
-			// A ring of two 2-page regions (1 KiB each): a room's third slot
+			// A ring smaller than one region: decode answers ALLOC_OVERSIZED
+			// and kvxferd fails the room (SGLang raises "Chunk staging
+			// allocation permanently failed"): no staged chunk arrives; the
+			// decode hears it on KV_STATUS (0.5.23; 0.5.18 reads no status).
+			{name: "MHA TP2→TP1, ring smaller than a region", heads: 4, ptp: 2, ppp: 1, dtp: 1, layers: 2, headBytes: 8, page: 2,
+				staging: true, prefillStaging: true, stagingBytes: 128, wantReason: "invalid_request", wantFail: room.ReasonInvalidRequest},
+			// A ring of two 2-page regions (512 B each): a room's third slot
 			// wraps into the next round over its first, and kvxferd must hold
 			// it until decode's WATERMARK says the first was freed.
-			{name: "MHA TP2→TP1, ring of 2 slots", heads: 4, ptp: 2, ppp: 1, dtp: 1, layers: 2, headBytes: 8, page: 2, staging: true, prefillStaging: true, stagingBytes: 2048},
+			{name: "MHA TP2→TP1, ring of 2 slots", heads: 4, ptp: 2, ppp: 1, dtp: 1, layers: 2, headBytes: 8, page: 2, staging: true, prefillStaging: true, stagingBytes: 1024},
 		} {
 			c.release = rel
+			if c.wantReason != "" && rel == Release0518 {
+				continue // reads no failure status: it would only time out
+			}
 			t.Run(rel.String()+"/"+c.name, c.run)
 		}
 	}
