@@ -78,9 +78,7 @@ type Agent struct {
 
 	st *state // owner goroutine only
 
-	wmu    sync.Mutex
-	wseq   uint64
-	wakers map[uint64]func() // OnProgress
+	wakers nixl.Wakers // OnProgress
 }
 
 var _ nixl.Agent = (*Agent)(nil)
@@ -204,29 +202,9 @@ var _ nixl.Waker = (*Agent)(nil)
 // when its own polling (Spin, PollInterval) ended a request in flight, and
 // when the agent closes. A request that ends inside a caller's Post or Poll
 // is seen by that call.
-func (a *Agent) OnProgress(wake func()) (stop func()) {
-	a.wmu.Lock()
-	id := a.wseq
-	a.wseq++
-	if a.wakers == nil {
-		a.wakers = map[uint64]func(){}
-	}
-	a.wakers[id] = wake
-	a.wmu.Unlock()
-	return func() {
-		a.wmu.Lock()
-		delete(a.wakers, id)
-		a.wmu.Unlock()
-	}
-}
+func (a *Agent) OnProgress(wake func()) (stop func()) { return a.wakers.OnProgress(wake) }
 
-func (a *Agent) wake() {
-	a.wmu.Lock()
-	for _, w := range a.wakers {
-		w()
-	}
-	a.wmu.Unlock()
-}
+func (a *Agent) wake() { a.wakers.Wake() }
 
 // do runs f on the owner goroutine and waits for it; ErrClosed once closed.
 func (a *Agent) do(f func()) error {

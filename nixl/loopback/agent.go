@@ -82,9 +82,7 @@ type Agent struct {
 	clk  clock.Clock
 	base time.Time
 
-	wmu    sync.Mutex
-	wseq   uint64
-	wakers map[uint64]func() // OnProgress
+	wakers nixl.Wakers // OnProgress
 
 	// copyMu is held for reading while a worker copies bytes, and for writing
 	// while any mapping is unmapped, so a copy never touches unmapped memory.

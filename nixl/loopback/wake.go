@@ -47,31 +47,11 @@ var (
 // delayed post), a request was failed by a fault or a dropped peer, or the
 // agent closed. A delayed post that becomes due is reported by Due, not by
 // wake: nothing fires at a due time.
-func (a *Agent) OnProgress(wake func()) (stop func()) {
-	a.wmu.Lock()
-	id := a.wseq
-	a.wseq++
-	if a.wakers == nil {
-		a.wakers = map[uint64]func(){}
-	}
-	a.wakers[id] = wake
-	a.wmu.Unlock()
-	return func() {
-		a.wmu.Lock()
-		delete(a.wakers, id)
-		a.wmu.Unlock()
-	}
-}
+func (a *Agent) OnProgress(wake func()) (stop func()) { return a.wakers.OnProgress(wake) }
 
-// wake calls every registered waker. Wakers run under wmu so that none is
-// called after its stop returned; they must not call back into the agent.
-func (a *Agent) wake() {
-	a.wmu.Lock()
-	for _, w := range a.wakers {
-		w()
-	}
-	a.wmu.Unlock()
-}
+// wake calls every registered waker (nixl.Wakers: under its lock, so none is
+// called after its stop returned; they must not call back into the agent).
+func (a *Agent) wake() { a.wakers.Wake() }
 
 // Due implements nixl.Dueer: the earliest due time (monotonic clock) of the
 // requests posted with injected latency and still in flight; such a request
