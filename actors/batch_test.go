@@ -89,7 +89,7 @@ func runBatchScript(t *testing.T, batched bool, flushEvery int) batchOutcome {
 	f.settle(ids...)
 	out := batchOutcome{replies: f.eng.PollSync(ids, nil), notices: map[uint64][]room.Notice{}, stats: f.eng.Stats()}
 	for _, id := range ids {
-		out.notices[id] = f.notices.of(id)
+		out.notices[id] = f.notices.Of(id)
 	}
 	return out
 }
@@ -137,7 +137,7 @@ func TestBatchKeepsPerRoomOrder(t *testing.T) {
 		t.Fatalf("room 2: %+v", rs[1])
 	}
 	// Room 1 failed before its info: decode is told at once, on that info.
-	if ns := f.notices.of(1); len(ns) == 0 || ns[0].Kind != room.FailureStatus || ns[0].Reason != room.ReasonTransferError {
+	if ns := f.notices.Of(1); len(ns) == 0 || ns[0].Kind != room.FailureStatus || ns[0].Reason != room.ReasonTransferError {
 		t.Fatalf("room 1 notices %+v", ns)
 	}
 }

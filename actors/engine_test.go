@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/actors/xfer/xfertest"
 	"github.com/kvxfer/kvxfer/internal/clock"
 )
 
@@ -89,38 +90,18 @@ func (r *recorder) terminal(id uint64) []room.Status {
 	return append([]room.Status(nil), r.terminals[id]...)
 }
 
-type noticeLog struct {
-	mu sync.Mutex
-	by map[uint64][]room.Notice
-}
-
-func (n *noticeLog) Notify(id uint64, no room.Notice) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.by == nil {
-		n.by = map[uint64][]room.Notice{}
-	}
-	n.by[id] = append(n.by[id], no)
-}
-
-func (n *noticeLog) of(id uint64) []room.Notice {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return append([]room.Notice(nil), n.by[id]...)
-}
-
 type fixture struct {
 	t       *testing.T
 	eng     *Engine
 	clk     *clock.Fake
 	xfer    *transfersDouble
 	obs     *recorder
-	notices *noticeLog
+	notices *xfertest.Notices
 }
 
 func newFixture(t *testing.T, xfer *transfersDouble, mod func(*Config)) *fixture {
 	t.Helper()
-	f := &fixture{t: t, clk: clock.NewFake(time.Unix(1000, 0)), xfer: xfer, obs: newRecorder(), notices: &noticeLog{}}
+	f := &fixture{t: t, clk: clock.NewFake(time.Unix(1000, 0)), xfer: xfer, obs: newRecorder(), notices: &xfertest.Notices{}}
 	cfg := Config{Clock: f.clk, Transfers: xfer, Observer: Flat(f.obs), Notifier: f.notices, Shards: 4}
 	if mod != nil {
 		mod(&cfg)
@@ -208,7 +189,7 @@ func TestEngineAbortBeforeSender(t *testing.T) {
 	if st := f.eng.Stats(); st.LiveRooms != 0 || st.Tombstones != 1 {
 		t.Fatalf("an abort for an unknown room should leave only a tombstone: %+v", st)
 	}
-	if n := f.notices.of(id); len(n) != 1 || n[0].Kind != room.AbortAck {
+	if n := f.notices.Of(id); len(n) != 1 || n[0].Kind != room.AbortAck {
 		t.Fatalf("decode should get its ABORT_ACK at once: %+v", n)
 	}
 	f.eng.Open(id)
@@ -255,12 +236,12 @@ func TestEngineDeadlinesUseTheInjectedClock(t *testing.T) {
 	if r.Reason != room.ReasonTransferTimeout {
 		t.Fatalf("reason %v", r.Reason)
 	}
-	if n := f.notices.of(id); len(n) != 0 {
+	if n := f.notices.Of(id); len(n) != 0 {
 		t.Fatalf("decode told before the drain deadline: %+v", n)
 	}
 	f.clk.Advance(11 * time.Second) // drain deadline
 	f.settle(id)
-	if n := f.notices.of(id); len(n) != 1 || !n[0].DrainExpired {
+	if n := f.notices.Of(id); len(n) != 1 || !n[0].DrainExpired {
 		t.Fatalf("after the drain deadline: %+v", n)
 	}
 	f.clk.Advance(301 * time.Second) // linger: the scheduler never cleared
@@ -292,7 +273,7 @@ func TestEnginePanicFailsOnlyThatRoom(t *testing.T) {
 	// ends the wait, and decode hears about it with the reason.
 	f.clk.Advance(11 * time.Second)
 	f.settle(13)
-	if n := f.notices.of(13); len(n) != 1 || n[0].Reason != room.ReasonInternalError || !n[0].DrainExpired {
+	if n := f.notices.Of(13); len(n) != 1 || n[0].Reason != room.ReasonInternalError || !n[0].DrainExpired {
 		t.Fatalf("notices after the drain deadline: %+v", n)
 	}
 }

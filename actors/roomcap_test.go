@@ -59,7 +59,7 @@ func TestEngineRoomCapRefusesFloodThenServes(t *testing.T) {
 		switch r := f.poll(id); {
 		case r.Status == room.Failed && r.Reason == room.ReasonRoomCap:
 			refused = append(refused, id)
-			if ns := f.notices.of(id); len(ns) != 1 || ns[0].Kind != room.FailureStatus || ns[0].Reason != room.ReasonRoomCap {
+			if ns := f.notices.Of(id); len(ns) != 1 || ns[0].Kind != room.FailureStatus || ns[0].Reason != room.ReasonRoomCap {
 				t.Fatalf("refused room %d: notices %+v", id, ns)
 			}
 		case r.Status == room.WaitingForInput: // as upstream before the sender exists

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/actors/xfer/xfertest"
 	"github.com/kvxfer/kvxfer/internal/clock"
 )
 
@@ -97,7 +98,7 @@ func TestEngineTenThousandRoomsConcurrently(t *testing.T) {
 	clk := clock.NewFake(time.Unix(0, 0))
 	obs := newRecorder()
 	// The room cap is not under test here: 10,000 rooms, most from one agent.
-	eng, err := New(Config{Clock: clk, Transfers: x, Observer: Flat(obs), Notifier: &noticeLog{}, RoomCap: 1 << 20, PeerRoomCap: 1 << 20})
+	eng, err := New(Config{Clock: clk, Transfers: x, Observer: Flat(obs), Notifier: &xfertest.Notices{}, RoomCap: 1 << 20, PeerRoomCap: 1 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
