@@ -64,6 +64,36 @@ def free_port():
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
+def prefill_server_args(shim, port):
+    """SGLang's server args for a prefill rank whose bootstrap server is on port
+    (a plain copy, so a test may set attributes the shim does not have)."""
+    sa = type("SA", (), {})()
+    for k, v in vars(shim.server_args()).items():
+        setattr(sa, k, v)
+    sa.disaggregation_mode = "prefill"
+    sa.disaggregation_bootstrap_port = port
+    return sa
+
+
+def prefill_kv_args(KVArgs, work, layers=None):
+    """The prefill rank's KVArgs over fresh shared-memory files in work: K and V
+    buffers of SLOTS items per layer and SGLang's 10 aux buffers (the module's
+    constants as they are at call time: prefill_bench.py sets its own). The
+    ShmBufs are returned too; they must outlive the manager."""
+    layers = LAYERS if layers is None else layers
+    kv = [ShmBuf(os.path.join(work, f"kv{i}"), SLOTS * ITEM) for i in range(2 * layers)]
+    aux = [ShmBuf(os.path.join(work, f"aux{i}"), AUX_SLOTS * n) for i, n in enumerate(AUX_ITEMS)]
+    args = KVArgs()
+    for k, v in dict(engine_rank=0, kv_data_ptrs=[b.ptr for b in kv], kv_data_lens=[b.size for b in kv],
+                     kv_item_lens=[ITEM] * len(kv), aux_data_ptrs=[b.ptr for b in aux],
+                     aux_data_lens=[b.size for b in aux], aux_item_lens=AUX_ITEMS, kv_data_mem_kinds=["DRAM"] * len(kv),
+                     ib_device=None, gpu_id=0, pp_rank=0, system_dp_rank=0, page_size=1, kv_head_num=1,
+                     total_kv_head_num=1, prefill_start_layer=0, state_types=[], state_data_ptrs=[],
+                     state_data_lens=[], state_item_lens=[], kv_cache_dtype_str="auto", kv_layer_ids=[]).items():
+        setattr(args, k, v)
+    return args, kv, aux
+
+
 
 class Peer:
     def __init__(self, bootstrap):
@@ -182,22 +212,8 @@ def run(a, work):
     # SGLang's own bootstrap server (the main process's), one prefill rank.
     port = free_port()
     bs = B(host="127.0.0.1", port=port)
-    sa = type("SA", (), {})()
-    for k, v in vars(kvx_sglang_shim.server_args()).items():
-        setattr(sa, k, v)
-    sa.disaggregation_mode = "prefill"
-    sa.disaggregation_bootstrap_port = port
-
-    kv = [ShmBuf(os.path.join(work, f"kv{i}"), SLOTS * ITEM) for i in range(2 * LAYERS)]
-    aux = [ShmBuf(os.path.join(work, f"aux{i}"), AUX_SLOTS * n) for i, n in enumerate(AUX_ITEMS)]
-    args = KVArgs()
-    for k, v in dict(engine_rank=0, kv_data_ptrs=[b.ptr for b in kv], kv_data_lens=[b.size for b in kv],
-                     kv_item_lens=[ITEM] * len(kv), aux_data_ptrs=[b.ptr for b in aux],
-                     aux_data_lens=[b.size for b in aux], aux_item_lens=AUX_ITEMS, kv_data_mem_kinds=["DRAM"] * len(kv),
-                     ib_device=None, gpu_id=0, pp_rank=0, system_dp_rank=0, page_size=1, kv_head_num=1,
-                     total_kv_head_num=1, prefill_start_layer=0, state_types=[], state_data_ptrs=[],
-                     state_data_lens=[], state_item_lens=[], kv_cache_dtype_str="auto").items():
-        setattr(args, k, v)
+    sa = prefill_server_args(kvx_sglang_shim, port)
+    args, kv, aux = prefill_kv_args(KVArgs, work)
 
     # Private anonymous memory: a clear start-up error.
     bad = KVArgs()
@@ -523,16 +539,8 @@ if __name__ == "__main__" and "exit-child" in sys.argv:
     B = get_kv_class(TransferBackend.NIXL, KVClassType.BOOTSTRAP_SERVER)
     port = free_port()
     B(host="127.0.0.1", port=port)
-    sa = kvx_sglang_shim.server_args()
-    sa.disaggregation_mode = "prefill"
-    sa.disaggregation_bootstrap_port = port
-    kv = [ShmBuf(os.path.join(work, f"kv{i}"), SLOTS * ITEM) for i in range(2)]
-    aux = [ShmBuf(os.path.join(work, f"aux{i}"), AUX_SLOTS * n) for i, n in enumerate(AUX_ITEMS)]
-    args = KVArgs()
-    for k, v in dict(engine_rank=0, kv_data_ptrs=[b.ptr for b in kv], kv_data_lens=[b.size for b in kv],
-                     kv_item_lens=[ITEM] * 2, aux_data_ptrs=[b.ptr for b in aux], aux_data_lens=[b.size for b in aux],
-                     aux_item_lens=AUX_ITEMS, pp_rank=0, system_dp_rank=0, page_size=1, state_types=[]).items():
-        setattr(args, k, v)
+    sa = prefill_server_args(kvx_sglang_shim, port)
+    args, kv, aux = prefill_kv_args(KVArgs, work, layers=1)
     mgr = M(args, DisaggregationMode.PREFILL, sa, False)
     print(json.dumps({"pid": mgr.daemon.pid}), flush=True)
     time.sleep(60)

@@ -99,17 +99,18 @@ def pct(v, q):
 def run_one(a):
     """One engine, one repetition, in this process."""
     import plugin_check
-    from plugin_check import Peer, ShmBuf, free_port, install_plugin
+    from plugin_check import Peer, free_port, install_plugin
     # decode_peer.py's geometry comes from plugin_check's constants: match ours.
     plugin_check.LAYERS, plugin_check.SLOTS, plugin_check.ITEM, plugin_check.AUX_SLOTS = LAYERS, SLOTS, ITEM, AUX_SLOTS
     work = tempfile.mkdtemp(prefix="kvx-sglbench-", dir="/dev/shm")
     try:
-        return _run(a, work, Peer, ShmBuf, free_port, install_plugin)
+        return _run(a, work, Peer, free_port, install_plugin)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _run(a, work, Peer, ShmBuf, free_port, install_plugin):
+def _run(a, work, Peer, free_port, install_plugin):
+    import plugin_check  # the prefill rank's server args and KVArgs, as the plug-in check builds them
     os.environ["SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT"] = str(a.bootstrap_timeout)
     if a.engine == "kvxfer":
         os.environ["KVXFER_BIN"] = os.path.abspath(a.kvxferd)
@@ -129,21 +130,8 @@ def _run(a, work, Peer, ShmBuf, free_port, install_plugin):
     B = get_kv_class(TransferBackend.NIXL, KVClassType.BOOTSTRAP_SERVER)
     port = free_port()
     B(host="127.0.0.1", port=port)
-    sa = type("SA", (), {})()
-    for k, v in vars(kvx_sglang_shim.server_args()).items():
-        setattr(sa, k, v)
-    sa.disaggregation_mode = "prefill"
-    sa.disaggregation_bootstrap_port = port
-    kv = [ShmBuf(os.path.join(work, f"kv{i}"), SLOTS * ITEM) for i in range(2 * LAYERS)]
-    aux = [ShmBuf(os.path.join(work, f"aux{i}"), AUX_SLOTS * n) for i, n in enumerate(AUX_ITEMS)]
-    args = KVArgs()
-    for k, v in dict(engine_rank=0, kv_data_ptrs=[b.ptr for b in kv], kv_data_lens=[b.size for b in kv],
-                     kv_item_lens=[ITEM] * len(kv), aux_data_ptrs=[b.ptr for b in aux],
-                     aux_data_lens=[b.size for b in aux], aux_item_lens=AUX_ITEMS, kv_data_mem_kinds=["DRAM"] * len(kv),
-                     ib_device=None, gpu_id=0, pp_rank=0, system_dp_rank=0, page_size=1, kv_head_num=1,
-                     total_kv_head_num=1, prefill_start_layer=0, state_types=[], state_data_ptrs=[],
-                     state_data_lens=[], state_item_lens=[], kv_cache_dtype_str="auto", kv_layer_ids=[]).items():
-        setattr(args, k, v)
+    sa = plugin_check.prefill_server_args(kvx_sglang_shim, port)
+    args, kv, aux = plugin_check.prefill_kv_args(KVArgs, work)
     mgr = M(args, DisaggregationMode.PREFILL, sa, False)
     kvxferd_pid = getattr(getattr(mgr, "daemon", None), "pid", None)
     os.environ["SGLANG_DISAGGREGATION_WAITING_TIMEOUT"] = str(a.waiting_timeout)
