@@ -199,8 +199,10 @@ func processesMain(args []string) error {
 	// (nothing, if the run was clean) and drains.
 	daemon.Process.Signal(syscall.SIGTERM)
 	var daemonErr error
+	var daemonPS *os.ProcessState // set once Wait returned
 	select {
 	case daemonErr = <-daemonDone:
+		daemonPS = daemon.ProcessState
 	case <-time.After(20 * time.Second):
 		daemon.Process.Kill()
 		daemonErr = errors.New("kvxferd did not stop within 20 s of SIGTERM")
@@ -220,6 +222,7 @@ func processesMain(args []string) error {
 	fmt.Printf("\n== summary (%.1f s wall) ==\n", wall.Seconds())
 	fmt.Printf("prefill side: %d rooms, pinned %d, %.0f rooms/s, time-to-terminal p50 %.2f ms p99 %.2f ms\n\n",
 		s.Rooms, s.Pinned, s.RoomsPerS, s.P50Millis, s.P99Millis)
+	printCPU(os.Stdout, s.Rooms, daemonPS, schedCmd.ProcessState, fleet)
 	printFleet(os.Stdout, fleet)
 
 	var failed []string
@@ -319,6 +322,34 @@ func readJSON(path string, v any) {
 	if err == nil {
 		json.Unmarshal(b, v)
 	}
+}
+
+// cpuOf is a finished process's CPU time (user + system, every thread).
+func cpuOf(ps *os.ProcessState) time.Duration {
+	if ps == nil {
+		return 0
+	}
+	return ps.UserTime() + ps.SystemTime()
+}
+
+// printCPU writes each process's CPU time per room over its whole life
+// (start-up and shutdown included), so that where the demo's CPU goes can be
+// read from one run.
+func printCPU(w io.Writer, rooms int, daemon, sched *os.ProcessState, fleet []*decodeProc) {
+	if rooms <= 0 {
+		return
+	}
+	per := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(rooms) }
+	var decodes time.Duration
+	parts := make([]string, len(fleet))
+	for i, d := range fleet {
+		c := cpuOf(d.cmd.ProcessState)
+		decodes += c
+		parts[i] = fmt.Sprintf("%s %.0f", d.rel, per(c))
+	}
+	all := cpuOf(daemon) + cpuOf(sched) + decodes
+	fmt.Fprintf(w, "CPU per room (user+sys, whole process): kvxferd %.0f µs, scheduler %.0f µs, decodes %.0f µs (%s), all %.0f µs\n\n",
+		per(cpuOf(daemon)), per(cpuOf(sched)), per(decodes), strings.Join(parts, ", "), per(all))
 }
 
 func prefix(r io.Reader, p string) {

@@ -492,9 +492,7 @@ func (e *Emulator) verify(room uint64, pages []int32, auxSlot int, stateSlots []
 func FillState(n *kvmem.Node, r uint64, slot int) {
 	it := n.Shape.StateItem
 	for b, buf := range n.State {
-		for k := range it {
-			buf[slot*it+k] = kvmem.Pattern(r, 100+b, 0, k)
-		}
+		kvmem.PatternRow(buf[slot*it:(slot+1)*it], r, 100+b, 0)
 	}
 }
 
@@ -502,6 +500,9 @@ func FillState(n *kvmem.Node, r uint64, slot int) {
 func checkState(n *kvmem.Node, r uint64, slot int) (wrong int64) {
 	it := n.Shape.StateItem
 	for b, buf := range n.State {
+		if kvmem.PatternMatches(buf[slot*it:(slot+1)*it], r, 100+b, 0) {
+			continue
+		}
 		for k := range it {
 			if buf[slot*it+k] != kvmem.Pattern(r, 100+b, 0, k) {
 				wrong++

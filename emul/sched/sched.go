@@ -132,10 +132,7 @@ func (m *memory) fillPage(r uint64, slot, j int) {
 	sh := m.shape
 	for b := range 2 * sh.Layers {
 		off := (b*sh.Slots + slot) * sh.Item
-		page := m.kv[off : off+sh.Item]
-		for k := range page {
-			page[k] = kvmem.Pattern(r, b, j, k)
-		}
+		kvmem.PatternRow(m.kv[off:off+sh.Item], r, b, j)
 	}
 }
 
