@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -151,6 +152,14 @@ func (p *pyPeer) read(t testing.TB, v any) {
 		}
 	case <-time.After(90 * time.Second):
 		t.Fatalf("python peer silent for 90s\nstderr:\n%s", p.stderr.String())
+	}
+}
+
+// signal sends sig (SIGSTOP, SIGCONT) to the peer's process.
+func (p *pyPeer) signal(t testing.TB, sig syscall.Signal) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(sig); err != nil {
+		t.Fatalf("python peer: %v: %v", sig, err)
 	}
 }
 
