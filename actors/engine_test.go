@@ -2,6 +2,7 @@ package actors
 
 import (
 	"context"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -343,5 +344,40 @@ func TestEnginePollAfterCloseAnswersShutdown(t *testing.T) {
 	}
 	if st := f.eng.Stats(); st != (Stats{}) {
 		t.Fatalf("stats after close: %+v", st)
+	}
+}
+
+// TestEngineRegistryCompacted: the engine's process registry is one bucket
+// (compactRegistry), every process the actor system registered when it was
+// made is still found in it, and room actors spawned and retired through it
+// are found while live and gone after.
+func TestEngineRegistryCompacted(t *testing.T) {
+	f := newFixture(t, &transfersDouble{}, nil)
+	reg := f.eng.system.ProcessRegistry
+	if n := len(reg.LocalPIDs.LocalPIDs); n != 1 {
+		t.Fatalf("registry buckets: %d, want 1", n)
+	}
+	if p, ok := reg.GetLocal("eventstream"); !ok || p == nil {
+		t.Fatal("the actor system's event stream is no longer registered")
+	}
+	for _, pid := range f.eng.shards {
+		if _, ok := reg.GetLocal(pid.Id); !ok {
+			t.Fatalf("shard %s not registered", pid.Id)
+		}
+	}
+	before := reg.LocalPIDs.LocalPIDs[0].Count()
+	f.eng.Open(1)
+	if r := f.poll(1); r.Status != room.Bootstrapping {
+		t.Fatalf("poll: %+v", r)
+	}
+	if n := reg.LocalPIDs.LocalPIDs[0].Count(); n != before+1 {
+		t.Fatalf("registry entries with one live room: %d, want %d", n, before+1)
+	}
+	f.eng.Clear(1)
+	if r := f.poll(1); r.Status != room.Failed {
+		t.Fatalf("poll after clear: %+v", r)
+	}
+	for reg.LocalPIDs.LocalPIDs[0].Count() != before {
+		runtime.Gosched() // the retired room's actor stops after its shard poisoned it
 	}
 }

@@ -106,7 +106,6 @@ func summary(fx Effects) string {
 // clone deep-copies the parts of a machine that Step mutates in place.
 func (m *Machine) clone() *Machine {
 	c := *m
-	c.fx = Effects{}
 	c.infos = slices.Clone(m.infos)
 	c.held = slices.Clone(m.held)
 	c.inflight = slices.Clone(m.inflight)
@@ -120,7 +119,6 @@ func (m *Machine) clone() *Machine {
 // key identifies a machine state for the explorer's memo.
 func (m *Machine) key() string {
 	c := *m
-	c.fx = Effects{}
 	c.cfg = nil
 	c.ab = nil // by value below, not by address
 	ab := abortLists{}

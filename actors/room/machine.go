@@ -114,7 +114,13 @@ type Machine struct {
 
 	// Completion notifications the pool held back, by agent.
 	signals []heldSignal
+}
 
+// stepping is one Step in progress: the machine and the effects the step builds.
+// The effects live on Step's stack, not in the Machine, so a live room's
+// machine stays in a smaller size class (192 B instead of 288).
+type stepping struct {
+	*Machine
 	fx Effects
 }
 
@@ -178,33 +184,33 @@ func (m *Machine) Agents() []string {
 // Step applies one message and returns what the wrapper must do. The returned
 // Effects (and its slices) are valid until the next Step.
 func (m *Machine) Step(msg Msg) Effects {
-	m.fx = Effects{}
+	s := stepping{Machine: m}
 	before := m.status
 	switch {
 	case isPoll(msg):
-		m.onPoll()
+		s.onPoll()
 	case m.phase == collecting:
-		m.stepCollecting(msg)
+		s.stepCollecting(msg)
 	case m.phase == waiting, m.phase == transferring:
-		m.stepReady(msg)
+		s.stepReady(msg)
 	case m.phase == draining:
-		m.stepDraining(msg)
+		s.stepDraining(msg)
 	case m.phase == concluded:
-		m.stepConcluded(msg)
+		s.stepConcluded(msg)
 	default:
-		m.stepRetired(msg)
+		s.stepRetired(msg)
 	}
 	if m.phase != retired && m.armKind == NoDeadline {
-		m.arm(phaseDeadline[m.phase]) // a fresh room's first message did not arm one
+		s.arm(phaseDeadline[m.phase]) // a fresh room's first message did not arm one
 	}
 	if m.status != before {
-		m.fx.Published, m.fx.Status, m.fx.Reason = true, m.status, m.reason
+		s.fx.Published, s.fx.Status, s.fx.Reason = true, m.status, m.reason
 	}
-	return m.fx
+	return s.fx
 }
 
 // stepCollecting: the sender or some transfer infos are missing.
-func (m *Machine) stepCollecting(msg Msg) {
+func (m *stepping) stepCollecting(msg Msg) {
 	switch msg := msg.(type) {
 	case Open:
 		if m.opened {
@@ -228,7 +234,7 @@ func (m *Machine) stepCollecting(msg Msg) {
 
 // stepReady: the sender and all transfer infos are here; chunks are posted as
 // they come (waiting: nothing in flight; transferring: writes in flight).
-func (m *Machine) stepReady(msg Msg) {
+func (m *stepping) stepReady(msg Msg) {
 	switch msg := msg.(type) {
 	case Init:
 		m.onInit(msg)
@@ -248,7 +254,7 @@ func (m *Machine) stepReady(msg Msg) {
 }
 
 // stepCommon handles what every live, non-failed phase does alike.
-func (m *Machine) stepCommon(msg Msg) {
+func (m *stepping) stepCommon(msg Msg) {
 	switch msg := msg.(type) {
 	case Abort:
 		m.fail(ReasonClientAbort)
@@ -274,7 +280,7 @@ func (m *Machine) stepCommon(msg Msg) {
 }
 
 // stepDraining: failed, waiting for posted writes before decode may reuse pages.
-func (m *Machine) stepDraining(msg Msg) {
+func (m *stepping) stepDraining(msg Msg) {
 	switch msg := msg.(type) {
 	case XferDone:
 		if !m.removeInflight(msg.Seq) {
@@ -310,7 +316,7 @@ func (m *Machine) stepDraining(msg Msg) {
 }
 
 // stepConcluded: terminal and drained; waiting for the scheduler's Clear.
-func (m *Machine) stepConcluded(msg Msg) {
+func (m *stepping) stepConcluded(msg Msg) {
 	switch msg := msg.(type) {
 	case Clear:
 		m.retire()
@@ -333,7 +339,7 @@ func (m *Machine) stepConcluded(msg Msg) {
 // an ABORT still gets its ACK (nothing is outstanding), and an Open revives the
 // room — as Failed if the room concluded before its sender existed (the
 // abort-before-sender race), or as a new incarnation if the old one was opened.
-func (m *Machine) stepRetired(msg Msg) {
+func (m *stepping) stepRetired(msg Msg) {
 	switch msg := msg.(type) {
 	case DecodeAbort:
 		m.ackNow(msg)
@@ -341,7 +347,7 @@ func (m *Machine) stepRetired(msg Msg) {
 		m.onLateInfo(msg)
 	case Open:
 		if m.opened {
-			*m = Machine{cfg: m.cfg, room: m.room, status: Bootstrapping}
+			*m.Machine = Machine{cfg: m.cfg, room: m.room, status: Bootstrapping}
 			m.opened = true
 			m.fx.Revived = true
 			m.arm(BootstrapDeadline)
@@ -358,7 +364,7 @@ func (m *Machine) stepRetired(msg Msg) {
 
 func isPoll(msg Msg) bool { _, ok := msg.(Poll); return ok }
 
-func (m *Machine) onPoll() {
+func (m *stepping) onPoll() {
 	r := m.Reply()
 	m.fx.Reply = &r
 }
@@ -368,7 +374,7 @@ func (m *Machine) Reply() Reply {
 	return Reply{Status: m.status, Reason: m.reason, PrefixLen: m.prefixLen}
 }
 
-func (m *Machine) onInit(msg Init) {
+func (m *stepping) onInit(msg Init) {
 	if !m.opened || m.inited || msg.NumPages < 0 || msg.AuxIndex < 0 {
 		m.fail(ReasonInvalidRequest)
 		return
@@ -378,7 +384,7 @@ func (m *Machine) onInit(msg Init) {
 
 // onSend applies SGLang's chunk accounting: a chunk id counts only chunks that
 // are sent, and the chunk that brings the pages sent to Init's count is last.
-func (m *Machine) onSend(msg Send) {
+func (m *stepping) onSend(msg Send) {
 	if !m.opened || !m.inited || m.lastSent || m.sentPages+len(msg.Pages) > m.numPages {
 		m.fail(ReasonInvalidRequest)
 		return
@@ -399,7 +405,7 @@ func (m *Machine) onSend(msg Send) {
 	m.advance()
 }
 
-func (m *Machine) onTransferInfo(msg TransferInfo) {
+func (m *stepping) onTransferInfo(msg TransferInfo) {
 	if msg.Refused != ReasonNone {
 		m.infos = append(m.infos, msg)
 		m.fail(msg.Refused)
@@ -427,14 +433,14 @@ func (m *Machine) onTransferInfo(msg TransferInfo) {
 // onLateInfo absorbs a transfer info for a room that already concluded. If
 // the room failed, decode is told at once so it frees the pages it allocated
 // for it (upstream leaks them until decode's own timeout).
-func (m *Machine) onLateInfo(msg TransferInfo) {
+func (m *stepping) onLateInfo(msg TransferInfo) {
 	m.fx.Ignored = true
 	if m.status == Failed {
 		m.notify(FailureStatus, msg.From)
 	}
 }
 
-func (m *Machine) onXferDone(msg XferDone) {
+func (m *stepping) onXferDone(msg XferDone) {
 	if !m.removeInflight(msg.Seq) {
 		m.fx.Ignored = true
 		return
@@ -450,7 +456,7 @@ func (m *Machine) onXferDone(msg XferDone) {
 	m.advance()
 }
 
-func (m *Machine) onDeadline(msg Deadline, why Reason) {
+func (m *stepping) onDeadline(msg Deadline, why Reason) {
 	if msg.Gen != m.armGen {
 		m.fx.Ignored = true
 		return
@@ -460,7 +466,7 @@ func (m *Machine) onDeadline(msg Deadline, why Reason) {
 
 // advance derives the phase of a live, non-failed room from its data and posts
 // what can be posted.
-func (m *Machine) advance() {
+func (m *stepping) advance() {
 	if len(m.infos) < m.required || m.required == 0 {
 		m.enter(collecting)
 		return
@@ -496,7 +502,7 @@ func (m *Machine) advance() {
 // against every agent before emitting anything, so a chunk that cannot be sent
 // fails the room without a single write leaving (nothing is posted for a failed
 // room), and returns false.
-func (m *Machine) post(c *chunk) bool {
+func (m *stepping) post(c *chunk) bool {
 	end := c.start + len(c.pages)
 	for i := range m.infos {
 		in := &m.infos[i]
@@ -542,7 +548,7 @@ func (m *Machine) post(c *chunk) bool {
 
 // fail makes the room Failed (once: terminal statuses are absorbing) and either
 // drains its posted writes or concludes it.
-func (m *Machine) fail(why Reason) {
+func (m *stepping) fail(why Reason) {
 	if m.status.Terminal() {
 		return
 	}
@@ -558,7 +564,7 @@ func (m *Machine) fail(why Reason) {
 
 // conclude runs once the room is terminal and nothing it posted is in flight:
 // decode may now reuse its pages, so this is when decode is told.
-func (m *Machine) conclude() {
+func (m *stepping) conclude() {
 	if m.status == Failed {
 		for i := range m.infos {
 			// A decode that sent the ABORT knows; it hears the ACK instead.
@@ -591,7 +597,7 @@ func (m *Machine) conclude() {
 	m.enter(concluded)
 }
 
-func (m *Machine) retire() {
+func (m *stepping) retire() {
 	m.phase = retired
 	m.armKind = NoDeadline
 	m.fx.Retire = true
@@ -602,7 +608,7 @@ func (m *Machine) retire() {
 
 // complete tells every non-dummy agent that the room succeeded. It runs in the
 // step that publishes Success, so nothing can fail the room in between.
-func (m *Machine) complete() {
+func (m *stepping) complete() {
 	for i := range m.infos {
 		in := &m.infos[i]
 		if in.Dummy {
@@ -619,7 +625,7 @@ func (m *Machine) complete() {
 }
 
 // holdSignal keeps a completed last-chunk transfer's notifications.
-func (m *Machine) holdSignal(msg XferDone) {
+func (m *stepping) holdSignal(msg XferDone) {
 	for i := range m.signals {
 		if m.signals[i].seq == msg.Seq {
 			m.signals[i].signal = msg.Signal
@@ -630,7 +636,7 @@ func (m *Machine) holdSignal(msg XferDone) {
 
 // ackNow answers an ABORT for a room that has nothing in flight (concluded or
 // retired), unless its drain expired.
-func (m *Machine) ackNow(msg DecodeAbort) {
+func (m *stepping) ackNow(msg DecodeAbort) {
 	if m.drainExpired {
 		m.fx.Ignored = true
 		return
@@ -638,15 +644,15 @@ func (m *Machine) ackNow(msg DecodeAbort) {
 	m.ack(ackTarget{to: msg.From, gen: msg.Gen, hasGen: msg.HasGen})
 }
 
-func (m *Machine) ack(a ackTarget) {
+func (m *stepping) ack(a ackTarget) {
 	m.fx.Notices = append(m.fx.Notices, Notice{Kind: AbortAck, To: a.to, Reason: m.reason, Gen: a.gen, HasGen: a.hasGen})
 }
 
-func (m *Machine) notify(kind NoticeKind, to Endpoint) {
+func (m *stepping) notify(kind NoticeKind, to Endpoint) {
 	m.fx.Notices = append(m.fx.Notices, Notice{Kind: kind, To: to, Reason: m.reason, DrainExpired: m.drainExpired})
 }
 
-func (m *Machine) notifyOnce(kind NoticeKind, to Endpoint) {
+func (m *stepping) notifyOnce(kind NoticeKind, to Endpoint) {
 	for _, n := range m.fx.Notices {
 		if n.Kind == kind && n.To == to {
 			return
@@ -656,7 +662,7 @@ func (m *Machine) notifyOnce(kind NoticeKind, to Endpoint) {
 }
 
 // enter moves to phase p, arming p's deadline when the phase changes.
-func (m *Machine) enter(p phase) {
+func (m *stepping) enter(p phase) {
 	if m.phase == p && m.armKind == phaseDeadline[p] {
 		return
 	}
@@ -664,7 +670,7 @@ func (m *Machine) enter(p phase) {
 	m.arm(phaseDeadline[p])
 }
 
-func (m *Machine) arm(k DeadlineKind) {
+func (m *stepping) arm(k DeadlineKind) {
 	m.armGen++
 	m.armKind = k
 	m.fx.Arm = Arm{Kind: k, Gen: m.armGen, After: m.cfg.duration(k)}
