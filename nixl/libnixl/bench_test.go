@@ -24,6 +24,9 @@ const (
 	benchTotal    = 16 << 20
 	benchPerRound = 2
 	benchWarm     = 3
+	// benchSpinPolls is how many polls the Go caller makes before it parks:
+	// actors/xfer's spinTicks.
+	benchSpinPolls = 16
 )
 
 // BenchmarkInteropWrite: Go -> Python WRITE throughput against the same
@@ -34,9 +37,9 @@ const (
 //
 // Both initiators write the same request (same descriptors, reversed remote
 // indices, the "bench" notification, busy completion wait: Python polls
-// check_xfer_state back to back, Go's owner goroutine polls getXferStatus back
-// to back and the Go caller parks on nixl.Waker and polls once, as a
-// transfer pool does) into the same Python target (NIXL's Python defaults,
+// check_xfer_state back to back; Go's owner goroutine polls getXferStatus back
+// to back while the Go caller polls 16 times, then parks on nixl.Waker, as
+// actors/xfer's pool does) into the same Python target (NIXL's Python defaults,
 // progress thread on). The initiator whose round it is not is kept from
 // competing for the CPU: the Python initiator is SIGSTOPped during Go rounds
 // (its NIXL progress thread spins otherwise, pthrDelay 0), the Go agent is
@@ -66,22 +69,29 @@ func benchWrite(b *testing.B, desc int) {
 	g := newAgent(b, "go-bench")
 	tgt := startPeer(b, true, "target", "--name", fmt.Sprintf("py-tgt-%d", seq.Add(1)),
 		"--size", strconv.Itoa(benchTotal), "--timeout", "900")
-	once := goWriter(b, g, tgt, desc)
+	once, split := goWriter(b, g, tgt, desc)
 	py := pyWriter(b, tgt, desc)
-	once() // wire-up
+	once()                                       // wire-up
+	var goPost, goWait, pyPost, pyWait []float64 // per round, µs per transfer
 	goRound := func() float64 {
+		split.post, split.wait = 0, 0
 		start := time.Now()
 		for range benchPerRound {
 			once()
 		}
-		return benchPerRound * benchTotal / time.Since(start).Seconds()
+		r := benchPerRound * benchTotal / time.Since(start).Seconds()
+		goPost = append(goPost, float64(split.post.Microseconds())/benchPerRound)
+		goWait = append(goWait, float64(split.wait.Microseconds())/benchPerRound)
+		return r
 	}
 	pyRound := func() float64 {
 		py.signal(b, syscall.SIGCONT)
 		defer py.signal(b, syscall.SIGSTOP)
 		py.send(b, map[string]int{"iters": benchPerRound})
-		var res struct{ Gbps float64 }
+		var res struct{ Gbps, Post, Wait float64 }
 		py.read(b, &res)
+		pyPost = append(pyPost, res.Post*1e6/benchPerRound)
+		pyWait = append(pyWait, res.Wait*1e6/benchPerRound)
 		return res.Gbps * 1e9
 	}
 	py.signal(b, syscall.SIGSTOP)
@@ -115,6 +125,11 @@ func benchWrite(b *testing.B, desc int) {
 	b.ReportMetric(median(goRates)/1e6, "go_MB/s")
 	b.ReportMetric(median(pyRates)/1e6, "py_MB/s")
 	b.ReportMetric(load, "load")
+	w := benchWarm
+	b.ReportMetric(median(goPost[w:]), "go_post_µs")
+	b.ReportMetric(median(pyPost[w:]), "py_post_µs")
+	b.ReportMetric(median(goWait[w:]), "go_wait_µs")
+	b.ReportMetric(median(pyWait[w:]), "py_wait_µs")
 	b.Logf("desc=%dKiB, %d pairs of rounds of %d x 16 MiB, load %.2f -> %.2f: go %v MB/s, python %v MB/s",
 		desc>>10, len(per), benchPerRound, load, loadavg(), mb(goRates), mb(pyRates))
 }
@@ -149,9 +164,12 @@ func loadavg() float64 {
 	return f
 }
 
+// goSplit accumulates the time a Go transfer spends in Post and after it.
+type goSplit struct{ post, wait time.Duration }
+
 // goWriter sets up one Go -> tgt request and returns a function that posts it
-// and polls it to Done.
-func goWriter(b *testing.B, g nixl.Agent, tgt *pyPeer, desc int) func() {
+// and waits for it to be Done, adding its times to *goSplit.
+func goWriter(b *testing.B, g nixl.Agent, tgt *pyPeer, desc int) (func(), *goSplit) {
 	src := alloc(b, g, benchTotal)
 	pattern(src, 3)
 	if _, err := g.Register(nixl.DRAM, []nixl.Desc{nixl.DescOf(src, 0)}); err != nil {
@@ -190,11 +208,15 @@ func goWriter(b *testing.B, g nixl.Agent, tgt *pyPeer, desc int) func() {
 		default:
 		}
 	}))
+	split := &goSplit{}
 	return func() {
+		t0 := time.Now()
 		if _, err := g.Post(x); err != nil {
 			b.Fatal(err)
 		}
-		for {
+		t1 := time.Now()
+		defer func() { split.post += t1.Sub(t0); split.wait += time.Since(t1) }()
+		for polls := 0; ; polls++ {
 			if err := g.Poll([]nixl.XferID{x}, st); err != nil {
 				b.Fatal(err)
 			}
@@ -204,12 +226,15 @@ func goWriter(b *testing.B, g nixl.Agent, tgt *pyPeer, desc int) func() {
 			case nixl.Failed:
 				b.Fatal(st[0].Err)
 			}
-			// Park until the owner goroutine, which progresses the request
-			// back to back meanwhile (Options.Spin), sees it end (nixl.Waker);
-			// as a transfer pool waits. No sleep, no timer.
-			<-woke
+			// Wait as actors/xfer's pool does: poll back to back (as Python
+			// polls check_xfer_state), after benchSpinPolls polls park until
+			// the owner goroutine, which progresses the request meanwhile
+			// (Options.Spin), sees it end (nixl.Waker). No sleep, no timer.
+			if polls >= benchSpinPolls {
+				<-woke
+			}
 		}
-	}
+	}, split
 }
 
 // pyWriter starts a Python initiator set up for the same request as

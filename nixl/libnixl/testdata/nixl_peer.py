@@ -11,7 +11,7 @@ Modes (one JSON object per line on stdout; requests on stdin):
   target     benchmark target: register a buffer, print its metadata, wait for "bench_end".
   initiator  benchmark initiator: read a target's {"md", "addr"} from stdin, then per
              {"iters": n} WRITE the reversed-index pattern the Go benchmark uses n times
-             and print {"gbps", "seconds"}; any other line ends it.
+             and print {"gbps", "seconds", "post", "wait"}; any other line ends it.
 
 Byte pattern of a checked range: (seed + 131*(i // 4096) + 7*i) & 0xff for i in range(len).
 """
@@ -127,28 +127,37 @@ def initiator(args):
     # Reversed remote indices keep NIXL from merging neighbours into one descriptor.
     h = agent.make_prepped_xfer("WRITE", lh, list(range(n)), rh, list(reversed(range(n))), b"bench")
 
+    post_s = wait_s = 0.0
+
     def once():
+        nonlocal post_s, wait_s
+        t0 = time.perf_counter()
         if agent.transfer(h) == "ERR":
             raise RuntimeError("transfer failed")
+        t1 = time.perf_counter()
         while True:
             s = agent.check_xfer_state(h)
             if s == "DONE":
-                return
+                break
             if s == "ERR":
                 raise RuntimeError("transfer failed")
+        post_s += t1 - t0
+        wait_s += time.perf_counter() - t1
 
     once()  # wire-up
     # Rounds on request, so the Go side can interleave them with its own and
-    # both see the same machine load: {"iters": n} -> {"gbps", "seconds"}.
+    # both see the same machine load: {"iters": n} -> {"gbps", "seconds",
+    # "post", "wait"} (seconds in transfer() and in the check_xfer_state loop).
     for line in sys.stdin:
         req = json.loads(line)
         if "iters" not in req:
             break
+        post_s = wait_s = 0.0
         start = time.perf_counter()
         for _ in range(req["iters"]):
             once()
         el = time.perf_counter() - start
-        say({"gbps": req["iters"] * args.size / el / 1e9, "seconds": el})
+        say({"gbps": req["iters"] * args.size / el / 1e9, "seconds": el, "post": post_s, "wait": wait_s})
     agent.send_notif(remote, b"bench_end")
     say({"end": True})
     time.sleep(0.2)  # let the notification leave before the agent goes away
