@@ -101,3 +101,40 @@ func BenchmarkBytesPerLiveRoom(b *testing.B) {
 	b.ReportMetric(float64(int64(after.HeapAlloc)-int64(before.HeapAlloc))/float64(b.N), "B/room")
 	runtime.KeepAlive(ids)
 }
+
+// BenchmarkNewRoomsBatched is the ingest's new-room path without the socket:
+// b.N transfer infos for rooms nobody named yet, handed over in Batches of
+// 256 (as the ZMQ ingest does), timed until every shard created its rooms
+// (Stats answers after what was routed before). Each info spawns a room
+// actor, which arms its bootstrap deadline. Real clock, as in the daemon.
+func BenchmarkNewRoomsBatched(b *testing.B) {
+	eng, err := New(Config{Transfers: &transfersDouble{}, RoomCap: 1 << 24, PeerRoomCap: 1 << 24})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		_ = eng.Close(ctx)
+	})
+	tis := make([]room.TransferInfo, b.N)
+	for i := range tis {
+		tis[i] = room.TransferInfo{Agent: "decode-0", DstPages: []int32{1, 2, 3}, Required: 1}
+	}
+	runtime.GC()
+	b.ReportAllocs()
+	b.ResetTimer()
+	bt := eng.NewBatch()
+	for i := range tis {
+		bt.TransferInfo(uint64(1<<40+i), tis[i])
+		if i%256 == 255 {
+			bt.Flush()
+		}
+	}
+	bt.Flush()
+	if st := eng.Stats(); st.LiveRooms != b.N {
+		b.Fatalf("live rooms %d, want %d: %+v", st.LiveRooms, b.N, st)
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "rooms/s")
+}

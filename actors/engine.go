@@ -190,9 +190,7 @@ func compactRegistry(sys *actor.ActorSystem) {
 	old := sys.ProcessRegistry.LocalPIDs.LocalPIDs
 	keep := old[0]
 	for _, b := range old[1:] {
-		for id, p := range b.Items() {
-			keep.Set(id, p)
-		}
+		b.IterCb(func(id string, p any) { keep.Set(id, p) }) // no goroutines, unlike Items
 	}
 	sys.ProcessRegistry.LocalPIDs = &actor.SliceMap{LocalPIDs: slices.Clone(old[:1])}
 }
