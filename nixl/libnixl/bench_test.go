@@ -73,8 +73,16 @@ func benchWrite(b *testing.B, desc int) {
 	py := pyWriter(b, tgt, desc)
 	once()                                       // wire-up
 	var goPost, goWait, pyPost, pyWait []float64 // per round, µs per transfer
+	var goCPU, pyCPU time.Duration               // over the measured rounds
+	measured := false
 	goRound := func() float64 {
 		split.post, split.wait = 0, 0
+		c0 := runTime(os.Getpid())
+		defer func() {
+			if measured {
+				goCPU += runTime(os.Getpid()) - c0
+			}
+		}()
 		start := time.Now()
 		for range benchPerRound {
 			once()
@@ -85,8 +93,14 @@ func benchWrite(b *testing.B, desc int) {
 		return r
 	}
 	pyRound := func() float64 {
+		c0 := runTime(py.cmd.Process.Pid)
 		py.signal(b, syscall.SIGCONT)
-		defer py.signal(b, syscall.SIGSTOP)
+		defer func() {
+			py.signal(b, syscall.SIGSTOP)
+			if measured {
+				pyCPU += runTime(py.cmd.Process.Pid) - c0
+			}
+		}()
 		py.send(b, map[string]int{"iters": benchPerRound})
 		var res struct{ Gbps, Post, Wait float64 }
 		py.read(b, &res)
@@ -98,6 +112,7 @@ func benchWrite(b *testing.B, desc int) {
 	var goRates, pyRates []float64
 	b.ResetTimer()
 	for i := range b.N + benchWarm {
+		measured = i >= benchWarm
 		var gr, pr float64
 		if i%2 == 0 {
 			gr = goRound()
@@ -129,6 +144,9 @@ func benchWrite(b *testing.B, desc int) {
 	b.ReportMetric(median(goPost[w:]), "go_post_µs")
 	b.ReportMetric(median(pyPost[w:]), "py_post_µs")
 	b.ReportMetric(median(goWait[w:]), "go_wait_µs")
+	gib := float64(len(per)*benchPerRound*benchTotal) / (1 << 30)
+	b.ReportMetric(goCPU.Seconds()*1e3/gib, "go_cpu_ms/GiB")
+	b.ReportMetric(pyCPU.Seconds()*1e3/gib, "py_cpu_ms/GiB")
 	b.ReportMetric(median(pyWait[w:]), "py_wait_µs")
 	b.Logf("desc=%dKiB, %d pairs of rounds of %d x 16 MiB, load %.2f -> %.2f: go %v MB/s, python %v MB/s",
 		desc>>10, len(per), benchPerRound, load, loadavg(), mb(goRates), mb(pyRates))
@@ -310,6 +328,26 @@ func cpuNow() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
+// runTime is the CPU time all threads of process pid have run
+// (/proc/PID/task/*/schedstat, nanoseconds), or 0.
+func runTime(pid int) time.Duration {
+	dir := fmt.Sprintf("/proc/%d/task", pid)
+	ts, _ := os.ReadDir(dir)
+	var sum time.Duration
+	for _, t := range ts {
+		b, err := os.ReadFile(dir + "/" + t.Name() + "/schedstat")
+		if err != nil {
+			continue
+		}
+		if f := strings.Fields(string(b)); len(f) > 0 {
+			n, _ := strconv.ParseInt(f[0], 10, 64)
+			sum += time.Duration(n)
+		}
+	}
+	return sum
+}
+
+// thp is the process's AnonHugePages from /proc/PID/smaps_rollup.
 func thp(pid int) string {
 	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
 	for _, l := range strings.Split(string(b), "\n") {
