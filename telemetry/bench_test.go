@@ -252,3 +252,40 @@ func BenchmarkEmit(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkRoomsAlone drives whole rooms (as BenchmarkTelemetryOverhead) in
+// batches of 1,000 through one engine alone, without an observer ("off") or
+// with tracing at ratio 0.1 and metrics ("on"): for CPU profiles and
+// allocation counts of one side (-benchmem: per room).
+func BenchmarkRoomsAlone(b *testing.B) {
+	for _, on := range []bool{false, true} {
+		b.Run(map[bool]string{false: "off", true: "on"}[on], func(b *testing.B) {
+			var obs *Observer
+			eng := benchEngine(b, nil, false)
+			if on {
+				obs = benchTelemetry(b, Sampling{Ratio: 0.1}, false)
+				eng = benchEngine(b, obs, false)
+			}
+			const batch = 1000
+			ids := make([]uint64, batch)
+			run := func(next uint64) {
+				lifecycle(eng, ids, next)
+				if obs != nil {
+					if err := obs.Flush(context.Background()); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			run(1 << 40)
+			b.ReportAllocs()
+			b.ResetTimer()
+			c0 := cpuTime()
+			next := uint64(1)
+			for ; int(next-1) < b.N; next += batch {
+				run(next)
+			}
+			b.StopTimer()
+			b.ReportMetric(float64((cpuTime()-c0).Microseconds())/float64(next-1), "cpu-us/room")
+		})
+	}
+}

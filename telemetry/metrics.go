@@ -90,7 +90,7 @@ func (h *hist) init(bounds int) { h.n = bounds + 1 }
 
 func (h *hist) add(from *ahist) {
 	for i := range h.counts {
-		h.counts[i] += from.counts[i].Load()
+		h.counts[i] += uint64(from.counts[i].Load())
 	}
 	h.sumNs += from.sumNs.Load()
 }
@@ -125,8 +125,8 @@ func (o *Observer) totals() *shardStats {
 		t.statusDur[s].init(len(statusBounds))
 	}
 	t.xferDur.init(len(transferBounds))
-	for i := range o.shards {
-		st := &o.shards[i]
+	for i := range o.all {
+		st := &o.all[i]
 		t.tracked += st.tracked.Load()
 		t.created += st.created.Load()
 		t.untracked += st.untracked.Load()

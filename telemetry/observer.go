@@ -119,6 +119,8 @@ type Observer struct {
 
 	shards []stripe // a power of two: 16 × GOMAXPROCS, 64 to 256
 	shift  uint     // 64 - log2(len(shards))
+	over   *stripe  // the stripe of Ps numbered len(shards) and up (shared)
+	all    []stripe // shards and over, for totals
 
 	// Rare events: plain atomics.
 	evicted, badTraceparents, queueFull atomic.Int64
@@ -150,19 +152,25 @@ var (
 type sourceBox struct{ s Source }
 
 // stripe is a share of the aggregate metrics: atomics only, read and summed
-// by Produce. Each P adds to its own stripe (local), so two cores rarely
-// write one cache line; the tracked-room count, which MaxRooms caps per
-// stripe, is kept on the stripe of the room's id (stripeOf).
+// by Produce. Each P adds to its own stripe (pin) and is its only writer,
+// so it adds with a plain load and store, not a locked read-modify-write
+// (see add); Ps numbered beyond the stripes share one (over, shared) and
+// add atomically. The tracked-room count, which MaxRooms caps per stripe,
+// is kept on the stripe of the room's id (stripeOf), on a line of its own,
+// and is always added to atomically.
 type stripe struct {
-	tracked, created, untracked atomic.Int64
-	posted, xferOK, xferFailed  atomic.Int64
-	bytesOK, bytesFailed        atomic.Int64
-	retired                     [numStatuses]atomic.Int64
-	failures                    [numReasons]atomic.Int64
-	absorbed                    [numMsgKinds][2]atomic.Int64 // [kind][0 live room, 1 retired or unknown]
-	decisions                   [numDecisions]atomic.Int64
-	statusDur                   [numStatuses]ahist
-	xferDur                     ahist
+	tracked                    atomic.Int64
+	_                          [56]byte
+	shared                     bool // over: written by several Ps
+	created, untracked         atomic.Int64
+	posted, xferOK, xferFailed atomic.Int64
+	bytesOK, bytesFailed       atomic.Int64
+	retired                    [numStatuses]atomic.Int64
+	failures                   [numReasons]atomic.Int64
+	absorbed                   [numMsgKinds][2]atomic.Int64 // [kind][0 live room, 1 retired or unknown]
+	decisions                  [numDecisions]atomic.Int64
+	statusDur                  [numStatuses]ahist
+	xferDur                    ahist
 	// unt is the record every room over this stripe's share of MaxRooms
 	// gets: it keeps nothing of the room, and counts what the aggregates
 	// need.
@@ -170,20 +178,32 @@ type stripe struct {
 	_   [64]byte // keep neighbouring stripes off one cache line
 }
 
+// add adds n to c, one of st's counters; the caller pinned st (pin). A
+// P's own stripe has one writer at a time (the goroutine pinned to that P),
+// so a load and a store suffice; readers (Produce) load atomically.
+func (st *stripe) add(c *atomic.Int64, n int64) {
+	if st.shared {
+		c.Add(n)
+		return
+	}
+	c.Store(c.Load() + n)
+}
+
 // ahist is a fixed-bucket histogram of durations updated with atomics.
 type ahist struct {
-	counts [maxBuckets]atomic.Uint64
+	counts [maxBuckets]atomic.Int64
 	sumNs  atomic.Int64
 }
 
-func (h *ahist) observe(d time.Duration, bounds []time.Duration) {
+// observe records d in h, a histogram of st, which the caller pinned.
+func (st *stripe) observe(h *ahist, d time.Duration, bounds []time.Duration) {
 	d = max(d, 0)
 	i := 0
 	for i < len(bounds) && d > bounds[i] {
 		i++
 	}
-	h.counts[i].Add(1)
-	h.sumNs.Add(int64(d))
+	st.add(&h.counts[i], 1)
+	st.add(&h.sumNs, int64(d))
 }
 
 // shardStats is a snapshot of the stripes, summed (totals), plus the live
@@ -301,7 +321,9 @@ func New(cfg Config) (*Observer, error) {
 	}
 	o := &Observer{cfg: cfg, clk: cfg.Clock, start: time.Now(), base: cfg.Clock.Now(), stopped: make(chan struct{}),
 		shift: 64 - uint(bits.Len(uint(shardCount())-1))}
-	o.shards = make([]stripe, 1<<(64-o.shift))
+	o.all = make([]stripe, 1<<(64-o.shift)+1)
+	o.shards, o.over = o.all[:len(o.all)-1], &o.all[len(o.all)-1]
+	o.over.shared = true
 	o.perShard = (cfg.MaxRooms + len(o.shards) - 1) / len(o.shards)
 	_, o.real = cfg.Clock.(clock.Real)
 	o.sampling = Sampling{Ratio: 1}
@@ -313,7 +335,7 @@ func New(cfg Config) (*Observer, error) {
 	}
 	o.bpp.Store(cfg.BytesPerPage)
 	for i := range o.shards {
-		o.shards[i].unt.o, o.shards[i].unt.st = o, &o.shards[i]
+		o.shards[i].unt.o = o
 	}
 	switch {
 	case cfg.Exporter != nil:
@@ -379,18 +401,22 @@ func (o *Observer) shardIndex(id uint64) int {
 
 func (o *Observer) stripeOf(id uint64) *stripe { return &o.shards[o.shardIndex(id)] }
 
-// local is the stripe of the processor (Go's P) running the caller: the
-// counters and histograms a room adds to as it goes. A room's actor runs on
+// pin pins the caller to its processor (Go's P) and returns that P's
+// stripe: the counters and histograms a room adds to as it goes (st.add,
+// st.observe), until the caller calls procUnpin. A room's actor runs on
 // whichever P its mailbox is scheduled on, so a stripe chosen by room id
 // moved its cache lines between cores with nearly every room (about ten
 // lines per room: counters, four status histograms, the transfer
-// histogram); a P's stripe stays in its core's cache. The P can change
-// right after the id is read; that only costs locality, the adds are atomic.
-// (The cap on tracked rooms stays on the id's stripe: see RoomCreated.)
-func (o *Observer) local() *stripe {
-	p := procPin()
-	procUnpin()
-	return &o.shards[p&(len(o.shards)-1)]
+// histogram); a P's stripe stays in its core's cache, and while pinned the
+// caller is its only writer (no locked instructions; Ps beyond the stripes
+// share o.over, which adds atomically). Nothing between pin and procUnpin
+// may block or panic: compute indexes first. (The cap on tracked rooms
+// stays on the id's stripe: see RoomCreated.)
+func (o *Observer) pin() *stripe {
+	if p := procPin(); p < len(o.shards) {
+		return &o.shards[p]
+	}
+	return o.over
 }
 
 // procPin and procUnpin are the runtime's (as sync.Pool uses them): procPin
@@ -431,10 +457,14 @@ func (o *Observer) RoomCreated(id uint64) actors.RoomObserver {
 	st := o.stripeOf(id)
 	if st.tracked.Add(1) > int64(o.perShard) {
 		st.tracked.Add(-1)
-		st.untracked.Add(1)
+		l := o.pin()
+		l.add(&l.untracked, 1)
+		procUnpin()
 		return &st.unt
 	}
-	st.created.Add(1)
+	l := o.pin()
+	l.add(&l.created, 1)
+	procUnpin()
 	r := o.free.get()
 	if r == nil {
 		r = &roomRec{o: o}
@@ -515,18 +545,22 @@ func (f *freeList) put(r *roomRec) {
 // Ignored implements actors.Observer: a message a tombstone (or nobody)
 // absorbed.
 func (o *Observer) Ignored(id uint64, msg room.Msg) {
-	o.local().absorbed[msgIndex(msg)][1].Add(1)
+	k := msgIndex(msg)
+	st := o.pin()
+	st.add(&st.absorbed[k][1], 1)
+	procUnpin()
 }
 
 // LateTransferDone implements actors.Observer: a write that completed after
 // its room retired is counted.
 func (o *Observer) LateTransferDone(_ uint64, _ uint32, fail room.Reason) {
-	st := o.local()
+	st := o.pin()
 	if fail == room.ReasonNone {
-		st.xferOK.Add(1)
+		st.add(&st.xferOK, 1)
 	} else {
-		st.xferFailed.Add(1)
+		st.add(&st.xferFailed, 1)
 	}
+	procUnpin()
 }
 
 // TombstoneEvicted implements actors.Observer.
@@ -562,12 +596,14 @@ func (r *roomRec) TransferInfo(_ string, required int) { r.required = required }
 // StatusChanged implements actors.RoomObserver.
 func (r *roomRec) StatusChanged(s room.Status, why room.Reason) {
 	o := r.o
-	st := o.local()
 	now := o.now()
+	ri, si := reasonIndex(why), statusIndex(r.status)
+	st := o.pin()
 	if s == room.Failed {
-		st.failures[reasonIndex(why)].Add(1)
+		st.add(&st.failures[ri], 1)
 	}
-	st.statusDur[statusIndex(r.status)].observe(time.Duration(now-r.statusAt), statusBoundsNs)
+	st.observe(&st.statusDur[si], time.Duration(now-r.statusAt), statusBoundsNs)
+	procUnpin()
 	r.status, r.reason, r.statusAt = s, why, now
 	if s.Terminal() && !r.terminal {
 		r.terminalAt, r.terminal = now, true
@@ -587,7 +623,9 @@ func (r *roomRec) Posted(t *room.Transfer) {
 	now := o.now()
 	pages := len(t.SrcPages)
 	bytes := int64(pages) * o.bpp.Load()
-	o.local().posted.Add(1)
+	st := o.pin()
+	st.add(&st.posted, 1)
+	procUnpin()
 	r.transfers++
 	r.pages += int64(pages)
 	if t.Chunk+1 > r.chunks {
@@ -637,29 +675,26 @@ func contains(ss []string, s string) bool {
 // TransferDone implements actors.RoomObserver.
 func (r *roomRec) TransferDone(seq uint32, fail room.Reason) {
 	now := r.o.now()
-	st := r.o.local()
-	if fail == room.ReasonNone {
+	ok := fail == room.ReasonNone
+	if ok {
 		r.doneOK++
-		st.xferOK.Add(1)
 	} else {
 		r.failedX++
-		st.xferFailed.Add(1)
 	}
+	found := false
+	var in inflightRec
 	for i := len(r.inflight) - 1; i >= 0; i-- {
-		in := r.inflight[i]
-		if in.seq != seq {
+		if r.inflight[i].seq != seq {
 			continue
 		}
+		in, found = r.inflight[i], true
 		last := len(r.inflight) - 1
 		r.inflight[i] = r.inflight[last]
 		r.inflight = r.inflight[:last]
-		st.xferDur.observe(time.Duration(now-in.start), transferBoundsNs)
-		if fail == room.ReasonNone {
+		if ok {
 			r.bytes += in.bytes
-			st.bytesOK.Add(in.bytes)
 		} else {
 			r.bytesFailed += in.bytes
-			st.bytesFailed.Add(in.bytes)
 		}
 		if in.span >= 0 {
 			sp := &r.spans[in.span]
@@ -667,12 +702,30 @@ func (r *roomRec) TransferDone(seq uint32, fail room.Reason) {
 		}
 		break
 	}
+	st := r.o.pin()
+	if ok {
+		st.add(&st.xferOK, 1)
+	} else {
+		st.add(&st.xferFailed, 1)
+	}
+	if found {
+		st.observe(&st.xferDur, time.Duration(now-in.start), transferBoundsNs)
+		if ok {
+			st.add(&st.bytesOK, in.bytes)
+		} else {
+			st.add(&st.bytesFailed, in.bytes)
+		}
+	}
+	procUnpin()
 }
 
 // Ignored implements actors.RoomObserver: a message the live room absorbed.
 func (r *roomRec) Ignored(msg room.Msg) {
 	r.ignored++
-	r.o.local().absorbed[msgIndex(msg)][0].Add(1)
+	k := msgIndex(msg)
+	st := r.o.pin()
+	st.add(&st.absorbed[k][0], 1)
+	procUnpin()
 }
 
 // Retired implements actors.RoomObserver: the record is closed, and handed to
@@ -681,15 +734,20 @@ func (r *roomRec) Retired(t room.Tombstone) {
 	o := r.o
 	now := o.now()
 	o.stripeOf(r.id).tracked.Add(-1)
-	st := o.local()
-	st.retired[statusIndex(t.Status)].Add(1)
-	st.statusDur[statusIndex(r.status)].observe(time.Duration(now-r.statusAt), statusBoundsNs)
+	ti, si := statusIndex(t.Status), statusIndex(r.status)
+	d := time.Duration(now - r.statusAt)
 	r.status, r.reason, r.retiredAt, r.retired = t.Status, t.Reason, now, true
 	keep := dropSampled
 	if o.tracing {
 		keep = o.sampling.decide(r)
-		st.decisions[keep].Add(1)
 	}
+	st := o.pin()
+	st.add(&st.retired[ti], 1)
+	st.observe(&st.statusDur[si], d, statusBoundsNs)
+	if o.tracing {
+		st.add(&st.decisions[keep], 1)
+	}
+	procUnpin()
 	if keep == dropSampled || o.closed.Load() {
 		o.recycle(r)
 		return
@@ -721,28 +779,43 @@ func (r *roomRec) Abandoned() {
 // untracked is the record of a room over its stripe's share of MaxRooms: it
 // keeps nothing of the room and counts what the aggregate metrics need.
 type untracked struct {
-	o  *Observer
-	st *stripe
+	o *Observer
+}
+
+// count adds 1 to the counter of the caller's stripe that c picks.
+func (u *untracked) count(c func(*stripe) *atomic.Int64) {
+	st := u.o.pin()
+	st.add(c(st), 1)
+	procUnpin()
 }
 
 func (u *untracked) Traceparent(string)       {}
 func (u *untracked) TransferInfo(string, int) {}
 func (u *untracked) StatusChanged(s room.Status, why room.Reason) {
 	if s == room.Failed {
-		u.o.local().failures[reasonIndex(why)].Add(1)
+		ri := reasonIndex(why)
+		u.count(func(st *stripe) *atomic.Int64 { return &st.failures[ri] })
 	}
 }
-func (u *untracked) Posted(*room.Transfer) { u.o.local().posted.Add(1) }
+func (u *untracked) Posted(*room.Transfer) {
+	u.count(func(st *stripe) *atomic.Int64 { return &st.posted })
+}
 func (u *untracked) TransferDone(_ uint32, fail room.Reason) {
 	if fail == room.ReasonNone {
-		u.o.local().xferOK.Add(1)
+		u.count(func(st *stripe) *atomic.Int64 { return &st.xferOK })
 	} else {
-		u.o.local().xferFailed.Add(1)
+		u.count(func(st *stripe) *atomic.Int64 { return &st.xferFailed })
 	}
 }
-func (u *untracked) Ignored(msg room.Msg)     { u.o.local().absorbed[msgIndex(msg)][1].Add(1) }
-func (u *untracked) Retired(t room.Tombstone) { u.o.local().retired[statusIndex(t.Status)].Add(1) }
-func (u *untracked) Abandoned()               {}
+func (u *untracked) Ignored(msg room.Msg) {
+	k := msgIndex(msg)
+	u.count(func(st *stripe) *atomic.Int64 { return &st.absorbed[k][1] })
+}
+func (u *untracked) Retired(t room.Tombstone) {
+	si := statusIndex(t.Status)
+	u.count(func(st *stripe) *atomic.Int64 { return &st.retired[si] })
+}
+func (u *untracked) Abandoned() {}
 
 // recStack is a lock-free stack of records (many pushers, one taker).
 type recStack struct{ head atomic.Pointer[roomRec] }
