@@ -396,7 +396,7 @@ func shardCount() int {
 // stripe belongs to one shard, whose goroutine runs its rooms: a stripe's
 // cache lines stay on one core instead of moving with every room.
 func (o *Observer) shardIndex(id uint64) int {
-	return int(((id * 0x9E3779B97F4A7C15) >> 32) % uint64(len(o.shards)))
+	return int((id * 0x9E3779B97F4A7C15) >> 32 & uint64(len(o.shards)-1)) // len is a power of two: no division
 }
 
 func (o *Observer) stripeOf(id uint64) *stripe { return &o.shards[o.shardIndex(id)] }
