@@ -83,32 +83,34 @@ func BenchmarkTelemetryOverheadLoopback(b *testing.B) {
 	ids := make([]uint64, batch)
 	run(off, ids, 1<<40)
 	run(on, ids, 1<<40)
-	var wOff, wOn time.Duration
+	var wOff, wOn, cOff, cOn time.Duration
 	var pairs []float64
 	next := uint64(1)
 	b.ResetTimer()
 	for pair := 0; pair*batch < b.N; pair++ {
-		t0 := time.Now()
+		t0, c0 := time.Now(), cpuTime()
 		if pair%2 == 0 {
 			run(off, ids, next)
 		} else {
 			run(on, ids, next)
 			obs.Flush(context.Background())
 		}
-		t1 := time.Now()
+		t1, c1 := time.Now(), cpuTime()
 		if pair%2 == 0 {
 			run(on, ids, next)
 			obs.Flush(context.Background())
 		} else {
 			run(off, ids, next)
 		}
-		t2 := time.Now()
+		t2, c2 := time.Now(), cpuTime()
 		dFirst, dSecond := t1.Sub(t0), t2.Sub(t1)
 		dOff, dOn := dFirst, dSecond
+		eOff, eOn := c1-c0, c2-c1
 		if pair%2 == 1 {
 			dOff, dOn = dSecond, dFirst
+			eOff, eOn = eOn, eOff
 		}
-		wOff, wOn = wOff+dOff, wOn+dOn
+		wOff, wOn, cOff, cOn = wOff+dOff, wOn+dOn, cOff+eOff, cOn+eOn
 		pairs = append(pairs, dOn.Seconds()/dOff.Seconds()-1)
 		next += batch
 	}
@@ -119,4 +121,7 @@ func BenchmarkTelemetryOverheadLoopback(b *testing.B) {
 	b.ReportMetric(rooms/wOn.Seconds(), "rooms/s-on")
 	b.ReportMetric(100*(wOn.Seconds()-wOff.Seconds())/wOff.Seconds(), "wall-overhead-%")
 	b.ReportMetric(100*pairs[len(pairs)/2], "median-overhead-%")
+	b.ReportMetric(float64(cOff.Microseconds())/rooms, "cpu-us/room-off")
+	b.ReportMetric(float64(cOn.Microseconds())/rooms, "cpu-us/room-on")
+	b.ReportMetric(100*(cOn.Seconds()-cOff.Seconds())/cOff.Seconds(), "cpu-overhead-%")
 }
