@@ -39,9 +39,12 @@ const (
 // indices, the "bench" notification, busy completion wait: Python polls
 // check_xfer_state back to back; Go's owner goroutine polls getXferStatus back
 // to back while the Go caller polls 16 times, then parks on nixl.Waker, as
-// actors/xfer's pool does) into the same Python target (NIXL's Python defaults,
-// progress thread on). The initiator whose round it is not is kept from
-// competing for the CPU: the Python initiator is SIGSTOPped during Go rounds
+// actors/xfer's pool does) into the same Python target. The target stands
+// for a decode node elsewhere, so it is kept off the initiators' CPUs: its
+// NIXL progress thread is off (with NIXL's Python default it spins, a third
+// busy thread on this 2-core box); the puts are cma zero-copy done by the
+// initiator, and the target drains notifications every 1 ms. The initiator
+// whose round it is not is kept from competing for the CPU: the Python initiator is SIGSTOPped during Go rounds
 // (its NIXL progress thread spins otherwise, pthrDelay 0), the Go agent is
 // idle during Python rounds (owner goroutine blocked, progress thread at
 // Options.ProgressDelay). Processes are not pinned: all of them share the
@@ -68,7 +71,7 @@ func benchWrite(b *testing.B, desc int) {
 	load := loadavg()
 	g := newAgent(b, "go-bench")
 	tgt := startPeer(b, true, "target", "--name", fmt.Sprintf("py-tgt-%d", seq.Add(1)),
-		"--size", strconv.Itoa(benchTotal), "--timeout", "900")
+		"--size", strconv.Itoa(benchTotal), "--timeout", "900", "--no-progress-thread")
 	once, split := goWriter(b, g, tgt, desc)
 	py := pyWriter(b, tgt, desc)
 	once()                                       // wire-up

@@ -8,7 +8,8 @@ Modes (one JSON object per line on stdout; requests on stdin):
              then drain notifications like SGLang's decode (no own progress loop besides
              get_new_notifs) and, as each one arrives, check that the bytes it promises are
              already there. Prints {"notifs": [[peer, msg], ...], "bad": [...], "done": bool}.
-  target     benchmark target: register a buffer, print its metadata, wait for "bench_end".
+  target     benchmark target: register a buffer, print its metadata, wait for "bench_end"
+             (draining notifications every 1 ms; --no-progress-thread: no NIXL progress thread).
   initiator  benchmark initiator: read a target's {"md", "addr"} from stdin, then per
              {"iters": n} WRITE the reversed-index pattern the Go benchmark uses n times
              and print {"gbps", "seconds", "post", "wait"}; any other line ends it.
@@ -43,8 +44,8 @@ def pattern(n, seed):
     return ((seed + 131 * (i // 4096) + 7 * i) & 0xFF).astype(np.uint8)
 
 
-def new_agent(name, size):
-    agent = nixl_agent(name, nixl_agent_config(backends=["UCX"]))
+def new_agent(name, size, prog_thread=True):
+    agent = nixl_agent(name, nixl_agent_config(enable_prog_thread=prog_thread, backends=["UCX"]))
     buf = np.zeros(size, dtype=np.uint8)
     addr = buf.ctypes.data
     agent.register_memory([(addr, size, 0, "")], "DRAM")
@@ -103,7 +104,7 @@ def is_done(msgs):
 
 
 def target(args):
-    agent, buf, addr = new_agent(args.name, args.size)
+    agent, buf, addr = new_agent(args.name, args.size, not args.no_progress_thread)
     hello(agent, addr, args.size)
     deadline = time.time() + args.timeout
     while time.time() < deadline:
@@ -170,6 +171,8 @@ def main():
     p.add_argument("--size", type=int, default=1 << 20)
     p.add_argument("--desc", type=int, default=1 << 16)
     p.add_argument("--timeout", type=float, default=60.0)
+    p.add_argument("--no-progress-thread", action="store_true",
+                   help="target: NIXL progress thread off (it spins otherwise: pthrDelay 0)")
     args = p.parse_args()
     {"decode": decode, "target": target, "initiator": initiator}[args.mode](args)
 
