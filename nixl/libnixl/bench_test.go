@@ -53,7 +53,12 @@ const (
 // Reported: go/py, the median over pairs of go rate / python rate, with
 // go/py_lo and go/py_hi, the 2.5th and 97.5th percentiles of that median over
 // 2000 bootstrap resamples of the pairs; go/py_min and go/py_max; go_MB/s and
-// py_MB/s, the median round rates; load, the 1-minute load average at start.
+// py_MB/s, the median round rates; go_cpu_ms/GiB and py_cpu_ms/GiB, the CPU
+// each initiator process used (all threads, NIXL's included: getrusage in Go,
+// time.process_time in Python) per GiB over the measured rounds, which the
+// machine's load scales much less than the rates; go_post_µs/py_post_µs and
+// go_wait_µs/py_wait_µs, the median time per transfer in Post/transfer() and
+// waiting after it; load, the 1-minute load average at start.
 // The first benchWarm pairs are dropped. Use a fixed -benchtime (pairs):
 //
 //	KVXFER_NIXL_PYTHON=/opt/kvxfer-nixl/bin/python \
@@ -80,10 +85,10 @@ func benchWrite(b *testing.B, desc int) {
 	measured := false
 	goRound := func() float64 {
 		split.post, split.wait = 0, 0
-		c0 := runTime(os.Getpid())
+		c0 := cpuNow()
 		defer func() {
 			if measured {
-				goCPU += runTime(os.Getpid()) - c0
+				goCPU += cpuNow() - c0
 			}
 		}()
 		start := time.Now()
@@ -96,17 +101,14 @@ func benchWrite(b *testing.B, desc int) {
 		return r
 	}
 	pyRound := func() float64 {
-		c0 := runTime(py.cmd.Process.Pid)
 		py.signal(b, syscall.SIGCONT)
-		defer func() {
-			py.signal(b, syscall.SIGSTOP)
-			if measured {
-				pyCPU += runTime(py.cmd.Process.Pid) - c0
-			}
-		}()
+		defer py.signal(b, syscall.SIGSTOP)
 		py.send(b, map[string]int{"iters": benchPerRound})
-		var res struct{ Gbps, Post, Wait float64 }
+		var res struct{ Gbps, Post, Wait, CPU float64 }
 		py.read(b, &res)
+		if measured {
+			pyCPU += time.Duration(res.CPU * 1e9)
+		}
 		pyPost = append(pyPost, res.Post*1e6/benchPerRound)
 		pyWait = append(pyWait, res.Wait*1e6/benchPerRound)
 		return res.Gbps * 1e9
@@ -329,25 +331,6 @@ func cpuNow() time.Duration {
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// runTime is the CPU time all threads of process pid have run
-// (/proc/PID/task/*/schedstat, nanoseconds), or 0.
-func runTime(pid int) time.Duration {
-	dir := fmt.Sprintf("/proc/%d/task", pid)
-	ts, _ := os.ReadDir(dir)
-	var sum time.Duration
-	for _, t := range ts {
-		b, err := os.ReadFile(dir + "/" + t.Name() + "/schedstat")
-		if err != nil {
-			continue
-		}
-		if f := strings.Fields(string(b)); len(f) > 0 {
-			n, _ := strconv.ParseInt(f[0], 10, 64)
-			sum += time.Duration(n)
-		}
-	}
-	return sum
 }
 
 // thp is the process's AnonHugePages from /proc/PID/smaps_rollup.

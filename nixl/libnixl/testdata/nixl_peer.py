@@ -12,7 +12,7 @@ Modes (one JSON object per line on stdout; requests on stdin):
              (draining notifications every 1 ms; --no-progress-thread: no NIXL progress thread).
   initiator  benchmark initiator: read a target's {"md", "addr"} from stdin, then per
              {"iters": n} WRITE the reversed-index pattern the Go benchmark uses n times
-             and print {"gbps", "seconds", "post", "wait"}; any other line ends it.
+             and print {"gbps", "seconds", "post", "wait", "cpu"}; any other line ends it.
 
 Byte pattern of a checked range: (seed + 131*(i // 4096) + 7*i) & 0xff for i in range(len).
 """
@@ -148,17 +148,20 @@ def initiator(args):
     once()  # wire-up
     # Rounds on request, so the Go side can interleave them with its own and
     # both see the same machine load: {"iters": n} -> {"gbps", "seconds",
-    # "post", "wait"} (seconds in transfer() and in the check_xfer_state loop).
+    # "post", "wait", "cpu"} (seconds in transfer(), in the check_xfer_state
+    # loop, and of CPU used by the whole process over the round).
     for line in sys.stdin:
         req = json.loads(line)
         if "iters" not in req:
             break
         post_s = wait_s = 0.0
+        cpu = time.process_time()  # every thread of this process, NIXL's included
         start = time.perf_counter()
         for _ in range(req["iters"]):
             once()
         el = time.perf_counter() - start
-        say({"gbps": req["iters"] * args.size / el / 1e9, "seconds": el, "post": post_s, "wait": wait_s})
+        cpu = time.process_time() - cpu
+        say({"gbps": req["iters"] * args.size / el / 1e9, "seconds": el, "post": post_s, "wait": wait_s, "cpu": cpu})
     agent.send_notif(remote, b"bench_end")
     say({"end": True})
     time.sleep(0.2)  # let the notification leave before the agent goes away
