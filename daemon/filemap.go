@@ -17,12 +17,34 @@ import (
 // loopback backend checks it (loopback.OpenAttachable). Copies out of it are the
 // library's (C, often the NIC's), so a scheduler truncating its file under a
 // live transfer is outside what Go can guard here; do not truncate live pools.
-func WithFileMapping(a nixl.Agent) Agent { return &fileMapped{Agent: a} }
+func WithFileMapping(a nixl.Agent) Agent {
+	f := &fileMapped{Agent: a}
+	w, d := progressOf(a)
+	switch {
+	case w != nil && d != nil:
+		return &struct {
+			*fileMapped
+			nixl.Waker
+			nixl.Dueer
+		}{f, w, d}
+	case w != nil:
+		return &struct {
+			*fileMapped
+			nixl.Waker
+		}{f, w}
+	}
+	return f
+}
 
 type fileMapped struct {
 	nixl.Agent
 	mu   sync.Mutex
 	maps [][]byte
+}
+
+// SendNotifs implements nixl.NotifBatcher (the agent's own, if it has one).
+func (f *fileMapped) SendNotifs(peer string, msgs [][]byte) error {
+	return nixl.SendNotifs(f.Agent, peer, msgs)
 }
 
 func (f *fileMapped) Attach(path string) ([]byte, error) {

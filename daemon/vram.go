@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/kvxfer/kvxfer/nixl"
 	"github.com/kvxfer/kvxfer/nixl/cuda"
 	"github.com/kvxfer/kvxfer/transport/control"
 )
@@ -23,7 +24,33 @@ type VRAMImporter interface {
 // memory on machines without a GPU. Every handle still open is closed after
 // the agent closes (it deregisters the memory first).
 func WithCUDAIPC(a Agent, drv cuda.Driver) Agent {
-	return &cudaIPC{Agent: a, im: cuda.NewImporter(drv)}
+	c := &cudaIPC{Agent: a, im: cuda.NewImporter(drv)}
+	w, d := progressOf(a)
+	switch {
+	case w != nil && d != nil:
+		return &struct {
+			*cudaIPC
+			nixl.Waker
+			nixl.Dueer
+		}{c, w, d}
+	case w != nil:
+		return &struct {
+			*cudaIPC
+			nixl.Waker
+		}{c, w}
+	}
+	return c
+}
+
+// progressOf returns the agent's optional progress interfaces. A wrapper that
+// embeds only the Agent interface hides them, and without them the transfer
+// pool cannot park on the agent's wake-ups (it polls every millisecond), so
+// the wrappers here pass them on (a Dueer only with a Waker: no backend has
+// one without the other).
+func progressOf(a nixl.Agent) (nixl.Waker, nixl.Dueer) {
+	w, _ := a.(nixl.Waker)
+	d, _ := a.(nixl.Dueer)
+	return w, d
 }
 
 type cudaIPC struct {
@@ -36,6 +63,11 @@ func (c *cudaIPC) ImportVRAM(handle []byte, offset, length, dev uint64) (*cuda.I
 }
 
 func (c *cudaIPC) ReleaseVRAM(x *cuda.Import) error { return c.im.Close(x) }
+
+// SendNotifs implements nixl.NotifBatcher (the agent's own, if it has one).
+func (c *cudaIPC) SendNotifs(peer string, msgs [][]byte) error {
+	return nixl.SendNotifs(c.Agent, peer, msgs)
+}
 
 // Close closes the agent, then the handles.
 func (c *cudaIPC) Close() error {

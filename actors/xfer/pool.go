@@ -129,14 +129,10 @@ func (p *Pool) Post(t room.Transfer, done room.DoneFunc) {
 }
 
 // Signal sends completion notifications held back from a room's last chunk
-// (room.Transfer.HoldSignal) to a decode agent, in order.
+// (room.Transfer.HoldSignal) to a decode agent, in order: in one call where
+// the agent batches them (nixl.NotifBatcher).
 func (p *Pool) Signal(agent string, msgs [][]byte) error {
-	for _, m := range msgs {
-		if err := p.cfg.Agent.SendNotif(agent, m); err != nil {
-			return err
-		}
-	}
-	return nil
+	return nixl.SendNotifs(p.cfg.Agent, agent, msgs)
 }
 
 // Notify makes the pool an actors.Notifier for in-process decodes: it sends a

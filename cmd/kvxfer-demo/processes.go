@@ -58,6 +58,7 @@ func processesMain(args []string) error {
 	releaseTimeout := fs.Duration("release-timeout", 15*time.Second, "decode's deferred-release timeout (0.5.21+)")
 	limit := fs.Duration("timeout", 10*time.Minute, "give up on the whole run after this long")
 	keep := fs.Bool("keep", false, "keep the run directory (logs, JSON summaries)")
+	emulProcs := fs.Int("emulator-procs", 1, "GOMAXPROCS of the emulator processes, which stand in for single-threaded Python event loops (0: Go's default; a GOMAXPROCS in the environment wins)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -142,6 +143,14 @@ func processesMain(args []string) error {
 	schedCmd := exec.CommandContext(ctx, filepath.Join(bin, "kvxfer-sched"), append([]string{"-control", ctl,
 		"-json", schedJSON, "-rooms-out", schedRooms, "-concurrency", strconv.Itoa(*conc)}, workloadArgs...)...)
 	cmds := []*exec.Cmd{schedCmd}
+	// The emulators play single-threaded Python processes (SGLang's
+	// scheduler and decode event loops): one Go processor each, unless the
+	// environment says otherwise. kvxferd keeps Go's default.
+	emulEnv := os.Environ()
+	if os.Getenv("GOMAXPROCS") == "" && *emulProcs > 0 {
+		emulEnv = append(emulEnv, "GOMAXPROCS="+strconv.Itoa(*emulProcs))
+	}
+	schedCmd.Env = emulEnv
 	labels := []string{"sched"}
 	// Each decode's window covers about as many workload indices as the
 	// scheduler's, so the windows overlap (docs/emulators.md).
@@ -162,6 +171,7 @@ func processesMain(args []string) error {
 			// retry the topology query often so startup does not skew latencies.
 			"-topology-retry", "20ms", "-topology-attempts", "1000"}, workloadArgs...)
 		d.cmd = exec.CommandContext(ctx, filepath.Join(bin, "kvxfer-decode"), dargs...)
+		d.cmd.Env = emulEnv
 		cmds = append(cmds, d.cmd)
 		labels = append(labels, "decode "+d.rel.String())
 	}

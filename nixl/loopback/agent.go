@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
@@ -57,6 +58,12 @@ type peer struct {
 	maps     []*mapping
 	regions  []*region
 	disconnd bool // set when a send failed or a disconnect was injected; guarded by Agent.mu
+	// out is the socket notifications to the peer go out on: connected to
+	// the peer's on the first send (dialOut), closed when the peer is
+	// dropped or the agent closes.
+	out   atomic.Pointer[net.UnixConn]
+	outMu sync.Mutex // dialOut and closeOut
+	shut  bool       // closeOut ran; under outMu
 }
 
 // Agent is the loopback nixl.Agent. Create it with New; Close it when done.
@@ -459,6 +466,7 @@ func (a *Agent) DropPeer(name string) error {
 		m.unmap()
 	}
 	a.copyMu.Unlock()
+	p.closeOut()
 	return nil
 }
 
@@ -479,6 +487,7 @@ func (a *Agent) Close() error {
 	a.reader.Wait()
 	a.copyMu.Lock()
 	for _, p := range a.peers {
+		p.closeOut()
 		for _, m := range p.maps {
 			if e := m.unmap(); e != nil {
 				err = errors.Join(err, e)

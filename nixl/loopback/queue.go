@@ -33,20 +33,22 @@ func (q *queue) push(j job) {
 	q.mu.Unlock()
 }
 
-// pop blocks until a job is available or the queue is closed (ok false).
-func (q *queue) pop() (job, bool) {
+// popBatch blocks until a job is available or the queue is closed (ok
+// false), then moves up to max queued jobs, in order, to dst.
+func (q *queue) popBatch(dst []job, max int) ([]job, bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	for len(q.jobs) == 0 && !q.closed {
 		q.cond.Wait()
 	}
 	if q.closed {
-		return job{}, false
+		return dst, false
 	}
-	j := q.jobs[0]
-	q.jobs[0] = job{}
-	q.jobs = q.jobs[1:]
-	return j, true
+	n := min(len(q.jobs), max)
+	dst = append(dst, q.jobs[:n]...)
+	clear(q.jobs[:n])
+	q.jobs = q.jobs[n:]
+	return dst, true
 }
 
 func (q *queue) close() {
@@ -57,13 +59,19 @@ func (q *queue) close() {
 	q.mu.Unlock()
 }
 
+// workerBatch is the most jobs a worker takes at once: the jobs queued while
+// it was busy are copied, notified (one datagram per peer) and completed
+// (one lock, one wake-up) together.
+const workerBatch = 16
+
 func (a *Agent) worker() {
 	defer a.workers.Done()
+	var b batch
 	for {
-		j, ok := a.q.pop()
-		if !ok {
+		var ok bool
+		if b.jobs, ok = a.q.popBatch(b.jobs[:0], workerBatch); !ok {
 			return
 		}
-		a.run(j)
+		a.run(&b)
 	}
 }

@@ -516,6 +516,9 @@ func (v *VRAM) run(x *vxfer, epoch uint64) {
 	if err == nil && x.hasNotif {
 		err = v.Agent.SendNotif(x.peer.name, x.notif)
 	}
+	// Pollers parked on the agent's wake-up (nixl.Waker) learn of device
+	// requests too: woken after the state changed, outside every lock.
+	defer v.Agent.wake()
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if x.epoch != epoch || x.state != nixl.InProgress {

@@ -345,3 +345,59 @@ func TestVRAMMixedListsRefusedAndHostTransfersStillWork(t *testing.T) {
 		t.Fatalf("host transfer wrote %q", hb[:10])
 	}
 }
+
+// TestVRAMDeviceWriteWakesPollers: a device request that ends wakes the
+// agent's OnProgress pollers (nixl.Waker), after its state changed, as host
+// requests do; a poller parked on the wake-up (the transfer pool in kvxferd)
+// would otherwise never see it end.
+func TestVRAMDeviceWriteWakesPollers(t *testing.T) {
+	r := newVRAMRig(t, 0, 0)
+	woken := make(chan struct{}, 1)
+	stop := r.k.OnProgress(func() {
+		select {
+		case woken <- struct{}{}:
+		default:
+		}
+	})
+	defer stop()
+	md, err := r.d.LocalMetadata()
+	if err != nil {
+		t.Fatal(err)
+	}
+	peer, err := r.k.LoadPeer(md)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ll, err := r.k.Prep("", nixl.VRAM, r.pages(r.src.Ptr, 0, 8))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rl, err := r.k.Prep(peer, nixl.VRAM, r.pages(r.dst, 0, 8))
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, err := r.k.Make(nixl.Write, ll, []int32{1}, rl, []int32{2}, []byte("room-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.k.Post(x); err != nil {
+		t.Fatal(err)
+	}
+	out := make([]nixl.Status, 1)
+	for {
+		select {
+		case <-woken:
+		case <-time.After(30 * time.Second):
+			t.Fatal("no wake-up after the device write was posted")
+		}
+		if err := r.k.Poll([]nixl.XferID{x}, out); err != nil {
+			t.Fatal(err)
+		}
+		if out[0].State.Terminal() {
+			break
+		}
+	}
+	if out[0].State != nixl.Done {
+		t.Fatalf("device write ended %v: %v", out[0].State, out[0].Err)
+	}
+}

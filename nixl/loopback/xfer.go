@@ -19,7 +19,8 @@ type xfer struct {
 	op       nixl.Op
 	peer     *peer
 	segs     []seg
-	notif    []byte
+	notif    []byte // the notification's datagram (encodeNotif)
+	msg      []byte // and its message
 	hasNotif bool
 	state    nixl.State
 	err      error
@@ -149,6 +150,7 @@ func (a *Agent) addXfer(op nixl.Op, p *peer, segs []seg, notif []byte) (nixl.Xfe
 	x := &xfer{op: op, peer: p, segs: segs, state: nixl.Idle}
 	if notif != nil {
 		x.notif, x.hasNotif = encodeNotif(a.name, notif), true
+		x.msg = x.notif[2+len(a.name):]
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -329,28 +331,6 @@ func (a *Agent) Release(id nixl.XferID) error {
 	return nil
 }
 
-// finish moves a request to a terminal state if it is still the same post.
-func (a *Agent) finish(j job, st nixl.State, err error) {
-	a.mu.Lock()
-	if j.x.epoch == j.epoch && j.x.state == nixl.InProgress {
-		j.x.state, j.x.err = st, err
-	}
-	a.mu.Unlock()
-	a.wake()
-}
-
-// land records that a delayed post's worker is done (err nil: the bytes were
-// copied, the notification is still to send); a poll at or after its due time
-// completes it.
-func (a *Agent) land(j job, err error) {
-	a.mu.Lock()
-	if j.x.epoch == j.epoch && j.x.state == nixl.InProgress {
-		j.x.landed, j.x.pendErr = true, err
-	}
-	a.mu.Unlock()
-	a.wake()
-}
-
 // failInflightLocked fails every in-flight request matching pick (a.mu held).
 func (a *Agent) failInflightLocked(pick func(*xfer) bool, err error) {
 	for _, x := range a.xfers {
@@ -360,46 +340,94 @@ func (a *Agent) failInflightLocked(pick func(*xfer) bool, err error) {
 	}
 }
 
-// run executes one posted request on a worker: fault check, copy, notify, Done.
-func (a *Agent) run(j job) {
+// batch is a worker's scratch space for run.
+type batch struct {
+	jobs []job
+	res  []result
+	msgs [][]byte
+	buf  []byte
+}
+
+// result is what run found for one job.
+type result struct {
+	j       job
+	delayed bool // posted with injected latency: landed, completed by a poll
+	fail    bool // an injected failure
+	err     error
+	notify  bool // its notification is to be sent (copied, not delayed)
+	sent    bool
+}
+
+// run executes the jobs of b on a worker: fault check and copy of each, then
+// the notifications of those copied (in order, one datagram per peer where
+// they fit, so a peer's reader wakes once for them), then every job's state
+// under one lock and one wake-up. A delayed post only lands: its
+// notification and terminal state wait for a poll at or after its due time.
+func (a *Agent) run(b *batch) {
+	b.res = b.res[:0]
 	a.mu.Lock()
-	x := j.x
-	if a.closed || x.epoch != j.epoch || x.state != nixl.InProgress {
-		a.mu.Unlock()
-		return
+	for _, j := range b.jobs {
+		x := j.x
+		if a.closed || x.epoch != j.epoch || x.state != nixl.InProgress {
+			continue
+		}
+		b.res = append(b.res, result{j: j, delayed: x.due != 0, fail: a.faults[x.peer.name].Fail})
 	}
-	f := a.faults[x.peer.name]
-	p := x.peer
-	delayed := x.due != 0
 	a.mu.Unlock()
-	if f.Fail {
-		err := nixl.Errorf(nixl.ErrBackend, "loopback: injected failure for peer %q", p.name)
-		if delayed {
-			a.land(j, err)
+	if len(b.res) == 0 {
+		return
+	}
+	for i := range b.res {
+		r := &b.res[i]
+		x := r.j.x
+		if r.fail {
+			r.err = nixl.Errorf(nixl.ErrBackend, "loopback: injected failure for peer %q", x.peer.name)
 		} else {
-			a.finish(j, nixl.Failed, err)
+			r.err = a.copySegs(x.segs)
 		}
-		return
+		r.notify = r.err == nil && !r.delayed && x.hasNotif
 	}
-	if err := a.copySegs(x.segs); err != nil {
-		if delayed {
-			a.land(j, err)
-		} else {
-			a.finish(j, nixl.Failed, err)
+	for i := range b.res {
+		if !b.res[i].notify || b.res[i].sent {
+			continue
 		}
-		return
-	}
-	if delayed {
-		a.land(j, nil)
-		return
-	}
-	if x.hasNotif {
-		if err := a.sendRaw(p, x.notif); err != nil {
-			a.finish(j, nixl.Failed, err)
-			return
+		p := b.res[i].j.x.peer
+		b.msgs = b.msgs[:0]
+		for k := i; k < len(b.res); k++ {
+			if r := &b.res[k]; r.notify && !r.sent && r.j.x.peer == p {
+				b.msgs = append(b.msgs, r.j.x.msg)
+			}
+		}
+		var err error
+		b.buf, err = appendNotifs(b.buf, a.name, b.msgs, func(frame []byte) error { return a.sendRaw(p, frame) })
+		for k := i; k < len(b.res); k++ {
+			if r := &b.res[k]; r.notify && !r.sent && r.j.x.peer == p {
+				r.sent = true
+				if err != nil {
+					r.err = err
+				}
+			}
 		}
 	}
-	a.finish(j, nixl.Done, nil)
+	clear(b.msgs)
+	a.mu.Lock()
+	for _, r := range b.res {
+		x := r.j.x
+		if x.epoch != r.j.epoch || x.state != nixl.InProgress {
+			continue
+		}
+		switch {
+		case r.delayed:
+			x.landed, x.pendErr = true, r.err
+		case r.err != nil:
+			x.state, x.err = nixl.Failed, r.err
+		default:
+			x.state, x.err = nixl.Done, nil
+		}
+	}
+	a.mu.Unlock()
+	clear(b.res)
+	a.wake()
 }
 
 // copySegs copies every segment while holding copyMu for reading, so no mapping

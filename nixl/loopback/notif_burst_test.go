@@ -1,0 +1,90 @@
+package loopback_test
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kvxfer/kvxfer/nixl"
+	"github.com/kvxfer/kvxfer/nixl/loopback"
+)
+
+// TestNotifBurstArrivesInOrder: bursts far deeper than a datagram queue (10
+// by default, net.unix.max_dgram_qlen) from several senders, one
+// notification at a time and in batches (SendNotifs), all arrive, each
+// sender's in order, while the receiver drains slowly; a full queue makes a
+// sender wait, never drop.
+func TestNotifBurstArrivesInOrder(t *testing.T) {
+	dst := newAgent(t)
+	md, err := dst.LocalMetadata()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const senders, each = 3, 600
+	var srcs []*loopback.Agent
+	for range senders {
+		a := newAgent(t)
+		if _, err := a.LoadPeer(md); err != nil {
+			t.Fatal(err)
+		}
+		srcs = append(srcs, a)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, senders)
+	for _, a := range srcs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < each; {
+				if i%3 == 0 { // a batch of 1..5
+					var msgs [][]byte
+					for k := 0; k < 1+i%5 && i < each; k++ {
+						msgs = append(msgs, fmt.Appendf(nil, "%d", i))
+						i++
+					}
+					if err := a.SendNotifs(dst.Name(), msgs); err != nil {
+						errs <- err
+						return
+					}
+					continue
+				}
+				if err := a.SendNotif(dst.Name(), fmt.Appendf(nil, "%d", i)); err != nil {
+					errs <- err
+					return
+				}
+				i++
+			}
+		}()
+	}
+	next := map[string]int{}
+	var got []nixl.Notif
+	deadline := time.Now().Add(60 * time.Second)
+	for total := 0; total < senders*each; {
+		time.Sleep(time.Millisecond) // a slow reader: the queue fills
+		if got, err = dst.Notifs(got[:0]); err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range got {
+			if want := fmt.Sprint(next[n.Peer]); n.Msg != want {
+				t.Fatalf("from %s: %q, want %q", n.Peer, n.Msg, want)
+			}
+			next[n.Peer]++
+			total++
+		}
+		select {
+		case err := <-errs:
+			t.Fatal(err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d notifications after 60 s: %v", total, senders*each, next)
+		}
+	}
+	wg.Wait()
+	for _, a := range srcs {
+		if next[a.Name()] != each {
+			t.Errorf("%s: %d of %d", a.Name(), next[a.Name()], each)
+		}
+	}
+}
