@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/asynkron/protoactor-go/actor"
+
 	"github.com/kvxfer/kvxfer/actors/room"
 	"github.com/kvxfer/kvxfer/actors/xfer/xfertest"
 	"github.com/kvxfer/kvxfer/internal/clock"
@@ -379,5 +381,19 @@ func TestEngineRegistryCompacted(t *testing.T) {
 	}
 	for reg.LocalPIDs.LocalPIDs[0].Count() != before {
 		runtime.Gosched() // the retired room's actor stops after its shard poisoned it
+	}
+}
+
+// TestRoomNameRoundTrip: the shard's dead-actor path reads the room back
+// from the actor's name (roomOfPID of roomName under a shard's id).
+func TestRoomNameRoundTrip(t *testing.T) {
+	for _, c := range []struct{ id, n uint64 }{{0, 1}, {1, 1}, {0xabc, 7}, {1<<64 - 1, 1<<64 - 1}} {
+		pid := &actor.PID{Id: "$12/" + roomName(c.id, c.n)}
+		if got, ok := roomOfPID(pid); !ok || got != c.id {
+			t.Fatalf("roomOfPID(%q) = %d, %v; want %d", pid.Id, got, ok, c.id)
+		}
+	}
+	if _, ok := roomOfPID(&actor.PID{Id: "$12"}); ok {
+		t.Fatal("a shard's own PID read as a room")
 	}
 }

@@ -32,8 +32,9 @@ type shard struct {
 	timer clock.Timer
 	// props spawn every room actor of the shard: the producer hands over
 	// next, which the shard sets just before the (synchronous) spawn.
-	props *actor.Props
-	next  *roomActor
+	props   *actor.Props
+	next    *roomActor
+	spawned uint64 // room actors spawned, which names them (roomName)
 
 	// creating: the room being routed is being created or revived;
 	// announced: RoomCreated was told for it and rec is its record
@@ -306,9 +307,18 @@ func (s *shard) onTerminated(who *actor.PID) {
 	s.keepTombstone(t)
 }
 
-// roomPrefix names a room actor after its room, so a Terminated PID says
-// which room it was: "<shard>/r<room hex>$<unique>".
-func roomPrefix(id uint64) string { return "r" + strconv.FormatUint(id, 16) }
+// roomName names a room actor after its room, so a Terminated PID says
+// which room it was: "r<room hex>$<n hex>" (protoactor prefixes the shard's
+// id), n counting the shard's spawns, so a revived room's new actor never
+// clashes with its old one still stopping. One allocation (SpawnPrefix took
+// four: the prefix, its number, the protoactor id and their concatenation).
+func roomName(id, n uint64) string {
+	var b [1 + 16 + 1 + 16]byte
+	out := append(b[:0], 'r')
+	out = strconv.AppendUint(out, id, 16)
+	out = append(out, '$')
+	return string(strconv.AppendUint(out, n, 16))
+}
 
 func roomOfPID(pid *actor.PID) (uint64, bool) {
 	name := pid.Id[strings.LastIndexByte(pid.Id, '/')+1:]
@@ -383,7 +393,12 @@ func (s *shard) routeOne(ctx actor.Context, env *envelope) {
 		lr.store(0, m.Reply())
 		delete(s.tombs, env.room)
 		s.next = newRoomActor(s.eng, m, fx, env, lr)
-		lr.pid = ctx.SpawnPrefix(s.props, roomPrefix(env.room))
+		s.spawned++
+		pid, err := ctx.SpawnNamed(s.props, roomName(env.room, s.spawned))
+		if err != nil {
+			panic(err) // names are unique per shard: not reached
+		}
+		lr.pid = pid
 		if ti, ok := env.msg.(room.TransferInfo); ok {
 			c := s.peers[ti.Agent]
 			if c == nil {
