@@ -76,6 +76,26 @@ func benchTelemetry(b *testing.B, s Sampling, sdk bool) *Observer {
 	return obs
 }
 
+// benchMetricsOnly is metrics alone (no tracing), with the Prometheus
+// exporter over a private registry.
+func benchMetricsOnly(b *testing.B) *Observer {
+	obs, err := New(Config{BytesPerPage: 1 << 20})
+	if err != nil {
+		b.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	pe, err := otelprom.New(otelprom.WithRegisterer(reg), otelprom.WithProducer(obs))
+	if err != nil {
+		b.Fatal(err)
+	}
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(pe))
+	b.Cleanup(func() {
+		_ = obs.Close(context.Background())
+		_ = mp.Shutdown(context.Background())
+	})
+	return obs
+}
+
 // lifecycle drives n whole rooms (Open, one transfer info, Init, two chunks,
 // Success, Clear) through eng, starting at room next.
 func lifecycle(eng *actors.Engine, ids []uint64, next uint64) {
@@ -126,6 +146,8 @@ func cpuTime() time.Duration {
 //
 // keep-all keeps every room (the worst case); ratio-0.1 keeps 10% of the
 // successful rooms and every failed or slow one, as production would;
+// ratio-0 records every room for tracing but keeps none (no span is built);
+// metrics-only has no tracing;
 // -via-sdk builds the spans through the SDK's TracerProvider and batch span
 // processor instead of exporting them directly. Writes complete inside Post
 // (the engine does nothing but bookkeeping: the worst case for the relative
@@ -133,20 +155,27 @@ func cpuTime() time.Duration {
 // pool's completions do.
 func BenchmarkTelemetryOverhead(b *testing.B) {
 	for _, tc := range []struct {
-		name       string
-		s          Sampling
-		sdk, async bool
+		name              string
+		s                 Sampling
+		sdk, async, noTrc bool
 	}{
-		{"keep-all", Sampling{Ratio: 1}, false, false},
-		{"ratio-0.1", Sampling{Ratio: 0.1}, false, false},
-		{"keep-all-async-writes", Sampling{Ratio: 1}, false, true},
-		{"ratio-0.1-async-writes", Sampling{Ratio: 0.1}, false, true},
-		{"keep-all-via-sdk", Sampling{Ratio: 1}, true, false},
-		{"ratio-0.1-via-sdk", Sampling{Ratio: 0.1}, true, false},
+		{"keep-all", Sampling{Ratio: 1}, false, false, false},
+		{"ratio-0.1", Sampling{Ratio: 0.1}, false, false, false},
+		{"keep-all-async-writes", Sampling{Ratio: 1}, false, true, false},
+		{"ratio-0.1-async-writes", Sampling{Ratio: 0.1}, false, true, false},
+		{"keep-all-via-sdk", Sampling{Ratio: 1}, true, false, false},
+		{"ratio-0.1-via-sdk", Sampling{Ratio: 0.1}, true, false, false},
+		{"ratio-0", Sampling{Ratio: 0}, false, false, false},
+		{"metrics-only", Sampling{}, false, false, true},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			off := benchEngine(b, nil, tc.async)
-			obs := benchTelemetry(b, tc.s, tc.sdk)
+			var obs *Observer
+			if tc.noTrc {
+				obs = benchMetricsOnly(b)
+			} else {
+				obs = benchTelemetry(b, tc.s, tc.sdk)
+			}
 			on := benchEngine(b, obs, tc.async)
 			const batch = 1000
 			ids := make([]uint64, batch)
