@@ -134,8 +134,8 @@ func roomStatus(r *roomRec) sdktrace.Status {
 // xferAttrs appends one transfer span's attributes; it returns them, its end
 // and its status.
 func xferAttrs(a []attribute.KeyValue, r *roomRec, x *xferRec) ([]attribute.KeyValue, tick, sdktrace.Status) {
-	a = append(a, AttrPeerAgent.String(x.agent), AttrChunk.Int(x.chunk), lastAttrs[b2i(x.last)],
-		AttrSeq.Int64(int64(x.seq)), AttrPages.Int(x.pages), AttrBytes.Int64(x.bytes))
+	a = append(a, AttrPeerAgent.String(x.agent), AttrChunk.Int(int(x.chunk)), lastAttrs[b2i(x.last)],
+		AttrSeq.Int64(int64(x.seq)), AttrPages.Int(int(x.pages)), AttrBytes.Int64(x.bytes))
 	switch {
 	case !x.done: // still in flight when the room retired (drain deadline expired)
 		return append(a, abandonAttr), r.retiredAt, sdktrace.Status{Code: codes.Error, Description: abandonedMsg}
