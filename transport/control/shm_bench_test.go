@@ -1,13 +1,23 @@
 package control
 
 import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
 	"math/rand"
+	"os"
+	"os/exec"
 	"runtime"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/kvxfer/kvxfer/actors"
 	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/internal/clock"
 )
 
 // stormPath is what the storm's scheduler loop drives: the shared-memory
@@ -52,17 +62,24 @@ func (p rrStorm) poll(ids []uint64, out []room.Reply) ([]room.Reply, error) {
 // scheduler at a random phase (right after open, after init, after the
 // first of two chunks). Reported: abort-to-terminal (the abort call to the
 // first poll that shows the room terminal) p50/p99, time-to-terminal p50,
-// rooms/s. A benchmark, not a test: nothing here asserts a time.
+// rooms/s, and for shm the consumer's doorbell sleeps per room. A benchmark,
+// not a test: nothing here asserts a time.
 //
 // closed: 256 rooms in flight, admitted as fast as they end (saturation:
 // the figures are queueing in the engine); open: 1,500 rooms/s offered
 // (the bench suite's open-loop rate), up to 1,024 in flight.
+//
+// shm and reqrep run the server in this process, beside the scheduler's
+// loop; shm-proc runs it in a child process (this binary again, see
+// TestMain), as kvxferd runs beside a scheduler: the two share the cores,
+// not the Go runtime, its threads or their scheduling attributes. There the
+// child delivers decode's transfer info as it applies each open.
 func BenchmarkAbortStorm(b *testing.B) {
 	for _, load := range []struct {
 		name string
 		rate float64
 	}{{"closed", 0}, {"open1500", 1500}} {
-		for _, name := range []string{"shm", "reqrep"} {
+		for _, name := range []string{"shm", "reqrep", "shm-proc"} {
 			b.Run(load.name+"/"+name, func(b *testing.B) { abortStorm(b, name, load.rate) })
 		}
 	}
@@ -71,11 +88,22 @@ func BenchmarkAbortStorm(b *testing.B) {
 func abortStorm(b *testing.B, name string, rate float64) {
 	{
 		{
-			eng := newEngine(b)
-			srv := startServer(b, eng, nil)
-			c := dial(b, srv.Endpoint())
+			var srv *Server
+			var c *Client
+			info := func(uint64, room.TransferInfo) {} // shm-proc: the daemon delivers it
+			daemon := 0
+			if name == "shm-proc" {
+				var ep string
+				ep, daemon = stormDaemon(b)
+				c = dial(b, ep)
+			} else {
+				eng := newEngine(b)
+				srv = startServer(b, eng, nil)
+				c = dial(b, srv.Endpoint())
+				info = eng.TransferInfo
+			}
 			var p stormPath = rrStorm{c}
-			if name == "shm" {
+			if name != "reqrep" {
 				s, err := AttachShm(c, ShmOptions{Slots: 1024})
 				if err != nil {
 					b.Fatal(err)
@@ -86,10 +114,15 @@ func abortStorm(b *testing.B, name string, rate float64) {
 			var a2t, ttt []time.Duration
 			rooms, wall := 0, time.Duration(0)
 			next := uint64(1)
+			var sleeps uint64
+			if srv != nil {
+				sleeps = srv.ShmStats().Sleeps
+			}
+			cpu0 := procCPU(daemon)
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				start := time.Now()
-				a, t, n := runStorm(b, p, eng.TransferInfo, &next, 4000, rate)
+				a, t, n := runStorm(b, p, info, &next, 4000, rate)
 				wall += time.Since(start)
 				a2t, ttt, rooms = append(a2t, a...), append(ttt, t...), rooms+n
 			}
@@ -103,8 +136,109 @@ func abortStorm(b *testing.B, name string, rate float64) {
 			b.ReportMetric(q(a2t, 0.99), "a2t-p99-ms")
 			b.ReportMetric(q(ttt, 0.5), "ttt-p50-ms")
 			b.ReportMetric(float64(rooms)/wall.Seconds(), "rooms/s")
+			if daemon != 0 {
+				// kvxferd's CPU (all its threads) per room, spinning included.
+				b.ReportMetric(float64((procCPU(daemon)-cpu0).Microseconds())/float64(rooms), "daemon-cpu-us/room")
+			}
+			if srv != nil && name == "shm" {
+				// How often the consumer slept on its doorbell: each sleep's
+				// wake-up waits for a core (see nextSpin).
+				b.ReportMetric(float64(srv.ShmStats().Sleeps-sleeps)/float64(rooms), "sleeps/room")
+			}
 		}
 	}
+}
+
+// stormInfo is the transfer info decode sends for every storm room.
+var stormInfo = room.TransferInfo{Agent: "d0", From: room.Endpoint{IP: "127.0.0.1", Port: 9000},
+	DstPages: []int32{1, 2, 3, 4}, DstAux: 1, Required: 1}
+
+// stormEngine is the shm-proc daemon's engine: decode's transfer info
+// arrives as the scheduler's open is applied.
+type stormEngine struct{ *actors.Engine }
+
+func (e stormEngine) Open(id uint64) {
+	e.Engine.Open(id)
+	e.Engine.TransferInfo(id, stormInfo)
+}
+
+// stormDaemonEnv names the endpoint a child process of this test binary
+// serves as the abort storm's kvxferd (TestMain).
+const stormDaemonEnv = "KVXFER_TEST_STORM_DAEMON"
+
+func TestMain(m *testing.M) {
+	if ep := os.Getenv(stormDaemonEnv); ep != "" {
+		os.Exit(runStormDaemon(ep))
+	}
+	os.Exit(m.Run())
+}
+
+// runStormDaemon serves ep with a fresh engine (newEngine's) until its stdin
+// closes.
+func runStormDaemon(ep string) int {
+	eng, err := actors.New(actors.Config{Transfers: instantTransfers{}, Clock: clock.NewFake(time.Unix(0, 0)), Shards: 4})
+	if err != nil {
+		fmt.Println(err)
+		return 1
+	}
+	srv, err := Start(Config{Endpoint: ep, Engine: stormEngine{eng}, PollInterval: 5 * time.Millisecond})
+	if err != nil {
+		fmt.Println(err)
+		return 1
+	}
+	defer srv.Stop()
+	fmt.Println("ready")
+	io.Copy(io.Discard, os.Stdin)
+	return 0
+}
+
+// stormDaemon starts the child process and returns its endpoint and pid; it
+// ends with the benchmark.
+func stormDaemon(b *testing.B) (string, int) {
+	ep := ipcEndpoint(b)
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), stormDaemonEnv+"="+ep)
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		stdin.Close()
+		cmd.Wait()
+	})
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil || line != "ready\n" {
+		b.Fatalf("storm daemon: %q, %v", line, err)
+	}
+	return ep, cmd.Process.Pid
+}
+
+// procCPU is the user and system CPU process pid has used (/proc; 10 ms
+// ticks), 0 for pid 0.
+func procCPU(pid int) time.Duration {
+	if pid == 0 {
+		return 0
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// Fields after the command's closing parenthesis: state is 3rd, utime 14th, stime 15th.
+	f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+st) * 10 * time.Millisecond
 }
 
 type stormRoom struct {
@@ -146,8 +280,7 @@ func runStorm(b *testing.B, p stormPath, info func(uint64, room.TransferInfo), n
 			if err := p.open(r.id); err != nil {
 				b.Fatal(err)
 			}
-			info(r.id, room.TransferInfo{Agent: "d0", From: room.Endpoint{IP: "127.0.0.1", Port: 9000},
-				DstPages: []int32{1, 2, 3, 4}, DstAux: 1, Required: 1})
+			info(r.id, stormInfo)
 			if r.abortAt == 0 {
 				abort(r)
 			}

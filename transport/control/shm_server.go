@@ -32,18 +32,51 @@ const (
 	MaxShmBytes    = 256 << 20
 )
 
-// Doorbell tuning: the consumer spins this long on an empty ring before it
-// sleeps on the futex; a sleep ends at the client's wake-up, or after
-// shmSafetyWake at the latest (a safety net, counted when it finds work).
-// Each safety timeout that finds nothing doubles the next one, up to
-// shmSafetyWakeMax, so an idle session wakes less than once a second
+// Doorbell tuning: the consumer spins (yielding) on an empty ring for its
+// spin window before it sleeps on the futex; a sleep ends at the client's
+// wake-up, or after shmSafetyWake at the latest (a safety net, counted when it
+// finds work). Each safety timeout that finds nothing doubles the next one,
+// up to shmSafetyWakeMax, so an idle session wakes less than once a second
 // (docs/benchmarks.md, idle CPU); records or a doorbell reset it.
+//
+// The spin window adapts (nextSpin): shmSpin while the client submits now
+// and then, up to shmSpinMax while it submits more often than that. A sleep
+// is not free: the woken thread needs a core, and where the client's thread
+// spins on one (a scheduler's loop) Linux can queue the woken thread behind
+// it until the next tick, up to 4 ms on a 250 Hz kernel without preemption
+// — what the abort storm's p99 measured (docs/benchmarks.md, control path).
+// So while records keep coming less than shmSpinMax apart the consumer
+// does not sleep: it spends up to a core while the client is that busy.
+// Only for a client in another process (a scheduler, as deployed): a client
+// in kvxferd's own process shares its Go scheduler's Ps with the consumer,
+// and there a consumer that spins on instead of sleeping takes them from the
+// client and the engine (the in-process abort storm's p50 went from 0.05 to
+// 2 ms), so that session keeps shmSpin.
 const (
 	shmSpin          = 50 * time.Microsecond
+	shmSpinMax       = time.Millisecond
+	shmSpinReset     = 4 * shmSpinMax // an idle gap this long: back to shmSpin
 	shmSafetyWake    = 100 * time.Millisecond
 	shmSafetyWakeMax = 6400 * time.Millisecond
 	shmBatch         = 256 // records consumed between publications of head
 )
+
+// nextSpin is the spin window after a sleep that the client's doorbell ended
+// idle after the ring went empty (the gap the client left, plus the wake-up's
+// own latency): a gap shorter than shmSpinMax means records come faster than
+// sleeping pays, so the window grows to twice the gap (at most shmSpinMax); a
+// gap of shmSpinReset or more means the client paused, so the window is
+// shmSpin again; a gap in between keeps it (it may be a short gap and a slow
+// wake-up).
+func nextSpin(spin, idle time.Duration) time.Duration {
+	switch {
+	case idle < shmSpinMax:
+		return min(shmSpinMax, max(spin, 2*idle))
+	case idle >= shmSpinReset:
+		return shmSpin
+	}
+	return spin
+}
 
 // ShmStats are the shared-memory path's counters (Server.ShmStats).
 type ShmStats struct {
@@ -136,6 +169,9 @@ type ShmSession struct {
 	Head        uint64 `json:"head"` // records kvxferd consumed
 	Sleeping    bool   `json:"sleeping"`
 	FullWaits   uint64 `json:"full_waits"`
+	// SpinMicros is how long the consumer spins on an empty ring before it
+	// sleeps, as its last doorbell left it (nextSpin).
+	SpinMicros int64 `json:"spin_us"`
 }
 
 // ShmSessions lists the sessions attached now, by id.
@@ -145,7 +181,8 @@ func (s *Server) ShmSessions() []ShmSession {
 	defer h.mu.Unlock()
 	out := make([]ShmSession, 0, len(h.sessions))
 	for _, ss := range h.sessions {
-		v := ShmSession{ID: ss.id, PID: ss.pid, RingEntries: ss.r.g.entries, Slots: ss.r.g.slots, IndexWords: ss.r.g.words}
+		v := ShmSession{ID: ss.id, PID: ss.pid, RingEntries: ss.r.g.entries, Slots: ss.r.g.slots, IndexWords: ss.r.g.words,
+			SpinMicros: ss.spinNs.Load() / 1e3}
 		ss.memMu.RLock()
 		if !ss.unmapped {
 			v.Tail, v.Head = ss.r.u64(hdrTail).Load(), ss.r.u64(hdrHead).Load()
@@ -241,6 +278,7 @@ func (s *Server) shmAttach(b []byte, q *request) ([]byte, *Error) {
 	ss := &shmSession{id: id, pid: q.shm.pid, hub: h, eng: s.cfg.Engine, log: s.log, r: &region{mem: mem, g: g}, path: path, watch: watch,
 		bindings: make([]*slotBinding, g.slots), done: make(chan struct{}), polls: make(chan []*slotBinding, 64)}
 	ss.r.initHeader()
+	ss.spinNs.Store(int64(shmSpin))
 	h.mu.Lock()
 	h.sessions[id] = ss
 	h.mu.Unlock()
@@ -341,6 +379,7 @@ type shmSession struct {
 	watch *pidWatch
 
 	closing  atomic.Uint32 // a DropCode once the session is ending
+	spinNs   atomic.Int64  // the consumer's spin window (ShmSession.SpinMicros)
 	memMu    sync.RWMutex  // unmapping waits for wake-ups in progress
 	unmapped bool
 	done     chan struct{}
@@ -412,6 +451,8 @@ func (ss *shmSession) run() {
 	var spinStart time.Time
 	spinning := false
 	safety := shmSafetyWake
+	spin := shmSpin
+	adapt := ss.pid != int64(os.Getpid()) // see shmSpinMax
 	var rec [RecordSize]byte
 	for {
 		if code := ss.closing.Load(); code != 0 {
@@ -423,7 +464,7 @@ func (ss *shmSession) run() {
 			if !spinning {
 				spinning, spinStart = true, time.Now()
 			}
-			if time.Since(spinStart) < shmSpin {
+			if time.Since(spinStart) < spin {
 				runtime.Gosched()
 				continue
 			}
@@ -438,13 +479,18 @@ func (ss *shmSession) run() {
 			if sleeping.Swap(0) == 0 {
 				ss.hub.wakes.Add(1) // the client cleared sleeping: its doorbell
 				safety = shmSafetyWake
+				if adapt {
+					spin = nextSpin(spin, time.Since(spinStart))
+				}
 			} else if time.Since(slept) >= safety {
+				spin = shmSpin // no doorbell for a safety timeout: idle
 				if tail.Load() != ss.head {
 					ss.hub.missed.Add(1)
 				} else {
 					safety = nextSafetyWake(safety) // idle: sleep longer
 				}
 			}
+			ss.spinNs.Store(int64(spin))
 			spinning = false
 			continue
 		}

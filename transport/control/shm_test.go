@@ -798,3 +798,55 @@ func TestShmSafetyWake(t *testing.T) {
 		t.Fatalf("stats %+v", st)
 	}
 }
+
+// TestShmNextSpin pins the consumer's spin window policy: a doorbell that
+// ended a sleep less than shmSpinMax after the ring went empty grows the
+// window to twice that gap (at most shmSpinMax, never shrinking it); a gap of
+// shmSpinReset or more sets it back to shmSpin; a gap in between keeps it.
+func TestShmNextSpin(t *testing.T) {
+	us := time.Microsecond
+	for _, c := range []struct{ spin, idle, want time.Duration }{
+		{shmSpin, 100 * us, 200 * us},
+		{shmSpin, 10 * us, shmSpin}, // twice the gap is below the window: kept
+		{200 * us, 600 * us, shmSpinMax},
+		{800 * us, 100 * us, 800 * us}, // a short gap never shrinks it
+		{shmSpinMax, 999 * us, shmSpinMax},
+		{shmSpinMax, shmSpinMax, shmSpinMax}, // ambiguous: kept
+		{shmSpin, 3 * shmSpinMax, shmSpin},
+		{shmSpinMax, shmSpinReset - 1, shmSpinMax},
+		{shmSpinMax, shmSpinReset, shmSpin},
+		{400 * us, time.Second, shmSpin},
+	} {
+		if got := nextSpin(c.spin, c.idle); got != c.want {
+			t.Errorf("nextSpin(%v, %v) = %v, want %v", c.spin, c.idle, got, c.want)
+		}
+	}
+}
+
+// TestShmSpinInProcessClient: a client in kvxferd's own process keeps the
+// shortest spin window whatever its doorbells' timing (a consumer spinning
+// on takes the Ps that client and the engine run on), and /debug/shm's
+// spin_us says so. Here the doorbell comes right after the consumer went to
+// sleep, which would grow the window of a client in another process.
+func TestShmSpinInProcessClient(t *testing.T) {
+	eng := newEngine(t)
+	srv := startServer(t, eng, nil)
+	s := attach(t, srv.Endpoint(), ShmOptions{RingEntries: 8, Slots: 4, IndexWords: 64})
+	for i := uint64(1); i <= 3; i++ {
+		st := srv.ShmStats()
+		for srv.ShmStats().Sleeps == st.Sleeps || s.r.u32(hdrSleeping).Load() != 1 {
+			runtime.Gosched()
+		}
+		if err := s.Open(i); err != nil { // rings the doorbell
+			t.Fatal(err)
+		}
+		for srv.ShmStats().Records == st.Records {
+			runtime.Gosched()
+		}
+	}
+	st := srv.ShmStats()
+	ss := srv.ShmSessions()
+	if st.Wakes < 3 || len(ss) != 1 || ss[0].SpinMicros != shmSpin.Microseconds() {
+		t.Fatalf("stats %+v sessions %+v", st, ss)
+	}
+}
