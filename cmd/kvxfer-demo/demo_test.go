@@ -4,6 +4,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -52,6 +54,10 @@ func TestDemoAcrossProcesses(t *testing.T) {
 			if !strings.Contains(string(out), "OK: no room pinned") {
 				t.Fatalf("demo output lacks its verdict:\n%s", out)
 			}
+			// Each process's CPU per room, from its rusage: never 0 for kvxferd.
+			if !regexp.MustCompile(`CPU per room \(user\+sys, whole process\): kvxferd [1-9][0-9]* µs, scheduler [0-9]+ µs, decodes [0-9]+ µs \(.*\), all [1-9][0-9]* µs`).Match(out) {
+				t.Fatalf("demo output lacks the CPU per room line:\n%s", out)
+			}
 			// One row per decode process in each of the three summary tables.
 			for _, rel := range tc.fleet {
 				rows := rowsOf(string(out), rel)
@@ -78,4 +84,35 @@ func rowsOf(out, rel string) [][]string {
 		}
 	}
 	return rows
+}
+
+// TestEmulatorEnv: the emulators get GOMAXPROCS=-emulator-procs unless the
+// environment sets it, and Go's default with 0.
+func TestEmulatorEnv(t *testing.T) {
+	base := []string{"PATH=/bin", "HOME=/root"}
+	for _, c := range []struct {
+		env   []string
+		procs int
+		want  string // the GOMAXPROCS entry, "" for none
+	}{
+		{base, 1, "GOMAXPROCS=1"},
+		{base, 3, "GOMAXPROCS=3"},
+		{base, 0, ""},
+		{append(slices.Clone(base), "GOMAXPROCS=2"), 1, "GOMAXPROCS=2"},
+	} {
+		got := emulatorEnv(c.env, c.procs)
+		var gm []string
+		for _, kv := range got {
+			if strings.HasPrefix(kv, "GOMAXPROCS=") {
+				gm = append(gm, kv)
+			}
+		}
+		switch {
+		case c.want == "" && len(gm) != 0, c.want != "" && (len(gm) != 1 || gm[0] != c.want):
+			t.Errorf("env %v, procs %d: GOMAXPROCS entries %v, want %q", c.env, c.procs, gm, c.want)
+		}
+		if len(got) < len(c.env) || !slices.Equal(got[:len(c.env)], c.env) {
+			t.Errorf("env %v: the caller's entries changed: %v", c.env, got)
+		}
+	}
 }

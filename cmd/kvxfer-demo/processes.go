@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -146,10 +147,7 @@ func processesMain(args []string) error {
 	// The emulators play single-threaded Python processes (SGLang's
 	// scheduler and decode event loops): one Go processor each, unless the
 	// environment says otherwise. kvxferd keeps Go's default.
-	emulEnv := os.Environ()
-	if os.Getenv("GOMAXPROCS") == "" && *emulProcs > 0 {
-		emulEnv = append(emulEnv, "GOMAXPROCS="+strconv.Itoa(*emulProcs))
-	}
+	emulEnv := emulatorEnv(os.Environ(), *emulProcs)
 	schedCmd.Env = emulEnv
 	labels := []string{"sched"}
 	// Each decode's window covers about as many workload indices as the
@@ -332,6 +330,21 @@ func readJSON(path string, v any) {
 	if err == nil {
 		json.Unmarshal(b, v)
 	}
+}
+
+// emulatorEnv is the emulators' environment: environ plus GOMAXPROCS=procs,
+// unless environ sets GOMAXPROCS already or procs is 0 (Go's default).
+func emulatorEnv(environ []string, procs int) []string {
+	env := slices.Clone(environ)
+	for _, kv := range environ {
+		if strings.HasPrefix(kv, "GOMAXPROCS=") {
+			return env
+		}
+	}
+	if procs > 0 {
+		env = append(env, "GOMAXPROCS="+strconv.Itoa(procs))
+	}
+	return env
 }
 
 // cpuOf is a finished process's CPU time (user + system, every thread).
