@@ -48,7 +48,11 @@ func NewRig(k bench.Kind, tr actors.Transfers) (*Rig, error) {
 		}
 		r.dict, r.Engine = e, e
 	case bench.Actors:
-		e, err := actors.New(actors.Config{Transfers: r.Tap, Notifier: r.Notices, Clock: r.Clock})
+		// No live-room cap: the dict engines have none, and the full
+		// suite holds 100,000 rooms (the default cap, sized from the
+		// machine's memory, is at most 32,768).
+		e, err := actors.New(actors.Config{Transfers: r.Tap, Notifier: r.Notices, Clock: r.Clock,
+			RoomCap: 1 << 24, PeerRoomCap: 1 << 24})
 		if err != nil {
 			return nil, err
 		}
