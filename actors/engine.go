@@ -589,6 +589,25 @@ func (e *Engine) Close(ctx context.Context) error {
 		}
 		break
 	}
+	// Room actors are not protoactor children of their shards (shard.go,
+	// routeOne): each shard stops its own and answers once all terminated.
+	stopped := make(chan any, len(e.shards))
+	for _, s := range e.shards {
+		e.system.Root.Send(s, &stopRooms{reply: stopped})
+	}
+	giveUp := time.NewTimer(10 * time.Second) // as StopFuture's own bound
+	for range e.shards {
+		select {
+		case <-stopped:
+			continue
+		case <-giveUp.C:
+			if waitErr == nil {
+				waitErr = errors.New("actors: closing with room actors still stopping after 10 s")
+			}
+		}
+		break
+	}
+	giveUp.Stop()
 	for _, s := range e.shards {
 		if err := e.system.Root.StopFuture(s).Wait(); err != nil && waitErr == nil {
 			waitErr = err

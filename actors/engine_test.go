@@ -388,12 +388,52 @@ func TestEngineRegistryCompacted(t *testing.T) {
 // from the actor's name (roomOfPID of roomName under a shard's id).
 func TestRoomNameRoundTrip(t *testing.T) {
 	for _, c := range []struct{ id, n uint64 }{{0, 1}, {1, 1}, {0xabc, 7}, {1<<64 - 1, 1<<64 - 1}} {
-		pid := &actor.PID{Id: "$12/" + roomName(c.id, c.n)}
+		pid := &actor.PID{Id: roomName("$12", c.id, c.n)}
 		if got, ok := roomOfPID(pid); !ok || got != c.id {
 			t.Fatalf("roomOfPID(%q) = %d, %v; want %d", pid.Id, got, ok, c.id)
 		}
 	}
 	if _, ok := roomOfPID(&actor.PID{Id: "$12"}); ok {
 		t.Fatal("a shard's own PID read as a room")
+	}
+}
+
+// TestEngineCloseStopsRoomActors: room actors are not protoactor children of
+// their shards, so Close stops them itself; once it returns none is left in
+// the registry (live rooms and retired ones alike).
+func TestEngineCloseStopsRoomActors(t *testing.T) {
+	eng, err := New(Config{Clock: clock.NewFake(time.Unix(0, 0)), Transfers: &transfersDouble{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := eng.system.ProcessRegistry
+	rooms := func() int {
+		n := 0
+		reg.LocalPIDs.LocalPIDs[0].IterCb(func(id string, _ any) {
+			if _, ok := roomOfPID(&actor.PID{Id: id}); ok {
+				n++
+			}
+		})
+		return n
+	}
+	ids := make([]uint64, 200)
+	for i := range ids {
+		ids[i] = uint64(i + 1)
+		eng.Open(ids[i])
+		if i%2 == 0 {
+			eng.Clear(ids[i]) // retires: its actor is poisoned
+		}
+	}
+	eng.PollSync(ids, nil)
+	if n := rooms(); n < len(ids)/2 {
+		t.Fatalf("room actors before Close: %d, want at least %d", n, len(ids)/2)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := eng.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := rooms(); n != 0 {
+		t.Fatalf("room actors after Close: %d", n)
 	}
 }

@@ -97,6 +97,11 @@ type liveReq struct{ reply chan<- any }
 // answer abandoned{} each and the shard the count.
 type abandonReq struct{ reply chan<- any }
 
+// stopRooms asks a shard (Engine.Close) to stop its live room actors; it
+// answers on reply once every room actor it spawned has terminated, retired
+// ones included.
+type stopRooms struct{ reply chan<- any }
+
 // abandonMsg asks a room to hand its record over as abandoned; it answers
 // abandoned{} on reply.
 type abandonMsg struct{ reply chan<- any }

@@ -35,6 +35,10 @@ type shard struct {
 	props   *actor.Props
 	next    *roomActor
 	spawned uint64 // room actors spawned, which names them (roomName)
+	// actors counts room actors spawned and not yet terminated; closing is
+	// Close's stopRooms, answered once actors is 0.
+	actors  int
+	closing chan<- any
 
 	// creating: the room being routed is being created or revived;
 	// announced: RoomCreated was told for it and rec is its record
@@ -157,6 +161,11 @@ func (s *shard) Receive(ctx actor.Context) {
 		}
 	case *actor.Terminated:
 		s.onTerminated(m.Who)
+		s.roomsStopped()
+	case *stopRooms:
+		s.stopRooms(ctx)
+		s.closing = m.reply
+		s.roomsStopped()
 	case *liveReq:
 		m.reply <- s.live()
 	case *abandonReq:
@@ -188,6 +197,25 @@ func (s *shard) Receive(ctx actor.Context) {
 		if s.timer != nil {
 			s.timer.Stop()
 		}
+		s.stopRooms(ctx) // Close stopped them already, unless it gave up waiting
+	}
+}
+
+// stopRooms stops every live room's actor. Room actors are not protoactor
+// children of their shard (see routeOne), so stopping the shard would not
+// stop them.
+func (s *shard) stopRooms(ctx actor.Context) {
+	for _, lr := range s.rooms {
+		ctx.Stop(lr.pid)
+	}
+}
+
+// roomsStopped answers Close's stopRooms once no room actor of the shard is
+// left.
+func (s *shard) roomsStopped() {
+	if s.closing != nil && s.actors == 0 {
+		s.closing <- struct{}{}
+		s.closing = nil
 	}
 }
 
@@ -205,6 +233,8 @@ func (s *shard) fault(ctx actor.Context, r any) {
 		m.reply <- dumpCount(s.dumped)
 	case *liveReq:
 		m.reply <- LiveRooms{}
+	case *stopRooms:
+		m.reply <- struct{}{}
 	case sweep:
 		s.armSweep()
 	}
@@ -282,8 +312,8 @@ func (s *shard) routeFault(ctx actor.Context, env *envelope, r any) {
 	answer(env, tombReply(t))
 }
 
-// onTerminated hears that a child stopped (a shard's room actors are its
-// children: protoactor tells the parent). A room retires before the shard
+// onTerminated hears that a room actor stopped (the shard is its parent:
+// protoactor tells the parent). A room retires before the shard
 // stops its actor, so a PID still routed is a room actor that died: its room
 // becomes a Failed internal_error tombstone at once, which answers its polls
 // (those already in the dead actor's mailbox end by Engine's poll deadline).
@@ -292,6 +322,7 @@ func (s *shard) onTerminated(who *actor.PID) {
 	if !ok {
 		return
 	}
+	s.actors--
 	lr, ok := s.rooms[id]
 	if !ok || !lr.pid.Equal(who) {
 		return // retired first, as every room normally does
@@ -308,13 +339,13 @@ func (s *shard) onTerminated(who *actor.PID) {
 }
 
 // roomName names a room actor after its room, so a Terminated PID says
-// which room it was: "r<room hex>$<n hex>" (protoactor prefixes the shard's
-// id), n counting the shard's spawns, so a revived room's new actor never
-// clashes with its old one still stopping. One allocation (SpawnPrefix took
-// four: the prefix, its number, the protoactor id and their concatenation).
-func roomName(id, n uint64) string {
-	var b [1 + 16 + 1 + 16]byte
-	out := append(b[:0], 'r')
+// which room it was: "<shard>/r<room hex>$<n hex>", n counting the shard's
+// spawns, so a revived room's new actor never clashes with its old one still
+// stopping. One allocation (SpawnPrefix took five).
+func roomName(shard string, id, n uint64) string {
+	var b [64]byte
+	out := append(b[:0], shard...)
+	out = append(out, "/r"...)
 	out = strconv.AppendUint(out, id, 16)
 	out = append(out, '$')
 	return string(strconv.AppendUint(out, n, 16))
@@ -393,11 +424,17 @@ func (s *shard) routeOne(ctx actor.Context, env *envelope) {
 		lr.store(0, m.Reply())
 		delete(s.tombs, env.room)
 		s.next = newRoomActor(s.eng, m, fx, env, lr)
+		// Spawned with the shard as its parent (its failures and its
+		// Terminated come here) but not as a protoactor child: the
+		// child set is a map of two-string keys per room (86 B, and two
+		// lookups on every spawn and stop). The shard stops its rooms
+		// itself (stopRooms) and counts them until they terminated.
 		s.spawned++
-		pid, err := ctx.SpawnNamed(s.props, roomName(env.room, s.spawned))
+		pid, err := actor.DefaultSpawner(s.eng.system, roomName(s.self.Id, env.room, s.spawned), s.props, ctx)
 		if err != nil {
 			panic(err) // names are unique per shard: not reached
 		}
+		s.actors++
 		lr.pid = pid
 		if ti, ok := env.msg.(room.TransferInfo); ok {
 			c := s.peers[ti.Agent]
