@@ -352,17 +352,38 @@ func (in *Ingest) loop(sock, mon *zmq.Socket) {
 	poller.Add(sock, zmq.POLLIN)
 	poller.Add(mon, zmq.POLLIN)
 	poller.Add(in.waker.Socket(), zmq.POLLIN)
+	// The wait parks in Go's netpoller (fdWait); zmq_poll is the fallback.
+	fw, _ := newFDWait(sock, mon, in.waker.Socket())
+	if fw != nil {
+		defer fw.close()
+	}
 	for !in.stopping() {
 		// No timeout: a message, a monitor event or Stop's wake-up ends it.
-		polled, err := poller.Poll(-1)
-		if err != nil {
-			if in.fatal(err, "poll") {
-				return
+		if fw != nil {
+			ok, err := readable(sock, mon, in.waker.Socket())
+			if err == nil && !ok {
+				err = fw.wait()
 			}
-			continue
-		}
-		if len(polled) == 0 {
-			continue
+			if err != nil {
+				if in.fatal(err, "poll") {
+					return
+				}
+				continue
+			}
+			if !ok {
+				continue
+			}
+		} else {
+			polled, err := poller.Poll(-1)
+			if err != nil {
+				if in.fatal(err, "poll") {
+					return
+				}
+				continue
+			}
+			if len(polled) == 0 {
+				continue
+			}
 		}
 		in.waker.Drain()
 		for range drainBatch {
