@@ -70,14 +70,22 @@ class ShmSession:
     clear frees it (a slot's generation counter makes a reused slot never
     show the previous room's status)."""
 
-    def __init__(self, client, ring_entries=0, slots=0, index_words=0, full_wait=1.0):
+    def __init__(self, client, ring_entries=0, slots=0, index_words=0, full_wait=1.0, spin_max_us=None):
+        """spin_max_us: the most kvxferd's consumer keeps spinning on an empty
+        ring while this client submits faster than that (None: kvxferd's
+        default, 1,000; 0..50: it sleeps after 50 us always; at most 100,000).
+        Spinning spends a core of kvxferd's so that a record never waits for
+        its thread to be woken (docs/control-api.md 6.5)."""
         if not supported():
             raise RuntimeError("kvxfer: the shared-memory path needs x86-64 ordering (see kvxfer.shm)")
         fields = {"pid": os.getpid()}
         for k, v in (("ring_entries", ring_entries), ("slots", slots), ("index_words", index_words)):
             if v:
                 fields[k] = v
+        if spin_max_us is not None:
+            fields["spin_max_us"] = int(spin_max_us)
         info = client.call("shm_attach", **fields)
+        self.spin_max_us = info.get("spin_max_us")
         self.client = client
         self.session = info["session"]
         self.full_wait = full_wait

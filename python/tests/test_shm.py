@@ -209,6 +209,23 @@ class ShmTest(unittest.TestCase):
         self.assertEqual(wait_for(s, KVPoll.Failed), KVPoll.Failed)
         s.clear()
 
+    def test_spin_max_us_is_asked_for(self):
+        # kvxferd answers the window's most it uses: its default without the
+        # field, the asked value with it; one out of range is refused.
+        from kvxfer.control import ControlClient, ControlError  # noqa: E402
+
+        c = ControlClient(EP)
+        try:
+            for want, sess in ((1000, shm.ShmSession(c)), (250, shm.ShmSession(c, spin_max_us=250))):
+                try:
+                    self.assertEqual(sess.spin_max_us, want)
+                finally:
+                    sess.close()
+            with self.assertRaises(ControlError):
+                shm.ShmSession(c, spin_max_us=100001)
+        finally:
+            c.close()
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -200,7 +200,7 @@ func (q *request) field(r *reader, key string, nested bool) error {
 		}
 	case "clear":
 		q.clear, err = r.readBool()
-	case "pid", "ring_entries", "slots", "index_words", "session":
+	case "pid", "ring_entries", "slots", "index_words", "session", "spin_max_us":
 		err = q.shmField(r, key)
 	case "kind", "component", "state_type", "buffers":
 		q.hasMem = true

@@ -22,6 +22,12 @@ var ErrDropped = errors.New("kvxfer control: kvxferd dropped this shared-memory 
 // ShmOptions sizes a region (0: the server's default).
 type ShmOptions struct {
 	RingEntries, Slots, IndexWords int
+	// SpinMax is the most kvxferd's consumer keeps spinning on an empty
+	// ring while records come faster than that (0: kvxferd's default,
+	// 1 ms; 50 µs or less: it sleeps after 50 µs always; at most
+	// MaxShmSpin). Spinning spends a core of kvxferd's for a doorbell
+	// that never waits for one (docs/control-api.md §6.5).
+	SpinMax time.Duration
 }
 
 // ShmClient drives rooms through a shared-memory session: ring records for
@@ -55,6 +61,9 @@ func AttachShm(c *Client, o ShmOptions) (*ShmClient, error) {
 		if v > 0 {
 			fields[k] = int64(v)
 		}
+	}
+	if o.SpinMax > 0 {
+		fields["spin_max_us"] = max(1, o.SpinMax.Microseconds())
 	}
 	res, err := c.Call(OpShmAttach, fields)
 	if err != nil {

@@ -20,7 +20,7 @@ import (
 // Shared-memory ops (request/reply): a client asks for a region, then drives
 // rooms through it without round trips.
 const (
-	OpShmAttach = "shm_attach" // pid, and optional ring_entries, slots, index_words
+	OpShmAttach = "shm_attach" // pid, and optional ring_entries, slots, index_words, spin_max_us
 	OpShmDetach = "shm_detach" // session
 )
 
@@ -40,7 +40,8 @@ const (
 // (docs/benchmarks.md, idle CPU); records or a doorbell reset it.
 //
 // The spin window adapts (nextSpin): shmSpin while the client submits now
-// and then, up to shmSpinMax while it submits more often than that. A sleep
+// and then, up to shmSpinMax (or the session's spin_max_us) while it submits
+// more often than that. A sleep
 // is not free: the woken thread needs a core, and where the client's thread
 // spins on one (a scheduler's loop) Linux can queue the woken thread behind
 // it until the next tick, up to 4 ms on a 250 Hz kernel without preemption
@@ -54,8 +55,8 @@ const (
 // 2 ms), so that session keeps shmSpin.
 const (
 	shmSpin          = 50 * time.Microsecond
-	shmSpinMax       = time.Millisecond
-	shmSpinReset     = 4 * shmSpinMax // an idle gap this long: back to shmSpin
+	shmSpinMax       = time.Millisecond // the default; a session may ask for 0..MaxShmSpin
+	MaxShmSpin       = 100 * time.Millisecond
 	shmSafetyWake    = 100 * time.Millisecond
 	shmSafetyWakeMax = 6400 * time.Millisecond
 	shmBatch         = 256 // records consumed between publications of head
@@ -63,16 +64,18 @@ const (
 
 // nextSpin is the spin window after a sleep that the client's doorbell ended
 // idle after the ring went empty (the gap the client left, plus the wake-up's
-// own latency): a gap shorter than shmSpinMax means records come faster than
-// sleeping pays, so the window grows to twice the gap (at most shmSpinMax); a
-// gap of shmSpinReset or more means the client paused, so the window is
-// shmSpin again; a gap in between keeps it (it may be a short gap and a slow
-// wake-up).
-func nextSpin(spin, idle time.Duration) time.Duration {
+// own latency), for a session whose window may grow to most: a gap shorter
+// than most means records come faster than sleeping pays, so the window grows
+// to twice the gap (at most most); a gap of 4 × most or more means the client
+// paused, so the window is shmSpin again; a gap in between keeps it (it may be
+// a short gap and a slow wake-up). A most of shmSpin or less keeps shmSpin.
+func nextSpin(spin, idle, most time.Duration) time.Duration {
 	switch {
-	case idle < shmSpinMax:
-		return min(shmSpinMax, max(spin, 2*idle))
-	case idle >= shmSpinReset:
+	case most <= shmSpin:
+		return shmSpin
+	case idle < most:
+		return min(most, max(spin, 2*idle))
+	case idle >= 4*most:
 		return shmSpin
 	}
 	return spin
@@ -103,8 +106,8 @@ type ShmStats struct {
 
 // shmAttachReq holds shm_attach's and shm_detach's fields.
 type shmAttachReq struct {
-	pid, entries, slots, words, session int64
-	hasPid, hasSession                  bool
+	pid, entries, slots, words, session, spinMax int64
+	hasPid, hasSession, hasSpinMax               bool
 }
 
 // shmField decodes one shm_attach/shm_detach field (protocol.go's field).
@@ -124,6 +127,8 @@ func (q *request) shmField(r *reader, key string) error {
 		q.shm.words = v
 	case "session":
 		q.shm.session, q.shm.hasSession = v, true
+	case "spin_max_us":
+		q.shm.spinMax, q.shm.hasSpinMax = v, true
 	}
 	return nil
 }
@@ -236,6 +241,13 @@ func (s *Server) shmAttach(b []byte, q *request) ([]byte, *Error) {
 	if e := g.validate(); e != nil {
 		return b, e
 	}
+	spinMax := shmSpinMax
+	if q.shm.hasSpinMax {
+		if q.shm.spinMax < 0 || q.shm.spinMax > MaxShmSpin.Microseconds() {
+			return b, errorf(CodeBadRequest, "shm_attach spin_max_us %d out of range 0..%d", q.shm.spinMax, MaxShmSpin.Microseconds())
+		}
+		spinMax = time.Duration(q.shm.spinMax) * time.Microsecond
+	}
 	h := &s.shm
 	h.mu.Lock()
 	n, bytes := len(h.sessions), g.size()
@@ -279,13 +291,14 @@ func (s *Server) shmAttach(b []byte, q *request) ([]byte, *Error) {
 		bindings: make([]*slotBinding, g.slots), done: make(chan struct{}), polls: make(chan []*slotBinding, 64)}
 	ss.r.initHeader()
 	ss.spinNs.Store(int64(shmSpin))
+	ss.spinMax = spinMax
 	h.mu.Lock()
 	h.sessions[id] = ss
 	h.mu.Unlock()
 	h.attached.Add(1)
 	ss.start()
 
-	b = appendMapHeader(b, 11)
+	b = appendMapHeader(b, 12)
 	b = appendInt(appendStr(b, "session"), id)
 	b = appendStr(appendStr(b, "path"), path)
 	b = appendInt(appendStr(b, "size"), int64(g.size()))
@@ -295,6 +308,7 @@ func (s *Server) shmAttach(b []byte, q *request) ([]byte, *Error) {
 	b = appendInt(appendStr(b, "ring_off"), int64(g.ringOff()))
 	b = appendInt(appendStr(b, "index_off"), int64(g.indexOff()))
 	b = appendInt(appendStr(b, "table_off"), int64(g.tableOff()))
+	b = appendInt(appendStr(b, "spin_max_us"), spinMax.Microseconds())
 	codes := append(room.Reasons(), room.ReasonNone)
 	b = appendArrayHeader(appendStr(b, "reason_names"), len(codes))
 	for _, c := range codes {
@@ -380,6 +394,7 @@ type shmSession struct {
 
 	closing  atomic.Uint32 // a DropCode once the session is ending
 	spinNs   atomic.Int64  // the consumer's spin window (ShmSession.SpinMicros)
+	spinMax  time.Duration // the most the window grows to (spin_max_us)
 	memMu    sync.RWMutex  // unmapping waits for wake-ups in progress
 	unmapped bool
 	done     chan struct{}
@@ -452,7 +467,10 @@ func (ss *shmSession) run() {
 	spinning := false
 	safety := shmSafetyWake
 	spin := shmSpin
-	adapt := ss.pid != int64(os.Getpid()) // see shmSpinMax
+	most := ss.spinMax
+	if ss.pid == int64(os.Getpid()) {
+		most = shmSpin // a client in this process: see shmSpinMax
+	}
 	var rec [RecordSize]byte
 	for {
 		if code := ss.closing.Load(); code != 0 {
@@ -479,9 +497,7 @@ func (ss *shmSession) run() {
 			if sleeping.Swap(0) == 0 {
 				ss.hub.wakes.Add(1) // the client cleared sleeping: its doorbell
 				safety = shmSafetyWake
-				if adapt {
-					spin = nextSpin(spin, time.Since(spinStart))
-				}
+				spin = nextSpin(spin, time.Since(spinStart), most)
 			} else if time.Since(slept) >= safety {
 				spin = shmSpin // no doorbell for a safety timeout: idle
 				if tail.Load() != ss.head {

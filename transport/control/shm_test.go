@@ -800,26 +800,85 @@ func TestShmSafetyWake(t *testing.T) {
 }
 
 // TestShmNextSpin pins the consumer's spin window policy: a doorbell that
-// ended a sleep less than shmSpinMax after the ring went empty grows the
-// window to twice that gap (at most shmSpinMax, never shrinking it); a gap of
-// shmSpinReset or more sets it back to shmSpin; a gap in between keeps it.
+// ended a sleep less than the session's most after the ring went empty grows
+// the window to twice that gap (at most most, never shrinking it); a gap of
+// 4 × most or more sets it back to shmSpin; a gap in between keeps it; a most
+// of shmSpin or less never grows it.
 func TestShmNextSpin(t *testing.T) {
 	us := time.Microsecond
-	for _, c := range []struct{ spin, idle, want time.Duration }{
-		{shmSpin, 100 * us, 200 * us},
-		{shmSpin, 10 * us, shmSpin}, // twice the gap is below the window: kept
-		{200 * us, 600 * us, shmSpinMax},
-		{800 * us, 100 * us, 800 * us}, // a short gap never shrinks it
-		{shmSpinMax, 999 * us, shmSpinMax},
-		{shmSpinMax, shmSpinMax, shmSpinMax}, // ambiguous: kept
-		{shmSpin, 3 * shmSpinMax, shmSpin},
-		{shmSpinMax, shmSpinReset - 1, shmSpinMax},
-		{shmSpinMax, shmSpinReset, shmSpin},
-		{400 * us, time.Second, shmSpin},
+	for _, c := range []struct{ spin, idle, most, want time.Duration }{
+		{shmSpin, 100 * us, shmSpinMax, 200 * us},
+		{shmSpin, 10 * us, shmSpinMax, shmSpin}, // twice the gap is below the window: kept
+		{200 * us, 600 * us, shmSpinMax, shmSpinMax},
+		{800 * us, 100 * us, shmSpinMax, 800 * us}, // a short gap never shrinks it
+		{shmSpinMax, 999 * us, shmSpinMax, shmSpinMax},
+		{shmSpinMax, shmSpinMax, shmSpinMax, shmSpinMax}, // ambiguous: kept
+		{shmSpin, 3 * shmSpinMax, shmSpinMax, shmSpin},
+		{shmSpinMax, 4*shmSpinMax - 1, shmSpinMax, shmSpinMax},
+		{shmSpinMax, 4 * shmSpinMax, shmSpinMax, shmSpin},
+		{400 * us, time.Second, shmSpinMax, shmSpin},
+		{shmSpin, 3 * time.Millisecond, 10 * time.Millisecond, 6 * time.Millisecond}, // a session's own most
+		{6 * time.Millisecond, 20 * time.Millisecond, 10 * time.Millisecond, 6 * time.Millisecond},
+		{6 * time.Millisecond, 40 * time.Millisecond, 10 * time.Millisecond, shmSpin},
+		{shmSpin, 10 * us, shmSpin, shmSpin}, // spin_max_us 50: never grows
+		{shmSpin, 10 * us, 0, shmSpin},
 	} {
-		if got := nextSpin(c.spin, c.idle); got != c.want {
-			t.Errorf("nextSpin(%v, %v) = %v, want %v", c.spin, c.idle, got, c.want)
+		if got := nextSpin(c.spin, c.idle, c.most); got != c.want {
+			t.Errorf("nextSpin(%v, %v, %v) = %v, want %v", c.spin, c.idle, c.most, got, c.want)
 		}
+	}
+}
+
+// TestShmAttachSpinMax: shm_attach takes spin_max_us in 0..MaxShmSpin and
+// answers the window's most it will use (the default without the field);
+// outside the range it is bad_request and nothing is attached.
+func TestShmAttachSpinMax(t *testing.T) {
+	eng := newEngine(t)
+	srv := startServer(t, eng, nil)
+	c := dial(t, srv.Endpoint())
+	for _, tc := range []struct {
+		fields map[string]any
+		want   int64 // answered spin_max_us; -1: bad_request
+	}{
+		{map[string]any{}, shmSpinMax.Microseconds()},
+		{map[string]any{"spin_max_us": int64(0)}, 0},
+		{map[string]any{"spin_max_us": int64(250)}, 250},
+		{map[string]any{"spin_max_us": MaxShmSpin.Microseconds()}, MaxShmSpin.Microseconds()},
+		{map[string]any{"spin_max_us": MaxShmSpin.Microseconds() + 1}, -1},
+		{map[string]any{"spin_max_us": int64(-1)}, -1},
+	} {
+		tc.fields["pid"] = int64(os.Getpid())
+		res, err := c.Call(OpShmAttach, tc.fields)
+		if tc.want < 0 {
+			var e *Error
+			if !errors.As(err, &e) || e.Code != CodeBadRequest || srv.ShmStats().Sessions != 0 {
+				t.Fatalf("%v: %v, %v, %+v", tc.fields, res, err, srv.ShmStats())
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%v: %v", tc.fields, err)
+		}
+		m := res.(map[string]any)
+		if got, _ := m["spin_max_us"].(int64); got != tc.want {
+			t.Fatalf("%v: spin_max_us %v, want %d", tc.fields, m["spin_max_us"], tc.want)
+		}
+		if _, err := c.Call(OpShmDetach, map[string]any{"session": m["session"]}); err != nil {
+			t.Fatal(err)
+		}
+		os.Remove(m["path"].(string))
+	}
+	// The Go client sends ShmOptions.SpinMax.
+	s, err := AttachShm(c, ShmOptions{SpinMax: 300 * time.Microsecond, Slots: 4, RingEntries: 8, IndexWords: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	srv.shm.mu.Lock()
+	got := srv.shm.sessions[s.Session()].spinMax
+	srv.shm.mu.Unlock()
+	if got != 300*time.Microsecond {
+		t.Fatalf("session's most %v", got)
 	}
 }
 
