@@ -397,13 +397,40 @@ func (e *Emulator) onDummyMsg(frames [][]byte) {
 	e.mu.Unlock()
 }
 
+// notifier is an agent that says when notifications arrive (the loopback
+// backend's OnNotif).
+type notifier interface {
+	OnNotif(wake func()) (stop func())
+}
+
 // pollNotifs is decode's poll(): decode has no NIXL progress thread, it drains
 // get_new_notifs() and applies update_transfer_status. Here that runs in one
-// goroutine that backs off when idle.
+// goroutine: where the agents say when notifications arrive it waits for
+// that, else it polls, backing off when idle (Go's timers make that at least
+// 1 ms).
 func (e *Emulator) pollNotifs() {
 	defer close(e.pollDone)
 	var buf []nixl.Notif
 	idle := 20 * time.Microsecond
+	var arrived chan struct{}
+	pn, ok := e.primary.node.NIXL.(notifier)
+	var dn notifier
+	if e.dummy != nil {
+		dn, _ = e.dummy.node.NIXL.(notifier)
+	}
+	if ok && (e.dummy == nil || dn != nil) {
+		arrived = make(chan struct{}, 1)
+		wake := func() {
+			select {
+			case arrived <- struct{}{}:
+			default:
+			}
+		}
+		defer pn.OnNotif(wake)()
+		if dn != nil {
+			defer dn.OnNotif(wake)()
+		}
+	}
 	for {
 		select {
 		case <-e.quit:
@@ -421,6 +448,14 @@ func (e *Emulator) pollNotifs() {
 			}
 		}
 		if len(ns) == 0 {
+			if arrived != nil {
+				select {
+				case <-arrived:
+				case <-e.quit:
+					return
+				}
+				continue
+			}
 			time.Sleep(idle)
 			idle = min(2*idle, time.Millisecond)
 			continue

@@ -98,8 +98,9 @@ type Agent struct {
 	q       queue
 	workers sync.WaitGroup
 
-	nmu    sync.Mutex
-	notifs []nixl.Notif
+	nmu         sync.Mutex
+	notifs      []nixl.Notif
+	notifWakers nixl.Wakers // OnNotif
 	reader sync.WaitGroup
 }
 

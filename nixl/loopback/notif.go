@@ -197,6 +197,12 @@ func (a *Agent) sendMsgs(p *peer, buf []byte, msgs [][]byte) error {
 	return err
 }
 
+// OnNotif registers wake, called (from the agent's reader goroutine, outside
+// its locks) after notifications arrived that Notifs returns, so that a
+// poller can wait for them instead of polling on a timer; stop removes it.
+// wake must be cheap and must not call back into the agent.
+func (a *Agent) OnNotif(wake func()) (stop func()) { return a.notifWakers.OnProgress(wake) }
+
 // Notifs implements nixl.Agent.
 func (a *Agent) Notifs(dst []nixl.Notif) ([]nixl.Notif, error) {
 	a.nmu.Lock()
@@ -234,6 +240,7 @@ func (a *Agent) readNotifs() {
 			a.notifs = append(a.notifs, got...)
 			a.nmu.Unlock()
 			clear(got)
+			a.notifWakers.Wake()
 		}
 	}
 }

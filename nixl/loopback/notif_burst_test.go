@@ -88,3 +88,66 @@ func TestNotifBurstArrivesInOrder(t *testing.T) {
 		}
 	}
 }
+
+// TestOnNotifWakesAfterArrival: OnNotif's wake-up comes after notifications
+// arrived, and Notifs then returns them (a poller waits for it instead of a
+// timer); none comes after stop.
+func TestOnNotifWakesAfterArrival(t *testing.T) {
+	dst, src := newAgent(t), newAgent(t)
+	md, err := dst.LocalMetadata()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := src.LoadPeer(md); err != nil {
+		t.Fatal(err)
+	}
+	woken := make(chan struct{}, 1)
+	stop := dst.OnNotif(func() {
+		select {
+		case woken <- struct{}{}:
+		default:
+		}
+	})
+	for i := range 50 {
+		if err := src.SendNotifs(dst.Name(), [][]byte{fmt.Appendf(nil, "%d_kv", i), fmt.Appendf(nil, "%d_aux", i)}); err != nil {
+			t.Fatal(err)
+		}
+		var got []nixl.Notif
+		for len(got) < 2 {
+			select {
+			case <-woken:
+			case <-time.After(30 * time.Second):
+				t.Fatalf("round %d: no wake-up (%d notifications)", i, len(got))
+			}
+			if got, err = dst.Notifs(got); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if len(got) != 2 || got[0].Msg != fmt.Sprintf("%d_kv", i) || got[1].Msg != fmt.Sprintf("%d_aux", i) {
+			t.Fatalf("round %d: %+v", i, got)
+		}
+	}
+	stop()
+	select {
+	case <-woken:
+	default:
+	}
+	if err := src.SendNotif(dst.Name(), []byte("late")); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		ns, err := dst.Notifs(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ns) > 0 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	select {
+	case <-woken:
+		t.Fatal("woken after stop")
+	default:
+	}
+}
