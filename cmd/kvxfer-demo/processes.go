@@ -59,6 +59,7 @@ func processesMain(args []string) error {
 	releaseTimeout := fs.Duration("release-timeout", 15*time.Second, "decode's deferred-release timeout (0.5.21+)")
 	limit := fs.Duration("timeout", 10*time.Minute, "give up on the whole run after this long")
 	keep := fs.Bool("keep", false, "keep the run directory (logs, JSON summaries)")
+	spinMax := fs.Duration("spin-max", 0, "the scheduler's shm_attach spin_max_us: the most kvxferd's ring consumer keeps spinning while records keep coming (0: kvxferd's default)")
 	emulProcs := fs.Int("emulator-procs", 1, "GOMAXPROCS of the emulator processes, which stand in for single-threaded Python event loops (0: Go's default; a GOMAXPROCS in the environment wins)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -141,8 +142,11 @@ func processesMain(args []string) error {
 	workloadArgs := []string{"-rooms", strconv.Itoa(*rooms), "-seed", strconv.FormatUint(*seed, 10),
 		"-abort-share", strconv.FormatFloat(*abortShare, 'f', -1, 64)}
 	schedJSON, schedRooms := filepath.Join(dir, "sched.json"), filepath.Join(dir, "sched-rooms.json")
-	schedCmd := exec.CommandContext(ctx, filepath.Join(bin, "kvxfer-sched"), append([]string{"-control", ctl,
-		"-json", schedJSON, "-rooms-out", schedRooms, "-concurrency", strconv.Itoa(*conc)}, workloadArgs...)...)
+	schedArgs := []string{"-control", ctl, "-json", schedJSON, "-rooms-out", schedRooms, "-concurrency", strconv.Itoa(*conc)}
+	if *spinMax > 0 {
+		schedArgs = append(schedArgs, "-spin-max", spinMax.String())
+	}
+	schedCmd := exec.CommandContext(ctx, filepath.Join(bin, "kvxfer-sched"), append(schedArgs, workloadArgs...)...)
 	cmds := []*exec.Cmd{schedCmd}
 	// The emulators play single-threaded Python processes (SGLang's
 	// scheduler and decode event loops): one Go processor each, unless the

@@ -32,6 +32,7 @@ func main() {
 	fs.Float64Var(&cfg.Rate, "rate", 0, "rooms opened per second (0: as fast as concurrency allows)")
 	fs.DurationVar(&cfg.Grace, "grace", 60*time.Second, "a room non-terminal this long after open counts as pinned")
 	fs.IntVar(&cfg.PageSize, "page-size", 1, "tokens per page")
+	fs.DurationVar(&cfg.SpinMax, "spin-max", 0, "shm path: the most kvxferd's ring consumer keeps spinning while records keep coming (shm_attach spin_max_us; 0: kvxferd's default, 1 ms; 50us or less: it never spins on)")
 	path := fs.String("path", envOr("KVXFER_SCHED_PATH", string(sched.PathShm)), "control path: shm (ring + status table) or reqrep (a round trip per call); default $KVXFER_SCHED_PATH or shm")
 	jsonOut := fs.String("json", "", "write the summary as JSON to this file")
 	roomsOut := fs.String("rooms-out", "", "write every room's outcome as JSON (room id -> \"Status/reason\") to this file")

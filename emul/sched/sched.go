@@ -29,6 +29,9 @@ type Config struct {
 	Shape       kvmem.Shape
 	PageSize    int  // tokens per page, for decode_prefix_len accounting
 	Path        Path // PathShm (default) or PathReqRep
+	// SpinMax is the shared-memory session's spin_max_us (ShmOptions.SpinMax):
+	// how long kvxferd's consumer may keep spinning on the ring; 0: its default.
+	SpinMax time.Duration
 	Progress    func(done, total int)
 }
 
@@ -269,7 +272,7 @@ func Run(cfg Config) ([]Result, Summary, error) {
 	var drv driver
 	switch cfg.Path {
 	case PathShm:
-		shm, err := control.AttachShm(cli, control.ShmOptions{Slots: max(2*cfg.Concurrency, 64)})
+		shm, err := control.AttachShm(cli, control.ShmOptions{Slots: max(2*cfg.Concurrency, 64), SpinMax: cfg.SpinMax})
 		if err != nil {
 			return nil, Summary{}, fmt.Errorf("sched: shm_attach: %w", err)
 		}
