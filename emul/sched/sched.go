@@ -31,8 +31,8 @@ type Config struct {
 	Path        Path // PathShm (default) or PathReqRep
 	// SpinMax is the shared-memory session's spin_max_us (ShmOptions.SpinMax):
 	// how long kvxferd's consumer may keep spinning on the ring; 0: its default.
-	SpinMax time.Duration
-	Progress    func(done, total int)
+	SpinMax  time.Duration
+	Progress func(done, total int)
 }
 
 // Result is one room's outcome on the prefill side.
