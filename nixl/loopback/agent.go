@@ -101,7 +101,7 @@ type Agent struct {
 	nmu         sync.Mutex
 	notifs      []nixl.Notif
 	notifWakers nixl.Wakers // OnNotif
-	reader sync.WaitGroup
+	reader      sync.WaitGroup
 }
 
 var _ nixl.Agent = (*Agent)(nil)
