@@ -2,6 +2,7 @@ package actors
 
 import (
 	"context"
+	"log/slog"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -402,7 +403,8 @@ func TestRoomNameRoundTrip(t *testing.T) {
 // their shards, so Close stops them itself; once it returns none is left in
 // the registry (live rooms and retired ones alike).
 func TestEngineCloseStopsRoomActors(t *testing.T) {
-	eng, err := New(Config{Clock: clock.NewFake(time.Unix(0, 0)), Transfers: &transfersDouble{}})
+	errs := &errorCount{}
+	eng, err := New(Config{Clock: clock.NewFake(time.Unix(0, 0)), Transfers: &transfersDouble{}, Logger: slog.New(errs)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -436,4 +438,20 @@ func TestEngineCloseStopsRoomActors(t *testing.T) {
 	if n := rooms(); n != 0 {
 		t.Fatalf("room actors after Close: %d", n)
 	}
+	if n := errs.n.Load(); n != 0 {
+		t.Fatalf("%d errors logged by Close (a room stopped by Close is no dead actor)", n)
+	}
 }
+
+// errorCount is a slog handler that counts error records.
+type errorCount struct{ n atomic.Int64 }
+
+func (h *errorCount) Enabled(context.Context, slog.Level) bool { return true }
+func (h *errorCount) Handle(_ context.Context, r slog.Record) error {
+	if r.Level >= slog.LevelError {
+		h.n.Add(1)
+	}
+	return nil
+}
+func (h *errorCount) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *errorCount) WithGroup(string) slog.Handler      { return h }

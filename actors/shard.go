@@ -37,8 +37,9 @@ type shard struct {
 	spawned uint64 // room actors spawned, which names them (roomName)
 	// actors counts room actors spawned and not yet terminated; closing is
 	// Close's stopRooms, answered once actors is 0.
-	actors  int
-	closing chan<- any
+	actors   int
+	closing  chan<- any
+	stopping bool // stopRooms stopped the live rooms: their Terminated is no death
 
 	// creating: the room being routed is being created or revived;
 	// announced: RoomCreated was told for it and rec is its record
@@ -205,6 +206,7 @@ func (s *shard) Receive(ctx actor.Context) {
 // children of their shard (see routeOne), so stopping the shard would not
 // stop them.
 func (s *shard) stopRooms(ctx actor.Context) {
+	s.stopping = true
 	for _, lr := range s.rooms {
 		ctx.Stop(lr.pid)
 	}
@@ -326,6 +328,10 @@ func (s *shard) onTerminated(who *actor.PID) {
 	lr, ok := s.rooms[id]
 	if !ok || !lr.pid.Equal(who) {
 		return // retired first, as every room normally does
+	}
+	if s.stopping {
+		s.forget(id, lr) // stopped by stopRooms (the engine is closing): no death
+		return
 	}
 	s.eng.cfg.Logger.Error("room actor died; keeping a Failed tombstone", "room", id)
 	s.forget(id, lr)
