@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestDemoAcrossProcesses builds kvxferd and the emulators and runs the
@@ -114,5 +115,19 @@ func TestEmulatorEnv(t *testing.T) {
 		if len(got) < len(c.env) || !slices.Equal(got[:len(c.env)], c.env) {
 			t.Errorf("env %v: the caller's entries changed: %v", c.env, got)
 		}
+	}
+}
+
+// TestSchedArgs: -spin-max reaches kvxfer-sched only when set (0 leaves
+// kvxferd's default spin), before the workload's flags.
+func TestSchedArgs(t *testing.T) {
+	w := []string{"-rooms", "10"}
+	if a := schedArgs("ipc://c", "j", "r", 64, 0, w); slices.Contains(a, "-spin-max") || !slices.Equal(a[len(a)-2:], w) {
+		t.Fatalf("no spin: %v", a)
+	}
+	a := schedArgs("ipc://c", "j", "r", 64, 50*time.Microsecond, w)
+	i := slices.Index(a, "-spin-max")
+	if i < 0 || a[i+1] != "50µs" || !slices.Equal(a[len(a)-2:], w) {
+		t.Fatalf("spin 50µs: %v", a)
 	}
 }

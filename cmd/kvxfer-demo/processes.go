@@ -142,11 +142,8 @@ func processesMain(args []string) error {
 	workloadArgs := []string{"-rooms", strconv.Itoa(*rooms), "-seed", strconv.FormatUint(*seed, 10),
 		"-abort-share", strconv.FormatFloat(*abortShare, 'f', -1, 64)}
 	schedJSON, schedRooms := filepath.Join(dir, "sched.json"), filepath.Join(dir, "sched-rooms.json")
-	schedArgs := []string{"-control", ctl, "-json", schedJSON, "-rooms-out", schedRooms, "-concurrency", strconv.Itoa(*conc)}
-	if *spinMax > 0 {
-		schedArgs = append(schedArgs, "-spin-max", spinMax.String())
-	}
-	schedCmd := exec.CommandContext(ctx, filepath.Join(bin, "kvxfer-sched"), append(schedArgs, workloadArgs...)...)
+	schedCmd := exec.CommandContext(ctx, filepath.Join(bin, "kvxfer-sched"),
+		schedArgs(ctl, schedJSON, schedRooms, *conc, *spinMax, workloadArgs)...)
 	cmds := []*exec.Cmd{schedCmd}
 	// The emulators play single-threaded Python processes (SGLang's
 	// scheduler and decode event loops): one Go processor each, unless the
@@ -334,6 +331,16 @@ func readJSON(path string, v any) {
 	if err == nil {
 		json.Unmarshal(b, v)
 	}
+}
+
+// schedArgs is kvxfer-sched's command line: -spin-max only when set, so
+// that 0 leaves kvxferd's default.
+func schedArgs(ctl, jsonOut, roomsOut string, conc int, spinMax time.Duration, workload []string) []string {
+	args := []string{"-control", ctl, "-json", jsonOut, "-rooms-out", roomsOut, "-concurrency", strconv.Itoa(conc)}
+	if spinMax > 0 {
+		args = append(args, "-spin-max", spinMax.String())
+	}
+	return append(args, workload...)
 }
 
 // emulatorEnv is the emulators' environment: environ plus GOMAXPROCS=procs,
