@@ -31,7 +31,16 @@ type Options struct {
 	// real, monotonic clock). Nothing is scheduled on it: a delayed request
 	// completes when polled at or after its due time.
 	Clock clock.Clock
+	// NotifyTimeout bounds how long one notification may wait for room in
+	// a peer's receive queue (default 10 s). A live peer's reader drains its
+	// queue in microseconds; one that takes none for this long (a stopped
+	// or hung process) is marked disconnected and the send fails, so a copy
+	// worker, and the other peers' rooms behind it, are never held forever.
+	NotifyTimeout time.Duration
 }
+
+// DefaultNotifyTimeout is Options.NotifyTimeout's default.
+const DefaultNotifyTimeout = 10 * time.Second
 
 // region is one registered region, local or a peer's, with its bytes located in
 // a mapping of this process: m.data[off : off+len].
@@ -89,6 +98,8 @@ type Agent struct {
 	clk  clock.Clock
 	base time.Time
 
+	notifyTimeout time.Duration
+
 	wakers nixl.Wakers // OnProgress
 
 	// copyMu is held for reading while a worker copies bytes, and for writing
@@ -145,6 +156,10 @@ func New(name string, opt Options) (*Agent, error) {
 		a.clk = clock.Real{}
 	}
 	a.base = a.clk.Now()
+	a.notifyTimeout = opt.NotifyTimeout
+	if a.notifyTimeout <= 0 {
+		a.notifyTimeout = DefaultNotifyTimeout
+	}
 	a.q.init()
 	n := opt.Workers
 	if n <= 0 {

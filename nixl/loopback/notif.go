@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"net"
+	"time"
 
 	"github.com/kvxfer/kvxfer/nixl"
 )
@@ -109,11 +110,17 @@ func decodeNotifs(b []byte, dst []nixl.Notif) ([]nixl.Notif, bool) {
 // unconnected sender is told EAGAIN and then "writable" at once (its own
 // buffer has room), so it spun, several EAGAINs per datagram under load. A
 // connected sender waits for the peer's queue itself, parked; and the kernel
-// resolves the peer's path once instead of on every datagram.
+// resolves the peer's path once instead of on every datagram. The wait is
+// bounded (Options.NotifyTimeout): a peer that takes nothing for that long
+// is treated as gone.
 func (a *Agent) sendRaw(p *peer, frame []byte) error {
 	c, err := p.dialOut()
 	if err == nil {
-		_, err = c.Write(frame)
+		// A socket deadline is the kernel's and the poller's wall time; the
+		// injected clock only measures injected latency.
+		if err = c.SetWriteDeadline(time.Now().Add(a.notifyTimeout)); err == nil {
+			_, err = c.Write(frame)
+		}
 	}
 	if err != nil {
 		a.mu.Lock()
