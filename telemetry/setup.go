@@ -126,6 +126,9 @@ func Setup(ctx context.Context, opt Options) (*Telemetry, error) {
 			oc.Tracer, path = t.TracerProvider, "via the SDK batch span processor"
 		} else {
 			oc.Exporter, oc.Resource = exp, res
+			// The OTLP exporters built here encode a batch within ExportSpans
+			// and keep none of it; a given exporter may (tests keep spans).
+			oc.ReuseSpans = oc.ReuseSpans || opt.Exporter == nil
 		}
 		oc.Sampling = &s
 		t.Tracing = fmt.Sprintf("%s, %s; tail sampling ratio %g parent-based %v slow %v", why, path, s.Ratio, s.ParentBased, slowString(s.Slow))

@@ -61,6 +61,9 @@ func TestSetupOTLPGRPC(t *testing.T) {
 	if !strings.Contains(tel.Tracing, "OTLP grpc") {
 		t.Fatalf("tracing: %s", tel.Tracing)
 	}
+	if !tel.Observer.reuse { // the OTLP exporter keeps nothing after ExportSpans
+		t.Fatal("direct export to OTLP does not reuse span memory")
+	}
 	eng, err := actors.New(actors.Config{Transfers: &manualXfers{auto: true}, Observer: tel.Observer, Shards: 1})
 	if err != nil {
 		t.Fatal(err)

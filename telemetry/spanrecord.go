@@ -20,7 +20,7 @@ type spanRecord struct {
 	name           string
 	sc, parent     trace.SpanContext
 	kind           trace.SpanKind
-	start, end     time.Time
+	start, end     tick // times as the Observer's ticks: StartTime and EndTime convert (no pointers to write)
 	attrs          []attribute.KeyValue
 	events         []sdktrace.Event
 	status         sdktrace.Status
@@ -33,14 +33,15 @@ type spanRecord struct {
 type spanCommon struct {
 	resource *resource.Resource
 	scope    instrumentation.Scope
+	base     time.Time // the Observer's base: a tick's origin (Observer.wall)
 }
 
 func (s *spanRecord) Name() string                                { return s.name }
 func (s *spanRecord) SpanContext() trace.SpanContext              { return s.sc }
 func (s *spanRecord) Parent() trace.SpanContext                   { return s.parent }
 func (s *spanRecord) SpanKind() trace.SpanKind                    { return s.kind }
-func (s *spanRecord) StartTime() time.Time                        { return s.start }
-func (s *spanRecord) EndTime() time.Time                          { return s.end }
+func (s *spanRecord) StartTime() time.Time                        { return s.common.base.Add(time.Duration(s.start)) }
+func (s *spanRecord) EndTime() time.Time                          { return s.common.base.Add(time.Duration(s.end)) }
 func (s *spanRecord) Attributes() []attribute.KeyValue            { return s.attrs }
 func (s *spanRecord) Links() []sdktrace.Link                      { return nil }
 func (s *spanRecord) Events() []sdktrace.Event                    { return s.events }

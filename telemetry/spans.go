@@ -230,6 +230,32 @@ func (g ids) trace() trace.TraceID {
 	return t
 }
 
+// spanArena is the memory of one batch's spans when the exporter keeps
+// nothing after ExportSpans returns (Config.ReuseSpans): a batch's spans,
+// attributes and events are cut from it, and export empties it once the
+// exporter has returned. A slab that runs out is replaced by a bigger one;
+// spans already cut from the old one keep it alive until the export, and
+// from then on the bigger one serves every batch.
+type spanArena struct {
+	recs   []spanRecord
+	attrs  []attribute.KeyValue
+	events []sdktrace.Event
+}
+
+// take returns n fresh elements of *slab (len n, cap n), growing it if full.
+func take[T any](slab *[]T, n int) []T {
+	s := *slab
+	if len(s)+n > cap(s) {
+		s = make([]T, 0, max(2*cap(s), n, 64))
+	}
+	*slab = s[:len(s)+n]
+	return s[len(s) : len(s)+n : len(s)+n]
+}
+
+func (a *spanArena) reset() {
+	a.recs, a.attrs, a.events = a.recs[:0], a.attrs[:0], a.events[:0]
+}
+
 // build appends r's spans to the pending batch, exporting when it is full.
 func (o *Observer) build(r *roomRec) {
 	var parent trace.SpanContext
@@ -239,24 +265,43 @@ func (o *Observer) build(r *roomRec) {
 		parent, tid, state = r.parent, r.parent.TraceID(), r.parent.TraceState()
 	}
 	sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: o.ids.span(), TraceFlags: trace.FlagsSampled, TraceState: state})
+	// One backing array for every span's attributes (each span gets a
+	// capped sub-slice), one for the events, one for the spans: fresh, or
+	// cut from the arena.
+	n := roomAttrCount(r)
+	nattr := n + xferAttrMax*len(r.spans)
+	var buf []attribute.KeyValue
 	var events []sdktrace.Event
-	if len(r.events) > 0 {
-		events = make([]sdktrace.Event, len(r.events))
-		for i := range r.events {
-			events[i] = sdktrace.Event{Name: StatusEvent, Time: o.wall(r.events[i].at), Attributes: statusEventAttrs(&r.events[i])}
+	var recs []spanRecord
+	if o.reuse {
+		buf = take(&o.arena.attrs, nattr)[:0]
+		recs = take(&o.arena.recs, 1+len(r.spans))
+		if len(r.events) > 0 {
+			events = take(&o.arena.events, len(r.events))
+		}
+	} else {
+		buf = make([]attribute.KeyValue, 0, nattr)
+		recs = make([]spanRecord, 1+len(r.spans))
+		if len(r.events) > 0 {
+			events = make([]sdktrace.Event, len(r.events))
 		}
 	}
-	// One backing array for every span's attributes (each span gets a
-	// capped sub-slice).
-	n := roomAttrCount(r)
-	buf := make([]attribute.KeyValue, 0, n+xferAttrMax*len(r.spans))
+	for i := range r.events {
+		e := &r.events[i]
+		var ea []attribute.KeyValue
+		if e.status == room.Failed && o.reuse {
+			ea = take(&o.arena.attrs, 2)
+			ea[0], ea[1] = statusAttrs[statusIndex(e.status)], errAttr(e.reason)
+		} else {
+			ea = statusEventAttrs(e)
+		}
+		events[i] = sdktrace.Event{Name: StatusEvent, Time: o.wall(e.at), Attributes: ea}
+	}
 	ra := roomAttrs(buf[:0:n], r, o.agentAttr(r.agents))
 	buf = buf[n:n:cap(buf)]
-	// One allocation for the room's spans too.
-	recs := make([]spanRecord, 1+len(r.spans))
 	recs[0] = spanRecord{
 		name: RoomSpan, sc: sc, parent: parent, kind: trace.SpanKindInternal,
-		start: o.wall(r.created), end: o.wall(r.retiredAt), attrs: ra, events: events,
+		start: r.created, end: r.retiredAt, attrs: ra, events: events,
 		status: roomStatus(r), droppedEvents: r.droppedEvents, childSpanCount: len(r.spans),
 		common: &o.common,
 	}
@@ -268,7 +313,7 @@ func (o *Observer) build(r *roomRec) {
 		csc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: o.ids.span(), TraceFlags: trace.FlagsSampled, TraceState: state})
 		recs[1+i] = spanRecord{
 			name: TransferSpan, sc: csc, parent: sc, kind: trace.SpanKindClient,
-			start: o.wall(x.start), end: o.wall(end), attrs: attrs, status: st,
+			start: x.start, end: end, attrs: attrs, status: st,
 			common: &o.common,
 		}
 		o.batch = append(o.batch, &recs[1+i])
@@ -310,6 +355,10 @@ func (o *Observer) export(ctx context.Context) {
 		otel.Handle(err)
 	}
 	o.exported.Add(int64(len(o.batch)))
-	clear(o.batch)
+	if o.reuse { // the exporter kept nothing: the next batch overwrites this one
+		o.arena.reset()
+	} else {
+		clear(o.batch)
+	}
 	o.batch = o.batch[:0]
 }

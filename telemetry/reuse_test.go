@@ -1,0 +1,182 @@
+package telemetry
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"slices"
+	"testing"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/kvxfer/kvxfer/actors/room"
+)
+
+// copyingExporter keeps a deep copy of every batch, taken inside ExportSpans,
+// and nothing of the batch itself: what Config.ReuseSpans asks of an exporter.
+type copyingExporter struct {
+	stubs   tracetest.SpanStubs
+	batches int
+}
+
+func deepCopy(ss []sdktrace.ReadOnlySpan) tracetest.SpanStubs {
+	out := tracetest.SpanStubsFromReadOnlySpans(ss)
+	for i := range out {
+		out[i].Attributes = slices.Clone(out[i].Attributes)
+		out[i].Events = slices.Clone(out[i].Events)
+		for j := range out[i].Events {
+			out[i].Events[j].Attributes = slices.Clone(out[i].Events[j].Attributes)
+		}
+	}
+	return out
+}
+
+func (e *copyingExporter) ExportSpans(_ context.Context, ss []sdktrace.ReadOnlySpan) error {
+	e.stubs = append(e.stubs, deepCopy(ss)...)
+	e.batches++
+	return nil
+}
+
+func (e *copyingExporter) Shutdown(context.Context) error { return nil }
+
+// retainingExporter keeps the spans it is given (as tracetest.InMemoryExporter
+// does) and a deep copy of each taken inside ExportSpans.
+type retainingExporter struct {
+	held []sdktrace.ReadOnlySpan
+	copy tracetest.SpanStubs
+}
+
+func (e *retainingExporter) ExportSpans(_ context.Context, ss []sdktrace.ReadOnlySpan) error {
+	e.held = append(e.held, ss...)
+	e.copy = append(e.copy, deepCopy(ss)...)
+	return nil
+}
+
+func (e *retainingExporter) Shutdown(context.Context) error { return nil }
+
+// reuseRooms is a mix of room records: successful with one and several
+// agents, failed (status event with error.type), an abandoned transfer, a
+// failed transfer, a parent trace context, dropped spans and events, a room
+// with no transfer, and rooms with many transfers (more than a batch's
+// worth of spans in all, so batches are exported and their memory reused).
+func reuseRooms() []*roomRec {
+	parent := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{1, 2, 3}, SpanID: trace.SpanID{4, 5},
+		TraceFlags: trace.FlagsSampled, Remote: true})
+	var out []*roomRec
+	for i := range 400 {
+		id := uint64(1000 + i)
+		r := &roomRec{roomState: roomState{id: id, created: tick(i), retiredAt: tick(9e6 + i), status: room.Success, retired: true,
+			keep: keepSampled, chunks: 2, transfers: 2, pages: 4, bytes: 4096, required: 1}}
+		r.events = []statusEvent{{1e6, room.WaitingForInput, 0}, {2e6, room.Transferring, 0}, {4e6, room.Success, 0}}
+		nx := 2
+		if i%37 == 0 {
+			nx = 40 // many transfers
+		}
+		for j := range nx {
+			x := xferRec{seq: uint32(j + 1), chunk: int32(j), agent: fmt.Sprintf("agent-%d", j%(1+i%3)), pages: 2, bytes: 2048,
+				start: tick(2e6 + j), end: tick(3e6 + j), done: true, last: j == nx-1}
+			r.spans = append(r.spans, x)
+			if !slices.Contains(r.agents, x.agent) {
+				r.agents = append(r.agents, x.agent)
+			}
+		}
+		switch i % 7 {
+		case 1: // failed, with a failed and an abandoned transfer
+			r.status, r.reason, r.failedX = room.Failed, room.ReasonTransferError, 1
+			r.events = append(r.events, statusEvent{5e6, room.Failed, room.ReasonTransferError})
+			r.spans[0].fail = room.ReasonTransferError
+			r.spans[1].done = false
+			r.keep = keepFailed
+		case 2:
+			r.parent, r.hasParent = parent, true
+		case 3:
+			r.droppedSpans, r.droppedEvents, r.ignored = 3, 2, 1
+		case 4:
+			r.spans, r.agents = nil, nil
+		case 5:
+			r.retired = false
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// TestReuseSpansSameSpans: with Config.ReuseSpans the spans an exporter
+// receives are the same, field for field (ids from the same seed), as those
+// built in fresh memory, over batches that reuse the memory of those before.
+func TestReuseSpansSameSpans(t *testing.T) {
+	run := func(reuse bool) (tracetest.SpanStubs, int) {
+		exp := &copyingExporter{}
+		obs, err := New(Config{Exporter: exp, ReuseSpans: reuse})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := obs.Close(context.Background()); err != nil { // stop the emitter: emit runs here
+			t.Fatal(err)
+		}
+		obs.ids = ids{rand.NewChaCha8([32]byte{7})}
+		obs.common.resource = nil // the same on both sides
+		obs.base, obs.common.base = epoch, epoch
+		for _, r := range reuseRooms() {
+			obs.emit(r)
+		}
+		obs.export(context.Background())
+		return exp.stubs, exp.batches
+	}
+	fresh, _ := run(false)
+	reused, batches := run(true)
+	if batches < 3 {
+		t.Fatalf("%d batches exported, want at least 3 (memory reused)", batches)
+	}
+	if len(fresh) != len(reused) {
+		t.Fatalf("%d spans reused, %d fresh", len(reused), len(fresh))
+	}
+	for i := range fresh {
+		if !reflect.DeepEqual(fresh[i], reused[i]) {
+			t.Fatalf("span %d differs:\nreused %+v\nfresh  %+v", i, reused[i], fresh[i])
+		}
+	}
+}
+
+// TestNoReuseSpansStayIntact: without ReuseSpans (the default) an exporter
+// may keep the spans it was given; later batches never change them.
+func TestNoReuseSpansStayIntact(t *testing.T) {
+	exp := &retainingExporter{}
+	obs, err := New(Config{Exporter: exp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := obs.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range reuseRooms() {
+		obs.emit(r)
+	}
+	obs.export(context.Background())
+	if len(exp.held) <= exportBatch {
+		t.Fatalf("%d spans, want more than a batch", len(exp.held))
+	}
+	now := deepCopy(exp.held)
+	for i := range now {
+		if !reflect.DeepEqual(now[i], exp.copy[i]) {
+			t.Fatalf("held span %d changed after its export:\nnow  %+v\nthen %+v", i, now[i], exp.copy[i])
+		}
+	}
+}
+
+// TestSetupReusesOnlyForItsOwnExporter: Setup reuses span memory for the
+// OTLP exporter it builds (TestSetupOTLPGRPC), not for a given exporter,
+// which may keep what it is given (as this in-memory one does).
+func TestSetupReusesOnlyForItsOwnExporter(t *testing.T) {
+	tel, err := Setup(t.Context(), Options{Exporter: tracetest.NewInMemoryExporter(), Getenv: func(string) string { return "" }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tel.Shutdown(context.Background()) }()
+	if tel.Observer.exp == nil || tel.Observer.reuse {
+		t.Fatalf("given exporter: direct %v, reuse %v; want direct without reuse", tel.Observer.exp != nil, tel.Observer.reuse)
+	}
+}
