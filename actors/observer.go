@@ -48,6 +48,16 @@ type RoomObserver interface {
 	Abandoned()
 }
 
+// StepObserver is optionally implemented by a RoomObserver. The room's actor
+// calls StepBegins before it handles a message and StepEnds after (unless it
+// handed the record over during the message), so the callbacks of one step
+// may share one reading of the clock. Callbacks outside a step (the shard's:
+// creation, a dead actor's retirement) come without them.
+type StepObserver interface {
+	StepBegins()
+	StepEnds()
+}
+
 // NopObserver ignores everything.
 type NopObserver struct{}
 

@@ -70,9 +70,13 @@ func newRoomActor(e *Engine, m *room.Machine, first room.Effects, env *envelope,
 // effect, a callback: Observer, Notifier, Transfers) is recovered here and
 // fails this room with internal_error (see fault); nothing else is touched.
 func (a *roomActor) Receive(ctx actor.Context) {
+	step := a.stepBegins()
 	defer func() {
 		if r := recover(); r != nil {
 			a.fault(ctx, r)
+		}
+		if step != nil && a.lr.flags.Load()&viewHanded == 0 { // still ours
+			step.StepEnds()
 		}
 	}()
 	if h := a.eng.cfg.hooks.roomMsg; h != nil {
@@ -130,6 +134,20 @@ func (a *roomActor) Receive(ctx actor.Context) {
 		a.stopTimer()
 		a.abandon()
 	}
+}
+
+// stepBegins tells the room's record (if it is a StepObserver and still
+// this actor's) that a step begins; it returns the record to tell when the
+// step ends.
+func (a *roomActor) stepBegins() StepObserver {
+	if a.lr.flags.Load()&viewHanded != 0 {
+		return nil
+	}
+	s, ok := a.lr.rec.(StepObserver)
+	if ok {
+		s.StepBegins()
+	}
+	return s
 }
 
 // see shows the record what reaches the live room before the room handles

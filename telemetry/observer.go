@@ -155,6 +155,7 @@ var (
 	_ actors.RefusalObserver = (*Observer)(nil)
 	_ actors.EngineWatcher   = (*Observer)(nil)
 	_ actors.RoomObserver    = (*roomRec)(nil)
+	_ actors.StepObserver    = (*roomRec)(nil)
 	_ actors.RoomObserver    = (*untracked)(nil)
 )
 
@@ -266,12 +267,15 @@ type roomState struct {
 	retired    bool // false: emitted at Close while still live
 	// From parent, for the sampler (no SpanContext copies on the hot path).
 	hasParent, parentSampled bool
-	parentKey                uint64
+	// The room's actor is in a step (StepBegins): the callbacks share the
+	// first one's clock reading, stepAt (if stepRead).
+	stepping, stepRead bool
+	parentKey          uint64
 
 	events        []statusEvent
-	droppedEvents int
 	spans         []xferRec // child spans, up to MaxTransferSpans
-	droppedSpans  int
+	droppedEvents int32
+	droppedSpans  int32
 	inflight      []inflightRec
 	agents        []string
 
@@ -285,7 +289,8 @@ type roomState struct {
 	bytesFailed int64
 	ignored     int
 
-	keep keepReason
+	keep   keepReason
+	stepAt tick
 }
 
 type statusEvent struct {
@@ -610,6 +615,27 @@ func (o *Observer) RoomRefused(_ uint64, peerShare bool) {
 	}
 }
 
+// StepBegins implements actors.StepObserver: the callbacks until StepEnds
+// are one step of the room, handled at one time: they share one clock
+// reading (the first that one of them needs), as reading the clock is
+// about a quarter of a room's bookkeeping otherwise. A write that completes
+// within the step that posted it (inside Transfers.Post) thus lasts 0.
+func (r *roomRec) StepBegins() { r.stepping, r.stepRead = true, false }
+
+// StepEnds implements actors.StepObserver.
+func (r *roomRec) StepEnds() { r.stepping = false }
+
+// now is the time of the room's current step, or the clock outside a step.
+func (r *roomRec) now() tick {
+	if !r.stepping {
+		return r.o.now()
+	}
+	if !r.stepRead {
+		r.stepAt, r.stepRead = r.o.now(), true
+	}
+	return r.stepAt
+}
+
 // Traceparent implements actors.RoomObserver: the room's span joins that
 // trace. Invalid values are ignored (counted).
 func (r *roomRec) Traceparent(traceparent string) {
@@ -631,7 +657,7 @@ func (r *roomRec) TransferInfo(_ string, required int) { r.required = required }
 // StatusChanged implements actors.RoomObserver.
 func (r *roomRec) StatusChanged(s room.Status, why room.Reason) {
 	o := r.o
-	now := o.now()
+	now := r.now()
 	ri, si := reasonIndex(why), statusIndex(r.status)
 	st := o.pin()
 	if s == room.Failed {
@@ -655,7 +681,7 @@ func (r *roomRec) StatusChanged(s room.Status, why room.Reason) {
 // Posted implements actors.RoomObserver.
 func (r *roomRec) Posted(t *room.Transfer) {
 	o := r.o
-	now := o.now()
+	now := r.now()
 	pages := len(t.SrcPages)
 	bytes := int64(pages) * o.bpp.Load()
 	st := o.pin()
@@ -709,7 +735,7 @@ func contains(ss []string, s string) bool {
 
 // TransferDone implements actors.RoomObserver.
 func (r *roomRec) TransferDone(seq uint32, fail room.Reason) {
-	now := r.o.now()
+	now := r.now()
 	ok := fail == room.ReasonNone
 	if ok {
 		r.doneOK++
@@ -767,7 +793,7 @@ func (r *roomRec) Ignored(msg room.Msg) {
 // the emitter if the tail sampler keeps the room.
 func (r *roomRec) Retired(t room.Tombstone) {
 	o := r.o
-	now := o.now()
+	now := r.now()
 	o.stripeOf(r.id).tracked.Add(-1)
 	ti, si := statusIndex(t.Status), statusIndex(r.status)
 	d := time.Duration(now - r.statusAt)
@@ -807,7 +833,7 @@ func (r *roomRec) Abandoned() {
 		o.recycle(r)
 		return
 	}
-	r.retiredAt = o.now()
+	r.retiredAt = r.now()
 	o.abandoned.push(r)
 }
 

@@ -110,10 +110,10 @@ func roomAttrs(a []attribute.KeyValue, r *roomRec, agents attribute.KeyValue) []
 		a = append(a, AttrIgnored.Int(r.ignored))
 	}
 	if r.droppedSpans > 0 {
-		a = append(a, AttrDroppedSpans.Int(r.droppedSpans))
+		a = append(a, AttrDroppedSpans.Int(int(r.droppedSpans)))
 	}
 	if r.droppedEvents > 0 {
-		a = append(a, AttrDroppedEvents.Int(r.droppedEvents))
+		a = append(a, AttrDroppedEvents.Int(int(r.droppedEvents)))
 	}
 	if !r.retired {
 		a = append(a, notRetired)
@@ -302,7 +302,7 @@ func (o *Observer) build(r *roomRec) {
 	recs[0] = spanRecord{
 		name: RoomSpan, sc: sc, parent: parent, kind: trace.SpanKindInternal,
 		start: r.created, end: r.retiredAt, attrs: ra, events: events,
-		status: roomStatus(r), droppedEvents: r.droppedEvents, childSpanCount: len(r.spans),
+		status: roomStatus(r), droppedEvents: int(r.droppedEvents), childSpanCount: len(r.spans),
 		common: &o.common,
 	}
 	o.batch = append(o.batch, &recs[0])

@@ -1,0 +1,118 @@
+package telemetry
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/kvxfer/kvxfer/actors"
+	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/internal/clock"
+)
+
+// slowPost is a transfer layer whose Post takes 3 ms of the fake clock and
+// completes the write inside Post.
+type slowPost struct{ clk *clock.Fake }
+
+func (s slowPost) Post(_ room.Transfer, done room.DoneFunc) {
+	s.clk.Advance(3 * time.Millisecond)
+	done(room.ReasonNone, nil)
+}
+
+// TestStepSharesOneClockReading: the callbacks of one room step (a Send:
+// the post, the write completing inside Post, the status changes) share the
+// clock reading taken at the step's first callback, although the clock moved
+// during the step; the next step (Clear) reads the clock again.
+func TestStepSharesOneClockReading(t *testing.T) {
+	clk := clock.NewFake(epoch)
+	exp := tracetest.NewInMemoryExporter()
+	obs, err := New(Config{Exporter: exp, Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng, err := actors.New(actors.Config{Clock: clk, Transfers: slowPost{clk}, Observer: obs, Shards: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const id = 77
+	eng.Open(id)
+	eng.TransferInfo(id, info("a", 2, 1))
+	eng.Init(id, 2, 0)
+	eng.PollSync([]uint64{id}, nil)
+	clk.Advance(10 * time.Millisecond)
+	eng.Send(id, []int32{0, 1}, nil) // posted at +10 ms; the clock reads +13 ms when it completes
+	if r := eng.PollSync([]uint64{id}, nil)[0]; r.Status != room.Success {
+		t.Fatalf("room %v/%v, want Success", r.Status, r.Reason)
+	}
+	eng.Clear(id) // at +13 ms
+	eng.PollSync([]uint64{id}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := obs.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var roomSeen, xferSeen bool
+	for _, s := range exp.GetSpans() {
+		switch s.Name {
+		case RoomSpan:
+			roomSeen = true
+			if got := s.EndTime.Sub(epoch); got != 13*time.Millisecond {
+				t.Errorf("room span ends at +%v, want +13ms (Clear's own step)", got)
+			}
+			for _, e := range s.Events[1:] { // after WaitingForInput (Init, at +0)
+				if got := e.Time.Sub(epoch); got != 10*time.Millisecond {
+					t.Errorf("status event %v at +%v, want +10ms (the Send's step)", e.Attributes, got)
+				}
+			}
+		case TransferSpan:
+			xferSeen = true
+			if s.StartTime.Sub(epoch) != 10*time.Millisecond || !s.EndTime.Equal(s.StartTime) {
+				t.Errorf("transfer span +%v..+%v, want +10ms..+10ms", s.StartTime.Sub(epoch), s.EndTime.Sub(epoch))
+			}
+		}
+	}
+	if !roomSeen || !xferSeen {
+		t.Fatalf("spans %v", exp.GetSpans())
+	}
+	if err := eng.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := obs.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRecordClockOutsideStep: a record reads the clock afresh for each
+// callback outside a step, once per step inside one.
+func TestRecordClockOutsideStep(t *testing.T) {
+	clk := clock.NewFake(epoch)
+	obs, err := New(Config{Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := obs.RoomCreated(1).(*roomRec)
+	at := func() time.Duration { return time.Duration(r.now()) }
+	clk.Advance(time.Millisecond)
+	if at() != time.Millisecond {
+		t.Fatalf("outside a step: %v", at())
+	}
+	r.StepBegins()
+	clk.Advance(time.Millisecond)
+	first := at()
+	clk.Advance(time.Millisecond)
+	if first != 2*time.Millisecond || at() != first {
+		t.Fatalf("in a step: %v then %v, want 2ms twice", first, at())
+	}
+	r.StepEnds()
+	if at() != 3*time.Millisecond {
+		t.Fatalf("after the step: %v, want 3ms", at())
+	}
+	r.StepBegins()
+	clk.Advance(time.Millisecond)
+	if at() != 4*time.Millisecond {
+		t.Fatalf("next step: %v, want 4ms", at())
+	}
+	r.StepEnds()
+}
