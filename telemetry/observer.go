@@ -163,8 +163,9 @@ type sourceBox struct{ s Source }
 
 // stripe is a share of the aggregate metrics: atomics only, read and summed
 // by Produce. Each P adds to its own stripe (pin) and is its only writer,
-// so it adds with a plain load and store, not a locked read-modify-write
-// (see add); Ps numbered beyond the stripes share one (over, shared) and
+// so it adds with an atomic load and an atomic store, not a read-modify-write
+// whose line other cores contend for (see add; on amd64 the store is still
+// an XCHG); Ps numbered beyond the stripes share one (over, shared) and
 // add atomically. The tracked-room count, which MaxRooms caps per stripe,
 // is kept on the stripe of the room's id (stripeOf), on a line of its own,
 // and is always added to atomically.
@@ -431,7 +432,7 @@ func (o *Observer) stripeOf(id uint64) *stripe { return &o.shards[o.shardIndex(i
 // moved its cache lines between cores with nearly every room (about ten
 // lines per room: counters, four status histograms, the transfer
 // histogram); a P's stripe stays in its core's cache, and while pinned the
-// caller is its only writer (no locked instructions; Ps beyond the stripes
+// caller is its only writer (no contended read-modify-write; Ps beyond the stripes
 // share o.over, which adds atomically). Nothing between pin and procUnpin
 // may block or panic: compute indexes first. (The cap on tracked rooms
 // stays on the id's stripe: see RoomCreated.)
