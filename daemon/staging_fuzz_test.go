@@ -16,6 +16,7 @@ import (
 // ALLOC_OVERSIZED, which the plan refuses) and only once the watermark allows
 // it; every chunk ends exactly once (posted, refused, or failed with the
 // dropped agent); a posted chunk's completion sends at most one CHUNK_READY.
+// fuzz-smoke: 20000x
 func FuzzStagingTable(f *testing.F) {
 	f.Add([]byte{0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 16, 0, 0, 0, 2, 0, 0, 0, 0})
 	f.Add([]byte{0, 1, 0, 0, 0, 0, 0, 0, 2, 1, 0, 0, 0, 0, 0, 3, 2, 1, 0, 0, 0, 0, 0, 0, 0})

@@ -33,6 +33,7 @@ func fuzzSeeds(t testing.TB) [][]byte {
 // FuzzDecodeRequest feeds arbitrary bytes to the request decoder and then to the
 // server's handler (with a stub engine and memory callback, no socket): neither may
 // panic, and every reply must be a msgpack map with a bool ok and, on failure, a code.
+// fuzz-smoke: 50000x
 func FuzzDecodeRequest(f *testing.F) {
 	for _, s := range fuzzSeeds(f) {
 		f.Add(s)
@@ -69,6 +70,7 @@ func FuzzDecodeRequest(f *testing.F) {
 
 // FuzzMsgpack checks the generic decoder: no panic, and whatever decodes re-encodes to
 // a canonical form that is a fixed point (decode∘encode is the identity on it).
+// fuzz-smoke: 50000x
 func FuzzMsgpack(f *testing.F) {
 	for _, s := range fuzzSeeds(f) {
 		f.Add(s)

@@ -556,6 +556,7 @@ func TestShmSendBlobRoundTrip(t *testing.T) {
 
 // FuzzShmRecord feeds arbitrary bytes to the record and send-blob decoders:
 // they never panic, and what decodes re-encodes to the same bytes.
+// fuzz-smoke: 50000x
 func FuzzShmRecord(f *testing.F) {
 	g := shmGeometry{entries: 8, slots: 16, words: 64}
 	var b [RecordSize]byte
@@ -591,6 +592,7 @@ func FuzzShmRecord(f *testing.F) {
 // FuzzShmSession writes arbitrary bytes into a live session's ring and index
 // area: the server either applies the records or drops that session, and
 // another client's session on the same server keeps working.
+// fuzz-smoke: 3000x
 func FuzzShmSession(f *testing.F) {
 	eng := newEngine(f)
 	srv := startServer(f, eng, nil)
