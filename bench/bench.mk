@@ -12,7 +12,7 @@ GO ?= go
 BENCH_OUT ?= bench/results
 BENCH_FULL_OUT ?= bench/results/full
 SGLANG_BENCH_PY ?= /opt/kvxfer-sglang/0.5.18/bin/python
-SGLANG_BENCH_ARGS ?= --reps 3 --rooms 300 --concurrency 32
+SGLANG_BENCH_ARGS ?= --reps 3 --rooms 1000 --concurrency 32
 
 .PHONY: bench-suite bench-full bench-sglang
 

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime"
 	"strconv"
 	"syscall"
 	"time"
@@ -35,6 +36,19 @@ func main() {
 		fmt.Fprintln(os.Stderr, "kvxferd:", err)
 		os.Exit(1)
 	}
+}
+
+// baseProcs is GOMAXPROCS as the runtime chose it at start (from the CPUs and
+// the cgroup's limit, or the GOMAXPROCS environment), before -spare-procs.
+var baseProcs = runtime.GOMAXPROCS(0)
+
+// procsWith is the GOMAXPROCS kvxferd runs with: base plus spare, or base
+// alone where the operator set GOMAXPROCS.
+func procsWith(base, spare int, envSet bool) int {
+	if envSet {
+		return base
+	}
+	return base + spare
 }
 
 func envInt(getenv func(string) string, name string, def int) int {
@@ -109,9 +123,14 @@ func runWithOutput(args []string, getenv func(string) string, usage io.Writer) e
 	metrics := fs.Bool("metrics", true, "serve Prometheus /metrics on -debug-addr (tracing: the OTEL_* environment, see docs/observability.md)")
 	parentPID := fs.Int("parent-pid", 0, "exit (as on SIGTERM) once this process is no longer our parent: the SGLang scheduler that started us died (0: off)")
 	bytesPerPage := fs.Int64("kv-bytes-per-page", 0, "KV bytes of one page over all layers of this rank, for kv_transfer.bytes and kvxfer_transfer_bytes_total (0: taken from the registered memory)")
+	spare := fs.Int("spare-procs", 1, "Go processors added to the machine's GOMAXPROCS, unless the GOMAXPROCS environment sets it: the shared-memory ring's consumer spins on one while a scheduler submits fast, and while every processor is busy Go polls the network (decode frames: transfer infos, ABORTs) only from its 10 ms monitor (docs/benchmarks.md, the fourth engine)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	if *spare < 0 || *spare > 64 {
+		return fmt.Errorf("-spare-procs %d: want 0 to 64", *spare)
+	}
+	runtime.GOMAXPROCS(procsWith(baseProcs, *spare, getenv("GOMAXPROCS") != ""))
 	if ids, err := daemon.ParseLayerIDs(*layerIDs); err != nil {
 		return fmt.Errorf("-kv-layer-ids: %w", err)
 	} else {

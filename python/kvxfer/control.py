@@ -88,11 +88,26 @@ class ControlClient:
         round trip per call. Returns False, staying on request/reply, where
         numpy is missing, the host's memory ordering is not covered, or kvxferd
         does not offer it. Call it before opening rooms: every op of one room
-        must take the same path. KVXFER_SHM=0 turns it off."""
+        must take the same path. KVXFER_SHM=0 turns it off.
+
+        KVXFER_SHM_SPIN_MAX_US (unless sizes names spin_max_us) is the most
+        kvxferd's ring consumer keeps spinning while records keep coming
+        (kvxferd's default: 1000; 50 or less: it never spins on). On a host
+        whose cores are all busy (scheduler, kvxferd and decode on 2 cores)
+        the spin takes a core from them; docs/benchmarks.md measures both."""
         if self.shm is not None:
             return True
         if os.environ.get("KVXFER_SHM", "1") == "0":
             return False
+        spin = os.environ.get("KVXFER_SHM_SPIN_MAX_US", "")
+        if spin and "spin_max_us" not in sizes:
+            try:
+                us = int(spin)
+            except ValueError:
+                us = -1
+            if not 0 <= us <= 100_000:  # kvxferd's MaxShmSpin; say so rather than fall back quietly
+                raise ControlError("bad_request", f"KVXFER_SHM_SPIN_MAX_US={spin!r}: want whole microseconds in [0, 100000]")
+            sizes = dict(sizes, spin_max_us=us)
         try:
             from . import shm
         except ImportError:

@@ -226,6 +226,36 @@ class ShmTest(unittest.TestCase):
         finally:
             c.close()
 
+    def test_spin_max_us_from_the_environment(self):
+        # The plug-in's manager enables shm itself: KVXFER_SHM_SPIN_MAX_US is
+        # how a deployment sets the window; a bad value is an error, not a
+        # quiet fall-back to request/reply.
+        from kvxfer.control import ControlClient, ControlError  # noqa: E402
+
+        old = os.environ.get("KVXFER_SHM_SPIN_MAX_US")
+        try:
+            os.environ["KVXFER_SHM_SPIN_MAX_US"] = "300"
+            c = ControlClient(EP)
+            try:
+                self.assertTrue(c.enable_shm())
+                self.assertEqual(c.shm.spin_max_us, 300)
+            finally:
+                c.close()
+            for bad in ("abc", "-1", "100001"):
+                os.environ["KVXFER_SHM_SPIN_MAX_US"] = bad
+                c = ControlClient(EP)
+                try:
+                    with self.assertRaises(ControlError):
+                        c.enable_shm()
+                    self.assertIsNone(c.shm)
+                finally:
+                    c.close()
+        finally:
+            if old is None:
+                os.environ.pop("KVXFER_SHM_SPIN_MAX_US", None)
+            else:
+                os.environ["KVXFER_SHM_SPIN_MAX_US"] = old
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -156,6 +156,7 @@ def _run(a, work, Peer, free_port, install_plugin):
 
     live, pending_sender = [], []
     nxt, done = 0, 0
+    checked_at, checked_t = 0, 0.0  # done and time at the last release check
     results = []
     # Warm-up: one room (wire-up of UCX, the bootstrap query, kvxferd's start)
     # is not timed; it uses room 1.
@@ -184,6 +185,7 @@ def _run(a, work, Peer, free_port, install_plugin):
         peer.close()
         return out
     cpu0, kcpu0, t0 = self_cpu(), proc_cpu(kvxferd_pid) if kvxferd_pid else 0.0, time.monotonic()
+    dcpu0 = proc_cpu(peer.p.pid)  # the decode process both engines share
     load0 = loadavg()
     deadline = t0 + a.max_seconds
     while done < len(ps) and time.monotonic() < deadline:
@@ -266,8 +268,14 @@ def _run(a, work, Peer, free_port, install_plugin):
                     r.t_abort = time.monotonic()
             still.append(r)
         live = still
-        # Give decode's pages back once both sides ended (decode releases them).
-        if done and done % 32 == 0:
+        # Give decode's pages back once both sides ended (decode releases
+        # them): every 32 rooms done, and whenever admission is starved of
+        # pages or aux slots (at most every 2 ms), else a run longer than
+        # the pages last would stall until --max-seconds.
+        starved = len(free) < 16 or not free_aux
+        now = time.monotonic()
+        if done - checked_at >= 32 or (starved and now - checked_t >= 0.002):
+            checked_at, checked_t = done, now
             fin = [r for r in results if not getattr(r, "freed", False)]
             if fin:
                 v = peer.call("status", rooms=[r.room for r in fin])["rooms"]
@@ -285,6 +293,7 @@ def _run(a, work, Peer, free_port, install_plugin):
     wall = time.monotonic() - t0
     cpu = self_cpu() - cpu0
     kcpu = (proc_cpu(kvxferd_pid) - kcpu0) if kvxferd_pid else 0.0
+    dcpu = proc_cpu(peer.p.pid) - dcpu0
     load1 = loadavg()
     pinned = len(live) + len(pending_sender) + (len(ps) - nxt)
     # Decode's view of every room (waits for the ones still going).
@@ -298,8 +307,9 @@ def _run(a, work, Peer, free_port, install_plugin):
             print("decode views:", json.dumps(w)[:1500], file=sys.stderr)
     # Rooms whose two sides ended differently (an abort issued after prefill's
     # Success is not a disagreement: decode was told to drop it).
-    disagree = sum(1 for r in results if (r.term == int(KVPoll.Success)) != (getattr(r, "decode_phase", None) == "success")
-                   and not (r.p["abort"] and r.p["abort"]["phase"] == "after-success"))
+    split = [r for r in results if (r.term == int(KVPoll.Success)) != (getattr(r, "decode_phase", None) == "success")
+             and not (r.p["abort"] and r.p["abort"]["phase"] == "after-success")]
+    disagree = len(split)
     a2t = [r.t_term - r.t_abort for r in results if r.t_abort is not None and r.t_term is not None and r.t_term >= r.t_abort]
     a2t_never = sum(1 for r in live if r.t_abort is not None)
     # Room entries left in the manager's dicts (every room was cleared).
@@ -317,7 +327,13 @@ def _run(a, work, Peer, free_port, install_plugin):
         "rooms_per_s": len(results) / wall if wall > 0 else 0,
         "cpu_s_per_1k": 1000 * (cpu + kcpu) / max(1, len(results)),
         "cpu_sched_s_per_1k": 1000 * cpu / max(1, len(results)), "cpu_kvxferd_s_per_1k": 1000 * kcpu / max(1, len(results)),
+        "cpu_decode_s_per_1k": 1000 * dcpu / max(1, len(results)),
+        # Cores busy over the run, all three processes: near the machine's
+        # count, the run was CPU-bound and no engine can go much faster there.
+        "cores_busy": (cpu + kcpu + dcpu) / wall if wall > 0 else None, "cpus": os.cpu_count(),
         "pinned": pinned, "leaked": leaked, "leaked_by_map": by_map, "disagree": disagree,
+        "disagree_rooms": [{"room": r.room, "prefill": r.term, "decode": getattr(r, "decode_phase", None),
+                            "abort": r.p["abort"], "chunks": len(r.p["pages"]), "sent": r.sent} for r in split[:20]],
         "succeeded": sum(1 for r in results if r.term == int(KVPoll.Success)),
         "aborted": sum(1 for r in results if r.t_abort is not None) + a2t_never,
         "a2t_p50_ms": (pct(a2t, 0.5) or 0) * 1e3 if a2t else None, "a2t_p99_ms": (pct(a2t, 0.99) or 0) * 1e3 if a2t else None,
@@ -333,27 +349,37 @@ def _run(a, work, Peer, free_port, install_plugin):
 
 
 def both(a):
-    """Each engine in its own process, alternating, reps times."""
+    """Each engine in its own process, alternating, reps times; kvxfer once
+    per --kvxfer-spin window (KVXFER_SHM_SPIN_MAX_US), labelled with it."""
     rows = []
+    spins = [int(x) for x in a.kvxfer_spin.split(",") if x.strip()] or [None]
+    kvx = [("kvxfer", sp) for sp in spins]
     for rep in range(a.reps):
-        order = ["sglang", "kvxfer"] if rep % 2 == 0 else ["kvxfer", "sglang"]
-        for eng in order:
+        order = [("sglang", None)] + kvx if rep % 2 == 0 else kvx[::-1] + [("sglang", None)]
+        for eng, spin in order:
             for scen, share in (("throughput", 0.0), ("abort storm 50%", 0.5)):
                 cmd = [sys.executable, os.path.abspath(__file__), "--engine", eng, "--kvxferd", a.kvxferd,
                        "--rooms", str(a.rooms), "--concurrency", str(a.concurrency), "--seed", str(a.seed),
                        "--abort-share", str(share), "--bootstrap-timeout", str(a.bootstrap_timeout),
                        "--waiting-timeout", str(a.waiting_timeout), "--max-seconds", str(a.max_seconds)]
-                p = subprocess.run(cmd, capture_output=True, text=True, timeout=a.max_seconds + 120)
+                env = dict(os.environ)
+                if spin is not None:
+                    env["KVXFER_SHM_SPIN_MAX_US"] = str(spin)
+                p = subprocess.run(cmd, capture_output=True, text=True, timeout=a.max_seconds + 120, env=env)
                 row = None
                 for line in p.stdout.splitlines():
                     if line.startswith("{") and '"engine"' in line:
                         row = json.loads(line)
                 if row is None:
                     row = {"engine": eng, "error": (p.stderr or p.stdout)[-2000:]}
-                row.update(scenario=scen, rep=rep)
+                row.update(scenario=scen, rep=rep, label=label(eng, spin), spin_max_us=spin)
                 print(json.dumps(row), flush=True)
                 rows.append(row)
     return rows
+
+
+def label(eng, spin):
+    return eng if spin is None else f"{eng} (spin {spin} µs)"
 
 
 def med(v):
@@ -368,27 +394,32 @@ def report(rows, a):
              f"one decode_peer.py: SGLang's real NixlKVReceiver; NIXL UCX over DRAM, UCX_TLS={os.environ.get('UCX_TLS')}; "
              f"bootstrap timeout {a.bootstrap_timeout} s, decode waiting timeout {a.waiting_timeout} s). "
              "Medians over repetitions; load average (1, 5, 15 min) per run in results.json.", "",
-             "| scenario | engine | rooms/s | kvxfer ÷ sglang rooms/s (median of per-rep ratios) | CPU s per 1k rooms (scheduler + kvxferd) | pinned (all reps) | leaked dict entries (max) | A2T p50 | A2T p99 | disagreements (all reps) | load 1m |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| scenario | engine | rooms/s | kvxfer ÷ sglang rooms/s (median of per-rep ratios) | CPU s per 1k rooms (scheduler + kvxferd) | decode CPU s per 1k rooms | cores busy (all three processes, of "
+             f"{os.cpu_count()}) | pinned (all reps) | leaked dict entries (max) | A2T p50 | A2T p99 | disagreements (all reps) | load 1m |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    labels = list(dict.fromkeys(r.get("label", r.get("engine")) for r in rows))
+    labels = ["sglang"] + [x for x in labels if x != "sglang"]
     for scen in ("throughput", "abort storm 50%"):
-        by = {e: [r for r in rows if r.get("scenario") == scen and r.get("engine") == e and "error" not in r] for e in ("sglang", "kvxfer")}
-        ratios = []
-        for rep in range(a.reps):
-            s = [r for r in by["sglang"] if r["rep"] == rep]
-            k = [r for r in by["kvxfer"] if r["rep"] == rep]
-            if s and k and s[0]["rooms_per_s"] > 0:
-                ratios.append(k[0]["rooms_per_s"] / s[0]["rooms_per_s"])
-        for e in ("sglang", "kvxfer"):
+        by = {e: [r for r in rows if r.get("scenario") == scen and r.get("label", r.get("engine")) == e and "error" not in r] for e in labels}
+        for e in labels:
             rs = by[e]
             if not rs:
-                lines.append(f"| {scen} | {e} | error | | | | | | | | |")
+                lines.append(f"| {scen} | {e} | error | | | | | | | | | | |")
                 continue
-            ratio = f"{med(ratios):.2f}× [{min(ratios):.2f}–{max(ratios):.2f}]" if e == "kvxfer" and ratios else "—"
+            ratios = []
+            for rep in range(a.reps):
+                sg = [r for r in by["sglang"] if r["rep"] == rep]
+                k = [r for r in rs if r["rep"] == rep]
+                if e != "sglang" and sg and k and sg[0]["rooms_per_s"] > 0:
+                    ratios.append(k[0]["rooms_per_s"] / sg[0]["rooms_per_s"])
+            ratio = f"{med(ratios):.2f}× [{min(ratios):.2f}–{max(ratios):.2f}]" if ratios else "—"
             cpu = med([r["cpu_s_per_1k"] for r in rs])
             sched = med([r["cpu_sched_s_per_1k"] for r in rs])
             kd = med([r["cpu_kvxferd_s_per_1k"] for r in rs])
             p50, p99 = med([r["a2t_p50_ms"] for r in rs]), med([r["a2t_p99_ms"] for r in rs])
+            dec, busy = med([r.get("cpu_decode_s_per_1k") for r in rs]), med([r.get("cores_busy") for r in rs])
             lines.append(f"| {scen} | {e} | {med([r['rooms_per_s'] for r in rs]):.0f} | {ratio} | {cpu:.2f} ({sched:.2f} + {kd:.2f}) | "
+                         f"{'—' if dec is None else f'{dec:.2f}'} | {'—' if busy is None else f'{busy:.2f}'} | "
                          f"{sum(r['pinned'] for r in rs)} | {max(r['leaked'] for r in rs)} | "
                          f"{'—' if p50 is None else f'{p50:.1f} ms'} | {'—' if p99 is None else f'{p99:.1f} ms'} | "
                          f"{sum(r['disagree'] for r in rs)} | {rs[-1]['loadavg'][1].split()[0]} |")
@@ -411,6 +442,8 @@ def main():
     ap.add_argument("--bootstrap-timeout", type=float, default=5)
     ap.add_argument("--waiting-timeout", type=float, default=5)
     ap.add_argument("--max-seconds", type=float, default=90)
+    ap.add_argument("--kvxfer-spin", default="1000,50",
+                    help="--engine both: run kvxfer once per value of KVXFER_SHM_SPIN_MAX_US (comma-separated; '' for kvxferd's default only)")
     ap.add_argument("--out", default="")
     ap.add_argument("--idle", type=float, default=0, help="measure idle CPU for this many seconds after one room, instead of the workload")
     a = ap.parse_args()
