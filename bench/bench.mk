@@ -5,7 +5,7 @@
 # `make bench-full` runs the full suite (up to 100k concurrent rooms; long).
 # `make bench-sglang` runs the fourth engine: SGLang 0.5.18's own Python
 # prefill against kvxferd -nixl-backend nixl (tests/sglang/prefill_bench.py;
-# about 6 minutes), into bench/results/sglang-{report.md,results.json}. The
+# about 10 minutes: 1,000 rooms a run, kvxfer at two spin windows), into bench/results/sglang-{report.md,results.json}. The
 # quick suite does not run it (it needs the SGLang venv and takes longer than
 # the quick suite's budget); it says so.
 GO ?= go

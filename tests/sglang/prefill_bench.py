@@ -13,12 +13,14 @@ clear). --engine kvxfer: the same script with kvxfer's plug-in loaded through
 SGLang's own plug-in loader, so the manager and sender are kvxfer's
 (KvxferPrefillManager + kvxferd -nixl-backend nixl). The decode side is one
 decode_peer.py: SGLang's real NixlKVReceiver. --engine both runs each engine
-in its own process, alternating, --reps times, and writes results.json and
-report.md.
+in its own process, alternating, --reps times (kvxfer once per --kvxfer-spin
+window, KVXFER_SHM_SPIN_MAX_US), and writes results.json and report.md.
 
 Every run: rooms/s; CPU s per 1k rooms of the scheduler process
 (getrusage RUSAGE_SELF: the driver plus, for SGLang, its bootstrap and
-transfer threads) plus kvxferd (/proc/PID/stat) for kvxfer; with an abort
+transfer threads) plus kvxferd (/proc/PID/stat) for kvxfer, and of the decode
+process both share; cores busy (all three processes' CPU over wall time:
+near the core count, the run was CPU-bound, spinning threads included); with an abort
 share, the abort storm's rooms that never reached a terminal poll on prefill
 (pinned), room entries left in the manager's dicts after every room was
 cleared (leaked), abort-to-terminal (abort issued to the first terminal poll),
