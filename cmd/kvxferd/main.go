@@ -130,7 +130,11 @@ func runWithOutput(args []string, getenv func(string) string, usage io.Writer) e
 	if *spare < 0 || *spare > 64 {
 		return fmt.Errorf("-spare-procs %d: want 0 to 64", *spare)
 	}
-	runtime.GOMAXPROCS(procsWith(baseProcs, *spare, getenv("GOMAXPROCS") != ""))
+	// Set only when it changes: setting GOMAXPROCS at all stops the runtime
+	// from following later changes of the cgroup's CPU limit.
+	if n := procsWith(baseProcs, *spare, getenv("GOMAXPROCS") != ""); n != runtime.GOMAXPROCS(0) {
+		runtime.GOMAXPROCS(n)
+	}
 	if ids, err := daemon.ParseLayerIDs(*layerIDs); err != nil {
 		return fmt.Errorf("-kv-layer-ids: %w", err)
 	} else {
