@@ -127,8 +127,8 @@ func (o *Observer) totals() *shardStats {
 	t.xferDur.init(len(transferBounds))
 	for i := range o.all {
 		st := &o.all[i]
-		t.tracked += st.tracked.Load()
 		t.created += st.created.Load()
+		t.tracked += st.created.Load() - st.released.Load()
 		t.untracked += st.untracked.Load()
 		t.posted += st.posted.Load()
 		t.xferOK += st.xferOK.Load()

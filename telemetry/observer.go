@@ -69,8 +69,8 @@ type Config struct {
 	// over all layers of this rank). 0 leaves bytes at 0; SetBytesPerPage
 	// can change it later, e.g. once the scheduler registered memory.
 	BytesPerPage int64
-	// MaxRooms caps the live rooms tracked (default DefaultMaxRooms), split
-	// evenly over the shards.
+	// MaxRooms caps the live rooms tracked (default DefaultMaxRooms): the
+	// records in existence, live or waiting on the free list for reuse.
 	MaxRooms int
 	// MaxEvents caps status events per room span (default and at most 128).
 	MaxEvents int
@@ -114,7 +114,11 @@ type Observer struct {
 	base     time.Time // origin of the ticks; monotonic with the real clock
 	real     bool      // Clock is the wall clock: ticks read only the monotonic clock
 	sampling Sampling
-	perShard int // MaxRooms split over the stripes
+	// records counts the records in existence (live or free), which
+	// MaxRooms caps: it changes only when a record is made or dropped, not
+	// for a room that reuses one.
+	records atomic.Int64
+	unt     untracked // the record of every room over MaxRooms
 
 	tracing bool
 	tracer  trace.Tracer          // the API path
@@ -166,14 +170,11 @@ type sourceBox struct{ s Source }
 // so it adds with an atomic load and an atomic store, not a read-modify-write
 // whose line other cores contend for (see add; on amd64 the store is still
 // an XCHG); Ps numbered beyond the stripes share one (over, shared) and
-// add atomically. The tracked-room count, which MaxRooms caps per stripe,
-// is kept on the stripe of the room's id (stripeOf), on a line of its own,
-// and is always added to atomically.
+// add atomically. Tracked rooms are those created minus those released.
 type stripe struct {
-	tracked                    atomic.Int64
-	_                          [56]byte
 	shared                     bool // over: written by several Ps
-	created, untracked         atomic.Int64
+	created, released          atomic.Int64
+	untracked                  atomic.Int64
 	posted, xferOK, xferFailed atomic.Int64
 	bytesOK, bytesFailed       atomic.Int64
 	retired                    [numStatuses]atomic.Int64
@@ -182,11 +183,7 @@ type stripe struct {
 	decisions                  [numDecisions]atomic.Int64
 	statusDur                  [numStatuses]ahist
 	xferDur                    ahist
-	// unt is the record every room over this stripe's share of MaxRooms
-	// gets: it keeps nothing of the room, and counts what the aggregates
-	// need.
-	unt untracked
-	_   [64]byte // keep neighbouring stripes off one cache line
+	_                          [64]byte // keep neighbouring stripes off one cache line
 }
 
 // add adds n to c, one of st's counters; the caller pinned st (pin). A
@@ -347,7 +344,6 @@ func New(cfg Config) (*Observer, error) {
 	o.all = make([]stripe, 1<<(64-o.shift)+1)
 	o.shards, o.over = o.all[:len(o.all)-1], &o.all[len(o.all)-1]
 	o.over.shared = true
-	o.perShard = (cfg.MaxRooms + len(o.shards) - 1) / len(o.shards)
 	_, o.real = cfg.Clock.(clock.Real)
 	o.sampling = Sampling{Ratio: 1}
 	if cfg.Sampling != nil {
@@ -357,9 +353,7 @@ func New(cfg Config) (*Observer, error) {
 		o.sampling = *cfg.Sampling
 	}
 	o.bpp.Store(cfg.BytesPerPage)
-	for i := range o.shards {
-		o.shards[i].unt.o = o
-	}
+	o.unt.o = o
 	switch {
 	case cfg.Exporter != nil:
 		o.exp, o.ids = cfg.Exporter, newIDs()
@@ -414,17 +408,6 @@ func shardCount() int {
 	return n
 }
 
-// shardIndex is the room's stripe: the same hash the engine uses to pick a
-// room's directory shard (actors.Engine), so with a stripe count that is a
-// multiple of the shard count (the defaults: 16 and 4 × GOMAXPROCS) every
-// stripe belongs to one shard, whose goroutine runs its rooms: a stripe's
-// cache lines stay on one core instead of moving with every room.
-func (o *Observer) shardIndex(id uint64) int {
-	return int((id * 0x9E3779B97F4A7C15) >> 32 & uint64(len(o.shards)-1)) // len is a power of two: no division
-}
-
-func (o *Observer) stripeOf(id uint64) *stripe { return &o.shards[o.shardIndex(id)] }
-
 // pin pins the caller to its processor (Go's P) and returns that P's
 // stripe: the counters and histograms a room adds to as it goes (st.add,
 // st.observe), until the caller calls procUnpin. A room's actor runs on
@@ -475,25 +458,25 @@ func (o *Observer) watched() []*actors.Engine {
 	return nil
 }
 
-// RoomCreated implements actors.Observer: a fresh record for the room, or
-// the stripe's untracked record once the stripe has its share of MaxRooms.
+// RoomCreated implements actors.Observer: a record for the room (a
+// recycled one if any), or the untracked record once MaxRooms records exist.
+// A room that reuses a record touches no counter other rooms share.
 func (o *Observer) RoomCreated(id uint64) actors.RoomObserver {
-	st := o.stripeOf(id)
-	if st.tracked.Add(1) > int64(o.perShard) {
-		st.tracked.Add(-1)
-		l := o.pin()
-		l.add(&l.untracked, 1)
-		procUnpin()
-		return &st.unt
+	r := o.free.get()
+	if r == nil {
+		if o.records.Add(1) > int64(o.cfg.MaxRooms) {
+			o.records.Add(-1)
+			l := o.pin()
+			l.add(&l.untracked, 1)
+			procUnpin()
+			return &o.unt
+		}
+		r = &roomRec{o: o}
+		reset(r)
 	}
 	l := o.pin()
 	l.add(&l.created, 1)
 	procUnpin()
-	r := o.free.get()
-	if r == nil {
-		r = &roomRec{o: o}
-		reset(r)
-	}
 	now := o.now()
 	r.id, r.created, r.statusAt, r.status = id, now, now, room.Bootstrapping
 	r.warm()
@@ -531,10 +514,13 @@ func reset(r *roomRec) {
 	r.events, r.spans, r.inflight, r.agents = r.evBuf[:0], r.spBuf[:0], r.inBuf[:0], r.agBuf[:0]
 }
 
-// recycle returns r to the free list (dropped if the list is full).
+// recycle returns r to the free list, or drops it if the list is full
+// (the garbage collector takes it; it no longer counts toward MaxRooms).
 func (o *Observer) recycle(r *roomRec) {
 	reset(r)
-	o.free.put(r)
+	if !o.free.put(r) {
+		o.records.Add(-1)
+	}
 }
 
 // freeList keeps up to freeRecords reset records for reuse, lock-free, and
@@ -564,12 +550,13 @@ func (f *freeList) get() *roomRec {
 	}
 }
 
-func (f *freeList) put(r *roomRec) {
+// put pushes r, and reports false if the list is full (r is not kept).
+func (f *freeList) put(r *roomRec) bool {
 	if r.slot == 0 {
 		n := f.slots.Add(1)
 		if n > freeRecords {
 			f.slots.Add(^uint32(0))
-			return // full: the garbage collector takes it
+			return false
 		}
 		r.slot = n
 		f.recs[n-1] = r
@@ -578,7 +565,7 @@ func (f *freeList) put(r *roomRec) {
 		h := f.head.Load()
 		f.next[r.slot-1].Store(uint32(h))
 		if f.head.CompareAndSwap(h, (h>>32+1)<<32|uint64(r.slot)) {
-			return
+			return true
 		}
 	}
 }
@@ -795,7 +782,6 @@ func (r *roomRec) Ignored(msg room.Msg) {
 func (r *roomRec) Retired(t room.Tombstone) {
 	o := r.o
 	now := r.now()
-	o.stripeOf(r.id).tracked.Add(-1)
 	ti, si := statusIndex(t.Status), statusIndex(r.status)
 	d := time.Duration(now - r.statusAt)
 	r.status, r.reason, r.retiredAt, r.retired = t.Status, t.Reason, now, true
@@ -804,6 +790,7 @@ func (r *roomRec) Retired(t room.Tombstone) {
 		keep = o.sampling.decide(r)
 	}
 	st := o.pin()
+	st.add(&st.released, 1)
 	st.add(&st.retired[ti], 1)
 	st.observe(&st.statusDur[si], d, statusBoundsNs)
 	if o.tracing {
@@ -829,7 +816,9 @@ func (r *roomRec) Retired(t room.Tombstone) {
 // retired), ended when it was handed over.
 func (r *roomRec) Abandoned() {
 	o := r.o
-	o.stripeOf(r.id).tracked.Add(-1)
+	st := o.pin()
+	st.add(&st.released, 1)
+	procUnpin()
 	if !o.tracing || o.closed.Load() {
 		o.recycle(r)
 		return
@@ -838,7 +827,7 @@ func (r *roomRec) Abandoned() {
 	o.abandoned.push(r)
 }
 
-// untracked is the record of a room over its stripe's share of MaxRooms: it
+// untracked is the record of every room over MaxRooms: it
 // keeps nothing of the room and counts what the aggregate metrics need.
 type untracked struct {
 	o *Observer

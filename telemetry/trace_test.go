@@ -433,27 +433,15 @@ func TestTailSampling(t *testing.T) {
 	}
 }
 
-// sameShard returns n room ids that hash to one shard of o.
-func sameShard(o *Observer, n int) []uint64 {
-	var out []uint64
-	for id := uint64(1); len(out) < n; id++ {
-		if o.shardIndex(id) == o.shardIndex(1) {
-			out = append(out, id)
-		}
-	}
-	return out
-}
-
-// Memory stays bounded: rooms over a shard's share of MaxRooms are counted,
-// not tracked; child spans over MaxTransferSpans and events over MaxEvents
+// Memory stays bounded: rooms over MaxRooms are counted, not tracked; child spans over MaxTransferSpans and events over MaxEvents
 // are counted on the room span.
 func TestBounds(t *testing.T) {
 	h := newHarness(t, &manualXfers{auto: true}, func(c *Config) {
-		c.MaxRooms = 2 * shardCount() // two per shard
+		c.MaxRooms = 2
 		c.MaxTransferSpans = 2
 		c.MaxEvents = 2
 	})
-	ids := sameShard(h.obs, 4)
+	ids := []uint64{1, 2, 3, 4}
 	for _, id := range ids[:3] {
 		h.eng.Open(id)
 		h.poll(id) // created in this order
