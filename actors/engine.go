@@ -201,6 +201,9 @@ func shardLimits(roomCap, peerCap, shards int) limits {
 	return limits{rooms: (roomCap + shards - 1) / shards, peer: (peerCap + shards - 1) / shards}
 }
 
+// Clock is the clock the engine runs on (Config.Clock).
+func (e *Engine) Clock() clock.Clock { return e.cfg.Clock }
+
 func (e *Engine) shardFor(roomID uint64) *actor.PID { return e.shards[e.shardIndex(roomID)] }
 
 func (e *Engine) route(roomID uint64, msg room.Msg) {

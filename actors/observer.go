@@ -1,6 +1,10 @@
 package actors
 
-import "github.com/kvxfer/kvxfer/actors/room"
+import (
+	"time"
+
+	"github.com/kvxfer/kvxfer/actors/room"
+)
 
 // Observer sees what rooms do, for metrics and tracing. Each room keeps its
 // own record (a RoomObserver, from RoomCreated) and calls only it, from one
@@ -51,11 +55,19 @@ type RoomObserver interface {
 // StepObserver is optionally implemented by a RoomObserver. The room's actor
 // calls StepBegins before it handles a message and StepEnds after (unless it
 // handed the record over during the message), so the callbacks of one step
-// may share one reading of the clock. Callbacks outside a step (the shard's:
-// creation, a dead actor's retirement) come without them.
+// may share one reading of the clock: c, which the room's actor reads for
+// the deadlines it arms in the same step. Callbacks outside a step (the
+// shard's: creation, a dead actor's retirement) come without them.
 type StepObserver interface {
-	StepBegins()
+	StepBegins(c StepClock)
 	StepEnds()
+}
+
+// StepClock is the engine's clock (Config.Clock) as one step of a room sees
+// it: the step's first Now reads the clock, and the rest of the step gets
+// that reading. Valid only until the step ends.
+type StepClock interface {
+	Now() time.Time
 }
 
 // NopObserver ignores everything.

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"math"
 	"math/bits"
+	"reflect"
 	"runtime"
 	"slices"
 	"sync/atomic"
@@ -141,10 +143,18 @@ type Observer struct {
 	exported, exportErrors              atomic.Int64
 	src                                 atomic.Pointer[sourceBox]
 	engines                             atomic.Pointer[[]*actors.Engine]
+	// ownClock: an engine watched runs on another clock than this
+	// Observer's, so records read their own. Otherwise a room's step reads
+	// the clock once for the engine and its record (actors.StepClock).
+	// Read at every step: it must not share a cache line with what rooms
+	// write (kept, keptN, the free list's head), or every read is a miss.
+	ownClock atomic.Bool
 
 	// Records handed over: kept (retired, sampled in) and abandoned (live
 	// when the engine stopped or the Observer closes). keptN bounds the
-	// first by QueueSize.
+	// first by QueueSize. Written by rooms as they retire, on lines of
+	// their own.
+	_               [64]byte
 	kept, abandoned recStack
 	keptN           atomic.Int64
 	free            freeList // recycled records, reset
@@ -266,8 +276,10 @@ type roomState struct {
 	// From parent, for the sampler (no SpanContext copies on the hot path).
 	hasParent, parentSampled bool
 	// The room's actor is in a step (StepBegins): the callbacks share the
-	// first one's clock reading, stepAt (if stepRead).
+	// first one's clock reading, stepAt (if stepRead), taken from the
+	// step's clock (clk) unless the Observer reads its own (ownClock).
 	stepping, stepRead bool
+	clk                actors.StepClock
 	parentKey          uint64
 
 	events        []statusEvent
@@ -277,15 +289,15 @@ type roomState struct {
 	inflight      []inflightRec
 	agents        []string
 
-	chunks      int
 	required    int // required_dst_info_num from decode's transfer infos
-	transfers   int // posted
-	doneOK      int
-	failedX     int // completed with a failure
+	chunks      int32
+	transfers   int32 // posted
+	doneOK      int32
+	failedX     int32 // completed with a failure
 	pages       int64
 	bytes       int64 // successfully written
 	bytesFailed int64
-	ignored     int
+	ignored     int32
 
 	keep   keepReason
 	stepAt tick
@@ -437,6 +449,9 @@ func procUnpin()
 
 // WatchEngine implements actors.EngineWatcher: the live-room gauges are read
 // from e at scrape time, and Close has e's live rooms hand their records over.
+//
+// An engine on another clock than the Observer's makes every record read the
+// Observer's clock itself instead of sharing its step's reading.
 func (o *Observer) WatchEngine(e *actors.Engine) {
 	for {
 		old := o.engines.Load()
@@ -446,9 +461,19 @@ func (o *Observer) WatchEngine(e *actors.Engine) {
 		}
 		next = append(next, e)
 		if o.engines.CompareAndSwap(old, &next) {
-			return
+			break
 		}
 	}
+	if !sameClock(e.Clock(), o.clk) {
+		o.ownClock.Store(true)
+	}
+}
+
+// sameClock reports whether a and b are one clock (equal values of one
+// comparable type: clock.Real, or the same *clock.Fake).
+func sameClock(a, b clock.Clock) bool {
+	ta := reflect.TypeOf(a)
+	return ta != nil && ta == reflect.TypeOf(b) && ta.Comparable() && a == b
 }
 
 func (o *Observer) watched() []*actors.Engine {
@@ -530,7 +555,9 @@ func (o *Observer) recycle(r *roomRec) {
 // by index, and its head carries a version so that a pop racing with a pop
 // and push of the same slot fails its compare-and-swap (no ABA).
 type freeList struct {
+	_     [64]byte      // head is written by every room: on a line of its own
 	head  atomic.Uint64 // version<<32 | slot+1 (0: empty)
+	_     [56]byte
 	slots atomic.Uint32 // slots handed out
 	next  [freeRecords]atomic.Uint32
 	recs  [freeRecords]*roomRec // written once, before the slot's first push
@@ -608,10 +635,10 @@ func (o *Observer) RoomRefused(_ uint64, peerShare bool) {
 // reading (the first that one of them needs), as reading the clock is
 // about a quarter of a room's bookkeeping otherwise. A write that completes
 // within the step that posted it (inside Transfers.Post) thus lasts 0.
-func (r *roomRec) StepBegins() { r.stepping, r.stepRead = true, false }
+func (r *roomRec) StepBegins(c actors.StepClock) { r.stepping, r.stepRead, r.clk = true, false, c }
 
 // StepEnds implements actors.StepObserver.
-func (r *roomRec) StepEnds() { r.stepping = false }
+func (r *roomRec) StepEnds() { r.stepping, r.clk = false, nil }
 
 // now is the time of the room's current step, or the clock outside a step.
 func (r *roomRec) now() tick {
@@ -619,7 +646,12 @@ func (r *roomRec) now() tick {
 		return r.o.now()
 	}
 	if !r.stepRead {
-		r.stepAt, r.stepRead = r.o.now(), true
+		if r.clk != nil && !r.o.ownClock.Load() {
+			r.stepAt = tick(r.clk.Now().Sub(r.o.base))
+		} else {
+			r.stepAt = r.o.now()
+		}
+		r.stepRead = true
 	}
 	return r.stepAt
 }
@@ -677,8 +709,8 @@ func (r *roomRec) Posted(t *room.Transfer) {
 	procUnpin()
 	r.transfers++
 	r.pages += int64(pages)
-	if t.Chunk+1 > r.chunks {
-		r.chunks = t.Chunk + 1
+	if c := int32(min(t.Chunk, math.MaxInt32-1)) + 1; c > r.chunks {
+		r.chunks = c
 	}
 	span := -1
 	if o.tracing {

@@ -92,7 +92,7 @@ const xferAttrMax = 7
 // agents, if valid, is the kv_transfer.peer.agent attribute of r.agents.
 func roomAttrs(a []attribute.KeyValue, r *roomRec, agents attribute.KeyValue) []attribute.KeyValue {
 	a = append(a, AttrBootstrapRoom.Int64(int64(r.id)), roleAttr, backendAttr, statusAttrs[statusIndex(r.status)],
-		AttrChunks.Int(r.chunks), AttrTransfers.Int(r.transfers), AttrPages.Int64(r.pages), AttrBytes.Int64(r.bytes),
+		AttrChunks.Int(int(r.chunks)), AttrTransfers.Int(int(r.transfers)), AttrPages.Int64(r.pages), AttrBytes.Int64(r.bytes),
 		decideAttrs[r.keep])
 	if r.required > 0 {
 		a = append(a, AttrRequired.Int(r.required))
@@ -104,10 +104,10 @@ func roomAttrs(a []attribute.KeyValue, r *roomRec, agents attribute.KeyValue) []
 		a = append(a, agents)
 	}
 	if r.failedX > 0 {
-		a = append(a, AttrFailedTransfers.Int(r.failedX))
+		a = append(a, AttrFailedTransfers.Int(int(r.failedX)))
 	}
 	if r.ignored > 0 {
-		a = append(a, AttrIgnored.Int(r.ignored))
+		a = append(a, AttrIgnored.Int(int(r.ignored)))
 	}
 	if r.droppedSpans > 0 {
 		a = append(a, AttrDroppedSpans.Int(int(r.droppedSpans)))

@@ -2,6 +2,7 @@ package telemetry
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -98,7 +99,7 @@ func TestRecordClockOutsideStep(t *testing.T) {
 	if at() != time.Millisecond {
 		t.Fatalf("outside a step: %v", at())
 	}
-	r.StepBegins()
+	r.StepBegins(nil) // no step clock: the record reads its own
 	clk.Advance(time.Millisecond)
 	first := at()
 	clk.Advance(time.Millisecond)
@@ -109,10 +110,71 @@ func TestRecordClockOutsideStep(t *testing.T) {
 	if at() != 3*time.Millisecond {
 		t.Fatalf("after the step: %v, want 3ms", at())
 	}
-	r.StepBegins()
+	r.StepBegins(nil)
 	clk.Advance(time.Millisecond)
 	if at() != 4*time.Millisecond {
 		t.Fatalf("next step: %v, want 4ms", at())
 	}
 	r.StepEnds()
+}
+
+// countingClock is a fake clock that counts its readings.
+type countingClock struct {
+	*clock.Fake
+	reads *atomic.Int64
+}
+
+func (c countingClock) Now() time.Time {
+	c.reads.Add(1)
+	return c.Fake.Now()
+}
+
+// TestStepReadsTheClockOnce: engine and Observer on one clock read it once
+// for a whole Send step — the deadline the room arms, the post, the write
+// completing inside Post, the status changes; with the engine on another
+// clock, the record reads the Observer's own clock and not the engine's.
+func TestStepReadsTheClockOnce(t *testing.T) {
+	for _, shared := range []bool{true, false} {
+		t.Run(map[bool]string{true: "one-clock", false: "two-clocks"}[shared], func(t *testing.T) {
+			engClk := countingClock{clock.NewFake(epoch), new(atomic.Int64)}
+			obsClk := engClk
+			if !shared {
+				obsClk = countingClock{clock.NewFake(epoch), new(atomic.Int64)}
+			}
+			exp := tracetest.NewInMemoryExporter()
+			obs, err := New(Config{Exporter: exp, Clock: obsClk})
+			if err != nil {
+				t.Fatal(err)
+			}
+			eng, err := actors.New(actors.Config{Clock: engClk, Transfers: &manualXfers{auto: true}, Observer: obs, Shards: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			const id = 78
+			eng.Open(id)
+			eng.TransferInfo(id, info("a", 2, 1))
+			eng.Init(id, 2, 0)
+			eng.PollSync([]uint64{id}, nil)
+			engBefore, obsBefore := engClk.reads.Load(), obsClk.reads.Load()
+			eng.Send(id, []int32{0, 1}, nil)
+			if r := eng.PollSync([]uint64{id}, nil)[0]; r.Status != room.Success {
+				t.Fatalf("room %v/%v, want Success", r.Status, r.Reason)
+			}
+			engReads, obsReads := engClk.reads.Load()-engBefore, obsClk.reads.Load()-obsBefore
+			if shared && engReads != 1 {
+				t.Errorf("one clock: %d readings for the Send step, want 1", engReads)
+			}
+			if !shared && (engReads != 1 || obsReads != 1) {
+				t.Errorf("two clocks: engine read %d times, Observer %d, want 1 and 1", engReads, obsReads)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := eng.Close(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := obs.Close(ctx); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
 }
