@@ -7,7 +7,7 @@ import (
 )
 
 // The record free list never hands one record to two holders at once, keeps
-// at most freeRecords records, and gives back what was put.
+// at most freePerList records, and gives back what was put.
 func TestFreeListConcurrent(t *testing.T) {
 	var f freeList
 	var inUse sync.Map // *roomRec → holder; the test's own bookkeeping
@@ -34,13 +34,13 @@ func TestFreeListConcurrent(t *testing.T) {
 				}
 				for _, r := range held {
 					inUse.Delete(r)
-					f.put(r)
+					f.put(r, 0)
 				}
 				held = held[:0]
 			}
 			for _, r := range held {
 				inUse.Delete(r)
-				f.put(r)
+				f.put(r, 0)
 			}
 		}()
 	}
@@ -55,7 +55,7 @@ func TestFreeListConcurrent(t *testing.T) {
 	for f.get() != nil {
 		n++
 	}
-	if n == 0 || n > freeRecords || n != int(f.slots.Load()) {
-		t.Fatalf("%d records kept (slots %d, cap %d)", n, f.slots.Load(), freeRecords)
+	if n == 0 || n > freePerList || n != int(f.slots.Load()) {
+		t.Fatalf("%d records kept (slots %d, cap %d)", n, f.slots.Load(), freePerList)
 	}
 }

@@ -39,7 +39,10 @@ const (
 	DefaultSlow = 5 * time.Second
 
 	maxShards   = 256
-	freeRecords = 8192
+	// Reset records wait for reuse on freeLists lists of up to freePerList
+	// each (8,192 in all), a room's by its id (freeIndex).
+	freeLists   = 64
+	freePerList = 128
 )
 
 // Config configures an Observer. The zero value observes metrics only.
@@ -157,7 +160,7 @@ type Observer struct {
 	_               [64]byte
 	kept, abandoned recStack
 	keptN           atomic.Int64
-	free            freeList // recycled records, reset
+	frees           [freeLists]freeList // recycled records, reset
 
 	queue   chan parcel // Flush and Close barriers for the emitter
 	closed  atomic.Bool
@@ -250,6 +253,7 @@ type roomRec struct {
 	o    *Observer // set once: a record serves one Observer
 	next *roomRec  // on a recStack
 	slot uint32    // its freeList slot + 1 (0: none yet)
+	list uint8     // that freeList's index in Observer.frees
 	roomState
 	evBuf [4]statusEvent
 	inBuf [4]inflightRec
@@ -487,15 +491,18 @@ func (o *Observer) watched() []*actors.Engine {
 // recycled one if any), or the untracked record once MaxRooms records exist.
 // A room that reuses a record touches no counter other rooms share.
 func (o *Observer) RoomCreated(id uint64) actors.RoomObserver {
-	r := o.free.get()
-	if r == nil {
-		if o.records.Add(1) > int64(o.cfg.MaxRooms) {
-			o.records.Add(-1)
+	r := o.frees[freeIndex(id)].get()
+	if r == nil && o.records.Add(1) > int64(o.cfg.MaxRooms) {
+		o.records.Add(-1)
+		r = o.steal() // at the cap: a reset record on another list
+		if r == nil {
 			l := o.pin()
 			l.add(&l.untracked, 1)
 			procUnpin()
 			return &o.unt
 		}
+	}
+	if r == nil {
 		r = &roomRec{o: o}
 		reset(r)
 	}
@@ -539,28 +546,54 @@ func reset(r *roomRec) {
 	r.events, r.spans, r.inflight, r.agents = r.evBuf[:0], r.spBuf[:0], r.inBuf[:0], r.agBuf[:0]
 }
 
-// recycle returns r to the free list, or drops it if the list is full
-// (the garbage collector takes it; it no longer counts toward MaxRooms).
+// freeIndex is the free list of a room's records: the hash the engine uses
+// to pick a room's directory shard (actors.Engine), so with a shard count
+// that divides freeLists (the default 4 × GOMAXPROCS does for GOMAXPROCS 1,
+// 2, 4, 8 and 16) each list is used by one shard only, whose goroutine runs
+// its rooms; with any count a room takes its record from the list it goes
+// back to, and no list's head is a line every core writes for every room.
+func freeIndex(id uint64) int {
+	return int((id * 0x9E3779B97F4A7C15) >> 32 & (freeLists - 1))
+}
+
+// steal takes a reset record from any free list (nil if none).
+func (o *Observer) steal() *roomRec {
+	for i := range o.frees {
+		if r := o.frees[i].get(); r != nil {
+			return r
+		}
+	}
+	return nil
+}
+
+// recycle returns r to the free list it has a slot in (the room's, for a
+// record not yet on one), or drops it if that list is full (the garbage
+// collector takes it; it no longer counts toward MaxRooms).
 func (o *Observer) recycle(r *roomRec) {
+	i := int(r.list)
+	if r.slot == 0 {
+		i = freeIndex(r.id)
+	}
 	reset(r)
-	if !o.free.put(r) {
+	if !o.frees[i].put(r, i) {
 		o.records.Add(-1)
 	}
 }
 
-// freeList keeps up to freeRecords reset records for reuse, lock-free, and
+// freeList keeps up to freePerList reset records for reuse, lock-free, and
 // unlike a sync.Pool across garbage collections (a record is about 1 KiB;
 // allocating one per room was a fifth of the engine's allocation). A record
-// gets a slot the first time it is put and keeps it; the stack links slots
-// by index, and its head carries a version so that a pop racing with a pop
-// and push of the same slot fails its compare-and-swap (no ABA).
+// gets a slot the first time it is put and keeps it (and so its list); the
+// stack links slots by index, and its head carries a version so that a pop
+// racing with a pop and push of the same slot fails its compare-and-swap
+// (no ABA).
 type freeList struct {
 	_     [64]byte      // head is written by every room: on a line of its own
 	head  atomic.Uint64 // version<<32 | slot+1 (0: empty)
 	_     [56]byte
 	slots atomic.Uint32 // slots handed out
-	next  [freeRecords]atomic.Uint32
-	recs  [freeRecords]*roomRec // written once, before the slot's first push
+	next  [freePerList]atomic.Uint32
+	recs  [freePerList]*roomRec // written once, before the slot's first push
 }
 
 func (f *freeList) get() *roomRec {
@@ -577,15 +610,16 @@ func (f *freeList) get() *roomRec {
 	}
 }
 
-// put pushes r, and reports false if the list is full (r is not kept).
-func (f *freeList) put(r *roomRec) bool {
+// put pushes r, and reports false if the list is full (r is not kept). A
+// record with no slot yet gets one on this list, the index-th.
+func (f *freeList) put(r *roomRec, index int) bool {
 	if r.slot == 0 {
 		n := f.slots.Add(1)
-		if n > freeRecords {
+		if n > freePerList {
 			f.slots.Add(^uint32(0))
 			return false
 		}
-		r.slot = n
+		r.slot, r.list = n, uint8(index)
 		f.recs[n-1] = r
 	}
 	for {
