@@ -38,7 +38,7 @@ const (
 	// always traced.
 	DefaultSlow = 5 * time.Second
 
-	maxShards   = 256
+	maxShards = 256
 	// Reset records wait for reuse on freeLists lists of up to freePerList
 	// each (8,192 in all), a room's by its id (freeIndex).
 	freeLists   = 64
