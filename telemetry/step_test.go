@@ -22,6 +22,15 @@ func (s slowPost) Post(_ room.Transfer, done room.DoneFunc) {
 	done(room.ReasonNone, nil)
 }
 
+// readyToSend opens room id, gives it one transfer info for 2 pages and
+// inits it: its next Send completes it.
+func readyToSend(eng *actors.Engine, id uint64) {
+	eng.Open(id)
+	eng.TransferInfo(id, info("a", 2, 1))
+	eng.Init(id, 2, 0)
+	eng.PollSync([]uint64{id}, nil)
+}
+
 // TestStepSharesOneClockReading: the callbacks of one room step (a Send:
 // the post, the write completing inside Post, the status changes) share the
 // clock reading taken at the step's first callback, although the clock moved
@@ -38,10 +47,7 @@ func TestStepSharesOneClockReading(t *testing.T) {
 		t.Fatal(err)
 	}
 	const id = 77
-	eng.Open(id)
-	eng.TransferInfo(id, info("a", 2, 1))
-	eng.Init(id, 2, 0)
-	eng.PollSync([]uint64{id}, nil)
+	readyToSend(eng, id)
 	clk.Advance(10 * time.Millisecond)
 	eng.Send(id, []int32{0, 1}, nil) // posted at +10 ms; the clock reads +13 ms when it completes
 	if r := eng.PollSync([]uint64{id}, nil)[0]; r.Status != room.Success {
@@ -151,10 +157,7 @@ func TestStepReadsTheClockOnce(t *testing.T) {
 				t.Fatal(err)
 			}
 			const id = 78
-			eng.Open(id)
-			eng.TransferInfo(id, info("a", 2, 1))
-			eng.Init(id, 2, 0)
-			eng.PollSync([]uint64{id}, nil)
+			readyToSend(eng, id)
 			engBefore, obsBefore := engClk.reads.Load(), obsClk.reads.Load()
 			eng.Send(id, []int32{0, 1}, nil)
 			if r := eng.PollSync([]uint64{id}, nil)[0]; r.Status != room.Success {
