@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"math"
-	"math/bits"
 	"reflect"
 	"runtime"
 	"slices"
@@ -38,7 +37,7 @@ const (
 	// always traced.
 	DefaultSlow = 5 * time.Second
 
-	maxShards = 256
+	maxStripes = 256
 	// Reset records wait for reuse on freeLists lists of up to freePerList
 	// each (8,192 in all), a room's by its id (freeIndex).
 	freeLists   = 64
@@ -135,8 +134,7 @@ type Observer struct {
 	agents  map[string]attribute.KeyValue // the emitter's: kv_transfer.peer.agent of one-agent rooms
 	common  spanCommon                    // resource and scope of the direct path's spans
 
-	shards []stripe // a power of two: 16 × GOMAXPROCS, 64 to 256
-	shift  uint     // 64 - log2(len(shards))
+	shards []stripe // one per P: see stripeCount
 	over   *stripe  // the stripe of Ps numbered len(shards) and up (shared)
 	all    []stripe // shards and over, for totals
 
@@ -355,9 +353,8 @@ func New(cfg Config) (*Observer, error) {
 	if cfg.ExportTimeout <= 0 {
 		cfg.ExportTimeout = 10 * time.Second
 	}
-	o := &Observer{cfg: cfg, clk: cfg.Clock, start: time.Now(), base: cfg.Clock.Now(), stopped: make(chan struct{}),
-		shift: 64 - uint(bits.Len(uint(shardCount())-1))}
-	o.all = make([]stripe, 1<<(64-o.shift)+1)
+	o := &Observer{cfg: cfg, clk: cfg.Clock, start: time.Now(), base: cfg.Clock.Now(), stopped: make(chan struct{})}
+	o.all = make([]stripe, stripeCount()+1)
 	o.shards, o.over = o.all[:len(o.all)-1], &o.all[len(o.all)-1]
 	o.over.shared = true
 	_, o.real = cfg.Clock.(clock.Real)
@@ -413,15 +410,11 @@ func (o *Observer) SetBytesPerPage(n int64) { o.bpp.Store(n) }
 // at scrape time).
 func (o *Observer) Attach(s Source) { o.src.Store(&sourceBox{s}) }
 
-// shardCount is 16 × GOMAXPROCS rounded up to a power of two, within
-// 64..256: the stripes' atomics are updated from every goroutine that runs a
-// room, so more stripes make two cores rarely touch the same one.
-func shardCount() int {
-	n := 64
-	for n < 16*runtime.GOMAXPROCS(0) && n < maxShards {
-		n *= 2
-	}
-	return n
+// stripeCount is how many Ps get a stripe of their own (pin): 4 ×
+// GOMAXPROCS, within 16..256, so a GOMAXPROCS raised later still finds its
+// own; Ps beyond share o.over.
+func stripeCount() int {
+	return min(max(4*runtime.GOMAXPROCS(0), 16), maxStripes)
 }
 
 // pin pins the caller to its processor (Go's P) and returns that P's
