@@ -130,6 +130,7 @@ func (o *Observer) totals() *shardStats {
 		t.created += st.created.Load()
 		t.tracked += st.created.Load() - st.released.Load()
 		t.untracked += st.untracked.Load()
+		t.evicted += st.evicted.Load()
 		t.posted += st.posted.Load()
 		t.xferOK += st.xferOK.Load()
 		t.xferFailed += st.xferFailed.Load()
@@ -306,7 +307,7 @@ func (o *Observer) Produce(context.Context) ([]metricdata.ScopeMetrics, error) {
 		}
 	}
 	sum("kvxfer_messages_absorbed", "{message}", "Messages absorbed without effect: late or duplicate frames, stale deadlines; room=retired counts tombstones and unknown rooms.", abs...)
-	sum("kvxfer_tombstones_evicted", "{room}", "Tombstones evicted before their TTL because the cap was reached.", pt(noAttrs, o.evicted.Load()))
+	sum("kvxfer_tombstones_evicted", "{room}", "Tombstones evicted before their TTL because the cap was reached.", pt(noAttrs, c.evicted))
 	sum("kvxfer_rooms_refused", "{message}", "Messages that would have made a room live beyond the live-room cap (cause=room_cap) or beyond their decode agent's share of it (cause=peer_share): the room was not created.",
 		pt(attribute.NewSet(attribute.String("cause", "room_cap")), o.refusedCap.Load()),
 		pt(attribute.NewSet(attribute.String("cause", "peer_share")), o.refusedShare.Load()))

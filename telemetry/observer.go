@@ -139,11 +139,11 @@ type Observer struct {
 	all    []stripe // shards and over, for totals
 
 	// Rare events: plain atomics.
-	evicted, badTraceparents, queueFull atomic.Int64
-	refusedCap, refusedShare            atomic.Int64
-	exported, exportErrors              atomic.Int64
-	src                                 atomic.Pointer[sourceBox]
-	engines                             atomic.Pointer[[]*actors.Engine]
+	badTraceparents, queueFull atomic.Int64
+	refusedCap, refusedShare   atomic.Int64
+	exported, exportErrors     atomic.Int64
+	src                        atomic.Pointer[sourceBox]
+	engines                    atomic.Pointer[[]*actors.Engine]
 	// ownClock: an engine watched runs on another clock than this
 	// Observer's, so records read their own. Otherwise a room's step reads
 	// the clock once for the engine and its record (actors.StepClock).
@@ -186,6 +186,7 @@ type stripe struct {
 	shared                     bool // over: written by several Ps
 	created, released          atomic.Int64
 	untracked                  atomic.Int64
+	evicted                    atomic.Int64 // tombstones: one per room once the shards are full
 	posted, xferOK, xferFailed atomic.Int64
 	bytesOK, bytesFailed       atomic.Int64
 	retired                    [numStatuses]atomic.Int64
@@ -229,6 +230,7 @@ func (st *stripe) observe(h *ahist, d time.Duration, bounds []time.Duration) {
 // gauges read from the engines.
 type shardStats struct {
 	tracked, created, untracked int64
+	evicted                     int64
 	posted, xferOK, xferFailed  int64
 	bytesOK, bytesFailed        int64
 	live, retired               [numStatuses]int64
@@ -645,8 +647,14 @@ func (o *Observer) LateTransferDone(_ uint64, _ uint32, fail room.Reason) {
 	procUnpin()
 }
 
-// TombstoneEvicted implements actors.Observer.
-func (o *Observer) TombstoneEvicted(uint64) { o.evicted.Add(1) }
+// TombstoneEvicted implements actors.Observer. Once the shards hold their
+// cap of tombstones every retiring room evicts one: it is counted on the
+// caller's stripe, not on a counter every shard's core writes.
+func (o *Observer) TombstoneEvicted(uint64) {
+	st := o.pin()
+	st.add(&st.evicted, 1)
+	procUnpin()
+}
 
 // RoomRefused implements actors.RefusalObserver.
 func (o *Observer) RoomRefused(_ uint64, peerShare bool) {

@@ -58,6 +58,7 @@ func TestStripesCountExactly(t *testing.T) {
 				r.StatusChanged(room.Failed, room.ReasonTransferError)
 				r.Retired(room.Tombstone{Room: id, Status: room.Failed, Reason: room.ReasonTransferError, Opened: true})
 				o.LateTransferDone(id, 3, room.ReasonNone)
+				o.TombstoneEvicted(id)
 				o.Ignored(id, room.Poll{})
 			}
 		}()
@@ -68,6 +69,7 @@ func TestStripesCountExactly(t *testing.T) {
 	tt := o.totals()
 	want := map[string][2]int64{
 		"created":             {tt.created, n},
+		"evicted":             {tt.evicted, n},
 		"tracked":             {tt.tracked, 0},
 		"posted":              {tt.posted, 2 * n},
 		"xferOK":              {tt.xferOK, 2 * n}, // one in the room, one late
