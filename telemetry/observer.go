@@ -10,7 +10,7 @@ import (
 	"slices"
 	"sync/atomic"
 	"time"
-	_ "unsafe" // go:linkname runtime.procPin (see local)
+	"unsafe" // go:linkname runtime.procPin (see local); prefetchRec
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/propagation"
@@ -196,17 +196,6 @@ type stripe struct {
 	statusDur                  [numStatuses]ahist
 	xferDur                    ahist
 	_                          [64]byte // keep neighbouring stripes off one cache line
-}
-
-// add adds n to c, one of st's counters; the caller pinned st (pin). A
-// P's own stripe has one writer at a time (the goroutine pinned to that P),
-// so a load and a store suffice; readers (Produce) load atomically.
-func (st *stripe) add(c *atomic.Int64, n int64) {
-	if st.shared {
-		c.Add(n)
-		return
-	}
-	c.Store(c.Load() + n)
 }
 
 // ahist is a fixed-bucket histogram of durations updated with atomics.
@@ -600,6 +589,12 @@ func (f *freeList) get() *roomRec {
 		}
 		nx := f.next[top-1].Load()
 		if f.head.CompareAndSwap(h, (h>>32+1)<<32|uint64(nx)) {
+			if nx != 0 {
+				// The record the list's next room takes: usually cold by
+				// now (a batch of rooms went by since it was recycled),
+				// and in cache by the time that room comes.
+				prefetchRec(unsafe.Pointer(f.recs[nx-1]))
+			}
 			return f.recs[top-1]
 		}
 	}
