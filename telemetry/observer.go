@@ -1054,7 +1054,11 @@ func (o *Observer) emitLoop() {
 	tick := time.NewTicker(o.cfg.ExportInterval) // wall time: export latency, not room time
 	defer tick.Stop()
 	emit := func(recs []*roomRec) {
-		for _, r := range recs {
+		for i, r := range recs {
+			if i+1 < len(recs) {
+				// Written on another core: it arrives while this one is built.
+				prefetchRec(unsafe.Pointer(recs[i+1]))
+			}
 			o.emit(r)
 			o.recycle(r)
 		}
