@@ -145,6 +145,7 @@ type Engine struct {
 	cfg    Config
 	system *actor.ActorSystem
 	shards []*actor.PID
+	dirs   []*directory // dirs[i] is shards[i]'s rooms, for Poll
 	closed chan struct{}
 	// stopped is closed once the shards are stopped: a request still waiting
 	// for their answer then gets the shutdown answer instead of blocking.
@@ -165,7 +166,9 @@ func New(cfg Config) (*Engine, error) {
 	capPerShard := (c.TombstoneCap + c.Shards - 1) / c.Shards
 	lim := shardLimits(c.RoomCap, c.PeerRoomCap, c.Shards)
 	for i := 0; i < c.Shards; i++ {
-		props := actor.PropsFromProducer(func() actor.Actor { return newShard(e, capPerShard, lim) },
+		dir := newDirectory()
+		e.dirs = append(e.dirs, dir)
+		props := actor.PropsFromProducer(func() actor.Actor { return newShard(e, capPerShard, lim, dir) },
 			actor.WithSupervisor(actor.NewOneForOneStrategy(0, 0, func(any) actor.Directive { return actor.StopDirective })),
 			actor.WithMailbox(actor.UnboundedLockfree())) // no mutex in a mailbox (the default's ring has one)
 		e.shards = append(e.shards, sys.Root.Spawn(props))
@@ -207,7 +210,14 @@ func (e *Engine) Clock() clock.Clock { return e.cfg.Clock }
 func (e *Engine) shardFor(roomID uint64) *actor.PID { return e.shards[e.shardIndex(roomID)] }
 
 func (e *Engine) route(roomID uint64, msg room.Msg) {
-	e.system.Root.Send(e.shardFor(roomID), &envelope{room: roomID, msg: msg})
+	e.toShard(e.shardIndex(roomID), &envelope{room: roomID, msg: msg})
+}
+
+// toShard hands shard s a mailbox message that carries room messages (an
+// envelope, a Batch part, a broadcast), counted for Poll (see directory).
+func (e *Engine) toShard(s int, m any) {
+	e.dirs[s].enq.Add(1)
+	e.system.Root.Send(e.shards[s], m)
 }
 
 // Scheduler side.
@@ -219,7 +229,7 @@ func (e *Engine) Open(roomID uint64) { e.route(roomID, room.Open{}) }
 // joins that trace (RoomObserver.Traceparent, called by the room when the
 // Open reaches it). A panicking Traceparent fails the room (internal_error).
 func (e *Engine) OpenTraced(roomID uint64, traceparent string) {
-	e.system.Root.Send(e.shardFor(roomID), &envelope{room: roomID, msg: room.Open{}, trace: traceparent})
+	e.toShard(e.shardIndex(roomID), &envelope{room: roomID, msg: room.Open{}, trace: traceparent})
 }
 
 // Init is sender.init(numPages, auxIndex).
@@ -238,15 +248,19 @@ func (e *Engine) Abort(roomID uint64) { e.route(roomID, room.Abort{}) }
 // Clear is sender.clear().
 func (e *Engine) Clear(roomID uint64) { e.route(roomID, room.Clear{}) }
 
-// Poll answers the status of a batch of rooms. A room that has handled every
-// message routed to it (by this engine's Open, Init, Send, Abort, Clear,
-// TransferInfo, ... calls) is answered from the status it last reported to its
-// directory shard, one message per shard for the whole batch; any other room
-// answers itself. So a poll never misses the caller's earlier calls, and a
-// status change a room made on its own (a completion, a deadline) shows once
-// the room has reported it. out is reused when it has the capacity. Every
-// room is answered within Config.PollTimeout: one that has not answered by
-// then is answered Failed/internal_error.
+// Poll answers the status of a batch of rooms. Each room is read from its
+// shard's directory, the engine's status table, with atomic loads and no
+// message, when that answer follows every call the caller made before the
+// poll (Open, Init, Send, Abort, Clear, TransferInfo, ...: the shard has
+// routed them and the room has handled all it was routed; see directory).
+// Any other room is asked through its directory shard, one message per shard
+// for the rest of the batch: the shard answers from the room's view if the
+// room has handled everything routed to it, and otherwise the room answers
+// itself. So a poll never misses the caller's earlier calls, and a status
+// change a room made on its own (a completion, a deadline) shows once the
+// room has published it. out is reused when it has the capacity. Every room
+// is answered within Config.PollTimeout: one that has not answered by then
+// is answered Failed/internal_error.
 func (e *Engine) Poll(rooms []uint64, out []room.Reply) []room.Reply {
 	return e.poll(rooms, out, false)
 }
@@ -263,6 +277,45 @@ func (e *Engine) poll(rooms []uint64, out []room.Reply, sync bool) []room.Reply 
 	if len(rooms) == 0 {
 		return out
 	}
+	if sync || e.isClosed() {
+		return e.ask(rooms, out, sync)
+	}
+	// Read what the directory can answer; ask the shards for the rest.
+	var rest []int
+	for i, id := range rooms {
+		if r, ok := e.dirs[e.shardIndex(id)].read(id); ok {
+			out[i] = r
+		} else {
+			rest = append(rest, i)
+		}
+	}
+	switch {
+	case len(rest) == 0:
+		return out
+	case len(rest) == len(rooms):
+		return e.ask(rooms, out, false)
+	}
+	ids := make([]uint64, len(rest))
+	for k, i := range rest {
+		ids[k] = rooms[i]
+	}
+	for k, r := range e.ask(ids, make([]room.Reply, len(ids)), false) {
+		out[rest[k]] = r
+	}
+	return out
+}
+
+func (e *Engine) isClosed() bool {
+	select {
+	case <-e.closed:
+		return true
+	default:
+		return false
+	}
+}
+
+// ask has the shards answer a poll of rooms into out (len(rooms)).
+func (e *Engine) ask(rooms []uint64, out []room.Reply, sync bool) []room.Reply {
 	answers := make(chan pollAnswer, len(rooms))
 	// Armed before the rooms are asked: a poll that reached a room is
 	// already under its deadline.
@@ -353,7 +406,7 @@ func (b *Batch) add(roomID uint64, msg room.Msg) {
 	if len(p.envs) == batchPart {
 		// A full part goes at once: its shard starts on it while the
 		// rest of the batch is being built.
-		b.e.system.Root.Send(b.e.shards[s], p)
+		b.e.toShard(s, p)
 		b.parts[s] = nil
 	}
 }
@@ -389,7 +442,7 @@ func (b *Batch) DecodeAbort(roomID uint64, from room.Endpoint) {
 func (b *Batch) Flush() {
 	for s, p := range b.parts {
 		if p != nil {
-			b.e.system.Root.Send(b.e.shards[s], p)
+			b.e.toShard(s, p)
 			b.parts[s] = nil // the shard owns it now
 		}
 	}
@@ -412,8 +465,8 @@ func (e *Engine) Fail(roomID uint64, why room.Reason) { e.route(roomID, room.Fai
 
 // PeerLost fails every live room that has a transfer info from agent.
 func (e *Engine) PeerLost(agent string) {
-	for _, s := range e.shards {
-		e.system.Root.Send(s, &broadcast{msg: room.PeerLost{Agent: agent}})
+	for s := range e.shards {
+		e.toShard(s, &broadcast{msg: room.PeerLost{Agent: agent}})
 	}
 }
 
@@ -572,8 +625,8 @@ func (e *Engine) Close(ctx context.Context) error {
 	default:
 	}
 	close(e.closed)
-	for _, s := range e.shards {
-		e.system.Root.Send(s, &broadcast{msg: room.Fail{Reason: room.ReasonShutdown}})
+	for s := range e.shards {
+		e.toShard(s, &broadcast{msg: room.Fail{Reason: room.ReasonShutdown}})
 	}
 	var waitErr error
 	for {

@@ -21,6 +21,9 @@ type envelope struct {
 	index   int
 	sync    bool   // a Poll the room itself answers (PollSync)
 	trace   string // an Open's W3C traceparent (Engine.OpenTraced)
+	// bounced: sent back by a room that retired before handling it, for
+	// the shard to route to its tombstone (counted in directory.bouncing).
+	bounced bool
 }
 
 type pollBatch struct {

@@ -103,6 +103,7 @@ func (a *roomActor) Receive(ctx actor.Context) {
 		if a.gone {
 			// Retired while this was queued: the shard, which has seen our
 			// retirement by now, routes it to the tombstone.
+			msg.bounced = true
 			ctx.Send(a.eng.shardFor(a.m.Room()), msg)
 			return
 		}

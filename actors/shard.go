@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -21,6 +22,7 @@ type shard struct {
 	lim      limits
 
 	rooms map[uint64]*live
+	dir   *directory             // the rooms and tombstones as Engine.Poll reads them
 	peers map[string]*peerCharge // live rooms charged to each decode agent (created by its transfer info)
 	// refused counts messages that would have made a room live beyond a cap.
 	refusedCap, refusedShare uint64
@@ -54,16 +56,20 @@ type shard struct {
 // to it, and the room's view (how many it handled and what a poll answers,
 // written by the room).
 //
-// Kept at 64 bytes (a size class; one per live room): the agent is a pointer
-// to its charge, opened sits beside sent.
+// Kept at 80 bytes (a size class; one per live room): the agent is a pointer
+// to its charge, opened sits beside sent. It is also the room's entry in the
+// shard's directory, which pollers read.
 type live struct {
 	view
 	pid    *actor.PID
-	sent   uint32
-	opened bool         // the scheduler's Open was routed to it
-	peer   *peerCharge  // the decode agent charged for the room (nil for the scheduler)
-	born   int64        // creation time, UnixNano on the engine's clock
-	rec    RoomObserver // the room's record, for onTerminated only
+	sent   atomic.Uint32 // written by the shard, read by pollers (directory)
+	opened bool          // the scheduler's Open was routed to it
+	peer   *peerCharge   // the decode agent charged for the room (nil for the scheduler)
+	born   int64         // creation time, UnixNano on the engine's clock
+	rec    RoomObserver  // the room's record, for onTerminated only
+	id     uint64        // the room
+	// slot and gen: where the directory entered it (the shard's only).
+	slot, gen uint32
 }
 
 // peerCharge is one decode agent's live rooms in a shard; it is dropped when
@@ -121,9 +127,9 @@ type tombRef struct {
 // the room's own work; a panic is still the room's (its mailbox recovers it).
 var roomDispatcher = actor.NewSynchronizedDispatcher(300)
 
-func newShard(e *Engine, capacity int, lim limits) *shard {
+func newShard(e *Engine, capacity int, lim limits, dir *directory) *shard {
 	return &shard{eng: e, capacity: capacity, lim: lim, rooms: map[uint64]*live{}, peers: map[string]*peerCharge{},
-		tombs: map[uint64]tombEntry{}}
+		tombs: map[uint64]tombEntry{}, dir: dir}
 }
 
 // Receive handles one message. A panic anywhere in it is recovered: routing a
@@ -146,20 +152,27 @@ func (s *shard) Receive(ctx actor.Context) {
 		}, actor.WithMailbox(actor.UnboundedLockfree()), actor.WithDispatcher(roomDispatcher))
 		s.armSweep()
 	case *envelope:
-		s.route(ctx, m)
+		s.route(ctx, m) // recovers a panic itself: the count below is kept
+		if m.bounced {
+			s.dir.bouncing.Add(-1)
+		} else {
+			s.dir.routed.Add(1)
+		}
 	case *envBatch:
 		for i := range m.envs {
 			s.route(ctx, &m.envs[i])
 		}
+		s.dir.routed.Add(1)
 	case *pollBatch:
 		for i, r := range m.rooms {
 			s.route(ctx, &envelope{room: r, msg: room.Poll{}, answers: m.answers, index: m.index[i], sync: m.sync})
 		}
 	case *broadcast:
 		for id, lr := range s.rooms {
-			lr.sent++
+			lr.sent.Add(1)
 			ctx.Send(lr.pid, &envelope{room: id, msg: m.msg})
 		}
+		s.dir.routed.Add(1)
 	case *actor.Terminated:
 		s.onTerminated(m.Who)
 		s.roomsStopped()
@@ -287,10 +300,10 @@ func (s *shard) route(ctx actor.Context, env *envelope) {
 func (s *shard) routeFault(ctx actor.Context, env *envelope, r any) {
 	s.eng.cfg.Logger.Error("routing a room message panicked; failing the room", "room", env.room, "panic", fmt.Sprint(r))
 	if lr, ok := s.rooms[env.room]; ok {
-		lr.sent++
+		lr.sent.Add(1)
 		ctx.Send(lr.pid, &envelope{room: env.room, msg: room.Fail{Reason: room.ReasonInternalError}})
 		if env.answers != nil {
-			lr.sent++
+			lr.sent.Add(1)
 			env.sync = true
 			ctx.Send(lr.pid, env)
 		}
@@ -370,7 +383,7 @@ func roomOfPID(pid *actor.PID) (uint64, bool) {
 func (s *shard) routeOne(ctx actor.Context, env *envelope) {
 	if lr, ok := s.rooms[env.room]; ok {
 		if _, poll := env.msg.(room.Poll); poll && !env.sync {
-			if seen, r, ok := lr.load(); ok && seen == lr.sent {
+			if seen, r, ok := lr.load(); ok && seen == lr.sent.Load() {
 				answer(env, r) // the room has handled everything routed to it
 				return
 			}
@@ -378,7 +391,7 @@ func (s *shard) routeOne(ctx actor.Context, env *envelope) {
 		if _, open := env.msg.(room.Open); open {
 			lr.opened = true
 		}
-		lr.sent++
+		lr.sent.Add(1)
 		ctx.Send(lr.pid, env)
 		return
 	}
@@ -426,7 +439,7 @@ func (s *shard) routeOne(ctx actor.Context, env *envelope) {
 		// the actor's from the spawn on: what the shard needs of them is
 		// taken before.
 		_, open := env.msg.(room.Open)
-		lr := &live{opened: open || m.Tombstone().Opened, born: s.eng.cfg.Clock.Now().UnixNano(), rec: rec}
+		lr := &live{id: env.room, opened: open || m.Tombstone().Opened, born: s.eng.cfg.Clock.Now().UnixNano(), rec: rec}
 		lr.store(0, m.Reply())
 		delete(s.tombs, env.room)
 		s.next = newRoomActor(s.eng, m, fx, env, lr)
@@ -452,8 +465,9 @@ func (s *shard) routeOne(ctx actor.Context, env *envelope) {
 			lr.peer = c
 		}
 		s.rooms[env.room] = lr
+		s.dir.add(lr)
 		if failTrace {
-			lr.sent++
+			lr.sent.Add(1)
 			ctx.Send(lr.pid, &envelope{room: env.room, msg: room.Fail{Reason: room.ReasonInternalError}})
 		}
 		return
@@ -528,6 +542,11 @@ func (s *shard) onRetired(ctx actor.Context, m *retired) {
 	s.forget(id, lr)
 	// Poison, not Stop: whatever was routed to the room before this point is
 	// still handled (bounced back here, to the tombstone) before it stops.
+	// Those envelopes are counted until they are routed again (see
+	// directory.read).
+	if seen, _, _ := lr.load(); int32(lr.sent.Load()-seen) > 0 {
+		s.dir.bouncing.Add(int64(lr.sent.Load() - seen))
+	}
 	ctx.Poison(lr.pid)
 	s.keepTombstone(m.tomb)
 }
@@ -540,9 +559,11 @@ func (s *shard) charged(agent string) int {
 	return 0
 }
 
-// forget drops a live room and its charge to its decode agent.
+// forget drops a live room, its directory entry and its charge to its
+// decode agent.
 func (s *shard) forget(id uint64, lr *live) {
 	delete(s.rooms, id)
+	s.dir.remove(lr)
 	if c := lr.peer; c != nil {
 		if c.rooms--; c.rooms <= 0 {
 			delete(s.peers, c.agent)
