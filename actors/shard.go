@@ -27,8 +27,13 @@ type shard struct {
 	// refused counts messages that would have made a room live beyond a cap.
 	refusedCap, refusedShare uint64
 	tombs                    map[uint64]tombEntry
-	queue                    []tombRef // insertion order == expiry order (one TTL for all)
-	head                     int
+	// bounces counts, per room, envelopes routed to its actor after it
+	// retired, on their way back (see onRetired); parked holds the room's
+	// later envelopes until they are routed, so that none overtakes them.
+	bounces map[uint64]int64
+	parked  map[uint64][]*envelope
+	queue   []tombRef // insertion order == expiry order (one TTL for all)
+	head    int
 
 	self  *actor.PID
 	timer clock.Timer
@@ -129,7 +134,7 @@ var roomDispatcher = actor.NewSynchronizedDispatcher(300)
 
 func newShard(e *Engine, capacity int, lim limits, dir *directory) *shard {
 	return &shard{eng: e, capacity: capacity, lim: lim, rooms: map[uint64]*live{}, peers: map[string]*peerCharge{},
-		tombs: map[uint64]tombEntry{}, dir: dir}
+		tombs: map[uint64]tombEntry{}, dir: dir, bounces: map[uint64]int64{}, parked: map[uint64][]*envelope{}}
 }
 
 // Receive handles one message. A panic anywhere in it is recovered: routing a
@@ -152,9 +157,13 @@ func (s *shard) Receive(ctx actor.Context) {
 		}, actor.WithMailbox(actor.UnboundedLockfree()), actor.WithDispatcher(roomDispatcher))
 		s.armSweep()
 	case *envelope:
+		// Read before routing: a room actor runs on this goroutine (see
+		// roomDispatcher), and one that retired marks m bounced as it sends
+		// it back.
+		bounced := m.bounced
 		s.route(ctx, m) // recovers a panic itself: the count below is kept
-		if m.bounced {
-			s.dir.bouncing.Add(-1)
+		if bounced {
+			s.bounceRouted(ctx, m.room)
 		} else {
 			s.dir.routed.Add(1)
 		}
@@ -381,6 +390,14 @@ func roomOfPID(pid *actor.PID) (uint64, bool) {
 }
 
 func (s *shard) routeOne(ctx actor.Context, env *envelope) {
+	if !env.bounced && s.bounces[env.room] > 0 {
+		// Earlier messages to this room are bouncing off its retired actor:
+		// this one waits for them (bounceRouted), or it would overtake them
+		// (a poll answered by the tombstone before a bounced Open revives
+		// the room, a Send ignored by it).
+		s.parked[env.room] = append(s.parked[env.room], env)
+		return
+	}
 	if lr, ok := s.rooms[env.room]; ok {
 		if _, poll := env.msg.(room.Poll); poll && !env.sync {
 			if seen, r, ok := lr.load(); ok && seen == lr.sent.Load() {
@@ -545,10 +562,30 @@ func (s *shard) onRetired(ctx actor.Context, m *retired) {
 	// Those envelopes are counted until they are routed again (see
 	// directory.read).
 	if seen, _, _ := lr.load(); int32(lr.sent.Load()-seen) > 0 {
-		s.dir.bouncing.Add(int64(lr.sent.Load() - seen))
+		n := int64(lr.sent.Load() - seen)
+		s.bounces[id] += n
+		s.dir.bouncing.Add(n)
 	}
 	ctx.Poison(lr.pid)
 	s.keepTombstone(m.tomb)
+}
+
+// bounceRouted counts out a bounced envelope of room id, routed again; after
+// the room's last one, its parked envelopes are routed in order. (The
+// directory's count drops last, so that a reader never sees none bouncing
+// while a parked message is not yet routed.)
+func (s *shard) bounceRouted(ctx actor.Context, id uint64) {
+	if n := s.bounces[id] - 1; n > 0 {
+		s.bounces[id] = n
+	} else {
+		delete(s.bounces, id)
+		envs := s.parked[id]
+		delete(s.parked, id)
+		for _, env := range envs {
+			s.route(ctx, env)
+		}
+	}
+	s.dir.bouncing.Add(-1)
 }
 
 // charged is how many live rooms agent is charged in this shard.
