@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/kvxfer/kvxfer/actors/room"
 )
@@ -319,4 +320,12 @@ func TestBouncesThenDirectory(t *testing.T) {
 func settled(f *fixture, id uint64) {
 	f.settle(id)
 	f.settle(id)
+}
+
+// TestLiveSize: a live room's entry stays in the 80-byte size class (one
+// per live room; see live).
+func TestLiveSize(t *testing.T) {
+	if n := unsafe.Sizeof(live{}); n > 80 {
+		t.Fatalf("live is %d bytes, want at most 80", n)
+	}
 }

@@ -22,7 +22,7 @@ type shard struct {
 	lim      limits
 
 	rooms map[uint64]*live
-	dir   *directory             // the rooms and tombstones as Engine.Poll reads them
+	dir   *directory             // the live rooms as Engine.Poll reads them
 	peers map[string]*peerCharge // live rooms charged to each decode agent (created by its transfer info)
 	// refused counts messages that would have made a room live beyond a cap.
 	refusedCap, refusedShare uint64
