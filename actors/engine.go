@@ -619,10 +619,8 @@ func (e *Engine) gather(req func(chan<- any) any) []any {
 // Close fails every live room with reason shutdown, waits until no room has a
 // write in flight (or ctx ends), then stops every actor and timer.
 func (e *Engine) Close(ctx context.Context) error {
-	select {
-	case <-e.closed:
+	if e.isClosed() {
 		return errors.New("actors: engine already closed")
-	default:
 	}
 	close(e.closed)
 	for s := range e.shards {
