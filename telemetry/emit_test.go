@@ -3,7 +3,9 @@ package telemetry
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"testing"
+	"time"
 
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
@@ -66,5 +68,41 @@ func TestEmitAgentAttrCached(t *testing.T) {
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("room spans' agents %v\nwant %v", got, want)
+	}
+}
+
+// TestEmitterWakesBeforeTick: kept rooms waiting wake the emitter before its
+// next tick (an hour away here), with no Flush: once a batch of spans is
+// built, it is exported, and no room was dropped for a full queue.
+func TestEmitterWakesBeforeTick(t *testing.T) {
+	exp := tracetest.NewInMemoryExporter()
+	obs, err := New(Config{Exporter: exp, ExportInterval: time.Hour, QueueSize: 256})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer obs.Close(context.Background())
+	const rooms = exportBatch + 100 // one span each: more than a batch
+	deadline := time.Now().Add(30 * time.Second)
+	for id := uint64(1); id <= rooms; id++ {
+		r := obs.RoomCreated(id)
+		r.StatusChanged(room.Success, room.ReasonNone)
+		r.Retired(room.Tombstone{Room: id, Status: room.Success, Opened: true})
+		// Let the emitter catch up: this test is about waking it, not
+		// about the queue's bound.
+		for obs.keptN.Load() >= int64(obs.cfg.QueueSize) {
+			if time.Now().After(deadline) {
+				t.Fatalf("room %d: the queue stays full (%d waiting), no tick and no Flush", id, obs.keptN.Load())
+			}
+			runtime.Gosched()
+		}
+	}
+	for len(exp.GetSpans()) < exportBatch {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d spans exported with no tick and no Flush, want a batch (%d)", len(exp.GetSpans()), exportBatch)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if n := obs.queueFull.Load(); n != 0 {
+		t.Fatalf("%d rooms dropped for a full queue", n)
 	}
 }

@@ -160,7 +160,14 @@ type Observer struct {
 	keptN           atomic.Int64
 	frees           [freeLists]freeList // recycled records, reset
 
-	queue   chan parcel // Flush and Close barriers for the emitter
+	queue chan parcel // Flush and Close barriers for the emitter
+	wake  chan struct{}
+	// wakeAt kept rooms waiting (a quarter of QueueSize) wake the emitter
+	// before its next tick: at high rates (keep-all at 100k rooms/s keeps
+	// 100k rooms a second) the queue would fill up between ticks and drop
+	// rooms. The spans are still exported in batches (exportBatch), or at
+	// the tick.
+	wakeAt  int64
 	closed  atomic.Bool
 	stopped chan struct{}
 }
@@ -371,7 +378,8 @@ func New(cfg Config) (*Observer, error) {
 	}
 	o.tracing = o.exp != nil || o.tracer != nil
 	if o.tracing {
-		o.queue = make(chan parcel, 4)
+		o.queue, o.wake = make(chan parcel, 4), make(chan struct{}, 1)
+		o.wakeAt = int64(max(cfg.QueueSize/4, 1))
 		go o.emitLoop()
 	} else {
 		close(o.stopped)
@@ -863,7 +871,8 @@ func (r *roomRec) Retired(t room.Tombstone) {
 		o.recycle(r)
 		return
 	}
-	if o.keptN.Add(1) > int64(o.cfg.QueueSize) {
+	n := o.keptN.Add(1)
+	if n > int64(o.cfg.QueueSize) {
 		o.keptN.Add(-1)
 		o.queueFull.Add(1)
 		o.recycle(r)
@@ -871,6 +880,12 @@ func (r *roomRec) Retired(t room.Tombstone) {
 	}
 	r.keep = keep
 	o.kept.push(r)
+	if n == o.wakeAt {
+		select {
+		case o.wake <- struct{}{}:
+		default: // already woken
+		}
+	}
 }
 
 // Abandoned implements actors.RoomObserver: the room is still live, but its
@@ -1073,6 +1088,15 @@ func (o *Observer) emitLoop() {
 			close(p.barrier)
 			if o.closed.Load() {
 				return
+			}
+		case <-o.wake: // build them now; export when a batch is full
+			emit(o.collect())
+			if o.keptN.Load() >= o.wakeAt {
+				// More came meanwhile: once more, after whatever else is due.
+				select {
+				case o.wake <- struct{}{}:
+				default:
+				}
 			}
 		case <-tick.C:
 			emit(o.collect())
