@@ -49,6 +49,25 @@ func (p *panicky) TombstoneEvicted(id uint64) {
 	p.recorder.TombstoneEvicted(id)
 }
 
+// stepPanicky gives p's records (Flat's) a BindSteps that panics for p's
+// victim when p.at is "BindSteps".
+type stepPanicky struct {
+	Observer
+	p *panicky
+}
+
+type stepPanickyRoom struct {
+	RoomObserver
+	p  *panicky
+	id uint64
+}
+
+func (s stepPanicky) RoomCreated(id uint64) RoomObserver {
+	return stepPanickyRoom{s.Observer.RoomCreated(id), s.p, id}
+}
+
+func (r stepPanickyRoom) BindSteps(*StepClock) { r.p.hit("BindSteps", r.id) }
+
 // runRooms drives rooms through a whole story that reaches every Observer
 // callback (a traced open, a duplicate Open that is ignored, a transfer info,
 // a posted and completed write, success, clear and retirement), and fails the
@@ -101,12 +120,12 @@ func runRooms(t *testing.T, f *fixture, ids []uint64, victim uint64) room.Reply 
 // returns, nothing is left live, and the engine keeps serving new rooms.
 func TestObserverPanicAtEveryCallback(t *testing.T) {
 	for _, at := range []string{"RoomCreated", "Traceparent", "TransferInfo", "StatusChanged", "Posted",
-		"TransferDone", "RoomRetired", "Ignored", "TombstoneEvicted"} {
+		"TransferDone", "RoomRetired", "Ignored", "TombstoneEvicted", "BindSteps"} {
 		t.Run(at, func(t *testing.T) {
 			const victim = 3
 			obs := &panicky{recorder: newRecorder(), at: at, victim: victim}
 			f := newFixture(t, &transfersDouble{}, func(c *Config) {
-				c.Observer = Flat(obs)
+				c.Observer = stepPanicky{Flat(obs), obs}
 				c.Shards = 2
 				c.TombstoneCap = 4 // tombstones are evicted, the victim's too
 			})
@@ -251,6 +270,7 @@ func (p *recordPanics) LateTransferDone(id uint64, _ uint32, _ room.Reason) {
 		panic("observer bug in LateTransferDone")
 	}
 }
+func (r *recordPanicsRoom) BindSteps(*StepClock) {}
 func (r *recordPanicsRoom) Abandoned() {
 	r.p.abandoned.Add(1)
 	if r.id == r.p.victim {

@@ -37,9 +37,10 @@ type roomActor struct {
 	posts *posting   // once the room posted a transfer
 	slot  statusSlot // the status-table slot it publishes to (statusslot.go)
 
-	// The clock as this step reads it (Now): read once per message.
-	stepAt   time.Time
-	stepRead bool
+	// The clock as this step reads it (Now): read once per message. Its
+	// record shares it (RoomObserver.BindSteps), bound at the first message.
+	step  StepClock
+	bound bool
 
 	recv    uint32 // envelopes handled (the shard counts what it routed)
 	wantGen uint32
@@ -47,16 +48,11 @@ type roomActor struct {
 	gone    bool // retired: routed messages go back to the shard
 }
 
-// Now implements StepClock: the engine's clock, read once per message the
-// actor handles (Receive resets it). Reading the wall clock costs 20–40 ns,
+// Now is the engine's clock, read once per message the actor handles
+// (a.step, which Receive begins and ends). Reading the wall clock costs 20–40 ns,
 // and a room's step may arm a deadline, and its record time a status
 // change, a post and a completion, all at one moment.
-func (a *roomActor) Now() time.Time {
-	if !a.stepRead {
-		a.stepAt, a.stepRead = a.eng.cfg.Clock.Now(), true
-	}
-	return a.stepAt
-}
+func (a *roomActor) Now() time.Time { return a.step.Now() }
 
 // posting is a room actor's part for its transfers. Completions that came
 // inside Transfers.Post (an instant transfer layer) wait in syncDone and are
@@ -78,23 +74,23 @@ type firstStep struct {
 }
 
 func newRoomActor(e *Engine, m *room.Machine, first room.Effects, env *envelope, lr *live) *roomActor {
-	return &roomActor{eng: e, m: m, lr: lr, first: &firstStep{fx: first, env: env}}
+	return &roomActor{eng: e, m: m, lr: lr, first: &firstStep{fx: first, env: env}, step: StepClock{clk: e.cfg.Clock}}
 }
 
 // Receive handles one message. A panic anywhere in it (the room's rules, an
 // effect, a callback: Observer, Notifier, Transfers) is recovered here and
 // fails this room with internal_error (see fault); nothing else is touched.
 func (a *roomActor) Receive(ctx actor.Context) {
-	a.stepRead = false
-	step := a.stepBegins()
+	a.step.Begin()
+	defer a.step.End() // even if fault panics too
 	defer func() {
 		if r := recover(); r != nil {
 			a.fault(ctx, r)
 		}
-		if step != nil && a.lr.flags.Load()&viewHanded == 0 { // still ours
-			step.StepEnds()
-		}
 	}()
+	if !a.bound {
+		a.bindSteps()
+	}
 	if h := a.eng.cfg.hooks.roomMsg; h != nil {
 		h(a.m.Room(), ctx.Message())
 	}
@@ -153,18 +149,14 @@ func (a *roomActor) Receive(ctx actor.Context) {
 	}
 }
 
-// stepBegins tells the room's record (if it is a StepObserver and still
-// this actor's) that a step begins; it returns the record to tell when the
-// step ends.
-func (a *roomActor) stepBegins() StepObserver {
-	if a.lr.flags.Load()&viewHanded != 0 {
-		return nil
+// bindSteps hands the room's record the actor's step clock, once: at the
+// actor's first message, before any callback of its step. A panic there
+// fails the room (Receive recovers it).
+func (a *roomActor) bindSteps() {
+	a.bound = true
+	if a.lr.flags.Load()&viewHanded == 0 {
+		a.lr.rec.BindSteps(&a.step)
 	}
-	s, ok := a.lr.rec.(StepObserver)
-	if ok {
-		s.StepBegins(a)
-	}
-	return s
 }
 
 // see shows the record what reaches the live room before the room handles
@@ -268,6 +260,9 @@ func (a *roomActor) drainSync(ctx actor.Context) {
 // rooms, keeps the Failed tombstone (shard.onTerminated).
 func (a *roomActor) fault(ctx actor.Context, r any) {
 	id := a.m.Room()
+	if a.self == nil { // it panicked before Started set it
+		a.self = ctx.Self()
+	}
 	a.eng.cfg.Logger.Error("room handler panicked; failing the room", "room", id, "panic", fmt.Sprint(r))
 	if h := a.eng.cfg.hooks.roomFault; h != nil {
 		h(id)

@@ -177,7 +177,6 @@ var (
 	_ actors.RefusalObserver = (*Observer)(nil)
 	_ actors.EngineWatcher   = (*Observer)(nil)
 	_ actors.RoomObserver    = (*roomRec)(nil)
-	_ actors.StepObserver    = (*roomRec)(nil)
 	_ actors.RoomObserver    = (*untracked)(nil)
 )
 
@@ -275,12 +274,12 @@ type roomState struct {
 	retired    bool // false: emitted at Close while still live
 	// From parent, for the sampler (no SpanContext copies on the hot path).
 	hasParent, parentSampled bool
-	// The room's actor is in a step (StepBegins): the callbacks share the
-	// first one's clock reading, stepAt (if stepRead), taken from the
-	// step's clock (clk) unless the Observer reads its own (ownClock).
-	stepping, stepRead bool
-	clk                actors.StepClock
-	parentKey          uint64
+	// The room's actor's step clock (BindSteps): the callbacks of its step
+	// stepNo share one reading, stepAt, taken from it unless the Observer
+	// reads its own clock (ownClock).
+	clk       *actors.StepClock
+	stepNo    uint64
+	parentKey uint64
 
 	events        []statusEvent
 	spans         []xferRec // child spans, up to MaxTransferSpans
@@ -668,28 +667,30 @@ func (o *Observer) RoomRefused(_ uint64, peerShare bool) {
 	}
 }
 
-// StepBegins implements actors.StepObserver: the callbacks until StepEnds
-// are one step of the room, handled at one time: they share one clock
-// reading (the first that one of them needs), as reading the clock is
-// about a quarter of a room's bookkeeping otherwise. A write that completes
-// within the step that posted it (inside Transfers.Post) thus lasts 0.
-func (r *roomRec) StepBegins(c actors.StepClock) { r.stepping, r.stepRead, r.clk = true, false, c }
-
-// StepEnds implements actors.StepObserver.
-func (r *roomRec) StepEnds() { r.stepping, r.clk = false, nil }
+// BindSteps implements actors.RoomObserver: the callbacks of one step of
+// the room's actor are handled at one time: they share one clock reading
+// (the first that one of them needs), as reading the clock is about a
+// quarter of a room's bookkeeping otherwise. A write that completes within
+// the step that posted it (inside Transfers.Post) thus lasts 0.
+func (r *roomRec) BindSteps(c *actors.StepClock) { r.clk = c }
 
 // now is the time of the room's current step, or the clock outside a step.
 func (r *roomRec) now() tick {
-	if !r.stepping {
+	c := r.clk
+	if c == nil {
 		return r.o.now()
 	}
-	if !r.stepRead {
-		if r.clk != nil && !r.o.ownClock.Load() {
-			r.stepAt = tick(r.clk.Now().Sub(r.o.base))
-		} else {
+	n, in := c.Step()
+	if !in {
+		return r.o.now()
+	}
+	if n != r.stepNo {
+		if r.o.ownClock.Load() {
 			r.stepAt = r.o.now()
+		} else {
+			r.stepAt = tick(c.Now().Sub(r.o.base))
 		}
-		r.stepRead = true
+		r.stepNo = n
 	}
 	return r.stepAt
 }
@@ -943,7 +944,8 @@ func (u *untracked) Retired(t room.Tombstone) {
 	si := statusIndex(t.Status)
 	u.count(func(st *stripe) *atomic.Int64 { return &st.retired[si] })
 }
-func (u *untracked) Abandoned() {}
+func (u *untracked) Abandoned()                  {}
+func (u *untracked) BindSteps(*actors.StepClock) {}
 
 // recStack is a lock-free stack of records (many pushers, one taker).
 type recStack struct{ head atomic.Pointer[roomRec] }

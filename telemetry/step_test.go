@@ -92,7 +92,8 @@ func TestStepSharesOneClockReading(t *testing.T) {
 }
 
 // TestRecordClockOutsideStep: a record reads the clock afresh for each
-// callback outside a step, once per step inside one.
+// callback outside a step, once per step inside one, and again in the next
+// step.
 func TestRecordClockOutsideStep(t *testing.T) {
 	clk := clock.NewFake(epoch)
 	obs, err := New(Config{Clock: clk})
@@ -103,25 +104,31 @@ func TestRecordClockOutsideStep(t *testing.T) {
 	at := func() time.Duration { return time.Duration(r.now()) }
 	clk.Advance(time.Millisecond)
 	if at() != time.Millisecond {
+		t.Fatalf("unbound: %v", at())
+	}
+	steps := actors.NewStepClock(clk)
+	r.BindSteps(steps)
+	clk.Advance(time.Millisecond)
+	if at() != 2*time.Millisecond {
 		t.Fatalf("outside a step: %v", at())
 	}
-	r.StepBegins(nil) // no step clock: the record reads its own
+	steps.Begin()
 	clk.Advance(time.Millisecond)
 	first := at()
 	clk.Advance(time.Millisecond)
-	if first != 2*time.Millisecond || at() != first {
-		t.Fatalf("in a step: %v then %v, want 2ms twice", first, at())
+	if first != 3*time.Millisecond || at() != first {
+		t.Fatalf("in a step: %v then %v, want 3ms twice", first, at())
 	}
-	r.StepEnds()
-	if at() != 3*time.Millisecond {
-		t.Fatalf("after the step: %v, want 3ms", at())
-	}
-	r.StepBegins(nil)
-	clk.Advance(time.Millisecond)
+	steps.End()
 	if at() != 4*time.Millisecond {
-		t.Fatalf("next step: %v, want 4ms", at())
+		t.Fatalf("after the step: %v, want 4ms", at())
 	}
-	r.StepEnds()
+	steps.Begin()
+	clk.Advance(time.Millisecond)
+	if at() != 5*time.Millisecond {
+		t.Fatalf("next step: %v, want 5ms", at())
+	}
+	steps.End()
 }
 
 // countingClock is a fake clock that counts its readings.
