@@ -4,7 +4,7 @@ GO    ?= go
 PKGS  ?= ./...
 BIN   ?= bin
 
-.PHONY: wheel all deps deps-nixl deps-sglang bench bench-sglang bench-go build test test-sglang test-hosts unit race vet fmt-check fmt bench fuzz-smoke demo clean
+.PHONY: wheel all deps deps-nixl deps-sglang bench bench-sglang bench-go build test test-sglang test-hosts unit race vet fmt-check fmt bench fuzz-smoke demo clean telemetry-counts
 
 all: build
 
@@ -78,6 +78,11 @@ bench: bench-suite
 
 bench-go:
 	$(GO) test -run='^$$' -bench=. -benchmem -count=3 $(PKGS)
+
+# Telemetry's cost per room counted under cachegrind (instructions, cache
+# misses): figures that do not move with the machine's load. Needs valgrind.
+telemetry-counts:
+	scripts/telemetry-counts.sh
 
 # kvxferd (auto-detecting each decode's SGLang release), the prefill scheduler
 # emulator and a mixed fleet of decode emulators (0.5.18, 0.5.22, 0.5.23) as

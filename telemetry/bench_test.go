@@ -338,3 +338,77 @@ func BenchmarkRoomsAlone(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkRoomsCounted drives whole rooms as BenchmarkRoomsAlone does, but
+// with blocking polls (Engine.PollSync: no poll loop that spins while rooms
+// finish), through one engine per configuration: off, metrics only,
+// tracing at ratio 0 and at ratio 0.1. It is the workload of
+// scripts/telemetry-counts.sh, which runs it under cachegrind (one thread
+// at a time, no garbage collector) to count each configuration's
+// instructions and simulated cache misses per room: counts that do not
+// move with the machine's load, where times on a shared 2-core box move by
+// a few percent from run to run.
+func BenchmarkRoomsCounted(b *testing.B) {
+	for _, mode := range []string{"off", "metrics-only", "ratio-0", "ratio-0.1"} {
+		b.Run(mode, func(b *testing.B) {
+			var obs *Observer
+			switch mode {
+			case "metrics-only":
+				obs = benchMetricsOnly(b)
+			case "ratio-0":
+				obs = benchTelemetry(b, Sampling{Ratio: 0}, false)
+			case "ratio-0.1":
+				obs = benchTelemetry(b, Sampling{Ratio: 0.1}, false)
+			}
+			eng := benchEngine(b, nil, false)
+			if obs != nil {
+				eng = benchEngine(b, obs, false)
+			}
+			const batch = 1000
+			ids := make([]uint64, batch)
+			out := make([]room.Reply, batch)
+			run := func(next uint64) {
+				syncLifecycle(b, eng, ids, out, next)
+				if obs != nil {
+					if err := obs.Flush(context.Background()); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			run(1 << 40)
+			b.ResetTimer()
+			c0 := cpuTime()
+			next := uint64(1)
+			for ; int(next-1) < b.N; next += batch {
+				run(next)
+			}
+			b.StopTimer()
+			b.ReportMetric(float64((cpuTime()-c0).Nanoseconds())/float64(next-1), "cpu-ns/room")
+		})
+	}
+}
+
+// syncLifecycle is lifecycle with one blocking poll per phase: the rooms'
+// writes complete inside Post, so once the shards handled every Send the
+// rooms have succeeded, and once they handled every Clear they retired.
+func syncLifecycle(b *testing.B, eng *actors.Engine, ids []uint64, out []room.Reply, next uint64) {
+	ti := room.TransferInfo{Agent: "a", DstPages: []int32{1, 2, 3, 4}, Required: 1}
+	p1, p2 := []int32{1, 2}, []int32{3, 4}
+	for i := range ids {
+		ids[i] = next + uint64(i)
+		eng.Open(ids[i])
+		eng.TransferInfo(ids[i], ti)
+		eng.Init(ids[i], 4, 0)
+		eng.Send(ids[i], p1, nil)
+		eng.Send(ids[i], p2, nil)
+	}
+	for i, r := range eng.PollSync(ids, out) {
+		if r.Status != room.Success {
+			b.Fatalf("room %d: %v/%v after its Sends, want Success", ids[i], r.Status, r.Reason)
+		}
+	}
+	for _, id := range ids {
+		eng.Clear(id)
+	}
+	eng.PollSync(ids, out)
+}
