@@ -28,15 +28,14 @@ func TestEmitAgentAttrCached(t *testing.T) {
 	mk := func(id uint64, agents ...string) *roomRec {
 		r := &roomRec{roomState: roomState{id: id, retiredAt: 5e6, status: room.Success, retired: true, keep: keepSampled}}
 		for i, a := range agents {
-			r.spans = append(r.spans, xferRec{seq: uint32(i + 1), agent: a, start: 1e6, end: 2e6, done: true})
-			r.agents = append(r.agents, a)
+			r.putSpan(xferRec{seq: uint32(i + 1), start: 1e6, end: 2e6, flags: xDone}, a)
 		}
 		return r
 	}
 	var want []string
 	emit := func(r *roomRec) {
 		obs.emit(r)
-		want = append(want, fmt.Sprint(r.agents))
+		want = append(want, fmt.Sprint(r.agents()))
 	}
 	emit(mk(1, "a"))
 	emit(mk(2, "b"))

@@ -2,7 +2,6 @@ package telemetry
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"math"
 	"reflect"
@@ -236,71 +235,111 @@ type shardStats struct {
 	xferDur                     hist
 }
 
-// roomRec is what the Observer keeps of one live room until it retires. The
-// small inline arrays hold a typical room without further allocation.
+// roomRec is what the Observer keeps of one live room until it retires.
 //
-// Its layout keeps what a typical room touches (its first 9 cache lines of
-// 12: the Observer pointer and the times on the first, the counters, 3
-// status events, 2 transfers) together, and what most rooms never touch (the
-// third and fourth transfer, a parent trace context) last; 752 bytes, the
-// 768-byte size class (TestRecordSize).
+// Its layout is for the caches: a room's record has usually left them
+// between its callbacks (a batch of other rooms went by), and each of its
+// cache lines a room touches costs two to three misses over the room's life
+// (docs/observability.md, Cost). So what every room writes comes first and
+// is small: the state on lines 0–1, then the inline transfer entries, the
+// first agent and the status events, so that a typical traced room (three
+// status events, two transfers, one agent) touches lines 0–4, and a room
+// with metrics only lines 0–2 or 0–3. What most rooms never touch (the
+// counters of failures and drops, the stack link of kept records, the
+// overflow buffers, a parent trace context) comes last. It is allocated in
+// the 448-byte size class, 7 lines: every record starts on a line
+// (TestRecordSize).
 type roomRec struct {
-	o    *Observer // set once: a record serves one Observer
-	next *roomRec  // on a recStack
-	slot uint32    // its freeList slot + 1 (0: none yet)
-	list uint8     // that freeList's index in Observer.frees
+	o *Observer // set once: a record serves one Observer
 	roomState
-	evBuf [4]statusEvent
-	inBuf [4]inflightRec
-	agBuf [2]string
-	spBuf [4]xferRec
+	xf     [inlineXfers]xferRec // transfers: spans first, then in flight (see xfers)
+	agent0 [1]string            // the first agent (see agents)
+	evs    [inlineEvents]statusEvent
+	rareState
+	next *roomRec // on a recStack; take clears it
+	more *recMore // where xf, agent0 and evs spill over (kept for reuse)
 	// parent is the trace the room joins (Traceparent; valid if hasParent,
 	// cleared by reset only then).
 	parent trace.SpanContext
 }
 
-// roomState is the part of a record that is reset between rooms. (Keep the
-// Observer's frames small: they run deep in the actors' goroutines, whose
-// stacks start small and are copied whenever they grow.)
+const (
+	inlineXfers  = 3
+	inlineEvents = 4
+	// maxSpanAgents caps the agents a record names: agent indexes are
+	// uint16 (Config.MaxTransferSpans is capped alike).
+	maxSpanAgents = math.MaxUint16
+	// maxSpans caps Config.MaxTransferSpans: roomState.nSpans is a uint16,
+	// and the agents of the spans and of the room stay within
+	// maxSpanAgents.
+	maxSpans = maxSpanAgents - maxRoomAgents
+)
+
+// roomState is the hot part of a record: what every room writes, reset
+// between rooms (but slot and list, which stay with the record).
 type roomState struct {
+	// The room's actor's step clock (BindSteps): the callbacks of its step
+	// stepNo share one reading, stepAt, taken from it unless the Observer
+	// reads its own clock (ownClock). (Steps count per actor: its low 32
+	// bits tell its steps apart.)
+	clk        *actors.StepClock
+	stepAt     tick
 	id         uint64
 	created    tick
 	statusAt   tick // when the current status was entered
 	terminalAt tick // when it became terminal, if terminal
 	retiredAt  tick
-	terminal   bool
+	pages      int64
+	bytes      int64 // successfully written
+	stepNo     uint32
+	required   int32 // required_dst_info_num from decode's transfer infos
+	chunks     int32
+	transfers  int32 // posted
+	doneOK     int32
+	nX         int32  // entries in xfers()
+	nSpans     uint16 // of which the first nSpans are child spans (tracing)
+	nAg        uint16 // len(agents())
+	nEv        uint8  // len(events())
 	status     room.Status
 	reason     room.Reason
+	keep       keepReason
+	slot       uint8 // its freeList slot + 1 (0: none yet); kept by reset
+	list       uint8 // that freeList's index in Observer.frees; kept by reset
+	terminal   bool
 	retired    bool // false: emitted at Close while still live
-	// From parent, for the sampler (no SpanContext copies on the hot path).
+	// From parent, for the sampler (no SpanContext reads on the hot path).
 	hasParent, parentSampled bool
-	// The room's actor's step clock (BindSteps): the callbacks of its step
-	// stepNo share one reading, stepAt, taken from it unless the Observer
-	// reads its own clock (ownClock).
-	clk       *actors.StepClock
-	stepNo    uint64
-	parentKey uint64
+	rare                     bool  // rareState was written
+	spill                    uint8 // spillX | spillA | spillE: in more
+}
 
-	events        []statusEvent
-	spans         []xferRec // child spans, up to MaxTransferSpans
+// Which of a record's lists live in its recMore.
+const (
+	spillX = 1 << iota
+	spillA
+	spillE
+)
+
+// rareState is what few rooms write (failures, absorbed messages, drops);
+// reset clears it only if rare is set, and so leaves its line alone.
+type rareState struct {
+	failedX       int32 // completed with a failure
+	ignored       int32
 	droppedEvents int32
 	droppedSpans  int32
-	inflight      []inflightRec
-	agents        []string
-
-	required    int // required_dst_info_num from decode's transfer infos
-	chunks      int32
-	transfers   int32 // posted
-	doneOK      int32
-	failedX     int32 // completed with a failure
-	pages       int64
-	bytes       int64 // successfully written
-	bytesFailed int64
-	ignored     int32
-
-	keep   keepReason
-	stepAt tick
+	bytesFailed   int64
 }
+
+// recMore holds a record's lists once they outgrow the inline arrays: each
+// list moves here whole and stays until reset (which keeps the buffers for
+// the record's next rooms, up to maxKeptMore entries).
+type recMore struct {
+	xfers  []xferRec
+	agents []string
+	events []statusEvent
+}
+
+const maxKeptMore = 256
 
 type statusEvent struct {
 	at     tick
@@ -308,24 +347,150 @@ type statusEvent struct {
 	reason room.Reason
 }
 
+// xferRec is one posted transfer: a child span (the first nSpans entries,
+// in posting order, kept when done) or, past them, a write in flight
+// (removed when done). 40 bytes, no pointers.
 type xferRec struct {
 	start, end tick
 	bytes      int64
-	agent      string
 	seq        uint32
 	chunk      int32
 	pages      int32
+	agent      uint16 // index into agents()
 	fail       room.Reason
-	last       bool
-	done       bool
+	flags      uint8 // xLast | xDone
 }
 
-type inflightRec struct {
-	start tick
-	bytes int64
-	seq   uint32
-	span  int32 // index into spans, or -1
+const (
+	xLast = 1 << iota
+	xDone
+)
+
+func (x *xferRec) last() bool { return x.flags&xLast != 0 }
+func (x *xferRec) done() bool { return x.flags&xDone != 0 }
+
+// xfers is the record's transfer entries.
+func (r *roomRec) xfers() []xferRec {
+	if r.spill&spillX != 0 {
+		return r.more.xfers
+	}
+	return r.xf[:r.nX]
 }
+
+// spans is the child spans' entries.
+func (r *roomRec) spans() []xferRec { return r.xfers()[:r.nSpans] }
+
+// agents is the distinct agents written to, in posting order.
+func (r *roomRec) agents() []string {
+	if r.spill&spillA != 0 {
+		return r.more.agents
+	}
+	return r.agent0[:r.nAg]
+}
+
+// roomAgents is the agents that name the room: the first maxRoomAgents.
+func (r *roomRec) roomAgents() []string {
+	as := r.agents()
+	return as[:min(len(as), maxRoomAgents)]
+}
+
+// agentOf is x's agent.
+func (r *roomRec) agentOf(x *xferRec) string { return r.agents()[x.agent] }
+
+// events is the status events.
+func (r *roomRec) events() []statusEvent {
+	if r.spill&spillE != 0 {
+		return r.more.events
+	}
+	return r.evs[:r.nEv]
+}
+
+// extra is r.more, made on first use.
+func (r *roomRec) extra() *recMore {
+	if r.more == nil {
+		r.more = new(recMore)
+	}
+	return r.more
+}
+
+// addXfer appends a zeroed entry and returns it.
+func (r *roomRec) addXfer() *xferRec {
+	if r.spill&spillX == 0 {
+		if int(r.nX) < len(r.xf) {
+			r.nX++
+			x := &r.xf[r.nX-1]
+			*x = xferRec{} // a recycled record holds old ones
+			return x
+		}
+		m := r.extra()
+		m.xfers, r.spill = append(m.xfers[:0], r.xf[:]...), r.spill|spillX
+	}
+	m := r.more
+	m.xfers = append(m.xfers, xferRec{})
+	r.nX = int32(len(m.xfers))
+	return &m.xfers[len(m.xfers)-1]
+}
+
+// dropXfer removes entry i (one past the spans) by moving the last there.
+func (r *roomRec) dropXfer(i int) {
+	xs := r.xfers()
+	last := len(xs) - 1
+	xs[i] = xs[last]
+	r.nX--
+	if r.spill&spillX != 0 {
+		r.more.xfers = xs[:last]
+	}
+}
+
+// addAgent appends a to agents.
+func (r *roomRec) addAgent(a string) {
+	if r.spill&spillA == 0 {
+		if int(r.nAg) < len(r.agent0) {
+			r.agent0[r.nAg] = a
+			r.nAg++
+			return
+		}
+		m := r.extra()
+		m.agents, r.spill = append(m.agents[:0], r.agent0[:]...), r.spill|spillA
+	}
+	r.more.agents = append(r.more.agents, a)
+	r.nAg = uint16(len(r.more.agents))
+}
+
+// addEvent appends e to events.
+func (r *roomRec) addEvent(e statusEvent) {
+	if r.spill&spillE == 0 {
+		if int(r.nEv) < len(r.evs) {
+			r.evs[r.nEv] = e
+			r.nEv++
+			return
+		}
+		m := r.extra()
+		m.events, r.spill = append(m.events[:0], r.evs[:]...), r.spill|spillE
+	}
+	r.more.events = append(r.more.events, e)
+	r.nEv = uint8(len(r.more.events))
+}
+
+// agentIndex is a's index in agents, added if new. Only the first 16
+// distinct agents name the room (roomAttrs); a child span's agent is added
+// past them (always: span is true) up to maxSpanAgents.
+func (r *roomRec) agentIndex(a string, span bool) (int, bool) {
+	as := r.agents()
+	for i := range as {
+		if as[i] == a {
+			return i, true
+		}
+	}
+	if len(as) < maxRoomAgents || (span && len(as) < maxSpanAgents) {
+		r.addAgent(a)
+		return len(as), true
+	}
+	return 0, false
+}
+
+// maxRoomAgents is how many agents name a room (kv_transfer.peer.agent).
+const maxRoomAgents = 16
 
 // New returns an Observer. Call Close when done (it emits what is left).
 func New(cfg Config) (*Observer, error) {
@@ -338,6 +503,7 @@ func New(cfg Config) (*Observer, error) {
 	if cfg.MaxTransferSpans <= 0 {
 		cfg.MaxTransferSpans = DefaultMaxTransferSpans
 	}
+	cfg.MaxTransferSpans = min(cfg.MaxTransferSpans, maxSpans)
 	if cfg.QueueSize <= 0 {
 		cfg.QueueSize = DefaultQueueSize
 	}
@@ -502,39 +668,60 @@ func (o *Observer) RoomCreated(id uint64) actors.RoomObserver {
 	procUnpin()
 	now := o.now()
 	r.id, r.created, r.statusAt, r.status = id, now, now, room.Bootstrapping
-	r.warm()
+	r.warm(o.tracing)
 	return r
 }
 
 // warm loads one word of each cache line a typical room goes on to write
-// (the first 9 of the record's 12, see roomRec), all at once: a record from
-// the free list has usually left the cache since its last room, and these
-// independent loads miss together instead of one callback after another
-// (the room's actor usually runs on this goroutine: rooms use a
-// synchronized dispatcher). The branch is never taken on a reset record
-// (all fields it reads are ticks or lengths, not negative); it keeps the
-// loads.
-func (r *roomRec) warm() {
-	if r.parentKey|uint64(r.droppedSpans)|uint64(r.chunks)|uint64(r.evBuf[0].at)|uint64(r.inBuf[0].start)|
-		uint64(len(r.agBuf[0]))|uint64(r.spBuf[0].start)|uint64(r.spBuf[1].end) == 1<<63|1 {
-		r.droppedEvents = 0
+// (lines 1–4 of the record traced, 1–2 with metrics only; see roomRec), all
+// at once: a record from the free list has usually left the cache since its
+// last room, and these independent loads miss together instead of one
+// callback after another (the room's actor usually runs on this goroutine:
+// rooms use a synchronized dispatcher). The branch's write is a no-op on a
+// reset record; it keeps the loads.
+func (r *roomRec) warm(tracing bool) {
+	x := uint64(r.pages) | uint64(r.xf[0].end)
+	if tracing {
+		x |= uint64(len(r.agent0[0])) | uint64(r.evs[0].at)
+	}
+	if x == 1<<63|1 {
+		r.stepNo = 0
 	}
 }
 
-// reset empties r for reuse, keeping its inline buffers.
+// reset empties r for reuse. It writes only the lines the room used: the
+// state, and the agent, the rare counters, the overflow lists and the
+// parent only if the room wrote them (the inline entries need no clearing:
+// they hold no pointers, and are overwritten before use).
 func reset(r *roomRec) {
-	// Drop the agent strings of the used entries (addSpan zeroes an entry
-	// before use, so the rest need no clearing).
-	clear(r.spBuf[:min(len(r.spans), len(r.spBuf))])
-	clear(r.agBuf[:min(len(r.agents), len(r.agBuf))])
+	if r.nAg > 0 {
+		r.agent0 = [1]string{}
+	}
+	if r.spill != 0 {
+		r.more.trim()
+	}
+	if r.rare {
+		r.rareState = rareState{}
+	}
 	if r.hasParent {
 		r.parent = trace.SpanContext{}
 	}
+	slot, list := r.slot, r.list
 	r.roomState = roomState{}
-	if r.next != nil { // take clears it; written only if not (it shares o's line)
-		r.next = nil
+	r.slot, r.list = slot, list
+}
+
+// trim empties m, keeping buffers of up to maxKeptMore entries.
+func (m *recMore) trim() {
+	clear(m.agents)
+	m.xfers, m.agents, m.events = keep(m.xfers), keep(m.agents), keep(m.events)
+}
+
+func keep[T any](s []T) []T {
+	if cap(s) > maxKeptMore {
+		return nil
 	}
-	r.events, r.spans, r.inflight, r.agents = r.evBuf[:0], r.spBuf[:0], r.inBuf[:0], r.agBuf[:0]
+	return s[:0]
 }
 
 // freeIndex is the free list of a room's records: the hash the engine uses
@@ -616,7 +803,7 @@ func (f *freeList) put(r *roomRec, index int) bool {
 			f.slots.Add(^uint32(0))
 			return false
 		}
-		r.slot, r.list = n, uint8(index)
+		r.slot, r.list = uint8(n), uint8(index) // n <= freePerList fits
 		f.recs[n-1] = r
 	}
 	for {
@@ -684,13 +871,13 @@ func (r *roomRec) now() tick {
 	if !in {
 		return r.o.now()
 	}
-	if n != r.stepNo {
+	if uint32(n) != r.stepNo {
 		if r.o.ownClock.Load() {
 			r.stepAt = r.o.now()
 		} else {
 			r.stepAt = tick(c.Now().Sub(r.o.base))
 		}
-		r.stepNo = n
+		r.stepNo = uint32(n)
 	}
 	return r.stepAt
 }
@@ -704,14 +891,14 @@ func (r *roomRec) Traceparent(traceparent string) {
 		r.o.badTraceparents.Add(1)
 		return
 	}
-	id := sc.TraceID()
 	r.parent, r.hasParent, r.parentSampled = sc, true, sc.IsSampled()
-	r.parentKey = binary.BigEndian.Uint64(id[8:16]) >> 1 // as sdktrace.TraceIDRatioBased
 }
 
 // TransferInfo implements actors.RoomObserver: it records the room's
 // required_dst_info_num (decode agents are recorded as transfers are posted).
-func (r *roomRec) TransferInfo(_ string, required int) { r.required = required }
+func (r *roomRec) TransferInfo(_ string, required int) {
+	r.required = int32(min(max(required, 0), math.MaxInt32))
+}
 
 // StatusChanged implements actors.RoomObserver.
 func (r *roomRec) StatusChanged(s room.Status, why room.Reason) {
@@ -729,9 +916,10 @@ func (r *roomRec) StatusChanged(s room.Status, why room.Reason) {
 		r.terminalAt, r.terminal = now, true
 	}
 	if o.tracing {
-		if len(r.events) < o.cfg.MaxEvents {
-			r.events = append(r.events, statusEvent{at: now, status: s, reason: why})
+		if int(r.nEv) < o.cfg.MaxEvents {
+			r.addEvent(statusEvent{at: now, status: s, reason: why})
 		} else {
+			r.rare = true
 			r.droppedEvents++
 		}
 	}
@@ -751,45 +939,30 @@ func (r *roomRec) Posted(t *room.Transfer) {
 	if c := int32(min(t.Chunk, math.MaxInt32-1)) + 1; c > r.chunks {
 		r.chunks = c
 	}
-	span := -1
+	x := r.addXfer()
+	x.seq, x.start, x.bytes = t.Seq, now, bytes
 	if o.tracing {
-		span = o.addSpan(r, t, pages, bytes, now)
+		r.addSpan(x, t, pages)
 	}
-	if len(r.inflight) == cap(r.inflight) {
-		r.inflight = slices.Grow(r.inflight, 1)
-	}
-	r.inflight = r.inflight[:len(r.inflight)+1]
-	in := &r.inflight[len(r.inflight)-1]
-	in.seq, in.bytes, in.start, in.span = t.Seq, bytes, now, int32(span)
 }
 
-// addSpan records a child span for t, if r has room for one, and returns its
-// index (-1 if not).
-func (o *Observer) addSpan(r *roomRec, t *room.Transfer, pages int, bytes int64, now tick) int {
-	if len(r.agents) < 16 && !contains(r.agents, t.Agent) {
-		r.agents = append(r.agents, t.Agent)
-	}
-	if len(r.spans) >= o.cfg.MaxTransferSpans {
+// addSpan makes x, just added for t, a child span if r has room for one
+// (the spans are the first entries: entries past them are only made once
+// the spans are full, or without tracing). The room's agents are recorded
+// either way.
+func (r *roomRec) addSpan(x *xferRec, t *room.Transfer, pages int) {
+	span := int(r.nSpans) < r.o.cfg.MaxTransferSpans
+	agent, _ := r.agentIndex(t.Agent, span)
+	if !span {
+		r.rare = true
 		r.droppedSpans++
-		return -1
+		return
 	}
-	if len(r.spans) == cap(r.spans) {
-		r.spans = slices.Grow(r.spans, 1)
+	r.nSpans++
+	x.chunk, x.pages, x.agent = int32(t.Chunk), int32(pages), uint16(agent)
+	if t.Last {
+		x.flags = xLast
 	}
-	r.spans = r.spans[:len(r.spans)+1]
-	x := &r.spans[len(r.spans)-1]
-	*x = xferRec{} // a recycled record may hold an old one
-	x.seq, x.chunk, x.last, x.agent, x.pages, x.bytes, x.start = t.Seq, int32(t.Chunk), t.Last, t.Agent, int32(pages), bytes, now
-	return len(r.spans) - 1
-}
-
-func contains(ss []string, s string) bool {
-	for _, x := range ss {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // TransferDone implements actors.RoomObserver.
@@ -799,26 +972,28 @@ func (r *roomRec) TransferDone(seq uint32, fail room.Reason) {
 	if ok {
 		r.doneOK++
 	} else {
+		r.rare = true
 		r.failedX++
 	}
 	found := false
-	var in inflightRec
-	for i := len(r.inflight) - 1; i >= 0; i-- {
-		if r.inflight[i].seq != seq {
+	var start tick
+	var bytes int64
+	xs := r.xfers()
+	for i := len(xs) - 1; i >= 0; i-- {
+		x := &xs[i]
+		if x.seq != seq || x.done() {
 			continue
 		}
-		in, found = r.inflight[i], true
-		last := len(r.inflight) - 1
-		r.inflight[i] = r.inflight[last]
-		r.inflight = r.inflight[:last]
-		if ok {
-			r.bytes += in.bytes
+		found, start, bytes = true, x.start, x.bytes
+		if i < int(r.nSpans) {
+			x.end, x.fail, x.flags = now, fail, x.flags|xDone
 		} else {
-			r.bytesFailed += in.bytes
+			r.dropXfer(i)
 		}
-		if in.span >= 0 {
-			sp := &r.spans[in.span]
-			sp.end, sp.fail, sp.done = now, fail, true
+		if ok {
+			r.bytes += bytes
+		} else {
+			r.bytesFailed += bytes
 		}
 		break
 	}
@@ -829,11 +1004,11 @@ func (r *roomRec) TransferDone(seq uint32, fail room.Reason) {
 		st.add(&st.xferFailed, 1)
 	}
 	if found {
-		st.observe(&st.xferDur, time.Duration(now-in.start), transferBoundsNs)
+		st.observe(&st.xferDur, time.Duration(now-start), transferBoundsNs)
 		if ok {
-			st.add(&st.bytesOK, in.bytes)
+			st.add(&st.bytesOK, bytes)
 		} else {
-			st.add(&st.bytesFailed, in.bytes)
+			st.add(&st.bytesFailed, bytes)
 		}
 	}
 	procUnpin()
@@ -841,6 +1016,7 @@ func (r *roomRec) TransferDone(seq uint32, fail room.Reason) {
 
 // Ignored implements actors.RoomObserver: a message the live room absorbed.
 func (r *roomRec) Ignored(msg room.Msg) {
+	r.rare = true
 	r.ignored++
 	k := msgIndex(msg)
 	st := r.o.pin()

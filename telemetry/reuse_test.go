@@ -70,32 +70,33 @@ func reuseRooms() []*roomRec {
 		id := uint64(1000 + i)
 		r := &roomRec{roomState: roomState{id: id, created: tick(i), retiredAt: tick(9e6 + i), status: room.Success, retired: true,
 			keep: keepSampled, chunks: 2, transfers: 2, pages: 4, bytes: 4096, required: 1}}
-		r.events = []statusEvent{{1e6, room.WaitingForInput, 0}, {2e6, room.Transferring, 0}, {4e6, room.Success, 0}}
+		r.putEvents(statusEvent{1e6, room.WaitingForInput, 0}, statusEvent{2e6, room.Transferring, 0}, statusEvent{4e6, room.Success, 0})
 		nx := 2
 		if i%37 == 0 {
 			nx = 40 // many transfers
 		}
 		for j := range nx {
-			x := xferRec{seq: uint32(j + 1), chunk: int32(j), agent: fmt.Sprintf("agent-%d", j%(1+i%3)), pages: 2, bytes: 2048,
-				start: tick(2e6 + j), end: tick(3e6 + j), done: true, last: j == nx-1}
-			r.spans = append(r.spans, x)
-			if !slices.Contains(r.agents, x.agent) {
-				r.agents = append(r.agents, x.agent)
+			x := xferRec{seq: uint32(j + 1), chunk: int32(j), pages: 2, bytes: 2048,
+				start: tick(2e6 + j), end: tick(3e6 + j), flags: xDone}
+			if j == nx-1 {
+				x.flags |= xLast
 			}
+			r.putSpan(x, fmt.Sprintf("agent-%d", j%(1+i%3)))
 		}
 		switch i % 7 {
 		case 1: // failed, with a failed and an abandoned transfer
 			r.status, r.reason, r.failedX = room.Failed, room.ReasonTransferError, 1
-			r.events = append(r.events, statusEvent{5e6, room.Failed, room.ReasonTransferError})
-			r.spans[0].fail = room.ReasonTransferError
-			r.spans[1].done = false
+			r.rare = true
+			r.addEvent(statusEvent{5e6, room.Failed, room.ReasonTransferError})
+			r.spans()[0].fail = room.ReasonTransferError
+			r.spans()[1].flags &^= xDone
 			r.keep = keepFailed
 		case 2:
 			r.parent, r.hasParent = parent, true
 		case 3:
-			r.droppedSpans, r.droppedEvents, r.ignored = 3, 2, 1
+			r.rare, r.droppedSpans, r.droppedEvents, r.ignored = true, 3, 2, 1
 		case 4:
-			r.spans, r.agents = nil, nil
+			r.nX, r.nSpans, r.nAg, r.spill = 0, 0, 0, r.spill&spillE
 		case 5:
 			r.retired = false
 		}

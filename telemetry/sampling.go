@@ -1,6 +1,7 @@
 package telemetry
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math"
 	"strconv"
@@ -77,9 +78,10 @@ func (s *Sampling) decide(r *roomRec) keepReason {
 	case s.Ratio <= 0:
 		return dropSampled
 	}
-	x := r.parentKey
-	if !r.hasParent {
-		x = splitmix(r.id) >> 1
+	x := splitmix(r.id) >> 1
+	if r.hasParent {
+		id := r.parent.TraceID()
+		x = binary.BigEndian.Uint64(id[8:16]) >> 1 // as sdktrace.TraceIDRatioBased
 	}
 	if x < uint64(s.Ratio*(1<<63)) {
 		return keepSampled

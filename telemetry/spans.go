@@ -81,7 +81,7 @@ func errAttr(r room.Reason) attribute.KeyValue {
 
 // roomAttrCount is len(roomAttrs(r)).
 func roomAttrCount(r *roomRec) int {
-	return 9 + b2i(r.required > 0) + b2i(len(r.agents) > 0) + b2i(r.failedX > 0) + b2i(r.ignored > 0) + b2i(r.droppedSpans > 0) +
+	return 9 + b2i(r.required > 0) + b2i(r.nAg > 0) + b2i(r.failedX > 0) + b2i(r.ignored > 0) + b2i(r.droppedSpans > 0) +
 		b2i(r.droppedEvents > 0) + b2i(!r.retired) + b2i(r.status == room.Failed)
 }
 
@@ -95,11 +95,11 @@ func roomAttrs(a []attribute.KeyValue, r *roomRec, agents attribute.KeyValue) []
 		AttrChunks.Int(int(r.chunks)), AttrTransfers.Int(int(r.transfers)), AttrPages.Int64(r.pages), AttrBytes.Int64(r.bytes),
 		decideAttrs[r.keep])
 	if r.required > 0 {
-		a = append(a, AttrRequired.Int(r.required))
+		a = append(a, AttrRequired.Int(int(r.required)))
 	}
-	if len(r.agents) > 0 {
+	if r.nAg > 0 {
 		if !agents.Valid() {
-			agents = AttrPeerAgent.StringSlice(r.agents)
+			agents = AttrPeerAgent.StringSlice(r.roomAgents())
 		}
 		a = append(a, agents)
 	}
@@ -134,10 +134,10 @@ func roomStatus(r *roomRec) sdktrace.Status {
 // xferAttrs appends one transfer span's attributes; it returns them, its end
 // and its status.
 func xferAttrs(a []attribute.KeyValue, r *roomRec, x *xferRec) ([]attribute.KeyValue, tick, sdktrace.Status) {
-	a = append(a, AttrPeerAgent.String(x.agent), AttrChunk.Int(int(x.chunk)), lastAttrs[b2i(x.last)],
+	a = append(a, AttrPeerAgent.String(r.agentOf(x)), AttrChunk.Int(int(x.chunk)), lastAttrs[b2i(x.last())],
 		AttrSeq.Int64(int64(x.seq)), AttrPages.Int(int(x.pages)), AttrBytes.Int64(x.bytes))
 	switch {
-	case !x.done: // still in flight when the room retired (drain deadline expired)
+	case !x.done(): // still in flight when the room retired (drain deadline expired)
 		return append(a, abandonAttr), r.retiredAt, sdktrace.Status{Code: codes.Error, Description: abandonedMsg}
 	case x.fail != room.ReasonNone:
 		return append(a, errAttr(x.fail)), x.end, sdktrace.Status{Code: codes.Error, Description: x.fail.String()}
@@ -178,13 +178,15 @@ func (o *Observer) emitAPI(r *roomRec) {
 	}
 	ctx, sp := o.tracer.Start(ctx, RoomSpan, trace.WithTimestamp(o.wall(r.created)), trace.WithSpanKind(trace.SpanKindInternal),
 		trace.WithAttributes(roomAttrs(nil, r, attribute.KeyValue{})...))
-	for i := range r.events {
-		e := &r.events[i]
+	events := r.events()
+	for i := range events {
+		e := &events[i]
 		sp.AddEvent(StatusEvent, trace.WithTimestamp(o.wall(e.at)), trace.WithAttributes(statusEventAttrs(e)...))
 	}
-	for i := range r.spans {
-		attrs, end, st := xferAttrs(nil, r, &r.spans[i])
-		_, c := o.tracer.Start(ctx, TransferSpan, trace.WithTimestamp(o.wall(r.spans[i].start)), trace.WithSpanKind(trace.SpanKindClient),
+	spans := r.spans()
+	for i := range spans {
+		attrs, end, st := xferAttrs(nil, r, &spans[i])
+		_, c := o.tracer.Start(ctx, TransferSpan, trace.WithTimestamp(o.wall(spans[i].start)), trace.WithSpanKind(trace.SpanKindClient),
 			trace.WithAttributes(attrs...))
 		if st.Code == codes.Error {
 			c.SetStatus(st.Code, st.Description)
@@ -269,25 +271,26 @@ func (o *Observer) build(r *roomRec) {
 	// capped sub-slice), one for the events, one for the spans: fresh, or
 	// cut from the arena.
 	n := roomAttrCount(r)
-	nattr := n + xferAttrMax*len(r.spans)
+	spans, revents := r.spans(), r.events()
+	nattr := n + xferAttrMax*len(spans)
 	var buf []attribute.KeyValue
 	var events []sdktrace.Event
 	var recs []spanRecord
 	if o.reuse {
 		buf = take(&o.arena.attrs, nattr)[:0]
-		recs = take(&o.arena.recs, 1+len(r.spans))
-		if len(r.events) > 0 {
-			events = take(&o.arena.events, len(r.events))
+		recs = take(&o.arena.recs, 1+len(spans))
+		if len(revents) > 0 {
+			events = take(&o.arena.events, len(revents))
 		}
 	} else {
 		buf = make([]attribute.KeyValue, 0, nattr)
-		recs = make([]spanRecord, 1+len(r.spans))
-		if len(r.events) > 0 {
-			events = make([]sdktrace.Event, len(r.events))
+		recs = make([]spanRecord, 1+len(spans))
+		if len(revents) > 0 {
+			events = make([]sdktrace.Event, len(revents))
 		}
 	}
-	for i := range r.events {
-		e := &r.events[i]
+	for i := range revents {
+		e := &revents[i]
 		var ea []attribute.KeyValue
 		if e.status == room.Failed && o.reuse {
 			ea = take(&o.arena.attrs, 2)
@@ -297,17 +300,17 @@ func (o *Observer) build(r *roomRec) {
 		}
 		events[i] = sdktrace.Event{Name: StatusEvent, Time: o.wall(e.at), Attributes: ea}
 	}
-	ra := roomAttrs(buf[:0:n], r, o.agentAttr(r.agents))
+	ra := roomAttrs(buf[:0:n], r, o.agentAttr(r.roomAgents()))
 	buf = buf[n:n:cap(buf)]
 	recs[0] = spanRecord{
 		name: RoomSpan, sc: sc, parent: parent, kind: trace.SpanKindInternal,
 		start: r.created, end: r.retiredAt, attrs: ra, events: events,
-		status: roomStatus(r), droppedEvents: int(r.droppedEvents), childSpanCount: len(r.spans),
+		status: roomStatus(r), droppedEvents: int(r.droppedEvents), childSpanCount: len(spans),
 		common: &o.common,
 	}
 	o.batch = append(o.batch, &recs[0])
-	for i := range r.spans {
-		x := &r.spans[i]
+	for i := range spans {
+		x := &spans[i]
 		attrs, end, st := xferAttrs(buf[:0:xferAttrMax], r, x)
 		buf = buf[xferAttrMax:xferAttrMax:cap(buf)]
 		csc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: o.ids.span(), TraceFlags: trace.FlagsSampled, TraceState: state})

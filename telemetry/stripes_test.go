@@ -6,7 +6,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-	"unsafe"
 
 	"github.com/kvxfer/kvxfer/actors/room"
 )
@@ -128,21 +127,5 @@ func TestOverStripeAddsAtomically(t *testing.T) {
 	}
 	if got, want := o.over.posted.Load(), int64(goroutines*adds); got != want || n != want {
 		t.Fatalf("posted %d, transfer durations %d; want %d", got, n, want)
-	}
-}
-
-// A record stays in the 768-byte size class, and what a typical room writes
-// (the fields, three status events, two in-flight entries, one agent, two
-// transfer spans) lies in its first 9 cache lines.
-func TestRecordSize(t *testing.T) {
-	var r roomRec
-	if n := unsafe.Sizeof(r); n > 768 {
-		t.Errorf("roomRec is %d bytes, want at most 768", n)
-	}
-	if end := unsafe.Offsetof(r.spBuf) + 2*unsafe.Sizeof(r.spBuf[0]); end > 9*64 {
-		t.Errorf("a two-transfer room's record spans %d bytes, want at most 576", end)
-	}
-	if unsafe.Offsetof(r.parent) < unsafe.Offsetof(r.spBuf) {
-		t.Error("the parent trace context lies among the hot fields")
 	}
 }

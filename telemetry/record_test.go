@@ -1,0 +1,272 @@
+package telemetry
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+	"unsafe"
+
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/internal/clock"
+)
+
+// putSpan appends x as a child span to agent a (tests that build records).
+func (r *roomRec) putSpan(x xferRec, a string) {
+	i, _ := r.agentIndex(a, true)
+	e := r.addXfer()
+	*e = x
+	e.agent = uint16(i)
+	r.nSpans++
+}
+
+// putEvents appends status events (tests that build records).
+func (r *roomRec) putEvents(es ...statusEvent) {
+	for _, e := range es {
+		r.addEvent(e)
+	}
+}
+
+// A record is allocated in the 448-byte size class (7 cache lines, so every
+// record starts on a line), and what a room writes lies in its first lines:
+// traced, with three status events, two transfers and one agent, lines 0–4;
+// with metrics only and one write in flight at a time, lines 0–2. What few
+// rooms write starts on line 5.
+func TestRecordSize(t *testing.T) {
+	var r roomRec
+	if n := unsafe.Sizeof(r); n <= 384 || n > 448 {
+		t.Errorf("roomRec is %d bytes, want 385..448 (the 448-byte size class)", n)
+	}
+	end := func(off, size uintptr) uintptr { return off + size }
+	x := unsafe.Sizeof(r.xf[0])
+	for _, c := range []struct {
+		what  string
+		end   uintptr
+		lines uintptr
+	}{
+		{"the state", end(unsafe.Offsetof(r.roomState), unsafe.Sizeof(r.roomState)), 2},
+		{"one transfer entry", end(unsafe.Offsetof(r.xf), x), 3},
+		{"two transfer entries", end(unsafe.Offsetof(r.xf), 2*x), 4},
+		{"the first agent", end(unsafe.Offsetof(r.agent0), unsafe.Sizeof(r.agent0)), 4},
+		{"three status events", end(unsafe.Offsetof(r.evs), 3*unsafe.Sizeof(r.evs[0])), 5},
+	} {
+		if c.end > c.lines*64 {
+			t.Errorf("%s ends at byte %d, want within the first %d lines", c.what, c.end, c.lines)
+		}
+	}
+	for _, c := range []struct {
+		what string
+		off  uintptr
+	}{{"the rare counters", unsafe.Offsetof(r.rareState)}, {"the stack link", unsafe.Offsetof(r.next)},
+		{"the overflow lists", unsafe.Offsetof(r.more)}, {"the parent trace context", unsafe.Offsetof(r.parent)}} {
+		if c.off < 5*64 {
+			t.Errorf("%s at byte %d lies among the hot lines", c.what, c.off)
+		}
+	}
+	if x != 40 {
+		t.Errorf("a transfer entry is %d bytes, want 40", x)
+	}
+}
+
+// recordObserver is an Observer on a fake clock whose spans go to an
+// in-memory exporter; its emitter is stopped so that the test emits.
+func recordObserver(t *testing.T, cfg Config) (*Observer, *clock.Fake, *tracetest.InMemoryExporter) {
+	t.Helper()
+	clk := clock.NewFake(epoch)
+	exp := tracetest.NewInMemoryExporter()
+	cfg.Exporter, cfg.Clock, cfg.BytesPerPage = exp, clk, 10
+	o, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o, clk, exp
+}
+
+// A room with more transfers, agents and status events than the record
+// holds inline spills them, completes its writes out of order, and its spans
+// say exactly what happened; the record then serves a small room with
+// nothing left of the first.
+func TestRecordSpillsAndResets(t *testing.T) {
+	o, clk, exp := recordObserver(t, Config{})
+	rr := o.RoomCreated(1)
+	r := rr.(*roomRec)
+	rr.TransferInfo("a0", 3)
+	rr.StatusChanged(room.WaitingForInput, room.ReasonNone)
+	rr.StatusChanged(room.Transferring, room.ReasonNone)
+	const n = 9 // three agents, three chunks each, all in flight at once
+	for i := range n {
+		clk.Advance(time.Millisecond)
+		rr.Posted(&room.Transfer{Room: 1, Agent: fmt.Sprintf("a%d", i%3), Chunk: i / 3, Seq: uint32(i + 1),
+			Last: i/3 == 2, SrcPages: make([]int32, i+1)})
+	}
+	if r.spill&spillX == 0 || r.spill&spillA == 0 {
+		t.Fatalf("spill %b after 9 transfers to 3 agents, want transfers and agents spilled", r.spill)
+	}
+	for i := n - 1; i >= 0; i-- { // newest first; the fifth fails
+		clk.Advance(time.Millisecond)
+		fail := room.ReasonNone
+		if i == 4 {
+			fail = room.ReasonTransferError
+		}
+		rr.TransferDone(uint32(i+1), fail)
+	}
+	rr.TransferDone(3, room.ReasonNone) // a second completion of one write changes no span
+	for _, s := range []room.Status{room.Transferring, room.WaitingForInput, room.Transferring, room.Failed} {
+		rr.StatusChanged(s, room.ReasonTransferError)
+	}
+	rr.Retired(room.Tombstone{Room: 1, Status: room.Failed, Reason: room.ReasonTransferError})
+	if r.nEv != 6 || r.spill&spillE == 0 {
+		t.Fatalf("%d events, spill %b; want 6, spilled", r.nEv, r.spill)
+	}
+	if err := o.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var children []tracetest.SpanStub
+	var root tracetest.SpanStub
+	for _, s := range exp.GetSpans() {
+		if s.Name == TransferSpan {
+			children = append(children, s)
+		} else {
+			root = s
+		}
+	}
+	if len(children) != n || len(root.Events) != 6 {
+		t.Fatalf("%d transfer spans, %d events; want %d, 6", len(children), len(root.Events), n)
+	}
+	if got := fmt.Sprint(mustAttr(t, "room", root.Attributes, AttrPeerAgent).AsStringSlice()); got != "[a0 a1 a2]" {
+		t.Errorf("room agents %s", got)
+	}
+	if got := mustAttr(t, "room", root.Attributes, AttrBytes).AsInt64(); got != 10*(45-5) {
+		t.Errorf("room bytes %d, want %d (all but the failed write's)", got, 10*(45-5))
+	}
+	for i, c := range children {
+		seq := mustAttr(t, "transfer", c.Attributes, AttrSeq).AsInt64()
+		if seq != int64(i+1) {
+			t.Fatalf("span %d is seq %d: not in posting order", i, seq)
+		}
+		agent := mustAttr(t, "transfer", c.Attributes, AttrPeerAgent).AsString()
+		pages := mustAttr(t, "transfer", c.Attributes, AttrPages).AsInt64()
+		last := mustAttr(t, "transfer", c.Attributes, AttrLast).AsBool()
+		if agent != fmt.Sprintf("a%d", i%3) || pages != int64(i+1) || last != (i/3 == 2) {
+			t.Errorf("span %d: agent %s pages %d last %v", i, agent, pages, last)
+		}
+		// Posted at i+1 ms, done at 9+(9-i) ms.
+		if d := c.EndTime.Sub(c.StartTime); d != time.Duration(17-2*i)*time.Millisecond {
+			t.Errorf("span %d lasted %v", i, d)
+		}
+		if _, failed := attrOf(c.Attributes, AttrErrorType); failed != (i == 4) {
+			t.Errorf("span %d: error.type present %v", i, failed)
+		}
+	}
+
+	// The record serves the next room (from its free list) with nothing of
+	// the first left.
+	o2, _, exp2 := recordObserver(t, Config{})
+	recycled := *r // the spilled record, as retired
+	recycled.o = o2
+	reset(&recycled)
+	if recycled.spill != 0 || recycled.nX != 0 || recycled.nAg != 0 || recycled.nEv != 0 || recycled.rare ||
+		recycled.failedX != 0 || recycled.agent0[0] != "" || len(recycled.more.xfers) != 0 || len(recycled.more.agents) != 0 ||
+		len(recycled.more.events) != 0 || cap(recycled.more.xfers) == 0 {
+		t.Fatalf("reset left %+v (more %+v)", recycled.roomState, *recycled.more)
+	}
+	for _, a := range recycled.more.agents[:cap(recycled.more.agents)] {
+		if a != "" {
+			t.Fatalf("reset kept agent %q alive", a)
+		}
+	}
+	drive := func(rec *roomRec) {
+		rec.id = 2
+		rec.StatusChanged(room.WaitingForInput, room.ReasonNone)
+		rec.Posted(&room.Transfer{Room: 2, Agent: "b", Seq: 1, Last: true, SrcPages: []int32{1}})
+		rec.TransferDone(1, room.ReasonNone)
+		rec.StatusChanged(room.Success, room.ReasonNone)
+		rec.Retired(room.Tombstone{Room: 2, Status: room.Success})
+	}
+	drive(&recycled)
+	if recycled.spill != 0 || recycled.nX != 1 || recycled.agents()[0] != "b" || recycled.nEv != 2 {
+		t.Fatalf("reused record: spill %b, %d entries, agents %v, %d events", recycled.spill, recycled.nX, recycled.agents(), recycled.nEv)
+	}
+	if err := o2.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	spans := exp2.GetSpans()
+	if len(spans) != 2 {
+		t.Fatalf("%d spans for the small room, want 2", len(spans))
+	}
+	for _, s := range spans {
+		if s.Name == RoomSpan {
+			if _, ok := attrOf(s.Attributes, AttrFailedTransfers); ok {
+				t.Errorf("the reused record's room names failed transfers: %v", s.Attributes)
+			}
+		}
+	}
+}
+
+// Without tracing only writes in flight are kept: a room with many at once
+// counts every byte and duration and leaves no entry behind.
+func TestRecordInflightOnly(t *testing.T) {
+	clk := clock.NewFake(epoch)
+	o, err := New(Config{Clock: clk, BytesPerPage: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := o.RoomCreated(1).(*roomRec)
+	for i := range 6 {
+		r.Posted(&room.Transfer{Room: 1, Agent: "a", Seq: uint32(i + 1), SrcPages: make([]int32, 2)})
+	}
+	clk.Advance(time.Millisecond)
+	for _, seq := range []uint32{2, 6, 1, 5, 3, 4} {
+		r.TransferDone(seq, room.ReasonNone)
+	}
+	if r.nX != 0 || len(r.xfers()) != 0 || r.nSpans != 0 || r.nAg != 0 || r.bytes != 12 {
+		t.Fatalf("%d entries, %d spans, %d agents, %d bytes; want 0, 0, 0, 12", r.nX, r.nSpans, r.nAg, r.bytes)
+	}
+	got := o.totals()
+	var durations uint64
+	for _, c := range got.xferDur.counts {
+		durations += c
+	}
+	if got.bytesOK != 12 || durations != 6 || got.xferDur.sumNs != int64(6*time.Millisecond) {
+		t.Fatalf("bytes %d, %d durations summing %v", got.bytesOK, durations, time.Duration(got.xferDur.sumNs))
+	}
+}
+
+// A room that writes to more agents than name it (16) names the first 16;
+// each transfer span still names its own agent.
+func TestRecordManyAgents(t *testing.T) {
+	o, _, exp := recordObserver(t, Config{MaxTransferSpans: 20})
+	r := o.RoomCreated(1)
+	for i := range 24 {
+		r.Posted(&room.Transfer{Room: 1, Agent: fmt.Sprintf("a%02d", i), Seq: uint32(i + 1), SrcPages: []int32{1}})
+		r.TransferDone(uint32(i+1), room.ReasonNone)
+	}
+	r.Retired(room.Tombstone{Room: 1, Status: room.Failed, Reason: room.ReasonClientAbort})
+	if err := o.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	for _, s := range exp.GetSpans() {
+		switch s.Name {
+		case RoomSpan:
+			as := mustAttr(t, "room", s.Attributes, AttrPeerAgent).AsStringSlice()
+			if len(as) != 16 || as[0] != "a00" || as[15] != "a15" {
+				t.Errorf("room names %v", as)
+			}
+			if d := mustAttr(t, "room", s.Attributes, AttrDroppedSpans).AsInt64(); d != 4 {
+				t.Errorf("dropped spans %d, want 4", d)
+			}
+		case TransferSpan:
+			if a, seq := mustAttr(t, "transfer", s.Attributes, AttrPeerAgent).AsString(),
+				mustAttr(t, "transfer", s.Attributes, AttrSeq).AsInt64(); a != fmt.Sprintf("a%02d", seq-1) {
+				t.Errorf("transfer %d names %s", seq, a)
+			}
+			n++
+		}
+	}
+	if n != 20 {
+		t.Errorf("%d transfer spans, want 20", n)
+	}
+}
