@@ -281,7 +281,9 @@ func BenchmarkEmit(b *testing.B) {
 			}
 			r := &roomRec{roomState: roomState{id: 5, created: 0, retiredAt: 5e6, status: room.Success, retired: true,
 				chunks: 2, transfers: 2, pages: 4, bytes: 4096, keep: keepSampled}}
-			r.putEvents(statusEvent{1e6, room.WaitingForInput, 0}, statusEvent{2e6, room.Transferring, 0}, statusEvent{4e6, room.Success, 0})
+			r.putEvent(1e6, room.WaitingForInput, 0)
+			r.putEvent(2e6, room.Transferring, 0)
+			r.putEvent(4e6, room.Success, 0)
 			r.putSpan(xferRec{seq: 1, chunk: 0, pages: 2, bytes: 2048, start: 2e6, end: 3e6, flags: xDone}, "a")
 			r.putSpan(xferRec{seq: 2, chunk: 1, pages: 2, bytes: 2048, start: 3e6, end: 4e6, flags: xDone | xLast}, "a")
 			b.ReportAllocs()

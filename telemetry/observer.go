@@ -77,7 +77,7 @@ type Config struct {
 	MaxRooms int
 	// MaxEvents caps status events per room span (default and at most 128).
 	MaxEvents int
-	// MaxTransferSpans caps child spans per room (default 128); more
+	// MaxTransferSpans caps child spans per room (default 128, at most 65,519); more
 	// transfers are still counted on the room span and in metrics.
 	MaxTransferSpans int
 	// QueueSize caps retired rooms waiting for their spans (default 4096).
@@ -255,17 +255,19 @@ type roomRec struct {
 	xf     [inlineXfers]xferRec // transfers: spans first, then in flight (see xfers)
 	agent0 [1]string            // the first agent (see agents)
 	evs    [inlineEvents]statusEvent
+	// Line 4 on: what few rooms touch.
 	rareState
 	next *roomRec // on a recStack; take clears it
 	more *recMore // where xf, agent0 and evs spill over (kept for reuse)
 	// parent is the trace the room joins (Traceparent; valid if hasParent,
 	// cleared by reset only then).
 	parent trace.SpanContext
+	_      [24]byte // to the 384-byte size class (TestRecordSize)
 }
 
 const (
-	inlineXfers  = 3
-	inlineEvents = 4
+	inlineXfers  = 2
+	inlineEvents = 6
 	// maxSpanAgents caps the agents a record names: agent indexes are
 	// uint16 (Config.MaxTransferSpans is capped alike).
 	maxSpanAgents = math.MaxUint16
@@ -273,6 +275,11 @@ const (
 	// and the agents of the spans and of the room stay within
 	// maxSpanAgents.
 	maxSpans = maxSpanAgents - maxRoomAgents
+	// maxXfers caps a record's transfer entries (spans and writes in
+	// flight): a write posted past it is counted but not followed (no
+	// bytes or duration at its completion; only a room with more than
+	// 65,535 writes in flight at once).
+	maxXfers = math.MaxUint16
 )
 
 // roomState is the hot part of a record: what every room writes, reset
@@ -289,14 +296,14 @@ type roomState struct {
 	statusAt   tick // when the current status was entered
 	terminalAt tick // when it became terminal, if terminal
 	retiredAt  tick
-	pages      int64
 	bytes      int64 // successfully written
 	stepNo     uint32
-	required   int32 // required_dst_info_num from decode's transfer infos
+	pages      int32 // saturating, as chunks and transfers
 	chunks     int32
 	transfers  int32 // posted
 	doneOK     int32
-	nX         int32  // entries in xfers()
+	required   uint16 // required_dst_info_num from decode's transfer infos (saturating)
+	nX         uint16 // entries in xfers() (at most maxXfers)
 	nSpans     uint16 // of which the first nSpans are child spans (tracing)
 	nAg        uint16 // len(agents())
 	nEv        uint8  // len(events())
@@ -341,11 +348,24 @@ type recMore struct {
 
 const maxKeptMore = 256
 
-type statusEvent struct {
-	at     tick
-	status room.Status
-	reason room.Reason
+// statusEvent is a status change in 8 bytes: when, as nanoseconds since
+// the room's creation in the top 48 bits (78 hours; a room's deadlines end
+// it long before, and later times saturate), then its status and reason.
+type statusEvent uint64
+
+const maxEventAge = 1<<48 - 1
+
+func newEvent(created, at tick, s room.Status, why room.Reason) statusEvent {
+	age := uint64(min(max(at-created, 0), maxEventAge))
+	return statusEvent(age<<16 | uint64(s)<<8 | uint64(why))
 }
+
+func (e statusEvent) at(created tick) tick  { return created + tick(e>>16) }
+func (e statusEvent) status() room.Status { return room.Status(e >> 8) }
+func (e statusEvent) reason() room.Reason { return room.Reason(e) }
+
+// sat is a+n, saturating at math.MaxInt32 (a count of a room's).
+func sat(a int32, n int) int32 { return int32(min(int64(a)+int64(n), math.MaxInt32)) }
 
 // xferRec is one posted transfer: a child span (the first nSpans entries,
 // in posting order, kept when done) or, past them, a write in flight
@@ -413,7 +433,8 @@ func (r *roomRec) extra() *recMore {
 	return r.more
 }
 
-// addXfer appends a zeroed entry and returns it.
+// addXfer appends a zeroed entry and returns it, or nil if r holds
+// maxXfers.
 func (r *roomRec) addXfer() *xferRec {
 	if r.spill&spillX == 0 {
 		if int(r.nX) < len(r.xf) {
@@ -426,8 +447,11 @@ func (r *roomRec) addXfer() *xferRec {
 		m.xfers, r.spill = append(m.xfers[:0], r.xf[:]...), r.spill|spillX
 	}
 	m := r.more
+	if len(m.xfers) >= maxXfers {
+		return nil
+	}
 	m.xfers = append(m.xfers, xferRec{})
-	r.nX = int32(len(m.xfers))
+	r.nX = uint16(len(m.xfers))
 	return &m.xfers[len(m.xfers)-1]
 }
 
@@ -680,9 +704,9 @@ func (o *Observer) RoomCreated(id uint64) actors.RoomObserver {
 // rooms use a synchronized dispatcher). The branch's write is a no-op on a
 // reset record; it keeps the loads.
 func (r *roomRec) warm(tracing bool) {
-	x := uint64(r.pages) | uint64(r.xf[0].end)
+	x := uint64(r.bytes) | uint64(r.xf[0].end)
 	if tracing {
-		x |= uint64(len(r.agent0[0])) | uint64(r.evs[0].at)
+		x |= uint64(len(r.agent0[0])) | uint64(r.evs[0])
 	}
 	if x == 1<<63|1 {
 		r.stepNo = 0
@@ -897,7 +921,7 @@ func (r *roomRec) Traceparent(traceparent string) {
 // TransferInfo implements actors.RoomObserver: it records the room's
 // required_dst_info_num (decode agents are recorded as transfers are posted).
 func (r *roomRec) TransferInfo(_ string, required int) {
-	r.required = int32(min(max(required, 0), math.MaxInt32))
+	r.required = uint16(min(max(required, 0), math.MaxUint16))
 }
 
 // StatusChanged implements actors.RoomObserver.
@@ -917,7 +941,7 @@ func (r *roomRec) StatusChanged(s room.Status, why room.Reason) {
 	}
 	if o.tracing {
 		if int(r.nEv) < o.cfg.MaxEvents {
-			r.addEvent(statusEvent{at: now, status: s, reason: why})
+			r.addEvent(newEvent(r.created, now, s, why))
 		} else {
 			r.rare = true
 			r.droppedEvents++
@@ -934,12 +958,19 @@ func (r *roomRec) Posted(t *room.Transfer) {
 	st := o.pin()
 	st.add(&st.posted, 1)
 	procUnpin()
-	r.transfers++
-	r.pages += int64(pages)
+	r.transfers = sat(r.transfers, 1)
+	r.pages = sat(r.pages, pages)
 	if c := int32(min(t.Chunk, math.MaxInt32-1)) + 1; c > r.chunks {
 		r.chunks = c
 	}
 	x := r.addXfer()
+	if x == nil { // past maxXfers, so past the spans too
+		if o.tracing {
+			r.rare = true
+			r.droppedSpans++
+		}
+		return
+	}
 	x.seq, x.start, x.bytes = t.Seq, now, bytes
 	if o.tracing {
 		r.addSpan(x, t, pages)

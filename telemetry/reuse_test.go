@@ -70,7 +70,9 @@ func reuseRooms() []*roomRec {
 		id := uint64(1000 + i)
 		r := &roomRec{roomState: roomState{id: id, created: tick(i), retiredAt: tick(9e6 + i), status: room.Success, retired: true,
 			keep: keepSampled, chunks: 2, transfers: 2, pages: 4, bytes: 4096, required: 1}}
-		r.putEvents(statusEvent{1e6, room.WaitingForInput, 0}, statusEvent{2e6, room.Transferring, 0}, statusEvent{4e6, room.Success, 0})
+		r.putEvent(1e6, room.WaitingForInput, 0)
+		r.putEvent(2e6, room.Transferring, 0)
+		r.putEvent(4e6, room.Success, 0)
 		nx := 2
 		if i%37 == 0 {
 			nx = 40 // many transfers
@@ -87,7 +89,7 @@ func reuseRooms() []*roomRec {
 		case 1: // failed, with a failed and an abandoned transfer
 			r.status, r.reason, r.failedX = room.Failed, room.ReasonTransferError, 1
 			r.rare = true
-			r.addEvent(statusEvent{5e6, room.Failed, room.ReasonTransferError})
+			r.putEvent(5e6, room.Failed, room.ReasonTransferError)
 			r.spans()[0].fail = room.ReasonTransferError
 			r.spans()[1].flags &^= xDone
 			r.keep = keepFailed

@@ -92,7 +92,7 @@ const xferAttrMax = 7
 // agents, if valid, is the kv_transfer.peer.agent attribute of r.agents.
 func roomAttrs(a []attribute.KeyValue, r *roomRec, agents attribute.KeyValue) []attribute.KeyValue {
 	a = append(a, AttrBootstrapRoom.Int64(int64(r.id)), roleAttr, backendAttr, statusAttrs[statusIndex(r.status)],
-		AttrChunks.Int(int(r.chunks)), AttrTransfers.Int(int(r.transfers)), AttrPages.Int64(r.pages), AttrBytes.Int64(r.bytes),
+		AttrChunks.Int(int(r.chunks)), AttrTransfers.Int(int(r.transfers)), AttrPages.Int64(int64(r.pages)), AttrBytes.Int64(r.bytes),
 		decideAttrs[r.keep])
 	if r.required > 0 {
 		a = append(a, AttrRequired.Int(int(r.required)))
@@ -152,11 +152,12 @@ func b2i(b bool) int {
 	return 0
 }
 
-func statusEventAttrs(e *statusEvent) []attribute.KeyValue {
-	if e.status == room.Failed {
-		return []attribute.KeyValue{statusAttrs[statusIndex(e.status)], errAttr(e.reason)}
+func statusEventAttrs(e statusEvent) []attribute.KeyValue {
+	s := statusIndex(e.status())
+	if e.status() == room.Failed {
+		return []attribute.KeyValue{statusAttrs[s], errAttr(e.reason())}
 	}
-	return statusAttrs[statusIndex(e.status) : statusIndex(e.status)+1 : statusIndex(e.status)+1]
+	return statusAttrs[s : s+1 : s+1]
 }
 
 // emit turns a finished room record into its spans. It runs on the emitter
@@ -180,8 +181,8 @@ func (o *Observer) emitAPI(r *roomRec) {
 		trace.WithAttributes(roomAttrs(nil, r, attribute.KeyValue{})...))
 	events := r.events()
 	for i := range events {
-		e := &events[i]
-		sp.AddEvent(StatusEvent, trace.WithTimestamp(o.wall(e.at)), trace.WithAttributes(statusEventAttrs(e)...))
+		e := events[i]
+		sp.AddEvent(StatusEvent, trace.WithTimestamp(o.wall(e.at(r.created))), trace.WithAttributes(statusEventAttrs(e)...))
 	}
 	spans := r.spans()
 	for i := range spans {
@@ -290,15 +291,15 @@ func (o *Observer) build(r *roomRec) {
 		}
 	}
 	for i := range revents {
-		e := &revents[i]
+		e := revents[i]
 		var ea []attribute.KeyValue
-		if e.status == room.Failed && o.reuse {
+		if e.status() == room.Failed && o.reuse {
 			ea = take(&o.arena.attrs, 2)
-			ea[0], ea[1] = statusAttrs[statusIndex(e.status)], errAttr(e.reason)
+			ea[0], ea[1] = statusAttrs[statusIndex(e.status())], errAttr(e.reason())
 		} else {
 			ea = statusEventAttrs(e)
 		}
-		events[i] = sdktrace.Event{Name: StatusEvent, Time: o.wall(e.at), Attributes: ea}
+		events[i] = sdktrace.Event{Name: StatusEvent, Time: o.wall(e.at(r.created)), Attributes: ea}
 	}
 	ra := roomAttrs(buf[:0:n], r, o.agentAttr(r.roomAgents()))
 	buf = buf[n:n:cap(buf)]
