@@ -360,9 +360,9 @@ func newEvent(created, at tick, s room.Status, why room.Reason) statusEvent {
 	return statusEvent(age<<16 | uint64(s)<<8 | uint64(why))
 }
 
-func (e statusEvent) at(created tick) tick  { return created + tick(e>>16) }
-func (e statusEvent) status() room.Status { return room.Status(e >> 8) }
-func (e statusEvent) reason() room.Reason { return room.Reason(e) }
+func (e statusEvent) at(created tick) tick { return created + tick(e>>16) }
+func (e statusEvent) status() room.Status  { return room.Status(e >> 8) }
+func (e statusEvent) reason() room.Reason  { return room.Reason(e) }
 
 // sat is a+n, saturating at math.MaxInt32 (a count of a room's).
 func sat(a int32, n int) int32 { return int32(min(int64(a)+int64(n), math.MaxInt32)) }

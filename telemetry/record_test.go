@@ -66,6 +66,10 @@ func TestRecordSize(t *testing.T) {
 	if x != 40 {
 		t.Errorf("a transfer entry is %d bytes, want 40", x)
 	}
+	// A built span: three per typical kept room, written to cold memory.
+	if n := unsafe.Sizeof(spanRecord{}); n > 160 {
+		t.Errorf("spanRecord is %d bytes, want at most 160", n)
+	}
 }
 
 // recordObserver is an Observer on a fake clock whose spans go to an
@@ -267,5 +271,31 @@ func TestRecordManyAgents(t *testing.T) {
 	}
 	if n != 20 {
 		t.Errorf("%d transfer spans, want 20", n)
+	}
+}
+
+// A status event keeps its time to the nanosecond (relative to the room's
+// creation), its status and its reason; times before creation read as the
+// creation, and ages past 78 hours saturate.
+func TestStatusEventEncoding(t *testing.T) {
+	created := tick(5e9)
+	for _, c := range []struct {
+		at, want tick
+	}{
+		{created, created},
+		{created + 1, created + 1},
+		{created + 123456789, created + 123456789},
+		{created - 7, created},
+		{created + maxEventAge, created + maxEventAge},
+		{created + maxEventAge + 1e9, created + maxEventAge},
+	} {
+		for _, s := range []room.Status{room.Bootstrapping, room.Transferring, room.Failed} {
+			for _, why := range []room.Reason{room.ReasonNone, room.ReasonClientLost} {
+				e := newEvent(created, c.at, s, why)
+				if e.at(created) != c.want || e.status() != s || e.reason() != why {
+					t.Fatalf("event(%d, %v, %v) reads %d, %v, %v", c.at, s, why, e.at(created), e.status(), e.reason())
+				}
+			}
+		}
 	}
 }

@@ -183,3 +183,93 @@ func TestSetupReusesOnlyForItsOwnExporter(t *testing.T) {
 		t.Fatalf("given exporter: direct %v, reuse %v; want direct without reuse", tel.Observer.exp != nil, tel.Observer.reuse)
 	}
 }
+
+// TestDirectSpansMatchSDK: the direct path's spans (spanRecord) say what the
+// SDK's spans built through the trace API say, field for field, over the mix
+// of reuseRooms (failed and abandoned transfers, a joined trace, drops):
+// everything but the generated ids, which are compared by structure (each
+// transfer span's parent is its room span, in its trace; a joined room's
+// trace and parent are the remote parent's).
+func TestDirectSpansMatchSDK(t *testing.T) {
+	direct := &copyingExporter{}
+	obs, err := New(Config{Exporter: direct})
+	if err != nil {
+		t.Fatal(err)
+	}
+	viaExp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(viaExp), sdktrace.WithSampler(sdktrace.AlwaysSample()))
+	defer func() { _ = tp.Shutdown(context.Background()) }()
+	api, err := New(Config{Tracer: tp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range []*Observer{obs, api} {
+		if err := o.Close(context.Background()); err != nil { // stop the emitters: emit runs here
+			t.Fatal(err)
+		}
+		o.base = epoch
+	}
+	obs.common.base = epoch
+	rooms := reuseRooms()
+	for _, r := range rooms {
+		obs.emit(r)
+		api.emit(r)
+	}
+	obs.export(context.Background())
+	// The SDK exports a span when it ends: a room's transfer spans before it.
+	got, want := direct.stubs, tracetest.SpanStubs{}
+	var children tracetest.SpanStubs
+	for _, s := range viaExp.GetSpans() {
+		if s.Name != RoomSpan {
+			children = append(children, s)
+			continue
+		}
+		want = append(append(want, s), children...)
+		children = nil
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%d spans direct, %d through the SDK", len(got), len(want))
+	}
+	roomOf := map[trace.SpanID]int{} // room span id → its index, per side
+	wantRoomOf := map[trace.SpanID]int{}
+	for i := range got {
+		g, w := got[i], want[i]
+		if g.Name == RoomSpan {
+			roomOf[g.SpanContext.SpanID()] = i
+			wantRoomOf[w.SpanContext.SpanID()] = i
+		}
+		// Structure: the same parent span (by index) and remoteness, the
+		// same trace as that parent, sampled.
+		var gp, wp int = -1, -1
+		if j, ok := roomOf[g.Parent.SpanID()]; ok {
+			gp = j
+			if g.SpanContext.TraceID() != got[j].SpanContext.TraceID() {
+				t.Errorf("span %d is not in its room's trace", i)
+			}
+		}
+		if j, ok := wantRoomOf[w.Parent.SpanID()]; ok {
+			wp = j
+		}
+		if gp != wp || g.Parent.IsValid() != w.Parent.IsValid() || g.Parent.IsRemote() != w.Parent.IsRemote() ||
+			g.Parent.TraceFlags() != w.Parent.TraceFlags() || !g.SpanContext.IsSampled() || !g.SpanContext.IsValid() {
+			t.Errorf("span %d: parent %d (%v) direct, %d (%v) via the SDK", i, gp, g.Parent, wp, w.Parent)
+		}
+		if w.Parent.IsRemote() && (!g.Parent.Equal(w.Parent) || g.SpanContext.TraceID() != w.SpanContext.TraceID()) {
+			t.Errorf("span %d: joined trace %v direct, %v via the SDK", i, g.Parent, w.Parent)
+		}
+		// The direct path also reports the record's dropped events as the
+		// span's (the SDK dropped none: it never saw them).
+		if v, ok := attrOf(g.Attributes, AttrDroppedEvents); ok && int64(g.DroppedEvents) == v.AsInt64() {
+			g.DroppedEvents = w.DroppedEvents
+		}
+		// Everything else, as the SDK has it.
+		g.SpanContext, w.SpanContext, g.Parent, w.Parent = trace.SpanContext{}, trace.SpanContext{}, trace.SpanContext{}, trace.SpanContext{}
+		g.Resource, w.Resource = nil, nil
+		if !reflect.DeepEqual(g, w) {
+			t.Fatalf("span %d differs:\ndirect %+v\nSDK    %+v", i, g, w)
+		}
+	}
+	if len(roomOf) != len(rooms) {
+		t.Fatalf("%d room spans, want %d", len(roomOf), len(rooms))
+	}
+}

@@ -261,13 +261,17 @@ func (a *spanArena) reset() {
 
 // build appends r's spans to the pending batch, exporting when it is full.
 func (o *Observer) build(r *roomRec) {
-	var parent trace.SpanContext
-	tid := o.ids.trace()
+	// Ids in this order: trace (unless joined), room span, transfer spans.
+	var parentID trace.SpanID
+	var parentFlags trace.TraceFlags
 	var state trace.TraceState
+	var tid trace.TraceID
 	if r.parent.IsValid() {
-		parent, tid, state = r.parent, r.parent.TraceID(), r.parent.TraceState()
+		tid, state, parentID, parentFlags = r.parent.TraceID(), r.parent.TraceState(), r.parent.SpanID(), r.parent.TraceFlags()
+	} else {
+		tid = o.ids.trace()
 	}
-	sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: o.ids.span(), TraceFlags: trace.FlagsSampled, TraceState: state})
+	roomID := o.ids.span()
 	// One backing array for every span's attributes (each span gets a
 	// capped sub-slice), one for the events, one for the spans: fresh, or
 	// cut from the arena.
@@ -304,20 +308,22 @@ func (o *Observer) build(r *roomRec) {
 	ra := roomAttrs(buf[:0:n], r, o.agentAttr(r.roomAgents()))
 	buf = buf[n:n:cap(buf)]
 	recs[0] = spanRecord{
-		name: RoomSpan, sc: sc, parent: parent, kind: trace.SpanKindInternal,
+		name: roomSpanName, traceID: tid, id: roomID, state: state, kind: uint8(trace.SpanKindInternal),
+		parentID: parentID, parentFlags: parentFlags, parentRemote: r.parent.IsRemote(),
 		start: r.created, end: r.retiredAt, attrs: ra, events: events,
-		status: roomStatus(r), droppedEvents: int(r.droppedEvents), childSpanCount: len(spans),
+		failed: r.status == room.Failed, reason: r.reason, droppedEvents: r.droppedEvents, childSpanCount: int32(len(spans)),
 		common: &o.common,
 	}
 	o.batch = append(o.batch, &recs[0])
 	for i := range spans {
 		x := &spans[i]
-		attrs, end, st := xferAttrs(buf[:0:xferAttrMax], r, x)
+		attrs, end, _ := xferAttrs(buf[:0:xferAttrMax], r, x)
 		buf = buf[xferAttrMax:xferAttrMax:cap(buf)]
-		csc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: o.ids.span(), TraceFlags: trace.FlagsSampled, TraceState: state})
 		recs[1+i] = spanRecord{
-			name: TransferSpan, sc: csc, parent: sc, kind: trace.SpanKindClient,
-			start: x.start, end: end, attrs: attrs, status: st,
+			name: transferSpanName, traceID: tid, id: o.ids.span(), state: state, kind: uint8(trace.SpanKindClient),
+			parentID: roomID, parentFlags: trace.FlagsSampled,
+			start: x.start, end: end, attrs: attrs,
+			failed: !x.done() || x.fail != room.ReasonNone, abandoned: !x.done(), reason: x.fail,
 			common: &o.common,
 		}
 		o.batch = append(o.batch, &recs[1+i])
