@@ -76,13 +76,17 @@ type StepClock struct {
 	at       time.Time
 	step     uint64
 	in, read bool
+	// Since's reading: at less base, valid this step if sinceOK.
+	sinceOK   bool
+	since     time.Duration
+	sinceBase time.Time
 }
 
 // NewStepClock returns a StepClock over clk, outside any step.
 func NewStepClock(clk clock.Clock) *StepClock { return &StepClock{clk: clk} }
 
 // Begin starts a step (the next number); End ends it.
-func (c *StepClock) Begin() { c.step, c.in, c.read = c.step+1, true, false }
+func (c *StepClock) Begin() { c.step, c.in, c.read, c.sinceOK = c.step+1, true, false, false }
 
 // End ends the step.
 func (c *StepClock) End() { c.in = false }
@@ -101,6 +105,28 @@ func (c *StepClock) Now() time.Time {
 		c.at, c.read = c.clk.Now(), true
 	}
 	return c.at
+}
+
+// Since is the step's time less base (an observer's origin of time),
+// computed once per step and base, and true; outside a step it is 0 and
+// false. The step's time is its reading of the clock, or with own set (an
+// observer on another clock than the engine's) one reading of own. It keeps
+// what a record would otherwise keep per step in the actor, whose lines are
+// in the cache while it runs.
+func (c *StepClock) Since(base time.Time, own clock.Clock) (time.Duration, bool) {
+	if !c.in {
+		return 0, false
+	}
+	if !c.sinceOK || c.sinceBase != base {
+		var now time.Time
+		if own != nil {
+			now = own.Now()
+		} else {
+			now = c.Now()
+		}
+		c.since, c.sinceBase, c.sinceOK = now.Sub(base), base, true
+	}
+	return c.since, true
 }
 
 // NopObserver ignores everything.

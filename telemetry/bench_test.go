@@ -268,9 +268,9 @@ func BenchmarkEmit(b *testing.B) {
 			tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(tracetest.NewNoopExporter(), sdktrace.WithBlocking()),
 				sdktrace.WithSampler(sdktrace.AlwaysSample()))
 			b.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
-			cfg := Config{Exporter: tracetest.NewNoopExporter(), ReuseSpans: mode == "direct-reuse"}
+			cfg := Config{Exporter: tracetest.NewNoopExporter(), ReuseSpans: mode == "direct-reuse", BytesPerPage: 1024}
 			if sdk {
-				cfg = Config{Tracer: tp}
+				cfg = Config{Tracer: tp, BytesPerPage: 1024}
 			}
 			obs, err := New(cfg)
 			if err != nil {
@@ -284,8 +284,8 @@ func BenchmarkEmit(b *testing.B) {
 			r.putEvent(1e6, room.WaitingForInput, 0)
 			r.putEvent(2e6, room.Transferring, 0)
 			r.putEvent(4e6, room.Success, 0)
-			r.putSpan(xferRec{seq: 1, chunk: 0, pages: 2, bytes: 2048, start: 2e6, end: 3e6, flags: xDone}, "a")
-			r.putSpan(xferRec{seq: 2, chunk: 1, pages: 2, bytes: 2048, start: 3e6, end: 4e6, flags: xDone | xLast}, "a")
+			r.putSpan(xferRec{seq: 1, chunk: 0, pages: 2, start: 2e6, end: 3e6, flags: xDone}, "a")
+			r.putSpan(xferRec{seq: 2, chunk: 1, pages: 2, start: 3e6, end: 4e6, flags: xDone | xLast}, "a")
 			b.ReportAllocs()
 			for b.Loop() {
 				obs.emit(r)

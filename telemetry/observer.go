@@ -255,19 +255,19 @@ type roomRec struct {
 	xf     [inlineXfers]xferRec // transfers: spans first, then in flight (see xfers)
 	agent0 [1]string            // the first agent (see agents)
 	evs    [inlineEvents]statusEvent
-	// Line 4 on: what few rooms touch.
+	// Line 3 on: what few rooms touch.
 	rareState
 	next *roomRec // on a recStack; take clears it
 	more *recMore // where xf, agent0 and evs spill over (kept for reuse)
 	// parent is the trace the room joins (Traceparent; valid if hasParent,
 	// cleared by reset only then).
 	parent trace.SpanContext
-	_      [24]byte // to the 384-byte size class (TestRecordSize)
+	_      [24]byte // to the 320-byte size class (TestRecordSize)
 }
 
 const (
 	inlineXfers  = 2
-	inlineEvents = 6
+	inlineEvents = 3
 	// maxSpanAgents caps the agents a record names: agent indexes are
 	// uint16 (Config.MaxTransferSpans is capped alike).
 	maxSpanAgents = math.MaxUint16
@@ -285,24 +285,19 @@ const (
 // roomState is the hot part of a record: what every room writes, reset
 // between rooms (but slot and list, which stay with the record).
 type roomState struct {
-	// The room's actor's step clock (BindSteps): the callbacks of its step
-	// stepNo share one reading, stepAt, taken from it unless the Observer
-	// reads its own clock (ownClock). (Steps count per actor: its low 32
-	// bits tell its steps apart.)
-	clk        *actors.StepClock
-	stepAt     tick
-	id         uint64
-	created    tick
-	statusAt   tick // when the current status was entered
-	terminalAt tick // when it became terminal, if terminal
-	retiredAt  tick
-	bytes      int64 // successfully written
-	stepNo     uint32
-	pages      int32 // saturating, as chunks and transfers
-	chunks     int32
-	transfers  int32 // posted
-	doneOK     int32
-	required   uint16 // required_dst_info_num from decode's transfer infos (saturating)
+	// The room's actor's step clock (BindSteps): the callbacks of one step
+	// share its reading, unless the Observer reads its own clock
+	// (ownClock).
+	clk       *actors.StepClock
+	id        uint64
+	created   tick
+	statusAt  tick // when the current status was entered (once terminal, it stays: terminal statuses are absorbing)
+	retiredAt tick
+	bytes     int64 // successfully written
+	pages     int32 // saturating, as chunks and transfers
+	chunks    int32
+	transfers int32 // posted
+	required  uint16 // required_dst_info_num from decode's transfer infos (saturating)
 	nX         uint16 // entries in xfers() (at most maxXfers)
 	nSpans     uint16 // of which the first nSpans are child spans (tracing)
 	nAg        uint16 // len(agents())
@@ -312,7 +307,7 @@ type roomState struct {
 	keep       keepReason
 	slot       uint8 // its freeList slot + 1 (0: none yet); kept by reset
 	list       uint8 // that freeList's index in Observer.frees; kept by reset
-	terminal   bool
+	terminal   bool // it became terminal (at statusAt)
 	retired    bool // false: emitted at Close while still live
 	// From parent, for the sampler (no SpanContext reads on the hot path).
 	hasParent, parentSampled bool
@@ -369,10 +364,10 @@ func sat(a int32, n int) int32 { return int32(min(int64(a)+int64(n), math.MaxInt
 
 // xferRec is one posted transfer: a child span (the first nSpans entries,
 // in posting order, kept when done) or, past them, a write in flight
-// (removed when done). 40 bytes, no pointers.
+// (removed when done). 32 bytes, no pointers: its bytes are its pages
+// times the page size when they are counted (SetBytesPerPage).
 type xferRec struct {
 	start, end tick
-	bytes      int64
 	seq        uint32
 	chunk      int32
 	pages      int32
@@ -697,19 +692,19 @@ func (o *Observer) RoomCreated(id uint64) actors.RoomObserver {
 }
 
 // warm loads one word of each cache line a typical room goes on to write
-// (lines 1–4 of the record traced, 1–2 with metrics only; see roomRec), all
+// (lines 1–2 of the record traced, line 1 with metrics only; see roomRec), all
 // at once: a record from the free list has usually left the cache since its
 // last room, and these independent loads miss together instead of one
 // callback after another (the room's actor usually runs on this goroutine:
 // rooms use a synchronized dispatcher). The branch's write is a no-op on a
 // reset record; it keeps the loads.
 func (r *roomRec) warm(tracing bool) {
-	x := uint64(r.bytes) | uint64(r.xf[0].end)
+	x := uint64(r.xf[0].end)
 	if tracing {
 		x |= uint64(len(r.agent0[0])) | uint64(r.evs[0])
 	}
 	if x == 1<<63|1 {
-		r.stepNo = 0
+		r.keep = 0
 	}
 }
 
@@ -887,23 +882,17 @@ func (r *roomRec) BindSteps(c *actors.StepClock) { r.clk = c }
 
 // now is the time of the room's current step, or the clock outside a step.
 func (r *roomRec) now() tick {
-	c := r.clk
-	if c == nil {
-		return r.o.now()
-	}
-	n, in := c.Step()
-	if !in {
-		return r.o.now()
-	}
-	if uint32(n) != r.stepNo {
-		if r.o.ownClock.Load() {
-			r.stepAt = r.o.now()
-		} else {
-			r.stepAt = tick(c.Now().Sub(r.o.base))
+	o := r.o
+	if c := r.clk; c != nil {
+		var own clock.Clock
+		if o.ownClock.Load() {
+			own = o.clk
 		}
-		r.stepNo = uint32(n)
+		if d, in := c.Since(o.base, own); in {
+			return tick(d)
+		}
 	}
-	return r.stepAt
+	return o.now()
 }
 
 // Traceparent implements actors.RoomObserver: the room's span joins that
@@ -936,8 +925,8 @@ func (r *roomRec) StatusChanged(s room.Status, why room.Reason) {
 	st.observe(&st.statusDur[si], time.Duration(now-r.statusAt), statusBoundsNs)
 	procUnpin()
 	r.status, r.reason, r.statusAt = s, why, now
-	if s.Terminal() && !r.terminal {
-		r.terminalAt, r.terminal = now, true
+	if s.Terminal() {
+		r.terminal = true
 	}
 	if o.tracing {
 		if int(r.nEv) < o.cfg.MaxEvents {
@@ -954,7 +943,6 @@ func (r *roomRec) Posted(t *room.Transfer) {
 	o := r.o
 	now := r.now()
 	pages := len(t.SrcPages)
-	bytes := int64(pages) * o.bpp.Load()
 	st := o.pin()
 	st.add(&st.posted, 1)
 	procUnpin()
@@ -971,9 +959,9 @@ func (r *roomRec) Posted(t *room.Transfer) {
 		}
 		return
 	}
-	x.seq, x.start, x.bytes = t.Seq, now, bytes
+	x.seq, x.start, x.pages = t.Seq, now, int32(min(pages, math.MaxInt32))
 	if o.tracing {
-		r.addSpan(x, t, pages)
+		r.addSpan(x, t)
 	}
 }
 
@@ -981,7 +969,7 @@ func (r *roomRec) Posted(t *room.Transfer) {
 // (the spans are the first entries: entries past them are only made once
 // the spans are full, or without tracing). The room's agents are recorded
 // either way.
-func (r *roomRec) addSpan(x *xferRec, t *room.Transfer, pages int) {
+func (r *roomRec) addSpan(x *xferRec, t *room.Transfer) {
 	span := int(r.nSpans) < r.o.cfg.MaxTransferSpans
 	agent, _ := r.agentIndex(t.Agent, span)
 	if !span {
@@ -990,7 +978,7 @@ func (r *roomRec) addSpan(x *xferRec, t *room.Transfer, pages int) {
 		return
 	}
 	r.nSpans++
-	x.chunk, x.pages, x.agent = int32(t.Chunk), int32(pages), uint16(agent)
+	x.chunk, x.agent = int32(t.Chunk), uint16(agent)
 	if t.Last {
 		x.flags = xLast
 	}
@@ -1000,9 +988,7 @@ func (r *roomRec) addSpan(x *xferRec, t *room.Transfer, pages int) {
 func (r *roomRec) TransferDone(seq uint32, fail room.Reason) {
 	now := r.now()
 	ok := fail == room.ReasonNone
-	if ok {
-		r.doneOK++
-	} else {
+	if !ok {
 		r.rare = true
 		r.failedX++
 	}
@@ -1015,7 +1001,7 @@ func (r *roomRec) TransferDone(seq uint32, fail room.Reason) {
 		if x.seq != seq || x.done() {
 			continue
 		}
-		found, start, bytes = true, x.start, x.bytes
+		found, start, bytes = true, x.start, int64(x.pages)*r.o.bpp.Load()
 		if i < int(r.nSpans) {
 			x.end, x.fail, x.flags = now, fail, x.flags|xDone
 		} else {

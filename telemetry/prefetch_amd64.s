@@ -1,7 +1,8 @@
 #include "textflag.h"
 
 // func prefetchRec(p unsafe.Pointer)
-// Loads the first 9 cache lines at p into the cache without waiting for them.
+// Loads the 6 cache lines of the record at p into the cache without
+// waiting for them.
 TEXT ·prefetchRec(SB), NOSPLIT, $0-8
 	MOVQ p+0(FP), AX
 	PREFETCHT0 0(AX)
@@ -10,7 +11,19 @@ TEXT ·prefetchRec(SB), NOSPLIT, $0-8
 	PREFETCHT0 192(AX)
 	PREFETCHT0 256(AX)
 	PREFETCHT0 320(AX)
-	PREFETCHT0 384(AX)
-	PREFETCHT0 448(AX)
-	PREFETCHT0 512(AX)
+	RET
+
+// func prefetchLines(p unsafe.Pointer, n int)
+// Loads n cache lines from p on into the cache without waiting for them.
+TEXT ·prefetchLines(SB), NOSPLIT, $0-16
+	MOVQ p+0(FP), AX
+	MOVQ n+8(FP), CX
+	TESTQ CX, CX
+	JLE done
+loop:
+	PREFETCHT0 0(AX)
+	ADDQ $64, AX
+	DECQ CX
+	JNZ loop
+done:
 	RET

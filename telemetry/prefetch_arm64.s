@@ -9,7 +9,18 @@ TEXT ·prefetchRec(SB), NOSPLIT, $0-8
 	PRFM 192(R0), PLDL1KEEP
 	PRFM 256(R0), PLDL1KEEP
 	PRFM 320(R0), PLDL1KEEP
-	PRFM 384(R0), PLDL1KEEP
-	PRFM 448(R0), PLDL1KEEP
-	PRFM 512(R0), PLDL1KEEP
+	RET
+
+// func prefetchLines(p unsafe.Pointer, n int)
+TEXT ·prefetchLines(SB), NOSPLIT, $0-16
+	MOVD p+0(FP), R0
+	MOVD n+8(FP), R1
+	CMP $0, R1
+	BLE done
+loop:
+	PRFM (R0), PSTL1KEEP
+	ADD $64, R0
+	SUBS $1, R1
+	BNE loop
+done:
 	RET

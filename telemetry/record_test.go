@@ -27,15 +27,15 @@ func (r *roomRec) putEvent(at tick, s room.Status, why room.Reason) {
 	r.addEvent(newEvent(r.created, at, s, why))
 }
 
-// A record is allocated in the 384-byte size class (6 cache lines, so every
+// A record is allocated in the 320-byte size class (5 cache lines, so every
 // record starts on a line), and what a room writes lies in its first lines:
-// traced, with up to six status events, two transfers and one agent, lines
-// 0–3; with metrics only and one write in flight at a time, lines 0–2.
-// What few rooms write starts on line 4.
+// traced, with three status events, two transfers and one agent, lines
+// 0–2; with metrics only and one write in flight at a time, lines 0–1.
+// What few rooms write starts on line 3.
 func TestRecordSize(t *testing.T) {
 	var r roomRec
-	if n := unsafe.Sizeof(r); n <= 352 || n > 384 {
-		t.Errorf("roomRec is %d bytes, want 353..384 (the 384-byte size class)", n)
+	if n := unsafe.Sizeof(r); n <= 288 || n > 320 {
+		t.Errorf("roomRec is %d bytes, want 289..320 (the 320-byte size class)", n)
 	}
 	end := func(off, size uintptr) uintptr { return off + size }
 	x := unsafe.Sizeof(r.xf[0])
@@ -45,10 +45,10 @@ func TestRecordSize(t *testing.T) {
 		lines uintptr
 	}{
 		{"the state", end(unsafe.Offsetof(r.roomState), unsafe.Sizeof(r.roomState)), 2},
-		{"one transfer entry", end(unsafe.Offsetof(r.xf), x), 3},
+		{"one transfer entry", end(unsafe.Offsetof(r.xf), x), 2},
 		{"the inline transfer entries", end(unsafe.Offsetof(r.xf), unsafe.Sizeof(r.xf)), 3},
-		{"the first agent", end(unsafe.Offsetof(r.agent0), unsafe.Sizeof(r.agent0)), 4},
-		{"the inline status events", end(unsafe.Offsetof(r.evs), unsafe.Sizeof(r.evs)), 4},
+		{"the first agent", end(unsafe.Offsetof(r.agent0), unsafe.Sizeof(r.agent0)), 3},
+		{"the inline status events", end(unsafe.Offsetof(r.evs), unsafe.Sizeof(r.evs)), 3},
 	} {
 		if c.end > c.lines*64 {
 			t.Errorf("%s ends at byte %d, want within the first %d lines", c.what, c.end, c.lines)
@@ -59,12 +59,12 @@ func TestRecordSize(t *testing.T) {
 		off  uintptr
 	}{{"the rare counters", unsafe.Offsetof(r.rareState)}, {"the stack link", unsafe.Offsetof(r.next)},
 		{"the overflow lists", unsafe.Offsetof(r.more)}, {"the parent trace context", unsafe.Offsetof(r.parent)}} {
-		if c.off < 4*64 {
+		if c.off < 3*64 {
 			t.Errorf("%s at byte %d lies among the hot lines", c.what, c.off)
 		}
 	}
-	if x != 40 {
-		t.Errorf("a transfer entry is %d bytes, want 40", x)
+	if x != 32 {
+		t.Errorf("a transfer entry is %d bytes, want 32", x)
 	}
 	// A built span: three per typical kept room, written to cold memory.
 	if n := unsafe.Sizeof(spanRecord{}); n > 160 {

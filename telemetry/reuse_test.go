@@ -78,7 +78,7 @@ func reuseRooms() []*roomRec {
 			nx = 40 // many transfers
 		}
 		for j := range nx {
-			x := xferRec{seq: uint32(j + 1), chunk: int32(j), pages: 2, bytes: 2048,
+			x := xferRec{seq: uint32(j + 1), chunk: int32(j), pages: 2,
 				start: tick(2e6 + j), end: tick(3e6 + j), flags: xDone}
 			if j == nx-1 {
 				x.flags |= xLast
@@ -113,7 +113,7 @@ func reuseRooms() []*roomRec {
 func TestReuseSpansSameSpans(t *testing.T) {
 	run := func(reuse bool) (tracetest.SpanStubs, int) {
 		exp := &copyingExporter{}
-		obs, err := New(Config{Exporter: exp, ReuseSpans: reuse})
+		obs, err := New(Config{Exporter: exp, ReuseSpans: reuse, BytesPerPage: 1024})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -192,14 +192,14 @@ func TestSetupReusesOnlyForItsOwnExporter(t *testing.T) {
 // trace and parent are the remote parent's).
 func TestDirectSpansMatchSDK(t *testing.T) {
 	direct := &copyingExporter{}
-	obs, err := New(Config{Exporter: direct})
+	obs, err := New(Config{Exporter: direct, BytesPerPage: 1024})
 	if err != nil {
 		t.Fatal(err)
 	}
 	viaExp := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(viaExp), sdktrace.WithSampler(sdktrace.AlwaysSample()))
 	defer func() { _ = tp.Shutdown(context.Background()) }()
-	api, err := New(Config{Tracer: tp})
+	api, err := New(Config{Tracer: tp, BytesPerPage: 1024})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -61,7 +61,7 @@ func (s *Sampling) decide(r *roomRec) keepReason {
 	}
 	end := r.retiredAt
 	if r.terminal {
-		end = r.terminalAt
+		end = r.statusAt
 	}
 	if slow > 0 && time.Duration(end-r.created) >= slow {
 		return keepSlow

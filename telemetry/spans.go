@@ -5,6 +5,7 @@ import (
 	crand "crypto/rand"
 	"encoding/binary"
 	"math/rand/v2"
+	"unsafe"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -133,9 +134,9 @@ func roomStatus(r *roomRec) sdktrace.Status {
 
 // xferAttrs appends one transfer span's attributes; it returns them, its end
 // and its status.
-func xferAttrs(a []attribute.KeyValue, r *roomRec, x *xferRec) ([]attribute.KeyValue, tick, sdktrace.Status) {
+func xferAttrs(a []attribute.KeyValue, r *roomRec, x *xferRec, bytesPerPage int64) ([]attribute.KeyValue, tick, sdktrace.Status) {
 	a = append(a, AttrPeerAgent.String(r.agentOf(x)), AttrChunk.Int(int(x.chunk)), lastAttrs[b2i(x.last())],
-		AttrSeq.Int64(int64(x.seq)), AttrPages.Int(int(x.pages)), AttrBytes.Int64(x.bytes))
+		AttrSeq.Int64(int64(x.seq)), AttrPages.Int(int(x.pages)), AttrBytes.Int64(int64(x.pages)*bytesPerPage))
 	switch {
 	case !x.done(): // still in flight when the room retired (drain deadline expired)
 		return append(a, abandonAttr), r.retiredAt, sdktrace.Status{Code: codes.Error, Description: abandonedMsg}
@@ -173,6 +174,7 @@ func (o *Observer) emit(r *roomRec) {
 // emitAPI goes through the trace API (any TracerProvider), with the real
 // times given by trace.WithTimestamp.
 func (o *Observer) emitAPI(r *roomRec) {
+	bpp := o.bpp.Load()
 	ctx := context.Background()
 	if r.parent.IsValid() {
 		ctx = trace.ContextWithRemoteSpanContext(ctx, r.parent)
@@ -186,7 +188,7 @@ func (o *Observer) emitAPI(r *roomRec) {
 	}
 	spans := r.spans()
 	for i := range spans {
-		attrs, end, st := xferAttrs(nil, r, &spans[i])
+		attrs, end, st := xferAttrs(nil, r, &spans[i], bpp)
 		_, c := o.tracer.Start(ctx, TransferSpan, trace.WithTimestamp(o.wall(spans[i].start)), trace.WithSpanKind(trace.SpanKindClient),
 			trace.WithAttributes(attrs...))
 		if st.Code == codes.Error {
@@ -255,12 +257,34 @@ func take[T any](slab *[]T, n int) []T {
 	return s[len(s) : len(s)+n : len(s)+n]
 }
 
+// prefetch asks for the arena memory the next kept room's spans will
+// likely be cut from (as much as this room's, past it): the arena has left
+// the caches since the last export (a batch of rooms went by), and the
+// misses of each room's writes otherwise come one after another.
+func (a *spanArena) prefetch(recs, attrs, events int) {
+	ahead(a.recs, recs)
+	ahead(a.attrs, attrs)
+	ahead(a.events, events)
+}
+
+// ahead prefetches the memory of up to n elements past len(s), within cap.
+func ahead[T any](s []T, n int) {
+	n = min(n, cap(s)-len(s))
+	if n <= 0 {
+		return
+	}
+	size := unsafe.Sizeof(*new(T))
+	p := unsafe.Add(unsafe.Pointer(unsafe.SliceData(s)), uintptr(len(s))*size)
+	prefetchLines(p, int((uintptr(n)*size+63)/64))
+}
+
 func (a *spanArena) reset() {
 	a.recs, a.attrs, a.events = a.recs[:0], a.attrs[:0], a.events[:0]
 }
 
 // build appends r's spans to the pending batch, exporting when it is full.
 func (o *Observer) build(r *roomRec) {
+	bpp := o.bpp.Load()
 	// Ids in this order: trace (unless joined), room span, transfer spans.
 	var parentID trace.SpanID
 	var parentFlags trace.TraceFlags
@@ -287,6 +311,7 @@ func (o *Observer) build(r *roomRec) {
 		if len(revents) > 0 {
 			events = take(&o.arena.events, len(revents))
 		}
+		o.arena.prefetch(1+len(spans), nattr, len(revents))
 	} else {
 		buf = make([]attribute.KeyValue, 0, nattr)
 		recs = make([]spanRecord, 1+len(spans))
@@ -317,7 +342,7 @@ func (o *Observer) build(r *roomRec) {
 	o.batch = append(o.batch, &recs[0])
 	for i := range spans {
 		x := &spans[i]
-		attrs, end, _ := xferAttrs(buf[:0:xferAttrMax], r, x)
+		attrs, end, _ := xferAttrs(buf[:0:xferAttrMax], r, x, bpp)
 		buf = buf[xferAttrMax:xferAttrMax:cap(buf)]
 		recs[1+i] = spanRecord{
 			name: transferSpanName, traceID: tid, id: o.ids.span(), state: state, kind: uint8(trace.SpanKindClient),
