@@ -296,19 +296,19 @@ type roomState struct {
 	bytes     int64 // successfully written
 	pages     int32 // saturating, as chunks and transfers
 	chunks    int32
-	transfers int32 // posted
+	transfers int32  // posted
 	required  uint16 // required_dst_info_num from decode's transfer infos (saturating)
-	nX         uint16 // entries in xfers() (at most maxXfers)
-	nSpans     uint16 // of which the first nSpans are child spans (tracing)
-	nAg        uint16 // len(agents())
-	nEv        uint8  // len(events())
-	status     room.Status
-	reason     room.Reason
-	keep       keepReason
-	slot       uint8 // its freeList slot + 1 (0: none yet); kept by reset
-	list       uint8 // that freeList's index in Observer.frees; kept by reset
-	terminal   bool // it became terminal (at statusAt)
-	retired    bool // false: emitted at Close while still live
+	nX        uint16 // entries in xfers() (at most maxXfers)
+	nSpans    uint16 // of which the first nSpans are child spans (tracing)
+	nAg       uint16 // len(agents())
+	nEv       uint8  // len(events())
+	status    room.Status
+	reason    room.Reason
+	keep      keepReason
+	slot      uint8 // its freeList slot + 1 (0: none yet); kept by reset
+	list      uint8 // that freeList's index in Observer.frees; kept by reset
+	terminal  bool  // it became terminal (at statusAt)
+	retired   bool  // false: emitted at Close while still live
 	// From parent, for the sampler (no SpanContext reads on the hot path).
 	hasParent, parentSampled bool
 	rare                     bool  // rareState was written
