@@ -2,9 +2,10 @@
 // what rooms do into OpenTelemetry traces and metrics, and the process setup
 // (TracerProvider from the standard OTEL_* variables, Prometheus /metrics).
 //
-// Hot path. The Observer's methods run on actor goroutines. They touch only
-// atomics and one sharded, mutex-guarded map of live-room records; they never
-// call the OTel SDK. Everything else happens elsewhere:
+// Hot path. The Observer's methods run on actor goroutines. Each room's
+// actor owns the room's record (no lock), and aggregates are per-processor
+// stripes of counters; they never call the OTel SDK. Everything else
+// happens elsewhere:
 //
 //   - spans are built when a room retires, by one background goroutine, from the
 //     record the room left (trace.WithTimestamp gives them their real times);

@@ -241,13 +241,14 @@ type shardStats struct {
 // between its callbacks (a batch of other rooms went by), and each of its
 // cache lines a room touches costs two to three misses over the room's life
 // (docs/observability.md, Cost). So what every room writes comes first and
-// is small: the state on lines 0–1, then the inline transfer entries, the
-// first agent and the status events, so that a typical traced room (three
-// status events, two transfers, one agent) touches lines 0–4, and a room
-// with metrics only lines 0–2 or 0–3. What most rooms never touch (the
+// is small: the state (80 bytes: the step's time is kept by the actor's
+// StepClock, not here), then two transfer entries, the first agent and
+// three status events, so that a typical traced room (three status events,
+// two transfers, one agent) touches lines 0–2, and a room with metrics
+// only and one write at a time lines 0–1. What most rooms never touch (the
 // counters of failures and drops, the stack link of kept records, the
 // overflow buffers, a parent trace context) comes last. It is allocated in
-// the 448-byte size class, 7 lines: every record starts on a line
+// the 320-byte size class, 5 lines: every record starts on a line
 // (TestRecordSize).
 type roomRec struct {
 	o *Observer // set once: a record serves one Observer
@@ -586,7 +587,9 @@ func (o *Observer) now() tick {
 // wall converts a tick back to a time for spans.
 func (o *Observer) wall(t tick) time.Time { return o.base.Add(time.Duration(t)) }
 
-// SetBytesPerPage changes the page size used for kv_transfer.bytes from now on.
+// SetBytesPerPage changes the page size used for kv_transfer.bytes from now on
+// (also for writes already posted and spans not yet built: a write's bytes
+// are its pages times the page size when they are counted).
 func (o *Observer) SetBytesPerPage(n int64) { o.bpp.Store(n) }
 
 // Attach makes the daemon's pool and frame counters part of the metrics (read
