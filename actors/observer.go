@@ -76,10 +76,9 @@ type StepClock struct {
 	at       time.Time
 	step     uint64
 	in, read bool
-	// Since's reading: at less base, valid this step if sinceOK.
-	sinceOK   bool
-	since     time.Duration
-	sinceBase time.Time
+	// Since's value, valid this step if sinceOK.
+	sinceOK bool
+	since   time.Duration
 }
 
 // NewStepClock returns a StepClock over clk, outside any step.
@@ -89,7 +88,7 @@ func NewStepClock(clk clock.Clock) *StepClock { return &StepClock{clk: clk} }
 func (c *StepClock) Begin() { c.step, c.in, c.read, c.sinceOK = c.step+1, true, false, false }
 
 // End ends the step.
-func (c *StepClock) End() { c.in = false }
+func (c *StepClock) End() { c.in, c.sinceOK = false, false }
 
 // Step returns the current step's number (they count from 1) and whether
 // a step is under way.
@@ -108,7 +107,8 @@ func (c *StepClock) Now() time.Time {
 }
 
 // Since is the step's time less base (an observer's origin of time),
-// computed once per step and base, and true; outside a step it is 0 and
+// computed at the step's first call and kept for the rest of the step (one
+// observer per engine: one base), and true; outside a step it is 0 and
 // false. The step's time is its reading of the clock, or with own set (an
 // observer on another clock than the engine's) one reading of own. It keeps
 // what a record would otherwise keep per step in the actor, whose lines are
@@ -117,17 +117,21 @@ func (c *StepClock) Since(base time.Time, own clock.Clock) (time.Duration, bool)
 	if !c.in {
 		return 0, false
 	}
-	if !c.sinceOK || c.sinceBase != base {
+	if !c.sinceOK {
 		var now time.Time
 		if own != nil {
 			now = own.Now()
 		} else {
 			now = c.Now()
 		}
-		c.since, c.sinceBase, c.sinceOK = now.Sub(base), base, true
+		c.since, c.sinceOK = now.Sub(base), true
 	}
 	return c.since, true
 }
+
+// Since0 is Since's value if this step computed it already (inlined: the
+// callbacks after a step's first).
+func (c *StepClock) Since0() (time.Duration, bool) { return c.since, c.sinceOK }
 
 // NopObserver ignores everything.
 type NopObserver struct{}

@@ -18,7 +18,7 @@ func (c countedClock) Now() time.Time {
 	return c.Fake.Now()
 }
 
-// StepClock.Since is one reading per step and base: of the step's clock, or
+// StepClock.Since is one reading per step: of the step's clock, or
 // of the observer's own clock when given; a new step reads again, and
 // outside a step there is no step time.
 func TestStepClockSince(t *testing.T) {
@@ -30,6 +30,9 @@ func TestStepClockSince(t *testing.T) {
 		t.Fatal("a step time outside a step")
 	}
 	c.Begin()
+	if _, ok := c.Since0(); ok {
+		t.Fatal("Since0 valid before the step's first Since")
+	}
 	eng.Advance(time.Second)
 	d1, in := c.Since(base, nil)
 	eng.Advance(time.Second)
@@ -40,11 +43,13 @@ func TestStepClockSince(t *testing.T) {
 	if at := c.Now(); !at.Equal(base.Add(time.Second)) || eng.reads.Load() != 1 {
 		t.Fatalf("Now %v after Since, %d readings: not the step's reading", at, eng.reads.Load())
 	}
-	other := base.Add(-time.Minute) // a second observer's origin: the same reading
-	if d, _ := c.Since(other, nil); d != time.Minute+time.Second || eng.reads.Load() != 1 {
-		t.Fatalf("another base: %v after %d readings", d, eng.reads.Load())
+	if d, ok := c.Since0(); !ok || d != time.Second {
+		t.Fatalf("Since0 %v, %v within the step, want 1s", d, ok)
 	}
 	c.End()
+	if _, ok := c.Since0(); ok {
+		t.Fatal("Since0 valid after the step")
+	}
 	c.Begin()
 	if d, _ := c.Since(base, nil); d != 2*time.Second || eng.reads.Load() != 2 {
 		t.Fatalf("next step: %v after %d readings, want 2s after 2", d, eng.reads.Load())

@@ -139,7 +139,8 @@ func cpuTime() time.Duration {
 // 1,000 rooms alternate between the two engines (which one goes first
 // alternates too), so that the shared machine's noise hits both alike. The
 // emission of the spans (the Observer's goroutine) is inside the timed
-// region: each traced batch ends with a Flush, which also exports.
+// region: each traced batch ends with a Flush, which also exports, and each
+// off batch with an idle Observer's Flush, the same barrier.
 //
 // Reported: rooms/s off and on and the wall-clock overhead over the whole
 // run; the median of the per-pair overheads (robust to a batch that another
@@ -179,16 +180,37 @@ func BenchmarkTelemetryOverhead(b *testing.B) {
 				obs = benchTelemetry(b, tc.s, tc.sdk)
 			}
 			on := benchEngine(b, obs, tc.async)
+			// The off side ends its batches with the same barrier as the on
+			// side (the Flush of an Observer of its kind that observes no
+			// engine): a Flush waits for the emitter's goroutine, which
+			// runs once a processor is free of the batch's tail (actors
+			// stopping after the last poll); without it, the on side
+			// waited out its own tail and the off side passed its tail on
+			// to the next batch, about 300 ns per room (an idle Flush after
+			// an off batch measured so).
+			var idle *Observer
+			if !tc.noTrc {
+				idle = benchTelemetry(b, tc.s, tc.sdk)
+			}
 			const batch = 1000
 			ids := make([]uint64, batch)
-			runOn := func(next uint64) {
-				lifecycle(on, ids, next)
-				if err := obs.Flush(context.Background()); err != nil {
+			flush := func(o *Observer) {
+				if err := o.Flush(context.Background()); err != nil {
 					b.Fatal(err)
 				}
 			}
+			runOn := func(next uint64) {
+				lifecycle(on, ids, next)
+				flush(obs)
+			}
+			runOff := func(next uint64) {
+				lifecycle(off, ids, next)
+				if idle != nil {
+					flush(idle)
+				}
+			}
 			// Warm both engines (actor and record pools, maps).
-			lifecycle(off, ids, 1<<40)
+			runOff(1 << 40)
 			runOn(1 << 40)
 			var wOff, wOn, cOff, cOn time.Duration
 			var pairs, cpuPairs []float64
@@ -202,11 +224,11 @@ func BenchmarkTelemetryOverhead(b *testing.B) {
 					*d, *e = time.Since(w0), cpuTime()-c0
 				}
 				if pair%2 == 0 {
-					measure(func() { lifecycle(off, ids, next) }, &dOff, &eOff)
+					measure(func() { runOff(next) }, &dOff, &eOff)
 					measure(func() { runOn(next) }, &dOn, &eOn)
 				} else {
 					measure(func() { runOn(next) }, &dOn, &eOn)
-					measure(func() { lifecycle(off, ids, next) }, &dOff, &eOff)
+					measure(func() { runOff(next) }, &dOff, &eOff)
 				}
 				wOff, wOn, cOff, cOn = wOff+dOff, wOn+dOn, cOff+eOff, cOn+eOn
 				pairs = append(pairs, dOn.Seconds()/dOff.Seconds()-1)

@@ -286,9 +286,9 @@ const (
 // roomState is the hot part of a record: what every room writes, reset
 // between rooms (but slot and list, which stay with the record).
 type roomState struct {
-	// The room's actor's step clock (BindSteps): the callbacks of one step
-	// share its reading, unless the Observer reads its own clock
-	// (ownClock).
+	// The room's actor's step clock (BindSteps; noSteps until then): the
+	// callbacks of one step share its reading, unless the Observer reads
+	// its own clock (ownClock).
 	clk       *actors.StepClock
 	id        uint64
 	created   tick
@@ -730,7 +730,7 @@ func reset(r *roomRec) {
 	}
 	slot, list := r.slot, r.list
 	r.roomState = roomState{}
-	r.slot, r.list = slot, list
+	r.slot, r.list, r.clk = slot, list, noSteps
 }
 
 // trim empties m, keeping buffers of up to maxKeptMore entries.
@@ -885,15 +885,25 @@ func (r *roomRec) BindSteps(c *actors.StepClock) { r.clk = c }
 
 // now is the time of the room's current step, or the clock outside a step.
 func (r *roomRec) now() tick {
+	if d, ok := r.clk.Since0(); ok {
+		return tick(d)
+	}
+	return r.nowFirst()
+}
+
+// noSteps is the step clock of a record until its actor binds its own: it
+// is never in a step (and so never written).
+var noSteps = actors.NewStepClock(clock.Real{})
+
+// nowFirst is now at a step's first call (or outside a step).
+func (r *roomRec) nowFirst() tick {
 	o := r.o
-	if c := r.clk; c != nil {
-		var own clock.Clock
-		if o.ownClock.Load() {
-			own = o.clk
-		}
-		if d, in := c.Since(o.base, own); in {
-			return tick(d)
-		}
+	var own clock.Clock
+	if o.ownClock.Load() {
+		own = o.clk
+	}
+	if d, in := r.clk.Since(o.base, own); in {
+		return tick(d)
 	}
 	return o.now()
 }
