@@ -299,3 +299,39 @@ func TestStatusEventEncoding(t *testing.T) {
 		}
 	}
 }
+
+// The caps that keep a record's indexes in range: MaxTransferSpans is
+// capped at maxSpans, and a room with more than maxXfers writes in flight
+// at once has the ones past it counted but not followed (no bytes or
+// duration when they complete), without harm to the rest.
+func TestRecordCaps(t *testing.T) {
+	o, err := New(Config{MaxTransferSpans: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.cfg.MaxTransferSpans != maxSpans {
+		t.Fatalf("MaxTransferSpans %d, want capped at %d", o.cfg.MaxTransferSpans, maxSpans)
+	}
+	clk := clock.NewFake(epoch)
+	o, err = New(Config{Clock: clk, BytesPerPage: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := o.RoomCreated(1).(*roomRec)
+	const n = maxXfers + 10
+	for i := range n {
+		r.Posted(&room.Transfer{Room: 1, Agent: "a", Seq: uint32(i + 1), SrcPages: []int32{1}})
+	}
+	if r.nX != maxXfers || r.transfers != n {
+		t.Fatalf("%d entries, %d transfers; want %d, %d", r.nX, r.transfers, maxXfers, n)
+	}
+	clk.Advance(time.Millisecond)
+	for i := n - 1; i >= 0; i-- { // newest first: each is found at the end
+		r.TransferDone(uint32(i+1), room.ReasonNone)
+	}
+	got := o.totals()
+	if r.nX != 0 || r.bytes != maxXfers || got.bytesOK != maxXfers || got.xferOK != n {
+		t.Fatalf("after completion: %d entries, %d bytes (%d counted), %d writes ok; want 0, %d, %d, %d",
+			r.nX, r.bytes, got.bytesOK, got.xferOK, maxXfers, maxXfers, n)
+	}
+}
