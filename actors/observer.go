@@ -74,7 +74,6 @@ type RoomObserver interface {
 type StepClock struct {
 	clk      clock.Clock
 	at       time.Time
-	step     uint64
 	in, read bool
 	// Since's value, valid this step if sinceOK.
 	sinceOK bool
@@ -84,15 +83,11 @@ type StepClock struct {
 // NewStepClock returns a StepClock over clk, outside any step.
 func NewStepClock(clk clock.Clock) *StepClock { return &StepClock{clk: clk} }
 
-// Begin starts a step (the next number); End ends it.
-func (c *StepClock) Begin() { c.step, c.in, c.read, c.sinceOK = c.step+1, true, false, false }
+// Begin starts a step; End ends it.
+func (c *StepClock) Begin() { c.in, c.read, c.sinceOK = true, false, false }
 
 // End ends the step.
 func (c *StepClock) End() { c.in, c.sinceOK = false, false }
-
-// Step returns the current step's number (they count from 1) and whether
-// a step is under way.
-func (c *StepClock) Step() (n uint64, in bool) { return c.step, c.in }
 
 // Now is the step's reading of the clock (taken by the step's first Now),
 // or the clock itself outside a step.
