@@ -494,19 +494,21 @@ func (r *roomRec) addEvent(e statusEvent) {
 
 // agentIndex is a's index in agents, added if new. Only the first 16
 // distinct agents name the room (roomAttrs); a child span's agent is added
-// past them (always: span is true) up to maxSpanAgents.
-func (r *roomRec) agentIndex(a string, span bool) (int, bool) {
+// past them (always: span is true; maxSpans keeps them under
+// maxSpanAgents). For an agent not added it is 0, which only entries that
+// are no span get.
+func (r *roomRec) agentIndex(a string, span bool) int {
 	as := r.agents()
 	for i := range as {
 		if as[i] == a {
-			return i, true
+			return i
 		}
 	}
 	if len(as) < maxRoomAgents || (span && len(as) < maxSpanAgents) {
 		r.addAgent(a)
-		return len(as), true
+		return len(as)
 	}
-	return 0, false
+	return 0
 }
 
 // maxRoomAgents is how many agents name a room (kv_transfer.peer.agent).
@@ -984,7 +986,7 @@ func (r *roomRec) Posted(t *room.Transfer) {
 // either way.
 func (r *roomRec) addSpan(x *xferRec, t *room.Transfer) {
 	span := int(r.nSpans) < r.o.cfg.MaxTransferSpans
-	agent, _ := r.agentIndex(t.Agent, span)
+	agent := r.agentIndex(t.Agent, span)
 	if !span {
 		r.rare = true
 		r.droppedSpans++

@@ -15,7 +15,7 @@ import (
 
 // putSpan appends x as a child span to agent a (tests that build records).
 func (r *roomRec) putSpan(x xferRec, a string) {
-	i, _ := r.agentIndex(a, true)
+	i := r.agentIndex(a, true)
 	e := r.addXfer()
 	*e = x
 	e.agent = uint16(i)
