@@ -127,6 +127,10 @@ type Config struct {
 	// restarted kvxferd of the same rank; see state.go). The directory must
 	// be ours and private (created 0700).
 	StateDir string
+	// Memfds are the memory files the scheduler passed at exec (-memfd):
+	// register_memory regions name them by descriptor number.
+	Memfds Memfds
+
 
 	// OnLive, when set, is called once the rank is live with the geometry the
 	// scheduler registered (telemetry takes its bytes per page from it).
@@ -150,6 +154,8 @@ func BytesPerPage(local sglang.Local) int64 {
 type Agent interface {
 	nixl.Agent
 	Attach(path string) ([]byte, error)
+	// AttachFile maps an open memory file the scheduler passed (Config.Memfds).
+	AttachFile(f *os.File) ([]byte, error)
 }
 
 // Daemon is a running kvxferd.

@@ -43,57 +43,76 @@ func newScheduler(t testing.TB, d *Daemon) *scheduler { return newSchedulerState
 // newSchedulerState also registers one state list (one buffer of stateSlots
 // items) when state is set; the daemon must expect it (StateComponents 1).
 func newSchedulerState(t testing.TB, d *Daemon, state bool) *scheduler {
-	t.Helper()
+	return newSchedulerOn(t, d, state, fileBacking(t))
+}
+
+// backing makes the scheduler's memory for one buffer list: the region that
+// names it (Offset and lengths filled in by the caller) and the scheduler's view.
+type backing func(name string, n int) (control.Region, []byte)
+
+// fileBacking: files in a temporary directory, registered by path.
+func fileBacking(t testing.TB) backing {
 	dir := t.TempDir()
-	kvPath, auxPath := filepath.Join(dir, "kv"), filepath.Join(dir, "aux")
-	auxItems := kvmem.DefaultShape().AuxItems
-	auxLen := 0
-	for _, it := range auxItems {
-		auxLen += int(it) * auxSlots
-	}
-	for path, n := range map[string]int{kvPath: 2 * layers * slots * item, auxPath: auxLen} {
-		if err := os.WriteFile(path, make([]byte, n), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
 	view, err := loopback.New(fmt.Sprintf("sched-view-%d", seq.Add(1)), loopback.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { view.Close() })
+	return func(name string, n int) (control.Region, []byte) {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, make([]byte, n), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		b, err := view.Attach(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return control.Region{Shm: path}, b
+	}
+}
+
+// schedulerSizes are the bytes of the scheduler's KV, aux and state lists.
+func schedulerSizes() (kv, aux, state int) {
+	for _, it := range kvmem.DefaultShape().AuxItems {
+		aux += int(it) * auxSlots
+	}
+	return 2 * layers * slots * item, aux, stateSlots * stateItem
+}
+
+func newSchedulerOn(t testing.TB, d *Daemon, state bool, mem backing) *scheduler {
+	t.Helper()
+	auxItems := kvmem.DefaultShape().AuxItems
+	kvLen, auxLen, stLen := schedulerSizes()
 	s := &scheduler{}
-	if s.kv, err = view.Attach(kvPath); err != nil {
-		t.Fatal(err)
-	}
-	if s.aux, err = view.Attach(auxPath); err != nil {
-		t.Fatal(err)
-	}
+	kvReg, kvView := mem("kv", kvLen)
+	auxReg, auxView := mem("aux", auxLen)
+	s.kv, s.aux = kvView, auxView
+	var err error
 	if s.cli, err = control.Dial(d.ControlEndpoint()); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.cli.Close() })
+	at := func(r control.Region, off, n, it uint64) control.Region {
+		r.Offset, r.Length, r.ItemLen, r.Mem = off, n, it, nixl.DRAM
+		return r
+	}
 	kv := &control.MemoryRegistration{Kind: control.KindKV}
 	for b := range 2 * layers {
-		kv.Buffers = append(kv.Buffers, control.Region{Shm: kvPath, Offset: uint64(b * slots * item), Length: slots * item, ItemLen: item, Mem: nixl.DRAM})
+		kv.Buffers = append(kv.Buffers, at(kvReg, uint64(b*slots*item), slots*item, item))
 	}
 	aux := &control.MemoryRegistration{Kind: control.KindAux}
 	off := uint64(0)
 	for _, it := range auxItems {
-		aux.Buffers = append(aux.Buffers, control.Region{Shm: auxPath, Offset: off, Length: it * auxSlots, ItemLen: it, Mem: nixl.DRAM})
+		aux.Buffers = append(aux.Buffers, at(auxReg, off, it*auxSlots, it))
 		off += it * auxSlots
 	}
 	if _, err := s.cli.RegisterMemory(kv); err != nil {
 		t.Fatal(err)
 	}
 	if state {
-		stPath := filepath.Join(dir, "state")
-		if err := os.WriteFile(stPath, make([]byte, stateSlots*stateItem), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if s.state, err = view.Attach(stPath); err != nil {
-			t.Fatal(err)
-		}
-		st := &control.MemoryRegistration{Kind: control.KindState, Buffers: []control.Region{{Shm: stPath, Length: stateSlots * stateItem, ItemLen: stateItem, Mem: nixl.DRAM}}}
+		stReg, stView := mem("state", stLen)
+		s.state = stView
+		st := &control.MemoryRegistration{Kind: control.KindState, Buffers: []control.Region{at(stReg, 0, stateSlots*stateItem, stateItem)}}
 		if _, err := s.cli.RegisterMemory(st); err != nil {
 			t.Fatal(err)
 		}

@@ -3,6 +3,7 @@ package daemon
 import (
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"syscall"
 
@@ -55,9 +56,25 @@ func (f *fileMapped) Attach(path string) ([]byte, error) {
 		return nil, err
 	}
 	defer fd.Close()
+	return f.mapFile(fd, size)
+}
+
+// AttachFile maps an open memory file (a sealed memfd the scheduler passed).
+func (f *fileMapped) AttachFile(fd *os.File) ([]byte, error) {
+	st, err := fd.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("attach %s: %w", fd.Name(), err)
+	}
+	if !st.Mode().IsRegular() || st.Size() <= 0 {
+		return nil, fmt.Errorf("attach %s: not a non-empty regular file", fd.Name())
+	}
+	return f.mapFile(fd, st.Size())
+}
+
+func (f *fileMapped) mapFile(fd *os.File, size int64) ([]byte, error) {
 	b, err := syscall.Mmap(int(fd.Fd()), 0, int(size), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
 	if err != nil {
-		return nil, fmt.Errorf("attach %s: mmap: %w", path, err)
+		return nil, fmt.Errorf("attach %s: mmap: %w", fd.Name(), err)
 	}
 	f.mu.Lock()
 	f.maps = append(f.maps, b)

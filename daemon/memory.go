@@ -105,10 +105,13 @@ func (d *Daemon) mapRegions(reg *control.MemoryRegistration) (_ *sglang.Buffers,
 			continue
 		}
 		path := r.Path()
+		if r.Memfd != 0 {
+			path = "memfd:" + strconv.FormatInt(r.Memfd, 10)
+		}
 		data, ok := d.mem.attached[path]
 		if !ok {
 			var err error
-			if data, err = d.agent.Attach(path); err != nil {
+			if data, err = d.attach(r); err != nil {
 				return nil, fmt.Errorf("buffer %d: %w", i, err)
 			}
 			d.mem.attached[path] = data
@@ -227,4 +230,17 @@ func (d *Daemon) activate(local sglang.Local) (err error) {
 	d.log.Info("rank live", "zmq", in.Endpoint(), "rank_ip", d.cfg.HostIP, "bootstrap", url, "sender", local.Sender,
 		"kv_buffers", len(local.KV.Ptrs), "slots", local.KV.NumSlots, "decode_protocol", d.dialectSetting())
 	return nil
+}
+
+// attach maps the file behind a host region: a memfd the scheduler passed at
+// exec, or a named file (checked by the agent).
+func (d *Daemon) attach(r control.Region) ([]byte, error) {
+	if r.Memfd == 0 {
+		return d.agent.Attach(r.Path())
+	}
+	f, ok := d.cfg.Memfds[int(r.Memfd)]
+	if !ok {
+		return nil, fmt.Errorf("memfd %d was not passed to kvxferd at start (-memfd %v)", r.Memfd, d.cfg.Memfds.Numbers())
+	}
+	return d.agent.AttachFile(f)
 }

@@ -6,6 +6,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -14,6 +15,7 @@ import (
 	"os/signal"
 	"runtime"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -123,6 +125,7 @@ func runWithOutput(args []string, getenv func(string) string, usage io.Writer) e
 	metrics := fs.Bool("metrics", true, "serve Prometheus /metrics on -debug-addr (tracing: the OTEL_* environment, see docs/observability.md)")
 	parentPID := fs.Int("parent-pid", 0, "exit (as on SIGTERM) once this process is no longer our parent: the SGLang scheduler that started us died (0: off)")
 	bytesPerPage := fs.Int64("kv-bytes-per-page", 0, "KV bytes of one page over all layers of this rank, for kv_transfer.bytes and kvxfer_transfer_bytes_total (0: taken from the registered memory)")
+	memfds := fs.String("memfd", "", "memory files (sealed memfds) the parent passed at exec, by descriptor number (comma separated): the scheduler's host KV, state and aux pools; register_memory names them as {memfd: N}")
 	spare := fs.Int("spare-procs", 1, "Go processors added to the machine's GOMAXPROCS, unless the GOMAXPROCS environment sets it: the shared-memory ring's consumer spins on one while a scheduler submits fast, and while every processor is busy Go polls the network (decode frames: transfer infos, ABORTs) only from its 10 ms monitor (docs/benchmarks.md, the fourth engine)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -234,6 +237,10 @@ func runWithOutput(args []string, getenv func(string) string, usage io.Writer) e
 		c.Logger.Warn(addrs.Warning)
 	}
 	c.Logger.Info("addresses", "listen", addrs.Listen, "advertise", addrs.Advertise, "advertise_from", addrs.Source, "single_host", addrs.SingleHost)
+	if c.Memfds, err = daemon.OpenMemfds(*memfds); err != nil {
+		return err
+	}
+	defer c.Memfds.Close()
 	d, err := daemon.Start(c)
 	if err != nil {
 		return err
@@ -250,7 +257,28 @@ func runWithOutput(args []string, getenv func(string) string, usage io.Writer) e
 	c.Logger.Info("shutting down: stopping ingest, failing live rooms (reason shutdown), draining writes")
 	sctx, cancel := context.WithTimeout(context.Background(), ec.Room.Drain+5*time.Second)
 	defer cancel()
-	return d.Shutdown(sctx)
+	err = d.Shutdown(sctx)
+	if *parentPID > 0 && os.Getppid() != *parentPID {
+		// The scheduler that started us is gone (SGLang never shuts its
+		// managers down): nobody else is left to remove what this rank owns.
+		removeOwned(d.ControlEndpoint(), c.StateDir, c.Logger)
+	}
+	return err
+}
+
+// removeOwned removes the control socket file (ipc:// endpoints) and the
+// state directory of a rank whose scheduler has died.
+func removeOwned(endpoint, stateDir string, log *slog.Logger) {
+	if p, ok := strings.CutPrefix(endpoint, "ipc://"); ok && p != "" && !strings.HasPrefix(p, "@") {
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			log.Warn("removing the control socket", "path", p, "err", err)
+		}
+	}
+	if stateDir != "" {
+		if err := os.RemoveAll(stateDir); err != nil {
+			log.Warn("removing the state directory", "path", stateDir, "err", err)
+		}
+	}
 }
 
 // watchParent returns a context that is also done once getppid no longer

@@ -211,8 +211,27 @@ func (a *Agent) Attach(path string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	m, err := mapShared(f, uint64(size))
-	f.Close()
+	defer f.Close()
+	return a.attachMapped(f, uint64(size))
+}
+
+// AttachFile maps an open memory file another process allocated and passed
+// (a sealed memfd: it can neither shrink nor grow, so the guarded copies never
+// meet a lost page) so that it can be registered like an allocation. The
+// caller keeps f; the mapping outlives it.
+func (a *Agent) AttachFile(f *os.File) ([]byte, error) {
+	st, err := f.Stat()
+	if err != nil {
+		return nil, nixl.Errorf(nixl.ErrInvalid, "attach %s: %v", f.Name(), err)
+	}
+	if !st.Mode().IsRegular() || st.Size() <= 0 {
+		return nil, nixl.Errorf(nixl.ErrInvalid, "attach %s: not a non-empty regular file", f.Name())
+	}
+	return a.attachMapped(f, uint64(st.Size()))
+}
+
+func (a *Agent) attachMapped(f *os.File, size uint64) ([]byte, error) {
+	m, err := mapShared(f, size)
 	if err != nil {
 		return nil, err
 	}

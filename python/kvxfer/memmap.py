@@ -14,10 +14,12 @@ class UnsupportedMemory(RuntimeError):
     memory; device memory that cannot be exported by CUDA IPC)."""
 
 
-NEEDS = ("kvxfer needs host buffers allocated in a shared, file-backed mapping "
-         "(e.g. mmap of a file under /dev/shm with MAP_SHARED) so that kvxferd, a separate "
-         "process, can map the same pages; GPU (VRAM) buffers go by CUDA IPC handle "
-         "(kvxfer.vram, docs/vram.md)")
+NEEDS = ("kvxferd, a separate process, must map the same pages: the plug-in allocates SGLang's host "
+         "pools (aux metadata, CPU KV and state pools) in shared memory through its allocation hooks, "
+         "and this buffer was not allocated through them (a pool class or allocation path the hooks "
+         "do not know); otherwise use a shared, file-backed mapping (MAP_SHARED of a file under "
+         "/dev/shm). GPU (VRAM) buffers go by CUDA IPC handle (docs/vram.md). To run SGLang's own "
+         "NIXL prefill instead, set KVXFER_DISABLE=1")
 
 
 class Mapping:

@@ -41,20 +41,105 @@ def find_binary():
 
 
 def _pdeathsig():
-    # Runs in the child between fork and exec: die with the parent (thread).
+    # Runs in the child between fork and exec: stop with the parent (thread).
+    # SIGTERM, not SIGKILL: kvxferd's shutdown is bounded, fails its rooms
+    # towards the decodes and, its parent gone, removes its control socket and
+    # state directory (SGLang never shuts a manager down).
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
     except Exception:  # noqa: BLE001 - -parent-pid still covers it
         pass
 
 
+def _runtime_dir():
+    return os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir()
+
+
 def default_endpoint(tag):
-    base = os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir()
+    sweep_stale()
+    base = _runtime_dir()
     path = os.path.join(base, f"kvxfer-{os.getuid()}-{os.getpid()}-{tag}.sock")
     if len(path) > 107:
-        path = os.path.join(tempfile.gettempdir(), f"kvx-{os.getpid()}-{tag}.sock")
+        path = os.path.join(tempfile.gettempdir(), f"kvx-{os.getuid()}-{os.getpid()}-{tag}.sock")
     return "ipc://" + path
+
+
+def _pid_alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep_stale(base=None):
+    """Remove control sockets and state directories of ours whose scheduler
+    process is gone (both were killed at once, so neither could). The pid is
+    in every name; only our uid's entries, never through a symlink."""
+    base = base or _runtime_dir()
+    uid = os.getuid()
+    removed = []
+    try:
+        names = os.listdir(base)
+    except OSError:
+        return removed
+    for name in names:
+        pid = _owner_pid(name, uid)
+        if pid is None or pid == os.getpid() or _pid_alive(pid):
+            continue
+        path = os.path.join(base, name)
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if st.st_uid != uid:
+            continue
+        import stat
+        try:
+            if stat.S_ISSOCK(st.st_mode):
+                os.unlink(path)
+            elif stat.S_ISDIR(st.st_mode):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                continue
+            removed.append(path)
+        except OSError:
+            pass
+    return removed
+
+
+def _owner_pid(name, uid):
+    """The scheduler pid in a socket or state-dir name of ours, else None."""
+    for prefix, suffix in ((f"kvxfer-{uid}-state-", ""), (f"kvxfer-{uid}-", ".sock"), (f"kvx-{uid}-", ".sock")):
+        if name.startswith(prefix) and name.endswith(suffix):
+            head = name[len(prefix):].split("-", 1)[0]
+            if head.isdigit():
+                return int(head)
+    return None
+
+
+def remove_at_exit(daemon, endpoint, state_path):
+    """On this scheduler's normal exit: stop kvxferd, remove its socket and state."""
+    import atexit
+
+    def cleanup():
+        try:
+            daemon.stop()
+        except Exception:  # noqa: BLE001 - exiting anyway
+            pass
+        if endpoint.startswith("ipc://"):
+            try:
+                os.unlink(endpoint[len("ipc://"):])
+            except OSError:
+                pass
+        if state_path:
+            shutil.rmtree(state_path, ignore_errors=True)
+
+    atexit.register(cleanup)
+    return cleanup
 
 
 def state_dir(tag, bootstrap):
@@ -63,9 +148,9 @@ def state_dir(tag, bootstrap):
     here: the manager calls this once, when it is created). Keyed
     by the rank (tag) and SGLang's bootstrap address, so another deployment
     never replays it. None when it cannot be made private."""
-    base = os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir()
+    base = _runtime_dir()
     key = hashlib.sha256(f"{bootstrap}|{tag}".encode()).hexdigest()[:16]
-    path = os.path.join(base, f"kvxfer-{os.getuid()}-state-{tag}-{key}")
+    path = os.path.join(base, f"kvxfer-{os.getuid()}-state-{os.getpid()}-{tag}-{key}")
     try:
         os.mkdir(path, 0o700)
     except FileExistsError:
@@ -96,9 +181,10 @@ class Kvxferd:
     opened under an older one was lost with its process."""
 
     def __init__(self, endpoint, argv=None, env=None, hello=None, start_timeout=60.0,
-                 call_timeout_ms=10000):
+                 call_timeout_ms=10000, pass_fds=()):
         self.endpoint = endpoint
         self.argv = argv
+        self.pass_fds = tuple(pass_fds)
         self.env = env
         self.hello_fields = hello or {}
         self.start_timeout = start_timeout
@@ -122,7 +208,7 @@ class Kvxferd:
         t0 = time.monotonic()
         if self.argv is not None:
             self.proc = subprocess.Popen(self.argv, env=self.env, stdin=subprocess.DEVNULL,
-                                         preexec_fn=_pdeathsig, close_fds=True)
+                                         preexec_fn=_pdeathsig, close_fds=True, pass_fds=self.pass_fds)
         deadline = t0 + self.start_timeout
         last = None
         while time.monotonic() < deadline:

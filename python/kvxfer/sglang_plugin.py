@@ -1,6 +1,8 @@
 """The `sglang.srt.plugins` entry point: kvxfer takes over SGLang's NIXL prefill side.
 
-SGLang runs `register()` in every process (load_plugins). It REPLACEs
+SGLang runs `register()` in every process (load_plugins). It installs the
+allocation hooks (kvxfer.sglang_alloc: a kvxfer prefill's host pools in shared
+memory kvxferd can map) and REPLACEs
 sglang.srt.disaggregation.nixl.conn.NixlKVManager and NixlKVSender with
 dispatchers: a PREFILL-mode manager is kvxfer's (one kvxferd per rank),
 anything else — DECODE mode, attention CP, the staging buffer, KVXFER_DISABLE=1
@@ -10,6 +12,8 @@ stay SGLang's: kvxferd registers each rank with SGLang's bootstrap server.
 
 import logging
 import os
+
+from . import sglang_alloc
 
 log = logging.getLogger("kvxfer")
 
@@ -46,21 +50,12 @@ def _is_prefill(mode):
 
 def _handled(args, kwargs):
     mode = args[1] if len(args) > 1 else kwargs.get("disaggregation_mode")
-    if not _is_prefill(mode) or os.environ.get("KVXFER_DISABLE") == "1":
-        return False
     sa = args[2] if len(args) > 2 else kwargs.get("server_args")
-    if int(getattr(sa, "attn_cp_size", 1) or 1) > 1:
-        log.warning("kvxfer: attention context parallelism is not handled; SGLang's own NIXL prefill runs")
-        return False
-    try:
-        from sglang.srt.environ import envs
-
-        if envs.SGLANG_DISAGG_STAGING_BUFFER.get():
-            log.warning("kvxfer: SGLANG_DISAGG_STAGING_BUFFER is not handled; SGLang's own NIXL prefill runs")
-            return False
-    except Exception:  # noqa: BLE001 - older releases have no staging buffer
-        pass
-    return True
+    ok = sglang_alloc.takes_prefill(mode, sa)
+    if not ok and _is_prefill(mode) and os.environ.get("KVXFER_DISABLE") != "1":
+        log.warning("kvxfer: attention context parallelism and SGLANG_DISAGG_STAGING_BUFFER are not "
+                    "handled; SGLang's own NIXL prefill runs")
+    return ok
 
 
 def make_classes(orig_manager, orig_sender, version):
@@ -112,6 +107,12 @@ def register():
     mgr_cls, sender_cls = make_classes(orig_m, orig_s, version)
     HookRegistry.register(f"{TARGET}.NixlKVManager", mgr_cls, HookType.REPLACE)
     HookRegistry.register(f"{TARGET}.NixlKVSender", sender_cls, HookType.REPLACE)
+    try:
+        hooked = sglang_alloc.register(HookRegistry, HookType.AROUND)
+        log.info("kvxfer: host pools of a kvxfer prefill allocated in shared memory (hooks: %d)", len(hooked))
+    except Exception as e:  # noqa: BLE001 - the manager then names the buffer it cannot reach
+        log.error("kvxfer: SGLang %s: the pool allocation hooks could not be installed (%s); "
+                  "a kvxfer prefill will refuse its host buffers at start-up", version, e)
     log.info("kvxfer: SGLang %s NIXL prefill manager and sender replaced (kvxferd per rank)", version)
     if not supported(version):
         raise RuntimeError(unsupported_message(version))

@@ -22,8 +22,9 @@ try:
 except ImportError:  # pragma: no cover
     from .sender import KVTransferError
 
-from . import memmap, vram
+from . import memmap, sharedmem, vram
 from .control import ControlError
+from . import process
 from .process import Kvxferd, default_endpoint, find_binary, state_dir
 
 log = logging.getLogger("kvxfer")
@@ -53,9 +54,20 @@ def _buffers(kind, ptrs, lens, item_lens, mem_kinds=None):
             continue
         if str(mem).upper() not in ("DRAM", "CPU", "HOST"):
             raise memmap.UnsupportedMemory(f"kvxfer: {kind} buffer {i} is {mem} memory; {memmap.NEEDS}")
+        shared = sharedmem.REGISTRY.lookup(int(p), int(n))
+        if shared is not None:
+            # Allocated by the plug-in's hooks (kvxfer.sharedmem): kvxferd inherits the memfd.
+            fd, off = shared
+            out.append({"memfd": fd, "offset": off, "length": int(n), "item_len": int(it), "mem": "DRAM", "dev": 0})
+            continue
         path, off, length = memmap.resolve(int(p), int(n), f"kvxfer: {kind} buffer {i}")
         out.append({"shm": path, "offset": off, "length": length, "item_len": int(it), "mem": "DRAM", "dev": 0})
     return out
+
+
+def _memfds(memory):
+    """The memfds the registrations name: passed to kvxferd at exec."""
+    return sorted({b["memfd"] for _, _, _, bufs in memory for b in bufs if "memfd" in b})
 
 
 def _free_port():
@@ -115,14 +127,24 @@ class KvxferPrefillManager(BaseKVManager):
         hello = {"rank": self.tp_rank, "pp_rank": self.pp_rank, "dp_rank": self.dp_rank}
         attach = os.environ.get("KVXFER_CONTROL")
         if attach:
+            if _memfds(self._memory):
+                raise memmap.UnsupportedMemory(
+                    "kvxfer: KVXFER_CONTROL attaches to a kvxferd started elsewhere, which cannot inherit "
+                    "the pools kvxfer allocated in memfds; unset KVXFER_CONTROL (the plug-in starts "
+                    "kvxferd itself) or allocate the pools in named shared files")
             self.daemon = Kvxferd(attach, hello=hello)
         else:
             tag = f"tp{self.tp_rank}-pp{self.pp_rank}-dp{self.dp_rank}"
             endpoint = default_endpoint(tag)
             # Decode registrations outlive a kvxferd restart (SGLang's decode registers once).
             self.state_dir = state_dir(tag, f"{self.bootstrap_host}:{self.bootstrap_port}")
-            self.daemon = Kvxferd(endpoint, argv=self._argv(endpoint, len(types)), env=self._env(),
+            fds = _memfds(self._memory)
+            argv = self._argv(endpoint, len(types))
+            if fds:
+                argv += ["-memfd", ",".join(str(f) for f in fds)]
+            self.daemon = Kvxferd(endpoint, argv=argv, env=self._env(), pass_fds=fds,
                                   hello=hello, start_timeout=float(os.environ.get("KVXFER_START_TIMEOUT", "60")))
+            process.remove_at_exit(self.daemon, endpoint, self.state_dir)
         self._start()
 
     # -- kvxferd ------------------------------------------------------------

@@ -27,12 +27,18 @@ const ShmDir = "/dev/shm"
 
 // Region is one buffer of a registration: where the daemon finds the bytes the
 // scheduler's KVArgs pointer refers to. The scheduler process and kvxferd share memory
-// by file (Shm, a /dev/shm name or an absolute path, mapped at Offset), or, for GPU
-// memory later, by a CUDA IPC handle.
+// by a memory file kvxferd inherited from the scheduler at exec (Memfd), by a named
+// file (Shm, a /dev/shm name or an absolute path, mapped at Offset), or, for GPU
+// memory, by a CUDA IPC handle. Exactly one of the three is set.
 type Region struct {
 	// Shm is a bare name under ShmDir (e.g. Python's SharedMemory.name) or an
-	// absolute, clean path. Empty when CUDAIPC is set.
-	Shm     string
+	// absolute, clean path.
+	Shm string
+	// Memfd is the descriptor number of a memory file (memfd) that kvxferd's
+	// parent passed it at exec and named in -memfd; no other descriptor is
+	// accepted, so a client can only name memory kvxferd was given. 0 is unset
+	// (descriptor 0 is standard input).
+	Memfd   int64
 	Offset  uint64 // byte offset of the buffer inside the file
 	Length  uint64 // data_len: bytes of the whole buffer
 	ItemLen uint64 // item_len: bytes of one slot (one page of one layer for KV)
@@ -46,7 +52,7 @@ type Region struct {
 	CUDAIPC []byte
 }
 
-// Path is the file that backs the region ("" for a CUDA IPC region).
+// Path is the named file that backs the region ("" for a memfd or CUDA IPC region).
 func (g Region) Path() string {
 	if g.Shm == "" || strings.HasPrefix(g.Shm, "/") {
 		return g.Shm
@@ -139,8 +145,10 @@ func (g Region) validate() string {
 		return fmt.Sprintf("length %d is not a whole number of %d-byte items", g.Length, g.ItemLen)
 	case g.Offset+g.Length < g.Offset || g.Offset+g.Length > math.MaxInt64:
 		return fmt.Sprintf("offset %d + length %d overflows", g.Offset, g.Length)
-	case (g.Shm == "") == (len(g.CUDAIPC) == 0):
-		return "exactly one of shm and cuda_ipc must be set"
+	case g.Memfd < 0 || g.Memfd > math.MaxInt32:
+		return fmt.Sprintf("memfd %d out of range", g.Memfd)
+	case g.sources() != 1:
+		return "exactly one of shm, memfd and cuda_ipc must be set"
 	case len(g.CUDAIPC) > 0 && g.Mem != nixl.VRAM:
 		return "cuda_ipc is for VRAM only"
 	case len(g.CUDAIPC) > 0 && len(g.CUDAIPC) != CUDAIPCHandleSize:
@@ -150,6 +158,20 @@ func (g Region) validate() string {
 		return checkShm(g.Shm)
 	}
 	return ""
+}
+
+func (g Region) sources() int {
+	n := 0
+	if g.Shm != "" {
+		n++
+	}
+	if g.Memfd != 0 {
+		n++
+	}
+	if len(g.CUDAIPC) > 0 {
+		n++
+	}
+	return n
 }
 
 // checkShm accepts a bare file name (no slash, not "." or "..") or an absolute path in
@@ -222,6 +244,8 @@ func (g *Region) decode(r *reader) error {
 		switch string(key) {
 		case "shm":
 			g.Shm, err = r.readStr()
+		case "memfd":
+			g.Memfd, err = r.readInt()
 		case "offset":
 			g.Offset, err = r.readUint()
 		case "length":
@@ -268,8 +292,9 @@ func appendMemory(b []byte, m *MemoryRegistration) []byte {
 	b = appendStr(appendStr(b, "state_type"), m.StateType)
 	b = appendArrayHeader(appendStr(b, "buffers"), len(m.Buffers))
 	for _, g := range m.Buffers {
-		b = appendMapHeader(b, 7)
+		b = appendMapHeader(b, 8)
 		b = appendStr(appendStr(b, "shm"), g.Shm)
+		b = appendInt(appendStr(b, "memfd"), g.Memfd)
 		b = appendUint(appendStr(b, "offset"), g.Offset)
 		b = appendUint(appendStr(b, "length"), g.Length)
 		b = appendUint(appendStr(b, "item_len"), g.ItemLen)
