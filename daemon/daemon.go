@@ -131,7 +131,6 @@ type Config struct {
 	// register_memory regions name them by descriptor number.
 	Memfds Memfds
 
-
 	// OnLive, when set, is called once the rank is live with the geometry the
 	// scheduler registered (telemetry takes its bytes per page from it).
 	OnLive func(local sglang.Local)
