@@ -207,8 +207,14 @@ class Kvxferd:
         self.close_client()
         t0 = time.monotonic()
         if self.argv is not None:
+            # A session of its own: a signal to SGLang's process group (a
+            # launcher stopping its servers) reaches kvxferd only as the
+            # parent-death SIGTERM, after its scheduler is gone, so it can
+            # tell a stop for good (remove its socket and state) from one the
+            # plug-in will restart.
             self.proc = subprocess.Popen(self.argv, env=self.env, stdin=subprocess.DEVNULL,
-                                         preexec_fn=_pdeathsig, close_fds=True, pass_fds=self.pass_fds)
+                                         preexec_fn=_pdeathsig, close_fds=True, pass_fds=self.pass_fds,
+                                         start_new_session=True)
         deadline = t0 + self.start_timeout
         last = None
         while time.monotonic() < deadline:
