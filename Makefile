@@ -32,10 +32,27 @@ build: deps
 
 # The kvxfer wheel (python/): the SGLang plug-in with this platform's kvxferd
 # inside (kvxfer/bin/kvxferd), in dist/. `pip install dist/kvxfer-*.whl` into
-# SGLang's environment; see docs/sglang-plugin.md.
-wheel: deps
-	CGO_ENABLED=1 $(GO) build -trimpath -o $(BIN)/kvxferd ./cmd/kvxferd
-	python3 scripts/build-wheel.py $(BIN)/kvxferd dist
+# SGLang's environment; see docs/sglang-plugin.md ("The wheel").
+# Where SGLang runs there is no libzmq, so the wheel's kvxferd links a static
+# libzmq (and libstdc++) built once into $(WHEEL_LIBZMQ) by
+# scripts/build-libzmq-static.sh; glibc stays dynamic (kvxferd dlopens libnixl
+# and libcuda). Only this target points pkg-config there: `make build` and the
+# tests keep the system's shared libzmq. The binary goes to $(BIN)/wheel/ so
+# that it is not mixed up with the dynamic $(BIN)/kvxferd. CGO_CFLAGS carries
+# the static build's key because cmd/go does not hash pkg-config's output:
+# without it, cgo packages built against the system libzmq would be reused.
+# check-wheel-libs.sh then fails the build if kvxferd needs a library outside
+# the manylinux set or a glibc newer than WHEEL_GLIBC, the glibc of the tag
+# (manylinux_2_34: Go's cgo runtime needs GLIBC_2.34 when linked on glibc >= 2.34).
+WHEEL_LIBZMQ ?= /opt/kvxfer-libzmq
+WHEEL_GLIBC  ?= 2.34
+wheel:
+	KVXFER_LIBZMQ=$(WHEEL_LIBZMQ) scripts/build-libzmq-static.sh
+	PKG_CONFIG_PATH=$(WHEEL_LIBZMQ)/lib/pkgconfig CGO_ENABLED=1 \
+		CGO_CFLAGS="-O2 -g -DKVXFER_STATIC_LIBZMQ=$$(cat $(WHEEL_LIBZMQ)/cache-key)" \
+		$(GO) build -trimpath -o $(BIN)/wheel/kvxferd ./cmd/kvxferd
+	scripts/check-wheel-libs.sh $(BIN)/wheel/kvxferd $(WHEEL_GLIBC)
+	python3 scripts/build-wheel.py $(BIN)/wheel/kvxferd dist $(WHEEL_GLIBC)
 
 vet:
 	$(GO) vet $(PKGS)
