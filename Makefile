@@ -4,7 +4,7 @@ GO    ?= go
 PKGS  ?= ./...
 BIN   ?= bin
 
-.PHONY: wheel all deps deps-nixl deps-sglang bench bench-sglang bench-go build test test-sglang test-hosts unit race vet fmt-check fmt bench fuzz-smoke demo clean telemetry-counts
+.PHONY: wheel all deps deps-serving test-serving test-serving-smoke bench-serving deps-nixl deps-sglang bench bench-sglang bench-go build test test-sglang test-hosts unit race vet fmt-check fmt bench fuzz-smoke demo clean telemetry-counts
 
 all: build
 
@@ -53,6 +53,29 @@ wheel:
 		$(GO) build -trimpath -o $(BIN)/wheel/kvxferd ./cmd/kvxferd
 	scripts/check-wheel-libs.sh $(BIN)/wheel/kvxferd $(WHEEL_GLIBC)
 	python3 scripts/build-wheel.py $(BIN)/wheel/kvxferd dist $(WHEEL_GLIBC)
+
+# Real SGLang servers end to end (serving/, docs/serving.md): full SGLang
+# 0.5.23 and 0.5.18 venvs under /opt/kvxfer-serving (about 11 GB each, cached),
+# a tiny Llama model made by the suite, the kvxfer wheel pip-installed into
+# each venv as the README tells users. Monolithic vs PD with SGLang's own NIXL
+# prefill vs PD with kvxfer's: token identity, a client-abort storm through
+# SGLang's router, kvxferd SIGKILL and a decode restart under load.
+# test-serving-smoke is CI's subset (one release, 20 prompts, 100 requests).
+SERVING_PY ?= /opt/kvxfer-serving/0.5.23/bin/python
+deps-serving:
+	@scripts/install-serving.sh
+
+test-serving: wheel deps-serving
+	$(SERVING_PY) serving/suite.py --versions 0.5.23,0.5.18
+
+test-serving-smoke: wheel
+	@KVXFER_SERVING_VERSIONS=0.5.23 scripts/install-serving.sh
+	$(SERVING_PY) serving/suite.py --versions 0.5.23 --prompts 20 --after 20 --storm 100 --smoke
+
+# SGLang's own bench_serving against the router, SGLang's NIXL prefill and
+# kvxfer's alternating (docs/benchmarks.md, "Served requests").
+bench-serving: wheel deps-serving
+	$(SERVING_PY) serving/bench.py
 
 vet:
 	$(GO) vet $(PKGS)
