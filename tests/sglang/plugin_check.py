@@ -516,12 +516,17 @@ sys.path.insert(0, {os.path.join(HERE, 'stubs')!r})
             gone = True
             break
         time.sleep(0.01)
+    ms = round((time.monotonic() - t) * 1e3, 1)
+    # SGLang never shuts the manager down: kvxferd removes its own socket and
+    # state directory once its scheduler is gone.
+    left = [x for x in (info["socket"], info["state_dir"]) if x and os.path.exists(x)]
+    ok = gone and not left
     from importlib.metadata import version
-    r = dict(release=version("sglang"), scenario="SGLang process exits: no kvxferd left",
-             result="PASS" if gone else "FAIL", ms=round((time.monotonic() - t) * 1e3, 1), kvxferd_pid=child)
+    r = dict(release=version("sglang"), scenario="SGLang process exits: no kvxferd, socket or state dir left",
+             result="PASS" if ok else "FAIL", ms=ms, kvxferd_pid=child, left=left)
     print(json.dumps(r), flush=True)
     del code
-    return 0 if gone else 1
+    return 0 if ok else 1
 
 
 if __name__ == "__main__" and "exit-child" in sys.argv:
@@ -542,7 +547,8 @@ if __name__ == "__main__" and "exit-child" in sys.argv:
     sa = prefill_server_args(kvx_sglang_shim, port)
     args, kv, aux = prefill_kv_args(KVArgs, work, layers=1)
     mgr = M(args, DisaggregationMode.PREFILL, sa, False)
-    print(json.dumps({"pid": mgr.daemon.pid}), flush=True)
+    print(json.dumps({"pid": mgr.daemon.pid, "socket": mgr.daemon.endpoint[len("ipc://"):],
+                      "state_dir": mgr.state_dir}), flush=True)
     time.sleep(60)
     sys.exit(0)
 
