@@ -21,6 +21,8 @@ func fuzzSeeds(t testing.TB) [][]byte {
 		{"id": int64(7), "op": "abort", "room": int64(7)},
 		{"id": int64(8), "op": "register_memory", "kind": "kv", "buffers": []any{
 			map[string]any{"shm": "psm_1", "offset": int64(0), "length": int64(4096), "item_len": int64(256), "mem": "DRAM", "dev": int64(0)}}},
+		{"id": int64(10), "op": "register_memory", "kind": "aux", "buffers": []any{
+			map[string]any{"memfd": int64(5), "offset": int64(4096), "length": int64(4096), "item_len": int64(64), "mem": "DRAM", "dev": int64(0)}}},
 		{"id": int64(9), "op": "batch", "reqs": []any{map[string]any{"op": "clear", "rooms": []any{int64(7)}}, map[string]any{"op": "pop_decode_prefix_len", "room": int64(7)}}},
 	}
 	var out [][]byte
