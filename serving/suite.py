@@ -359,6 +359,21 @@ def tables(res):
     return "\n".join(lines)
 
 
+def render_doc(res, path, command):
+    """Replace the results section of docs/serving.md with this run's tables."""
+    begin, end = "<!-- serving-results:begin -->", "<!-- serving-results:end -->"
+    text = open(path).read()
+    load = f"load average {res['load_start'][0]:.1f} at start, {res['load_end'][0]:.1f} at end (2 cores)"
+    body = (f"{begin}\n`{command}` — {time.strftime('%Y-%m-%d')}, {res['seconds']:.0f} s, {load}.\n"
+            f"{tables(res)}\n{end}")
+    if begin in text and end in text:
+        text = text[:text.index(begin)] + body + text[text.index(end) + len(end):]
+    else:
+        text += "\n" + body + "\n"
+    with open(path, "w") as f:
+        f.write(text)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--versions", default="0.5.23,0.5.18")
@@ -376,7 +391,17 @@ def main():
     ap.add_argument("--request-timeout", type=float, default=300.0)
     ap.add_argument("--smoke", action="store_true", help="CI subset: no decode restart")
     ap.add_argument("--run-dir", default=None)
+    ap.add_argument("--render", default=None, metavar="SUITE_JSON", help="print (and with --doc write) a finished run's tables; runs nothing")
+    ap.add_argument("--doc", default=None, help="replace the results section of this file (docs/serving.md)")
     args = ap.parse_args()
+    if args.render:
+        res = json.load(open(args.render))
+        print(tables(res))
+        if args.doc:
+            render_doc(res, args.doc, "python serving/suite.py " + " ".join(
+                f"--{k.replace('_', '-')} {v}" for k, v in res["args"].items()
+                if v not in (None, False) and k not in ("render", "doc", "run_dir", "wheel")))
+        return
     wheel = args.wheel or max(glob.glob(os.path.join(ROOT, "dist", "kvxfer-*.whl")), key=os.path.getmtime, default=None)
     if not wheel:
         sys.exit("no dist/kvxfer-*.whl: run `make wheel` first")
