@@ -244,10 +244,13 @@ def run_pd(version, variant, model, ps, ref, args, run_dir, out):
         got = identity.collect(dep.url, ps, args.max_new_tokens, args.concurrency, args.request_timeout)
         rec["identity"] = compare(ref, got)
         log(f"{version} pd-{variant}: identity {rec['identity']}")
+        aborts0 = server_aborts(dep)
         summary, _ = asyncio.run(storm.run_storm(dep.url, [p["ids"] for p in ps], n=args.storm,
                                                  concurrency=args.storm_concurrency, cancel_frac=args.cancel_frac,
                                                  max_new=args.max_new_tokens, seed=args.seed, progress=log))
         rec["storm"] = summary
+        # What reached the servers as aborts (their "Abort request" log lines).
+        summary["server_aborts"] = {k: v - aborts0[k] for k, v in server_aborts(dep).items()}
         log(f"{version} pd-{variant}: storm {summary}")
         rec["after_storm"] = quiesce(dep, debug_port)
         log(f"{version} pd-{variant}: after the storm {rec['after_storm']}")
@@ -269,6 +272,17 @@ def run_pd(version, variant, model, ps, ref, args, run_dir, out):
             rec["after_faults"] = quiesce(dep, debug_port)
             log(f"{version} pd-{variant}: decode restart {rec['decode_restart']} then {rec['identity_after_decode_restart']}")
     return rec
+
+
+def server_aborts(dep):
+    out = {}
+    for role, srv in (("prefill", dep.prefill), ("decode", dep.decode)):
+        try:
+            with open(srv.proc.log_path, errors="replace") as f:
+                out[role] = sum(1 for line in f if "Abort request" in line)
+        except OSError:
+            out[role] = 0
+    return out
 
 
 def _wait(fn, deadline_s):
@@ -325,8 +339,8 @@ def tables(res):
             i = r.get(key, {}).get("identity", {})
             lines.append(f"| {v} | {name} | {i.get('prompts', '-')} | {i.get('identical', '-')} | {i.get('differ', '-')} | {i.get('errors', '-')} |")
     lines += ["", "Client-abort storm through the router, then a bounded wait for quiet",
-              "", "| release | prefill | requests | cancelled (send/prefill/first/decode) | completed | errors | left in queues | KV slots leaked (prefill/decode) | kvxferd rooms | quiet after | identical after |",
-              "|---|---|---|---|---|---|---|---|---|---|---|"]
+              "", "| release | prefill | requests | cancelled (send/prefill/first/decode) | aborts seen by prefill/decode | completed | errors | left in queues | KV slots leaked (prefill/decode) | kvxferd rooms | quiet after | identical after |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for v, r in res["releases"].items():
         for name, key in (("SGLang NIXL", "sglang"), ("kvxfer", "kvxfer")):
             rec = r.get(key, {})
@@ -335,7 +349,7 @@ def tables(res):
                 continue
             ph = s.get("by_phase", {})
             left = sum((q.get("queues") or {}).values())
-            lines.append(f"| {v} | {name} | {s['requests']} | {s['cancelled']} ({ph.get('send', 0)}/{ph.get('prefill', 0)}/{ph.get('first', 0)}/{ph.get('decode', 0)}) | {s['ok']} | {s['errors']} | {left} | {q.get('prefill_kv_used')}/{q.get('decode_kv_used')} | {q.get('kvxferd_rooms', '-') if q.get('kvxferd_rooms') is not None else '-'} | {'yes' if q.get('quiet') else 'NO'} in {q.get('seconds')} s | {ia.get('identical', '-')}/{ia.get('prompts', '-')} |")
+            lines.append(f"| {v} | {name} | {s['requests']} | {s['cancelled']} ({ph.get('send', 0)}/{ph.get('prefill', 0)}/{ph.get('first', 0)}/{ph.get('decode', 0)}) | {(s.get('server_aborts') or {}).get('prefill', '-')}/{(s.get('server_aborts') or {}).get('decode', '-')} | {s['ok']} | {s['errors']} | {left} | {q.get('prefill_kv_used')}/{q.get('decode_kv_used')} | {q.get('kvxferd_rooms', '-') if q.get('kvxferd_rooms') is not None else '-'} | {'yes' if q.get('quiet') else 'NO'} in {q.get('seconds')} s | {ia.get('identical', '-')}/{ia.get('prompts', '-')} |")
     lines += ["", "Faults under load (6 clients in a loop)", "",
               "| release | fault | in flight | ended ok / error | wrong output | last ended after | bound | restarted / back | identical after |",
               "|---|---|---|---|---|---|---|---|---|"]
