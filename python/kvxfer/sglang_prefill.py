@@ -22,7 +22,7 @@ try:
 except ImportError:  # pragma: no cover
     from .sender import KVTransferError
 
-from . import memmap, sharedmem, vram
+from . import memmap, sglang_trace, sharedmem, vram
 from .control import ControlError
 from . import process
 from .process import Kvxferd, default_endpoint, find_binary, state_dir
@@ -124,6 +124,8 @@ class KvxferPrefillManager(BaseKVManager):
                                                       args.aux_item_lens)))
 
         self.bootstrap_host, self.bootstrap_port = self._bootstrap(sa)
+        # SGLang tracing on: senders open their rooms under the request's trace.
+        self.traced = sglang_trace.tracing_on(sa) and sglang_trace.install()
         hello = {"rank": self.tp_rank, "pp_rank": self.pp_rank, "dp_rank": self.dp_rank}
         attach = os.environ.get("KVXFER_CONTROL")
         if attach:
@@ -142,7 +144,7 @@ class KvxferPrefillManager(BaseKVManager):
             argv = self._argv(endpoint, len(types))
             if fds:
                 argv += ["-memfd", ",".join(str(f) for f in fds)]
-            self.daemon = Kvxferd(endpoint, argv=argv, env=self._env(), pass_fds=fds,
+            self.daemon = Kvxferd(endpoint, argv=argv, env=self._env(sa), pass_fds=fds,
                                   hello=hello, start_timeout=float(os.environ.get("KVXFER_START_TIMEOUT", "60")))
             process.remove_at_exit(self.daemon, endpoint, self.state_dir)
         self._start()
@@ -197,9 +199,10 @@ class KvxferPrefillManager(BaseKVManager):
         return argv + extra
 
     @staticmethod
-    def _env():
-        # SGLANG_DISAGGREGATION_*, UCX_*, NIXL and kvxfer settings pass through with the rest.
-        env = dict(os.environ)
+    def _env(sa=None):
+        # SGLANG_DISAGGREGATION_*, UCX_*, NIXL, OTEL_* and kvxfer settings pass through with the rest;
+        # SGLang's --otlp-traces-endpoint becomes kvxferd's when no OTLP endpoint is set.
+        env = sglang_trace.otel_env(sa, dict(os.environ))
         if not env.get("KVXFER_LIBNIXL") and not env.get("KVXFER_NIXL_PYTHON"):
             import sys
 
@@ -359,12 +362,15 @@ class KvxferPrefillSender(BaseKVSender):
         self._failed = False
         self._t0 = time.monotonic()
         self._error = None
+        self.traceparent = None
         if mgr.num_dp_ranks > 1 and not self.req_has_disagg_prefill_dp_rank and not self._route_dp_rank():
             self.generation = mgr.daemon.generation
             return
         client = mgr.ensure_live()
         self.generation = mgr.daemon.generation
-        if client is None or mgr.call(lambda c: c.open(self.bootstrap_room)) is None:
+        # The request's W3C trace context (SGLang tracing on, inside create_sender).
+        self.traceparent = sglang_trace.current_traceparent(self.bootstrap_room) if getattr(mgr, "traced", False) else None
+        if client is None or mgr.call(lambda c: c.open(self.bootstrap_room, self.traceparent)) is None:
             self._lost = mgr.daemon.lost_reason or "kvxferd is not running"
             return
         mgr._rooms[self.bootstrap_room] = self.generation
