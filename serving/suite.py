@@ -324,6 +324,8 @@ def verdict(version_rec):
         bad.append(f"kvxfer: the prefill still held requests {DECODE_BOUND_S:.0f} s after the decode died: {dr}")
     if "kvxferd_kill" in k and not k["kvxferd_kill"].get("restarted"):
         bad.append("kvxfer: kvxferd not restarted")
+    if "tracing" in version_rec and not version_rec["tracing"].get("ok"):
+        bad.append(f"tracing: {version_rec['tracing'].get('errors')}")
     if "after_faults" in k and not k["after_faults"].get("quiet"):
         bad.append(f"kvxfer: not quiet after the faults: {k['after_faults']}")
     return bad
@@ -403,7 +405,7 @@ def main():
     ap.add_argument("--cancel-frac", type=float, default=0.4)
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--request-timeout", type=float, default=300.0)
-    ap.add_argument("--smoke", action="store_true", help="CI subset: no decode restart")
+    ap.add_argument("--smoke", action="store_true", help="CI subset: no decode restart, no tracing check")
     ap.add_argument("--run-dir", default=None)
     ap.add_argument("--render", default=None, metavar="SUITE_JSON", help="print (and with --doc write) a finished run's tables; runs nothing")
     ap.add_argument("--doc", default=None, help="replace the results section of this file (docs/serving.md)")
@@ -440,6 +442,12 @@ def main():
             log(f"{version}: monolithic reference, {rec['mono_errors']} errors")
             for variant in ("sglang", "kvxfer"):
                 run_pd(version, variant, model, ps, ref, args, os.path.join(run_dir, version), rec)
+            if not args.smoke:
+                import tracing  # serving/tracing.py: one trace per request, SGLang's span over kvxfer's room
+
+                tr = tracing.check(version, run_dir=os.path.join(run_dir, version, "tracing"))
+                rec["tracing"] = {k: tr.get(k) for k in ("ok", "errors", "completed_ok", "rows") if k in tr}
+                log(f"{version}: tracing ok={tr.get('ok')} errors={tr.get('errors')}")
         except Exception as e:  # noqa: BLE001 - one release failing is reported, the next still runs
             rec["error"] = f"{type(e).__name__}: {e}"[:4000]
             log(f"{version}: {rec['error']}")
