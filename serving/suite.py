@@ -261,14 +261,12 @@ def run_pd(version, variant, model, ps, ref, args, run_dir, out):
             # Short generations: most requests in flight are in prefill or transfer.
             rec["kvxferd_kill"] = fault_under_load(dep, ps, ref, 2, lambda: kill_kvxferd(dep), KILL_BOUND_S)
             rec["kvxferd_kill"]["restarted"] = bool(_wait(lambda: kvxferd_pids(dep.prefill.proc), 30))
-            after = identity.collect(dep.url, ps[:args.after], args.max_new_tokens, args.concurrency, args.request_timeout)
-            rec["identity_after_kill"] = compare({k: ref[k] for k in list(ref)[:args.after]}, after)
+            rec["identity_after_kill"] = recheck(dep, ps, ref, args)
             log(f"{version} pd-{variant}: kvxferd kill {rec['kvxferd_kill']} then {rec['identity_after_kill']}")
         if variant == "kvxfer" and not args.smoke:
             rec["decode_restart"] = fault_under_load(dep, ps, ref, 4,
                                                      lambda: restart_decode(dep, cluster.START_DEADLINE_S), DECODE_BOUND_S)
-            after = identity.collect(dep.url, ps[:args.after], args.max_new_tokens, args.concurrency, args.request_timeout)
-            rec["identity_after_decode_restart"] = compare({k: ref[k] for k in list(ref)[:args.after]}, after)
+            rec["identity_after_decode_restart"] = recheck(dep, ps, ref, args)
             rec["after_faults"] = quiesce(dep, debug_port)
             log(f"{version} pd-{variant}: decode restart {rec['decode_restart']} then {rec['identity_after_decode_restart']}")
     return rec
@@ -283,6 +281,15 @@ def server_aborts(dep):
         except OSError:
             out[role] = 0
     return out
+
+
+def recheck(dep, ps, ref, args):
+    """The identity prompts again, from cold caches as the reference was made:
+    radix-cache hits change the prefill's chunks, and so bf16 rounding."""
+    cluster.flush_cache(dep.prefill_url)
+    cluster.flush_cache(dep.decode_url)
+    after = identity.collect(dep.url, ps[:args.after], args.max_new_tokens, args.concurrency, args.request_timeout)
+    return compare({k: ref[k] for k in list(ref)[:args.after]}, after)
 
 
 def _wait(fn, deadline_s):

@@ -422,6 +422,11 @@ class KvxferPrefillSender(BaseKVSender):
 
     def poll(self):
         if self._failed or self._is_lost():
+            if self._lost is not None:
+                # Bring kvxferd back now (at most once a second), not only
+                # when the next request arrives: polls keep coming while the
+                # scheduler still holds the rooms the old one lost.
+                self.kv_mgr.ensure_live()
             return KVPoll.Failed
         st = self.kv_mgr.poll_room(self.bootstrap_room)
         if st is None:
