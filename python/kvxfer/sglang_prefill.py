@@ -422,11 +422,6 @@ class KvxferPrefillSender(BaseKVSender):
 
     def poll(self):
         if self._failed or self._is_lost():
-            if self._lost is not None:
-                # Bring kvxferd back now (at most once a second), not only
-                # when the next request arrives: polls keep coming while the
-                # scheduler still holds the rooms the old one lost.
-                self.kv_mgr.ensure_live()
             return KVPoll.Failed
         st = self.kv_mgr.poll_room(self.bootstrap_room)
         if st is None:
@@ -458,6 +453,10 @@ class KvxferPrefillSender(BaseKVSender):
             raise KVTransferError(self.bootstrap_room, self._error)
         self.kv_mgr._rooms.pop(self.bootstrap_room, None)
         if self._is_lost():
+            # The failure is already reported (poll said Failed): bring
+            # kvxferd back now (at most once a second), not only when the
+            # next request arrives.
+            self.kv_mgr.ensure_live()
             raise KVTransferError(self.bootstrap_room, f"{LOST}: kvxferd lost ({self._lost})")
         r = self._do(lambda c: c.failure([self.bootstrap_room], clear=True))
         if r is None:
