@@ -45,7 +45,11 @@ import prompts as prompt_set  # noqa: E402
 import storm  # noqa: E402
 
 QUIET_DEADLINE_S = 150.0  # > SGLang's 30 s deferred-release hold on the decode
-KILL_BOUND_S = 30.0
+# The decode's own wait for KV (SGLANG_DISAGGREGATION_WAITING_TIMEOUT, 300 s by
+# default): what bounds a request whose room died with kvxferd, since the
+# restarted kvxferd does not yet tell the decode (docs/serving.md, Findings).
+DECODE_WAIT_S = 45
+KILL_BOUND_S = DECODE_WAIT_S + 15.0
 DECODE_BOUND_S = 90.0
 
 
@@ -228,7 +232,7 @@ def restart_decode(dep, deadline_s):
 def run_pd(version, variant, model, ps, ref, args, run_dir, out):
     debug_port = cluster.free_port() if variant == "kvxfer" else None
     penv, denv = identity.VARIANTS[variant]
-    penv = dict(penv)
+    penv, denv = dict(penv), dict(denv, SGLANG_DISAGGREGATION_WAITING_TIMEOUT=str(DECODE_WAIT_S))
     if debug_port:
         penv["KVXFER_ARGS"] = f"-debug-addr 127.0.0.1:{debug_port}"
     dep = cluster.pd(version, run_dir=os.path.join(run_dir, f"pd-{variant}"), model=model, name=f"pd-{variant}",
