@@ -52,7 +52,7 @@ VENV_ROOT = os.environ.get("KVXFER_SERVING_ROOT", "/opt/kvxfer-serving")
 RUNS_ROOT = os.environ.get("KVXFER_SERVING_RUNS", "/tmp/kvxfer-serving-runs")
 VERSIONS = ("0.5.23", "0.5.18")
 
-START_DEADLINE_S = float(os.environ.get("KVXFER_SERVING_START_DEADLINE", "300"))
+START_DEADLINE_S = float(os.environ.get("KVXFER_SERVING_START_DEADLINE", "480"))
 STOP_GRACE_S = 20.0
 REQUEST_TIMEOUT_S = 300.0
 

@@ -32,15 +32,20 @@ VARIANTS = {
 }
 
 
-def collect(url, ps, max_new_tokens, concurrency, timeout):
-    """{name: {"ids": [...], "s": latency, "cached": n}} or {"error": str}."""
+def collect(url, ps, max_new_tokens, concurrency, timeout, top_logprobs=0):
+    """{name: {"ids": [...], "s": latency, "cached": n, "top": [[[lp, id], ...], ...]}} or {"error": str}."""
+    fields = {"return_logprob": True, "top_logprobs_num": top_logprobs} if top_logprobs else {}
+
     def one(p):
         t = time.monotonic()
         try:
-            out = cluster.generate_raw(url, input_ids=p["ids"], max_new_tokens=max_new_tokens, timeout=timeout)
+            out = cluster.generate_raw(url, input_ids=p["ids"], max_new_tokens=max_new_tokens, timeout=timeout, **fields)
             mi = out.get("meta_info", {})
-            return p["name"], {"ids": list(out["output_ids"]), "s": round(time.monotonic() - t, 3),
-                               "cached": mi.get("cached_tokens"), "prompt_tokens": mi.get("prompt_tokens")}
+            r = {"ids": list(out["output_ids"]), "s": round(time.monotonic() - t, 3),
+                 "cached": mi.get("cached_tokens"), "prompt_tokens": mi.get("prompt_tokens")}
+            if top_logprobs:
+                r["top"] = [[[round(e[0], 5), e[1]] for e in (pos or [])] for pos in (mi.get("output_top_logprobs") or [])]
+            return p["name"], r
         except Exception as e:  # noqa: BLE001 - recorded per prompt
             return p["name"], {"error": f"{type(e).__name__}: {e}"[:2000], "s": round(time.monotonic() - t, 3)}
 
@@ -54,6 +59,33 @@ def collect(url, ps, max_new_tokens, concurrency, timeout):
             for k, v in ex.map(one, ps):
                 results[k] = v
     return results
+
+
+def _margin(top, mine, other):
+    """logprob(mine) - logprob(other) in one position's top list; None when
+    `other` is not in it (then it is at least mine - the last listed)."""
+    lp = {int(t): l for l, t in top}
+    if mine not in lp:
+        return None
+    if other in lp:
+        return lp[mine] - lp[other]
+    return None if not top else -(lp[mine] - min(lp.values()))  # negative: a lower bound, not a tie
+
+
+def compare(ref, got, tie_eps):
+    """'same', ('tie', i, margin) or ('diff', i, margin-or-None)."""
+    a, b = ref["ids"], got["ids"]
+    if a == b:
+        return "same", None, None
+    i = next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    if i >= min(len(a), len(b)) or not ref.get("top") or not got.get("top") or i >= len(ref["top"]) or i >= len(got["top"]):
+        return "diff", i, None
+    m_ref = _margin(ref["top"][i], a[i], b[i])
+    m_got = _margin(got["top"][i], b[i], a[i])
+    if m_ref is None or m_got is None or m_ref < 0 or m_got < 0:
+        return "diff", i, None
+    m = max(m_ref, m_got)
+    return ("tie" if m <= tie_eps else "diff"), i, round(m, 5)
 
 
 def run_deployment(dep, ps, args, log):
@@ -71,7 +103,8 @@ def run_deployment(dep, ps, args, log):
         rec["timings"] = dict(dep.timings)
         log(f"  {dep.kind}: up in {time.monotonic() - t0:.1f} s {dep.timings}")
         t1 = time.monotonic()
-        rec["results"] = collect(dep.url, ps, args.max_new_tokens, args.concurrency, args.request_timeout)
+        rec["results"] = collect(dep.url, ps, args.max_new_tokens, args.concurrency, args.request_timeout,
+                                 top_logprobs=args.top_logprobs)
         rec["collect_s"] = round(time.monotonic() - t1, 1)
         info_urls = {"server": dep.url} if dep.kind == "monolithic" else {"prefill": dep.prefill_url, "decode": dep.decode_url}
         rec["server_info"] = {}
@@ -104,6 +137,13 @@ def main(argv=None):
     ap.add_argument("--deadline", type=float, default=cluster.START_DEADLINE_S, help="per-server start deadline, s")
     ap.add_argument("--request-timeout", type=float, default=300.0)
     ap.add_argument("--parallel-start", action="store_true", help="start prefill and decode at the same time")
+    ap.add_argument("--dtype", default=None, help="--dtype for every server (default: the model's bf16)")
+    ap.add_argument("--top-logprobs", type=int, default=5,
+                    help="ask for this many top logprobs per output token (0: none) to tell ties from differences")
+    ap.add_argument("--tie-eps", type=float, default=0.05,
+                    help="a first divergence where both sides' logprob margin is <= this is a TIE (bf16 logits tie exactly "
+                         "for a few %% of tokens; which of two tied tokens wins depends on the batch shape)")
+    ap.add_argument("--allow-ties", action="store_true", help="TIEs do not fail the run (they are reported)")
     args = ap.parse_args(argv)
 
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
@@ -139,11 +179,15 @@ def main(argv=None):
               "args": {"common": cluster.COMMON_ARGS, "mono": cluster.MONO_ARGS, "prefill": cluster.PREFILL_ARGS,
                        "decode": cluster.DECODE_ARGS, "env": cluster.BASE_ENV},
               "deployments": {}}
-    deps = [("monolithic", cluster.monolithic(args.version, run_dir=os.path.join(run_dir, "monolithic"), model=model))]
+    xargs = ["--dtype", args.dtype] if args.dtype else []
+    record["args"]["extra"] = xargs
+    deps = [("monolithic", cluster.monolithic(args.version, run_dir=os.path.join(run_dir, "monolithic"), model=model,
+                                              server={"extra_args": xargs}))]
     for v in variants:
         penv, denv = VARIANTS[v]
         deps.append((f"pd-{v}", cluster.pd(args.version, run_dir=os.path.join(run_dir, f"pd-{v}"), model=model,
-                                           prefill={"extra_env": penv}, decode={"extra_env": denv},
+                                           prefill={"extra_env": penv, "extra_args": xargs},
+                                           decode={"extra_env": denv, "extra_args": xargs},
                                            name=f"pd-{v}", parallel_start=args.parallel_start)))
     for name, dep in deps:
         log(f"- {name}")
@@ -153,27 +197,33 @@ def main(argv=None):
 
     mono = record["deployments"]["monolithic"]
     failed_start = [n for n, r in record["deployments"].items() if not r["ok"]]
-    rows, mismatches, errors = [], 0, 0
+    rows, mismatches, errors, ties = [], 0, 0, 0
     pd_names = [n for n, _ in deps[1:]]
     for p in ps:
         m = (mono.get("results") or {}).get(p["name"], {"error": "not run"})
-        row = {"name": p["name"], "kind": p["kind"], "len": len(p["ids"]), "mono": m}
+        row = {"name": p["name"], "kind": p["kind"], "len": len(p["ids"]), "mono": {k: v for k, v in m.items() if k != "top"}}
         for n in pd_names:
             r = (record["deployments"][n].get("results") or {}).get(p["name"], {"error": "not run"})
+            margin = None
             if "error" in m or "error" in r:
                 verdict = "ERROR"
                 errors += 1
-            elif m["ids"] == r["ids"]:
-                verdict = "same"
             else:
-                verdict = "DIFF@" + str(next((i for i, (a, b) in enumerate(zip(m["ids"], r["ids"])) if a != b), min(len(m["ids"]), len(r["ids"]))))
-                mismatches += 1
-            row[n] = {"verdict": verdict, **r}
+                kind, i, margin = compare(m, r, args.tie_eps)
+                if kind == "same":
+                    verdict = "same"
+                elif kind == "tie":
+                    verdict = f"TIE@{i}"
+                    ties += 1
+                else:
+                    verdict = f"DIFF@{i}"
+                    mismatches += 1
+            row[n] = {"verdict": verdict, "margin": margin, **{k: v for k, v in r.items() if k != "top"}}
         rows.append(row)
 
     hdr = f"{'prompt':24s} {'kind':7s} {'len':>5s} {'mono s':>7s} {'cached':>6s}"
     for n in pd_names:
-        hdr += f" | {n + ' s':>16s} {'cached':>6s} {'verdict':>8s}"
+        hdr += f" | {n + ' s':>16s} {'cached':>6s} {'verdict':>16s}"
     log("")
     log(hdr)
     log("-" * len(hdr))
@@ -182,7 +232,8 @@ def main(argv=None):
         line = f"{row['name']:24s} {row['kind']:7s} {row['len']:5d} {m.get('s', 0):7.2f} {str(m.get('cached', '-')):>6s}"
         for n in pd_names:
             r = row[n]
-            line += f" | {r.get('s', 0):16.2f} {str(r.get('cached', '-')):>6s} {r['verdict']:>8s}"
+            v = r["verdict"] + ("" if r.get("margin") is None else f"({r['margin']:.3f})")
+            line += f" | {r.get('s', 0):16.2f} {str(r.get('cached', '-')):>6s} {v:>16s}"
         log(line)
     log("")
     for name, r in record["deployments"].items():
@@ -193,14 +244,16 @@ def main(argv=None):
                 "disaggregation_mode", "prefill_bootstrap_queue", "prefill_inflight_queue",
                 "decode_prealloc_queue", "decode_transfer_queue")}))
     same = sum(1 for row in rows for n in pd_names if row[n]["verdict"] == "same")
-    verdict = "PASS" if not (mismatches or errors or failed_start) else "FAIL"
-    summary = {"verdict": verdict, "same": same, "mismatches": mismatches, "errors": errors,
+    bad_ties = 0 if args.allow_ties else ties
+    verdict = "PASS" if not (mismatches or errors or failed_start or bad_ties) else "FAIL"
+    summary = {"verdict": verdict, "same": same, "ties": ties, "mismatches": mismatches, "errors": errors,
                "failed_start": failed_start, "total_s": round(time.monotonic() - t_all, 1)}
     record["rows"] = rows
     record["summary"] = summary
     with open(os.path.join(run_dir, "identity.json"), "w") as f:
         json.dump(record, f, indent=1, sort_keys=True)
-    log(f"identity {args.version}: {verdict}: {same}/{len(ps) * len(pd_names)} identical, {mismatches} differ, "
+    log(f"identity {args.version}: {verdict}: {same}/{len(ps) * len(pd_names)} identical, {ties} ties"
+        f"{' (allowed)' if args.allow_ties and ties else ''}, {mismatches} differ, "
         f"{errors} errors, failed to start: {failed_start or 'none'}; {summary['total_s']} s; {run_dir}/identity.json")
     if failed_start:
         return 2
