@@ -374,8 +374,10 @@ def tables(res):
             if not f:
                 continue
             fl = f.get("fault", {})
-            back = "kvxferd yes" if f.get("restarted") else \
-                f"prefill empty {fl.get('prefill_drained_s')} s after the kill; decode up in {fl.get('decode_up_s')} s"
+            if key == "kvxferd_kill":
+                back = "kvxferd yes" if f.get("restarted") else "kvxferd NO"
+            else:
+                back = f"prefill empty {fl.get('prefill_drained_s')} s after the kill; decode up in {fl.get('decode_up_s')} s"
             ia = k.get(after, {})
             lines.append(f"| {v} | {name} | {f['in_flight']} | {f['in_flight_ok']} / {f['in_flight_errors']} | {f['in_flight_wrong']} | {f['max_end_after_fault_s']} s | {f['bound_s']} s | {back} | {ia.get('identical', '-')}/{ia.get('prompts', '-')} |")
     for v, r in res["releases"].items():
