@@ -253,7 +253,7 @@ def installed_distributions(version, names=("sglang", "sglang-router", "nixl", "
 # ---------------------------------------------------------------- processes
 
 _live = set()
-_live_lock = threading.Lock()
+_live_lock = threading.RLock()  # re-entrant: the signal handler runs on the main thread
 _handlers_installed = False
 
 
@@ -276,6 +276,13 @@ def _install_handlers():
         prev = signal.getsignal(sig)
 
         def handler(signum, frame, prev=prev):
+            with _live_lock:
+                n = len(_live)
+            try:
+                sys.stderr.write(f"kvxfer serving harness (pid {os.getpid()}): signal {signum}; stopping {n} server group(s)\n")
+                sys.stderr.flush()
+            except (OSError, ValueError):
+                pass
             _stop_all()
             if callable(prev):
                 prev(signum, frame)

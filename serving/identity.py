@@ -88,7 +88,8 @@ def compare(ref, got, tie_eps):
     return ("tie" if m <= tie_eps else "diff"), i, round(m, 5)
 
 
-def run_deployment(dep, ps, args, log):
+def run_deployment(dep, ps, args, log, save=lambda rec: None):
+    """Start, collect, read server_info, save(rec) (before stopping), stop."""
     rec = {"kind": dep.kind, "ok": False}
     t0 = time.monotonic()
     try:
@@ -120,6 +121,7 @@ def run_deployment(dep, ps, args, log):
         rec["ok"] = True
         errs = sum(1 for r in rec["results"].values() if "error" in r)
         log(f"  {dep.kind}: {len(ps)} prompts in {rec['collect_s']} s, {errs} failed, all alive after: {rec['alive_after']}")
+        save(rec)
     finally:
         dep.stop()
     return rec
@@ -189,11 +191,14 @@ def main(argv=None):
                                            prefill={"extra_env": penv, "extra_args": xargs},
                                            decode={"extra_env": denv, "extra_args": xargs},
                                            name=f"pd-{v}", parallel_start=args.parallel_start)))
-    for name, dep in deps:
-        log(f"- {name}")
-        record["deployments"][name] = run_deployment(dep, ps, args, log)
+    def save(name, rec):
+        record["deployments"][name] = rec
         with open(os.path.join(run_dir, "identity.json"), "w") as f:
             json.dump(record, f, indent=1, sort_keys=True)
+
+    for name, dep in deps:
+        log(f"- {name}")
+        save(name, run_deployment(dep, ps, args, log, save=lambda rec, name=name: save(name, rec)))
 
     mono = record["deployments"]["monolithic"]
     failed_start = [n for n, r in record["deployments"].items() if not r["ok"]]
