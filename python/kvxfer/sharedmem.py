@@ -95,24 +95,30 @@ def allocate(nbytes, name="kvxfer-pool"):
     return mm, fd
 
 
-def shared_tensor(torch, shape, dtype, name="kvxfer-pool"):
-    """A zero-filled host tensor over a fresh shared region (registered)."""
-    itemsize = torch.empty((), dtype=dtype).element_size()
+def _nbytes(torch, shape, dtype):
     numel = 1
     for d in shape:
-        numel *= int(d)
-    nbytes = numel * itemsize
+        numel *= d
+    return numel * torch.empty((), dtype=dtype).element_size()
+
+
+def shared_tensor(torch, shape, dtype, name="kvxfer-pool"):
+    """A zero-filled host tensor over a fresh shared region (registered)."""
+    shape = tuple(int(d) for d in shape)
+    nbytes = _nbytes(torch, shape, dtype)
     mm, fd = allocate(max(nbytes, 1), name)
     flat = torch.frombuffer(mm, dtype=torch.uint8, count=max(nbytes, 1))[:nbytes]
-    t = flat.view(dtype).view(tuple(int(d) for d in shape))
+    t = flat.view(dtype).view(shape)
     REGISTRY.add(Region(flat.data_ptr() if nbytes else 0, len(mm), fd, name, mm))
     return t
 
 
-def _shape(args, kwargs):
+def _shape(kind, args, kwargs):
+    """The size argument of a factory call (full's second positional is its fill)."""
     size = kwargs.get("size")
     if size is None:
-        size = args[0] if len(args) == 1 and isinstance(args[0], (tuple, list)) else args
+        dims = args[:1] if kind == "full" else args
+        size = dims[0] if len(dims) == 1 and isinstance(dims[0], (tuple, list)) else dims
     return tuple(int(d) for d in size)
 
 
@@ -134,21 +140,14 @@ def make_mode(torch):
             kwargs = kwargs or {}
             kind = targets.get(func)
             if kind is None or not self._host(kwargs) or kwargs.get("out") is not None \
-                    or kwargs.get("pin_memory") or kwargs.get("requires_grad"):
+                    or kwargs.get("pin_memory") or kwargs.get("requires_grad") \
+                    or (kind == "full" and kwargs.get("dtype") is None):  # torch infers it from the fill
                 return func(*args, **kwargs)
-            fill = None
-            if kind == "full":
-                args, fill = (args[0],), args[1] if len(args) > 1 else kwargs.get("fill_value")
-                kwargs = {k: v for k, v in kwargs.items() if k != "fill_value"}
-            elif kind == "ones":
-                fill = 1
-            shape = _shape(args, {k: v for k, v in kwargs.items() if k == "size"})
+            shape = _shape(kind, args, kwargs)
             dtype = kwargs.get("dtype") or torch.get_default_dtype()
-            numel = 1
-            for d in shape:
-                numel *= d
-            if numel * torch.empty((), dtype=dtype).element_size() < MIN_BYTES:
+            if _nbytes(torch, shape, dtype) < MIN_BYTES:
                 return func(*args, **kwargs)
+            fill = {"ones": 1, "full": args[1] if len(args) > 1 else kwargs.get("fill_value")}.get(kind)
             t = shared_tensor(torch, shape, dtype, self.name)
             if fill is not None:
                 t.fill_(fill)
