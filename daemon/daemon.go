@@ -181,12 +181,13 @@ type Daemon struct {
 	links    *links
 	dialects *dialects
 	peers    *peers
-	state    *regStore  // nil: no -state-dir
-	replay   [][][]byte // registrations to replay when live (then nil)
-	liveness *liveness  // probes registered decodes (liveness.go)
-	fencedAt sync.Map   // endpoint -> agents fenced there ([]string)
-	memBusy  bool       // a register_memory or Activate is at work (guarded by mu; activate.go)
-	closing  bool       // Shutdown began (guarded by mu)
+	state    *regStore    // nil: no -state-dir
+	replay   [][][]byte   // registrations to replay when live (then nil)
+	replayTo []lostTarget // their endpoints, set once in Start (lost.go)
+	liveness *liveness    // probes registered decodes (liveness.go)
+	fencedAt sync.Map     // endpoint -> agents fenced there ([]string)
+	memBusy  bool         // a register_memory or Activate is at work (guarded by mu; activate.go)
+	closing  bool         // Shutdown began (guarded by mu)
 	halt     context.Context
 	haltFn   context.CancelFunc // Shutdown cancels halt: an activation's PUT /route stops
 	// putRoute replaces PUT /route (tests).
@@ -244,6 +245,7 @@ func Start(cfg Config) (*Daemon, error) {
 	d.peers = newPeers(d, links.max)
 	if cfg.StateDir != "" {
 		d.state, d.replay = openRegStore(cfg.StateDir, d.stateScope(), links.max, cfg.Logger)
+		d.replayTo = d.replayTargets(d.replay)
 	}
 	d.xfers.peerLost = func(agent string, epoch uint64) { go d.dropAgentSince(agent, epoch, "NIXL connection lost") }
 	d.xfers.epoch = d.peers.epoch.Load
@@ -281,7 +283,7 @@ func Start(cfg Config) (*Daemon, error) {
 		ep = control.DefaultEndpoint(cfg.Rank.TPRank)
 	}
 	d.control, err = control.Start(control.Config{
-		Endpoint: ep, Engine: d.controlEngine(eng), Memory: d.registerMemory, Logger: cfg.Logger,
+		Endpoint: ep, Engine: d.controlEngine(eng), Memory: d.registerMemory, Lost: d.failLost, Logger: cfg.Logger,
 		Identity: control.Identity{Rank: cfg.Rank.TPRank, PPRank: cfg.Rank.PPRank, DPRank: cfg.Rank.DPRank, Name: "kvxferd"},
 	})
 	if err != nil {
@@ -633,7 +635,7 @@ type counters struct {
 	badFrames, staging, noticeDropped                       atomic.Int64
 	peersLost, peersDropped, abortsRefused                  atomic.Int64
 	peersReturned, peersFenced, fencedInfos, queueRefused   atomic.Int64
-	activationsRolledBack                                   atomic.Int64
+	activationsRolledBack, lostRooms                        atomic.Int64
 	logsSuppressed                                          atomic.Int64
 	links                                                   *links
 }
@@ -646,7 +648,7 @@ func (c *counters) snapshot() map[string]int64 {
 		"peers_lost": c.peersLost.Load(), "peers_dropped": c.peersDropped.Load(),
 		"peers_returned": c.peersReturned.Load(), "peers_fenced": c.peersFenced.Load(),
 		"fenced_transfer_infos": c.fencedInfos.Load(), "queued_frames_refused": c.queueRefused.Load(),
-		"activations_rolled_back": c.activationsRolledBack.Load(),
+		"activations_rolled_back": c.activationsRolledBack.Load(), "lost_rooms": c.lostRooms.Load(),
 		"abort_endpoints_refused": c.abortsRefused.Load(), "log_lines_suppressed": c.logsSuppressed.Load(),
 		"links_evicted": c.links.evicted.Load(), "notices_send_failed": c.links.failed(),
 	}

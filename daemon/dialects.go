@@ -59,6 +59,18 @@ func (t *dialects) register(r *wire.Registration) (wire.Dialect, error) {
 	return t.registerOr(r, nil)
 }
 
+// of is the dialect a registration would be served in, recording nothing.
+func (t *dialects) of(r *wire.Registration) wire.Dialect {
+	if t.fixed != wire.DialectUnknown {
+		return t.fixed
+	}
+	d, err := wire.DialectOf(r, t.legacy)
+	if err != nil {
+		return wire.DialectUnknown
+	}
+	return d
+}
+
 // reject records a registration rejected for why, whatever its frames say.
 func (t *dialects) reject(r *wire.Registration, why error) {
 	_, _ = t.registerOr(r, why)

@@ -46,10 +46,18 @@ import storm  # noqa: E402
 
 QUIET_DEADLINE_S = 150.0  # > SGLang's 30 s deferred-release hold on the decode
 # The decode's own wait for KV (SGLANG_DISAGGREGATION_WAITING_TIMEOUT, 300 s by
-# default): what bounds a request whose room died with kvxferd, since the
-# restarted kvxferd does not yet tell the decode (docs/serving.md, Findings).
+# default). A restarted kvxferd is told the rooms its predecessor held and fails
+# them towards their decodes (KV_STATUS "0"), which 0.5.20+ read: there a request
+# whose room died with kvxferd ends within KILL_BOUND_S. A 0.5.18 decode reads no
+# status and waits out DECODE_WAIT_S.
 DECODE_WAIT_S = 45
-KILL_BOUND_S = DECODE_WAIT_S + 15.0
+KILL_BOUND_S = 15.0
+KILL_BOUND_NO_STATUS_S = DECODE_WAIT_S + 15.0
+
+
+def kill_bound(version):
+    reads_status = tuple(int(x) for x in version.split(".")[:3]) >= (0, 5, 20)
+    return KILL_BOUND_S if reads_status else KILL_BOUND_NO_STATUS_S
 DECODE_BOUND_S = 90.0
 
 
@@ -263,7 +271,7 @@ def run_pd(version, variant, model, ps, ref, args, run_dir, out):
         rec["healthy_after_storm"] = dep.alive()
         if variant == "kvxfer":
             # Short generations: most requests in flight are in prefill or transfer.
-            rec["kvxferd_kill"] = fault_under_load(dep, ps, ref, 2, lambda: kill_kvxferd(dep), KILL_BOUND_S)
+            rec["kvxferd_kill"] = fault_under_load(dep, ps, ref, 2, lambda: kill_kvxferd(dep), kill_bound(version))
             rec["kvxferd_kill"]["restarted"] = bool(_wait(lambda: kvxferd_pids(dep.prefill.proc), 30))
             rec["identity_after_kill"] = recheck(dep, ps, ref, args)
             log(f"{version} pd-{variant}: kvxferd kill {rec['kvxferd_kill']} then {rec['identity_after_kill']}")

@@ -246,6 +246,9 @@ func TestEveryFailureReasonIsErrorType(t *testing.T) {
 			h.expect(id, room.Bootstrapping)
 			h.eng.Fail(id, room.ReasonClientLost) // what kvxferd does for a lost shared-memory client's open rooms
 		},
+		room.ReasonTransferProcessLost: func(h *harness, id uint64) {
+			h.eng.Fail(id, room.ReasonTransferProcessLost) // a lost predecessor's room, named by the scheduler
+		},
 		room.ReasonRoomCap: func(h *harness, id uint64) {
 			h.capped(1)
 			h.eng.Open(id + 1)

@@ -63,24 +63,29 @@ const (
 	// shared-memory control path was lost (its process exited, it detached
 	// with the room open, or it sent a record that does not decode).
 	ReasonClientLost
+	// ReasonTransferProcessLost: a previous kvxferd of this rank held the room
+	// and was lost; the scheduler names such rooms to its successor (control op
+	// lost), which fails them so that their decodes hear of it.
+	ReasonTransferProcessLost
 	numReasons
 )
 
 var reasonNames = [numReasons]string{
-	ReasonNone:             "",
-	ReasonDecodeAbort:      "decode_abort",
-	ReasonClientAbort:      "client_abort",
-	ReasonBootstrapTimeout: "bootstrap_timeout",
-	ReasonWaitingTimeout:   "waiting_timeout",
-	ReasonTransferTimeout:  "transfer_timeout",
-	ReasonTransferError:    "transfer_error",
-	ReasonPeerLost:         "peer_lost",
-	ReasonInvalidRequest:   "invalid_request",
-	ReasonInternalError:    "internal_error",
-	ReasonShutdown:         "shutdown",
-	ReasonPeerRejected:     "peer_rejected",
-	ReasonRoomCap:          "room_cap",
-	ReasonClientLost:       "client_lost",
+	ReasonNone:                "",
+	ReasonDecodeAbort:         "decode_abort",
+	ReasonClientAbort:         "client_abort",
+	ReasonBootstrapTimeout:    "bootstrap_timeout",
+	ReasonWaitingTimeout:      "waiting_timeout",
+	ReasonTransferTimeout:     "transfer_timeout",
+	ReasonTransferError:       "transfer_error",
+	ReasonPeerLost:            "peer_lost",
+	ReasonInvalidRequest:      "invalid_request",
+	ReasonInternalError:       "internal_error",
+	ReasonShutdown:            "shutdown",
+	ReasonPeerRejected:        "peer_rejected",
+	ReasonRoomCap:             "room_cap",
+	ReasonClientLost:          "client_lost",
+	ReasonTransferProcessLost: "transfer_process_lost",
 }
 
 func (r Reason) String() string {

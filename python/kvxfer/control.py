@@ -211,6 +211,12 @@ class ControlClient:
             return self.shm.clear(*rooms)
         self.call("clear", rooms=list(rooms))
 
+    def lost(self, rooms):
+        """Names rooms a previous kvxferd of this rank held when it was lost: kvxferd
+        fails them (transfer_process_lost) and tells the decodes it knows. Returns how
+        many decode endpoints it told."""
+        return self.call("lost", rooms=list(rooms))["told"]
+
     def batch(self, reqs):
         """reqs: dicts with op and fields (no id). Returns one reply dict per request,
         each {"ok": True, "result": ...} or {"ok": False, "code": ..., "error": ...}."""

@@ -4,7 +4,8 @@ Loaded only inside SGLang (by kvxfer.sglang_plugin). The manager is one
 prefill rank: it resolves the KVArgs buffers to shared mappings, starts (or
 attaches to) that rank's kvxferd and registers the memory; each sender is one
 room, forwarded to kvxferd's control API. If kvxferd dies, every room it held
-answers Failed (transfer_process_lost) and the next new room restarts it.
+answers Failed (transfer_process_lost) and the next new room restarts it;
+the restarted kvxferd is told which rooms were lost, and tells their decodes.
 """
 
 import logging
@@ -30,6 +31,7 @@ from .process import Kvxferd, default_endpoint, find_binary, state_dir
 log = logging.getLogger("kvxfer")
 
 LOST = "transfer_process_lost"
+MAX_LOST = 1 << 16  # the control API's cap on one lost request
 _ERRORS = (ConnectionError, TimeoutError)
 try:  # the shared-memory path (numpy): a ring kvxferd stopped consuming is a lost kvxferd
     from .shm import RingFull
@@ -96,6 +98,7 @@ class KvxferPrefillManager(BaseKVManager):
         self._poll_cache = {}
         self._poll_time = 0.0
         self._rooms = {}
+        self._orphans = set()  # rooms of a lost kvxferd, left _rooms before its successor started
         self._next_restart = 0.0
 
         sa = server_args
@@ -239,11 +242,41 @@ class KvxferPrefillManager(BaseKVManager):
             log.warning("kvxfer: kvxferd %s for rank tp%d pp%d dp%d in %.3f s (generation %d)",
                         "restarted" if d.argv is not None else "reconnected (attached; not ours to restart)",
                         self.tp_rank, self.pp_rank, self.dp_rank, d.start_seconds, d.generation)
-            return d.client
         except Exception as e:  # noqa: BLE001
             log.error("kvxfer: restarting kvxferd failed: %s", e)
             d.lost(f"restart failed: {e}")
             return None
+        self._announce_lost()
+        return d.client
+
+    def orphan(self, room, generation):
+        """A room of a lost kvxferd that leaves _rooms before a successor started:
+        that successor names it with the others (_announce_lost)."""
+        if generation == self.daemon.generation and len(self._orphans) < MAX_LOST:
+            self._orphans.add(room)
+
+    def _announce_lost(self):
+        """Tells the new kvxferd which rooms its predecessor held. It fails them and
+        sends each decode it knows KV_STATUS Failed (0.5.20+ decodes fail the request
+        at once; without this a decode waits out SGLANG_DISAGGREGATION_WAITING_TIMEOUT)."""
+        gen = self.daemon.generation
+        rooms = set(self._orphans)
+        for r, g in list(self._rooms.items()):
+            if g != gen:
+                rooms.add(r)
+                del self._rooms[r]  # named once; its sender's failure_exception is local
+        self._orphans = set()
+        if not rooms:
+            return
+        rooms = sorted(rooms)[:MAX_LOST]
+        try:
+            told = self.call(lambda c: c.lost(rooms))
+        except ControlError as e:
+            log.error("kvxfer: kvxferd did not take the %d rooms of its predecessor: %s", len(rooms), e)
+            return
+        if told is not None:
+            log.warning("kvxfer: %d rooms of the lost kvxferd failed (%s); %d decode endpoints told",
+                        len(rooms), LOST, told)
 
     def call(self, fn):
         """fn(client) against the live kvxferd; a lost process marks it lost and returns None."""
@@ -453,6 +486,7 @@ class KvxferPrefillSender(BaseKVSender):
             raise KVTransferError(self.bootstrap_room, self._error)
         self.kv_mgr._rooms.pop(self.bootstrap_room, None)
         if self._is_lost():
+            self.kv_mgr.orphan(self.bootstrap_room, self.generation)
             # The failure is already reported (poll said Failed): bring
             # kvxferd back now (at most once a second), not only when the
             # next request arrives.
@@ -466,6 +500,10 @@ class KvxferPrefillSender(BaseKVSender):
 
     def clear(self):
         self.kv_mgr._rooms.pop(self.bootstrap_room, None)
+        if self._is_lost():
+            if not self._error:
+                self.kv_mgr.orphan(self.bootstrap_room, self.generation)
+            return
         self._do(lambda c: c.clear(self.bootstrap_room))
 
     def abort(self):

@@ -326,19 +326,36 @@ def run(a, work):
     # 5. SIGKILL kvxferd mid-transfer: polls answer Failed; a new room restarts it.
     s1, room1, err, _ = transfer(chunks=3)
     s2 = new_sender(room_seq[0] + 500)
+    # A room the decode holds, waiting for chunks that will never come: the
+    # restarted kvxferd is told of it and tells the decode (0.5.20+ read it).
+    room_seq[0] += 1
+    room3 = room_seq[0]
+    s3 = new_sender(room3)
+    peer.call("open", rooms=[{"room": room3, "pages": [1, 2], "aux": 1}])
+    st3 = poll_until(s3, (KVPoll.WaitingForInput, KVPoll.Failed))
     pid = mgr.daemon.pid
     os.kill(pid, signal.SIGKILL)
     t = time.monotonic()
-    sts = [poll_until(x, (KVPoll.Failed,), timeout=10) for x in (s1, s2)]
+    sts = [poll_until(x, (KVPoll.Failed,), timeout=10) for x in (s1, s2, s3)]
     dt = time.monotonic() - t
     msgs = []
-    for x in (s1, s2):
+    for x in (s1, s2, s3):
         try:
             x.failure_exception()
         except Exception as e:  # noqa: BLE001
             msgs.append(str(e))
     report("kvxferd SIGKILL: polls Failed", all(x == KVPoll.Failed for x in sts) and all("transfer_process_lost" in m for m in msgs),
            ms_to_failed=round(dt * 1e3, 1), failure=msgs[:1])
+    t = time.monotonic()
+    w = peer.call("wait", rooms=[room3], until="released", timeout=20)["rooms"][0]
+    reads_status = tuple(int(x) for x in version("sglang").split(".")[:3]) >= (0, 5, 20)
+    if reads_status:
+        ok = (st3 == KVPoll.WaitingForInput and w["phase"] == "failed" and "transfer_process_lost" in str(w["reason"])
+              and w["release"] in ("acks", "immediate"))
+    else:  # 0.5.18 reads no status: its room waits for the decode's own timeout
+        ok = st3 == KVPoll.WaitingForInput and w["phase"] == "failed"
+    report("kvxferd SIGKILL: the decode holding a room is told", ok, reads_status=reads_status, phase=w["phase"],
+           reason=str(w["reason"])[:120], pages_released_by=w["release"], s_to_released=round(time.monotonic() - t, 2))
     time.sleep(1.05)  # the restart back-off
     t = time.monotonic()
     room_seq[0] += 1000

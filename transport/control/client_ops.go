@@ -184,6 +184,24 @@ func (c *Client) Clear(rooms ...uint64) error {
 	return err
 }
 
+// Lost names rooms a previous kvxferd of this rank held when it was lost; told
+// is how many decode endpoints the daemon told of them.
+func (c *Client) Lost(rooms ...uint64) (told int, err error) {
+	res, err := c.call(OpLost, 1, func(b []byte) []byte { return appendRooms(b, rooms) })
+	if err != nil {
+		return 0, err
+	}
+	err = eachField(res, func(r *reader, key string) error {
+		if key != "told" {
+			return r.skip()
+		}
+		v, err := r.readInt()
+		told = int(v)
+		return err
+	})
+	return told, err
+}
+
 // Failure is what failure_exception needs for one room.
 type Failure struct {
 	Status  room.Status

@@ -130,6 +130,20 @@ func (s *Server) dispatch(b []byte, q *request) (out []byte, e *Error) {
 			}
 		}
 		return appendUint(appendStr(appendMapHeader(b, 1), "n"), uint64(len(rooms))), nil
+	case OpLost:
+		rooms, e := q.roomList()
+		if e != nil {
+			return b, e
+		}
+		if len(rooms) > MaxLost {
+			return b, errorf(CodeBadRequest, "lost takes at most %d rooms, got %d", MaxLost, len(rooms))
+		}
+		if s.cfg.Lost == nil {
+			return b, errorf(CodeUnsupported, "this daemon cannot take a predecessor's rooms")
+		}
+		told := s.cfg.Lost(rooms)
+		b = appendUint(appendStr(appendMapHeader(b, 2), "n"), uint64(len(rooms)))
+		return appendUint(appendStr(b, "told"), uint64(told)), nil
 	case OpBatch:
 		if !q.hasReqs {
 			return b, errorf(CodeBadRequest, "batch needs reqs")
@@ -362,6 +376,8 @@ func FailureMessage(r room.Reply) string {
 		return "kvxferd refused the room: too many live rooms (KVXFER_ROOM_CAP)."
 	case room.ReasonClientLost:
 		return "kvxferd dropped this scheduler's shared-memory session (client_lost)."
+	case room.ReasonTransferProcessLost:
+		return "transfer_process_lost: the kvxferd that held this room was lost."
 	case room.ReasonNone:
 		return "KVSender failed."
 	}

@@ -25,7 +25,13 @@ const (
 	OpFailure            = "failure"
 	OpPopDecodePrefixLen = "pop_decode_prefix_len"
 	OpBatch              = "batch"
+	// OpLost names rooms a previous kvxferd of this rank held when it was lost.
+	OpLost = "lost"
 )
+
+// MaxLost bounds one lost request: each room is failed here and announced to
+// every decode endpoint the daemon knows, on the control goroutine.
+const MaxLost = 1 << 16
 
 // Error codes. They are part of the protocol: clients switch on them, messages are
 // for humans.

@@ -27,6 +27,9 @@ type Config struct {
 	Identity Identity
 	Engine   Engine
 	Memory   MemoryFunc // nil: register_memory answers CodeUnsupported
+	// Lost receives the rooms of a lost predecessor (op lost) and returns how many
+	// decode endpoints it told. nil: lost answers CodeUnsupported.
+	Lost func(rooms []uint64) (told int)
 	// PollInterval is unused: the loop blocks without a timeout while idle and
 	// Stop wakes it (an idle server costs no CPU). Kept for compatibility.
 	PollInterval time.Duration

@@ -625,3 +625,28 @@ func TestREQClient(t *testing.T) {
 		}
 	}
 }
+
+// lost hands the rooms to the daemon's callback and returns what it told; a
+// server without one, or a list past MaxLost, answers a clear error.
+func TestLostOp(t *testing.T) {
+	var got []uint64
+	s := startServer(t, newEngine(t), func(c *Config) {
+		c.Lost = func(rooms []uint64) int { got = append(got, rooms...); return 3 }
+	})
+	c := dial(t, s.Endpoint())
+	told, err := c.Lost(5, 6)
+	if err != nil || told != 3 || !reflect.DeepEqual(got, []uint64{5, 6}) {
+		t.Fatalf("lost: told %d, err %v, callback got %v", told, err, got)
+	}
+	var ce *Error
+	if _, err := c.Lost(make([]uint64, MaxLost+1)...); !errors.As(err, &ce) || ce.Code != CodeBadRequest {
+		t.Fatalf("past the cap: %v", err)
+	}
+	if len(got) != 2 {
+		t.Fatalf("refused requests reached the callback: %v", got)
+	}
+	plain := startServer(t, newEngine(t), nil)
+	if _, err := dial(t, plain.Endpoint()).Lost(5); !errors.As(err, &ce) || ce.Code != CodeUnsupported {
+		t.Fatalf("no callback: %v", err)
+	}
+}

@@ -1,0 +1,136 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/transport/control"
+	"github.com/kvxfer/kvxfer/transport/wire"
+)
+
+func lostStatus(dec *decodeRank, id uint64) func(wire.Outbound) bool {
+	return func(m wire.Outbound) bool {
+		k, ok := m.(*wire.KVStatus)
+		return ok && k.Room == id && k.Status == wire.KVPollFailed && k.Reason == "transfer_process_lost"
+	}
+}
+
+func (r *decodeRank) statuses(id uint64) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, f := range r.got {
+		if m, err := wire.DecodeOutbound(f); err == nil {
+			if k, ok := m.(*wire.KVStatus); ok && k.Room == id {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// The successor of a kvxferd that died (no shutdown: nothing was told) is
+// named the rooms the scheduler had open in it. Every decode it knows from the
+// state file hears KV_STATUS "0" for each, before the replay has necessarily
+// run; an ABORT for one is ACKed and its poll says transfer_process_lost.
+func TestLostRoomsOfAPredecessorReachTheDecodesItKnew(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "state")
+	port := freePort(t)
+	mod := func(c *Config) { c.StateDir, c.PullPort = dir, port }
+	d1 := startDaemonWith(t, mod)
+	newScheduler(t, d1) // live: the decode's registration is accepted and kept
+	dec := newDecode(t, d1)
+	deadline := time.Now().Add(10 * time.Second)
+	for d1.Counters()["registrations"] != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("registration not accepted: %v", d1.Counters())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	d1.Shutdown(ctx) // it held no rooms, so it told the decode nothing
+	cancel()
+
+	d2 := startDaemonWith(t, mod)
+	s2 := newScheduler(t, d2)
+	const a, b = 7001, 7002
+	told, err := s2.cli.Lost(a, b)
+	if err != nil || told != 1 {
+		t.Fatalf("lost: told %d, err %v; want 1 decode endpoint", told, err)
+	}
+	dec.waitFrame(t, lostStatus(dec, a))
+	dec.waitFrame(t, lostStatus(dec, b))
+	if rep := s2.waitTerminal(t, a); rep.Status != room.Failed || rep.Reason != room.ReasonTransferProcessLost {
+		t.Fatalf("lost room polls %v/%v", rep.Status, rep.Reason)
+	}
+	dec.send(t, (&wire.Abort{Room: a, DecodeIP: "127.0.0.1", DecodePort: dec.pull.Port(), HasEndpoint: true,
+		Generation: 3, HasGen: true}).Encode())
+	ack := dec.waitFrame(t, func(m wire.Outbound) bool {
+		k, ok := m.(*wire.AbortAck)
+		return ok && k.Room == a
+	}).(*wire.AbortAck)
+	if ack.Generation != 3 {
+		t.Fatalf("ABORT_ACK %+v does not echo the generation", ack)
+	}
+	// A transfer info the dead process never read arrives now: it is refused
+	// with the same reason, and nothing is written.
+	dec.send(t, dec.info(b, []int32{1}, 1, 1))
+	deadline = time.Now().Add(10 * time.Second)
+	for dec.statuses(b) < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("late transfer info of a lost room got no status (%d)", dec.statuses(b))
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if n := d2.Counters()["lost_rooms"]; n != 2 {
+		t.Fatalf("lost_rooms %d, want 2", n)
+	}
+}
+
+// A decode that registered with this kvxferd (no state file) is told too; one
+// pinned to a release that reads no statuses is not; a lost list past the cap
+// is a clear error that changes nothing.
+func TestLostRoomsTellOnlyDecodesThatReadStatuses(t *testing.T) {
+	for _, tc := range []struct {
+		dialect wire.Dialect
+		told    int
+	}{{wire.DialectUnknown, 1}, {wire.Dialect0523, 1}, {wire.Dialect0518, 0}} {
+		t.Run(tc.dialect.String(), func(t *testing.T) {
+			d := startDaemon(t, tc.dialect)
+			s := newScheduler(t, d)
+			dec := newDecode(t, d)
+			deadline := time.Now().Add(10 * time.Second)
+			for d.Counters()["registrations"] != 1 {
+				if time.Now().After(deadline) {
+					t.Fatalf("registration not accepted: %v", d.Counters())
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			told, err := s.cli.Lost(9001)
+			if err != nil || told != tc.told {
+				t.Fatalf("told %d, err %v; want %d", told, err, tc.told)
+			}
+			if tc.told > 0 {
+				dec.waitFrame(t, lostStatus(dec, 9001))
+			}
+			if rep := s.waitTerminal(t, 9001); rep.Reason != room.ReasonTransferProcessLost {
+				t.Fatalf("lost room polls %v/%v", rep.Status, rep.Reason)
+			}
+			many := make([]uint64, control.MaxLost+1)
+			for i := range many {
+				many[i] = uint64(i + 1)
+			}
+			var ce *control.Error
+			if _, err := s.cli.Lost(many...); !errors.As(err, &ce) || ce.Code != control.CodeBadRequest {
+				t.Fatalf("a lost list past the cap: %v", err)
+			}
+			if n := d.Counters()["lost_rooms"]; n != 1 {
+				t.Fatalf("lost_rooms %d after the refused list, want 1", n)
+			}
+		})
+	}
+}
