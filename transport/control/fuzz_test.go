@@ -23,6 +23,7 @@ func fuzzSeeds(t testing.TB) [][]byte {
 			map[string]any{"shm": "psm_1", "offset": int64(0), "length": int64(4096), "item_len": int64(256), "mem": "DRAM", "dev": int64(0)}}},
 		{"id": int64(10), "op": "register_memory", "kind": "aux", "buffers": []any{
 			map[string]any{"memfd": int64(5), "offset": int64(4096), "length": int64(4096), "item_len": int64(64), "mem": "DRAM", "dev": int64(0)}}},
+		{"id": int64(11), "op": "lost", "rooms": []any{int64(7), int64(8)}},
 		{"id": int64(9), "op": "batch", "reqs": []any{map[string]any{"op": "clear", "rooms": []any{int64(7)}}, map[string]any{"op": "pop_decode_prefix_len", "room": int64(7)}}},
 	}
 	var out [][]byte
@@ -42,7 +43,8 @@ func FuzzDecodeRequest(f *testing.F) {
 	}
 	stub := newStub()
 	stub.replies[7] = room.Reply{Status: room.Failed, Reason: room.ReasonPeerLost, PrefixLen: 3}
-	s := &Server{cfg: Config{Engine: stub, MaxMessage: 1 << 20, Memory: func(*MemoryRegistration) error { return nil }},
+	s := &Server{cfg: Config{Engine: stub, MaxMessage: 1 << 20, Memory: func(*MemoryRegistration) error { return nil },
+		Lost: func(rooms []uint64) int { return len(rooms) }},
 		log: slog.New(slog.DiscardHandler)}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		q, err := decodeRequest(b)
