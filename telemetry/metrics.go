@@ -205,6 +205,7 @@ var daemonCounters = []struct{ key, name, desc string }{
 	{"fenced_transfer_infos", "kvxfer_fenced_transfer_infos", "Transfer infos from a fenced decode agent: their rooms failed peer_lost before seeing them."},
 	{"queued_frames_refused", "kvxfer_queued_frames_refused", "Transfer infos or ABORTs past the queue of a decode whose registration was still loading."},
 	{"activations_rolled_back", "kvxfer_activations_rolled_back", "Activations (going live) that failed and were undone."},
+	{"lost_rooms", "kvxfer_lost_rooms", "Rooms of a lost predecessor kvxferd that the scheduler named (failed transfer_process_lost; their decodes told)."},
 }
 
 // shmCounters maps the shared-memory control path's Counters() keys
