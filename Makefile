@@ -134,7 +134,7 @@ demo: deps
 clean:
 	rm -rf $(BIN)
 
-# The hostile suite (issue 14, hostile/): every attack F1-F10 replayed against a
+# The hostile suite (hostile/, docs/hostile.md): every attack F1-F10 replayed against a
 # real kvxferd process while an honest workload runs; figures printed as a table
 # (KVXFER_HOSTILE_DOC=docs/hostile.md writes them there). CI runs it after `make test`.
 # `make soak` is the 5-minute soak (not in CI; KVXFER_SOAK_DURATION=1m shortens it).
@@ -147,7 +147,7 @@ soak: deps
 	$(GO) build -o $(BIN)/ ./cmd/kvxferd ./cmd/kvxfer-sched ./cmd/kvxfer-decode
 	KVXFER_SOAK=1 $(GO) test -count=1 -v -timeout 30m -run TestSoak ./hostile/
 
-# The two-host suite (issue 18, hosts/, docs/hosts.md): kvxferd and its decodes
+# The two-host suite (hosts/, docs/hosts.md): kvxferd and its decodes
 # in two network namespaces joined by a veth pair (192.0.2.1 / 192.0.2.2, made
 # and removed by the test; skipped with the reason where namespaces cannot be
 # created), real NIXL over UCX_TLS=tcp, SGLang's own decode and kvxfer-decode:

@@ -9,7 +9,7 @@ import (
 )
 
 // StatusSink is where room actors publish what a poll of their room answers,
-// for the shared-memory status table of transport/control (issue 12). The
+// for the shared-memory status table of transport/control. The
 // room actor is the writer of its room's slot: after every message it handles
 // it hands its poll answer to the slot it claimed.
 type StatusSink interface {

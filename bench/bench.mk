@@ -1,4 +1,4 @@
-# Benchmark suite targets (issues 5, 13). Included from the Makefile with
+# Benchmark suite targets (docs/benchmarks.md). Included from the Makefile with
 #   include bench/bench.mk
 # `make bench-suite` runs the quick suite (under 3 minutes on 2 cores), writes
 # bench/results/{report.md,results.json,*.svg} and prints the headline table;

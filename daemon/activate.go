@@ -13,9 +13,10 @@ import (
 )
 
 // Memory registration and activation hold no lock while they call NIXL or the
-// network (issue 15). d.mu guards only the fields; one register_memory or
-// Activate at a time holds the memBusy turn, and a second one is refused at
-// once instead of waiting behind the first's NIXL calls or PUT /route.
+// network, so that a slow NIXL call or PUT /route stalls nothing else that
+// needs d.mu. d.mu guards only the fields; one register_memory or Activate at
+// a time holds the memBusy turn, and a second one is refused at once instead
+// of waiting behind the first's NIXL calls or PUT /route.
 
 var errMemBusy = errors.New("another memory registration is being processed; retry when it has answered")
 

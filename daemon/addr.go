@@ -8,7 +8,8 @@ import (
 	"strings"
 )
 
-// Two addresses, kept apart (issue 18):
+// Two addresses, kept apart, so that a multi-host deployment can bind one
+// address and advertise another:
 //
 //   - the listen host (Config.ListenHost, kvxferd -host): where the hosted
 //     bootstrap HTTP server and the ZMQ PULL socket bind. SGLang's --host

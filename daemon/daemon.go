@@ -193,7 +193,8 @@ type Daemon struct {
 	// putRoute replaces PUT /route (tests).
 	putRoute func(context.Context, string, bootstrap.RankRegistration, bootstrap.RegisterOptions) error
 	counters counters
-	// Per-message warnings, one line a second each (issue 14, F5).
+	// Per-message warnings, one line a second each, so that a flood of bad
+	// frames cannot flood the log.
 	noticeLogs, signalLogs, lostLogs, dropLogs *logLimiter
 }
 
@@ -352,7 +353,8 @@ func (d *Daemon) startBootstrap() error {
 	}
 	r := d.cfg.Rank
 	// The rank this process serves: its PUT /route alone may set its route,
-	// and its instance-wide values are fixed before any PUT (issue 14, F7).
+	// and its instance-wide values are fixed before any PUT,
+	// so that no other process can hijack or pre-empt the rank's route.
 	own := bootstrap.RankRegistration{
 		AttnTPSize: r.TPSize, AttnTPRank: r.TPRank, AttnCPSize: r.CPSize, AttnCPRank: r.CPRank,
 		AttnDPSize: r.DPSize, AttnDPRank: r.DPRank, PPSize: r.PPSize, PPRank: r.PPRank,
@@ -472,7 +474,8 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 		errs = append(errs, agent.Close())
 	}
 	// The links flush in parallel, all by one deadline: the context's, at
-	// most shutdownFlush from now (issue 14, F3).
+	// most shutdownFlush from now, so that a dead decode owed notices cannot
+	// hold shutdown.
 	by := time.Now().Add(shutdownFlush)
 	if dl, ok := ctx.Deadline(); ok && dl.Before(by) {
 		by = dl

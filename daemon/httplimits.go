@@ -8,7 +8,8 @@ import (
 	"github.com/kvxfer/kvxfer/internal/connguard"
 )
 
-// Defaults of HTTPLimits (issue 14, F6).
+// Defaults of HTTPLimits: stalled connections must not exhaust kvxferd's fds
+// or starve its probes (attack F6 of docs/hostile.md).
 const (
 	DefaultHTTPReadHeaderTimeout = 10 * time.Second
 	// DefaultHTTPReadTimeout bounds reading a whole request, body included

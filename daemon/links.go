@@ -14,7 +14,9 @@ import (
 	"github.com/kvxfer/kvxfer/transport/zmqio"
 )
 
-// Link limits (issue 14, F2/F3).
+// Link limits: a flood of ABORT return addresses must not cost a link, a
+// thread and fds each, and a dead decode owed notices must not hold shutdown
+// (attacks F2 and F3 of docs/hostile.md).
 const (
 	// maxLinksCeiling bounds the default cap on live links; each link costs
 	// about four fds (TCP, the socket's mailbox, the monitor's two sockets).

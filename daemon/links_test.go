@@ -97,7 +97,7 @@ func waitRoomStatus(t *testing.T, s *scheduler, id uint64, st room.Status) {
 	})
 }
 
-// Issue 14, F2: ABORTs naming 3,300 distinct return addresses fail their rooms
+// Attack F2: ABORTs naming 3,300 distinct return addresses fail their rooms
 // but dial nothing: no ABORT_ACK, no link, no thread or fd per address. The
 // registered decode's own ABORT is still acknowledged.
 func TestAbortReturnAddressesOnlyForRegisteredPeers(t *testing.T) {
@@ -144,7 +144,7 @@ func TestAbortReturnAddressesOnlyForRegisteredPeers(t *testing.T) {
 	})
 }
 
-// Issue 14, F2: at most max links live; the least recently used unpinned one
+// Attack F2: at most max links live; the least recently used unpinned one
 // is evicted, a registered decode's (pinned) never; with every link pinned a
 // new endpoint gets none. Only endpoints known as registered are dialled.
 func TestLinksCapEvictsLeastRecentlyUsed(t *testing.T) {
@@ -207,7 +207,7 @@ func TestLinksCapEvictsLeastRecentlyUsed(t *testing.T) {
 	}
 }
 
-// Issue 14, F2b: a decode that restarts at the same endpoint under a new
+// Attack F2b: a decode that restarts at the same endpoint under a new
 // agent name replaces the old agent: the old one's rooms fail peer_lost, its
 // NIXL peer is dropped, it is listed as dropped, and the new agent's rooms
 // succeed. Twenty restarts leave no threads, fds or links behind.
@@ -324,7 +324,7 @@ func TestDecodeLossDropsThePeer(t *testing.T) {
 	}
 }
 
-// Issue 14, F3: SIGTERM with 10,000 notices owed to a dead decode endpoint:
+// Attack F3: SIGTERM with 10,000 notices owed to a dead decode endpoint:
 // Shutdown returns within the links' flush bound (the context's deadline, at
 // most shutdownFlush), not after a blocking send per queued notice. F5: the
 // notices the link could not queue are one log line, not one each.
@@ -360,7 +360,7 @@ func TestShutdownIsBoundedWithADeadDecodeOwedNotices(t *testing.T) {
 	}
 }
 
-// Issue 14, F5: 200,000 notices to an unreachable, unregistered decode are
+// Attack F5: 200,000 notices to an unreachable, unregistered decode are
 // all counted and dropped, and logged at most once a second with the count.
 func TestDroppedNoticesAreRateLimited(t *testing.T) {
 	const n = 200000

@@ -17,7 +17,7 @@ import (
 	"github.com/kvxfer/kvxfer/transport/zmqio"
 )
 
-// Decode liveness (issues 15 and 18).
+// Decode liveness.
 //
 // SGLang's decode watches its prefill: every HEARTBEAT_INTERVAL it GETs the
 // bootstrap server's /health, and after HEARTBEAT_MAX_FAILURE failures in a

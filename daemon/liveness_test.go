@@ -206,8 +206,8 @@ func advance(clk *clock.Fake, n int) {
 	}
 }
 
-// Issue 18: a decode unreachable for its heartbeat budget has its rooms
-// failed peer_lost, including a room with nothing in flight; a transfer info
+// A decode unreachable for its heartbeat budget has its rooms failed
+// peer_lost, including a room with nothing in flight; a transfer info
 // it sent before giving the room up, arriving after, fails its room without
 // a byte written (decode is told); once the decode registers again (it
 // cleared its connection), its new rooms are served.
@@ -385,8 +385,8 @@ func TestLivenessOutagePastSafeAfterEndsInLoss(t *testing.T) {
 	}
 }
 
-// Issue 18 at the daemon: a chunk the scheduler sends while decode does not
-// answer is not posted; after a short outage it is, and the room succeeds;
+// At the daemon, a chunk the scheduler sends while decode does not answer is
+// not posted: after a short outage it is, and the room succeeds;
 // after an outage past the budget the room fails peer_lost with nothing
 // posted and decode's pages untouched.
 func TestTransfersHeldWhileDecodeDoesNotAnswer(t *testing.T) {

@@ -88,7 +88,7 @@ func (g *gatedAgent) DropPeer(peer string) error {
 	return err
 }
 
-// Issue 15: a registration whose NIXL metadata load blocks does not block the
+// A registration whose NIXL metadata load blocks does not block the
 // ingest: another decode's registration and rooms go through meanwhile; the
 // held decode's transfer infos (and an ABORT behind them) wait for its load
 // and are then applied in order.
@@ -205,7 +205,7 @@ func TestSameAgentRegisteringAgainIsTheDecodeComingBack(t *testing.T) {
 	dec.verify(t, fresh, seqPages(5, 2), 1)
 }
 
-// Issue 15: a failed activation (here PUT /route) undoes everything it
+// A failed activation (here PUT /route) undoes everything it
 // started: the ZMQ socket is closed, the decode agents it accepted (a replayed
 // registration) leave the pool and NIXL with their links, the pool stops, the
 // memory is deregistered from NIXL; the state file keeps the registration.

@@ -14,7 +14,8 @@ import (
 	"github.com/kvxfer/kvxfer/transport/wire"
 )
 
-// Bounds on what a decode may send while its registration loads (issue 15):
+// Bounds on what a decode may send while its registration loads, so that a
+// slow NIXL metadata load cannot make kvxferd buffer without bound:
 // transfer infos and ABORTs for an agent whose registration is still being
 // loaded wait in that agent's queue, at most maxQueuedFrames of them and
 // maxQueuedBytes of page lists per agent, and maxQueuedTotal bytes over every

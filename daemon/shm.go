@@ -7,7 +7,7 @@ import (
 	"github.com/kvxfer/kvxfer/transport/control"
 )
 
-// shmCounters adds the shared-memory control path's counters (issue 12) to
+// shmCounters adds the shared-memory control path's counters to
 // Counters' map, under the keys telemetry serves as kvxfer_shm_* metrics.
 func shmCounters(m map[string]int64, st control.ShmStats) {
 	m["shm_sessions"] = int64(st.Sessions)

@@ -1,4 +1,4 @@
-// Package hostile replays the attacks of issue 14 (F1–F10) against a real
+// Package hostile replays the attacks F1–F10 (docs/hostile.md) against a real
 // kvxferd process, each while an honest workload (kvxfer-sched and
 // kvxfer-decode processes, a few hundred rooms with every byte verified) runs
 // at the same time, and asserts what the fixed daemon must do:

@@ -29,7 +29,7 @@ func TestF2ReturnAddresses(t *testing.T) {
 	sent, err := push.flood(n, 60*time.Second, func(i int) [][]byte {
 		return abortFrames(attackRoom(i), "127.0.0.1", 30000+i, 0)
 	})
-	// Give the daemon the time the crash took (about 4.8 s) to act on them.
+	// Give the daemon the time the unfixed daemon took to crash (about 4.8 s) to act on them.
 	time.Sleep(6 * time.Second)
 	after := d.proc()
 	peak := s.now()

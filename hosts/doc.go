@@ -1,4 +1,4 @@
-// Package hosts is the two-host suite (issue 18): kvxferd and its decodes on
+// Package hosts is the two-host suite: kvxferd and its decodes on
 // two simulated hosts, network namespaces joined by one veth pair (prefill
 // 192.0.2.1, decode 192.0.2.2; scripts/netns-up.sh), with the real NIXL
 // library over UCX_TLS=tcp, so that every byte crosses the link.

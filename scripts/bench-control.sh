@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The control-path benchmarks of issue 12, side by side in one run
+# The control-path benchmarks, side by side in one run
 # (docs/benchmarks.md, "Control path"): per-call cost from Python (kvxfer
 # request/reply, kvxfer shared memory, SGLang's in-process NixlKVSender), the
 # abort storm as the scheduler sees it (Go, both paths), and the demo end to

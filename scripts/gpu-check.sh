@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU check of issue 17 (docs/vram.md), on an NVIDIA machine, from the
+# The GPU memory check (docs/vram.md), on an NVIDIA machine, from the
 # repository root, after scripts/gpu-prep.sh built .gpu/bundle.tar.xz
 # elsewhere (this machine needs no Go, no registry; python3 with torch).
 #

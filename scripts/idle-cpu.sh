@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Idle CPU of a whole kvxferd (issue 13 item 5; docs/benchmarks.md, "idle
+# Idle CPU of a whole kvxferd (docs/benchmarks.md, "Idle
 # CPU"): tests/sglang/prefill_bench.py --idle starts kvxferd through the
 # kvxfer plug-in (memory registered, one SGLang decode receiver loaded, one
 # room done), then measures kvxferd's CPU (/proc/PID/stat) over SECONDS of

@@ -261,8 +261,8 @@ type scheduler struct {
 	aux []byte
 	cli *control.Client
 	// shm, when set (useShm), carries open, init, send, abort and clear on
-	// the shared-memory ring and answers polls from the status table (issue
-	// 12); request/reply keeps hello and register_memory.
+	// the shared-memory ring and answers polls from the status table;
+	// request/reply keeps hello and register_memory.
 	shm *control.ShmClient
 }
 

@@ -16,8 +16,8 @@ import (
 // TestSGLangPlugin runs tests/sglang/plugin_check.py in each release's venv:
 // kvxfer's plug-in loaded by SGLang's own loader, the prefill side driven in
 // prefill.py's order against SGLang's real decode receiver over NIXL, the
-// kvxferd kill and parent-exit cases (issue 11). Skips without the venvs
-// unless KVXFER_REQUIRE_SGLANG=1.
+// kvxferd kill and parent-exit cases. Skips without the venvs unless
+// KVXFER_REQUIRE_SGLANG=1.
 func TestSGLangPlugin(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short")

@@ -59,8 +59,8 @@ func TestSGLangDecode(t *testing.T) {
 			})
 		}
 	}
-	// The prefill side over the shared-memory ring and status table (issue
-	// 12), judged by the same SGLang decodes.
+	// The prefill side over the shared-memory ring and status table,
+	// judged by the same SGLang decodes.
 	for _, v := range Versions() {
 		for _, sc := range scenarios {
 			if !shmScenarios[sc.name] {

@@ -10,8 +10,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 )
 
-// processStats is what /metrics reports about the process itself (issue 14:
-// the resources a hostile peer could make it hold). Values that could not be
+// processStats is what /metrics reports about the process itself: the
+// resources a hostile peer could make it hold. Values that could not be
 // read are -1 and not served.
 type processStats struct {
 	goroutines, threads, fds, maxFDs, rss int64

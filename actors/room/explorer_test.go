@@ -147,7 +147,7 @@ const (
 	iDeadline
 )
 
-// baseSet is the bounded set: Open, two TransferInfos (two agents), Init,
+// baseSet is the bounded message set the explorer permutes: Open, two TransferInfos (two agents), Init,
 // two Sends (the second last), the XferDones of what was posted (dynamic), a
 // DecodeAbort, a client Abort, Clear and a Deadline. The scheduler's calls are
 // ordered as SGLang makes them; decode's and the deadline's are free.

@@ -1,4 +1,4 @@
-// Package suite runs the benchmark scenarios of issue 5 against every engine,
+// Package suite runs the benchmark scenarios against every engine,
 // side by side in one process, and collects the results the report renders:
 // throughput against concurrency over the real transfer pool, the pure
 // overhead over an instant transfer layer, an abort storm, pins against the
@@ -23,8 +23,9 @@ type Point struct {
 	Reps        int `json:"reps"`
 }
 
-// Setting is a transfer layer the throughput points run on (issue 13 item 2:
-// every ratio at three settings side by side).
+// Setting is a transfer layer the throughput points run on (every ratio is
+// quoted at three settings side by side, since the ratios move with the
+// cost of a write).
 type Setting struct {
 	// Name: "instant", "copies", "rdma".
 	Name string `json:"name"`

@@ -1,5 +1,6 @@
 // Package svgplot draws the report's line charts as standalone SVG with
-// gonum.org/v1/plot (issue 15 item 6: no hand-drawn SVG): one line per
+// gonum.org/v1/plot, a maintained plotting library rather than hand-drawn
+// SVG: one line per
 // series (a staircase for an empirical CDF), points, optional logarithmic
 // axes, a legend. The Chart/Series API is what bench/report builds.
 package svgplot

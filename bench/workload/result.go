@@ -81,7 +81,7 @@ func (r *Result) phase(p wl.Plan) *PhaseA2T {
 	return r.ByPhase[k]
 }
 
-// Pinned is what the issue calls pinned: hard pins plus aborted rooms that
+// Pinned counts every room an abort failed to end: hard pins plus aborted rooms that
 // ended only by a deadline.
 func (r *Result) Pinned() int { return r.HardPinned + r.DeadlineEnded }
 

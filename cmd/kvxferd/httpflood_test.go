@@ -18,7 +18,7 @@ import (
 	"time"
 )
 
-// Issue 14, F6: a kvxferd process held to 1,024 open files, with 2,000
+// Attack F6 (docs/hostile.md): a kvxferd process held to 1,024 open files, with 2,000
 // stalled-body connections held against each of its HTTP servers, still
 // answers /health (bootstrap) and /healthz and /metrics (debug), and its fds
 // stay under the limit.

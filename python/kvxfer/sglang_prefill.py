@@ -340,9 +340,9 @@ def _new_force_rule():
 
 
 def topology_args(kv_args, is_mla):
-    """kvxferd flags for the rank's place in the model, from SGLang's KVArgs
-    (issue 16): the KV head counts (decodes of another TP size get per-token
-    head slices), this PP stage's first layer and the pool's layer ids (a
+    """kvxferd flags for the rank's place in the model, from SGLang's KVArgs,
+    so that decodes of another parallel layout can pair buffers: the KV head
+    counts (decodes of another TP size get per-token head slices), this PP stage's first layer and the pool's layer ids (a
     stage writing a whole-model decode pairs buffers by layer)."""
     out = []
     if not is_mla:

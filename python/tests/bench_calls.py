@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Per-call cost of the scheduler's sender calls, side by side in one run
-(issue 12; docs/benchmarks.md, "Control path"): kvxfer over request/reply,
+(docs/benchmarks.md, "Control path"): kvxfer over request/reply,
 kvxfer over the shared-memory ring and status table, and SGLang's own
 in-process NixlKVSender. A benchmark, not a test.
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The fourth benchmark engine (issue 13 item 3): SGLang's own Python prefill
+"""The fourth benchmark engine: SGLang's own Python prefill
 against kvxfer, on the same workload plans and the same decode side.
 
     /opt/kvxfer-sglang/0.5.18/bin/python tests/sglang/prefill_bench.py \

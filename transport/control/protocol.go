@@ -243,7 +243,8 @@ func readRooms(r *reader) ([]uint64, error) {
 	return out, nil
 }
 
-// checkRoom refuses room ids no decode can name (F9 of issue 14).
+// checkRoom refuses room ids no decode can name: SGLang's
+// bootstrap_room is 63 bits, so anything larger is a hostile or broken client.
 func checkRoom(id uint64) error {
 	if id > MaxRoom {
 		return fmt.Errorf("room %d is not below 2^63 (SGLang's bootstrap_room is a 63-bit id)", id)

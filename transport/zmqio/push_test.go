@@ -20,7 +20,7 @@ func deadEndpoint(t *testing.T) string {
 	return TCPEndpoint("127.0.0.1", port)
 }
 
-// Issue 14, F3: a link owed 10,000 messages by a dead decode closes by its
+// Attack F3 (docs/hostile.md): a link owed 10,000 messages by a dead decode closes by its
 // flush deadline, however many are queued and however long one send may
 // block, and every message is accounted for. The margin is generous: this
 // asserts a bound, not a speed.
