@@ -55,7 +55,7 @@ func (fakeSource) PoolStats() xfer.Stats {
 func (fakeSource) Counters() map[string]int64 {
 	return map[string]int64{"bad_frames": 5, "registrations": 2, "notices_dropped": 0, "duplicate_registrations": 0,
 		"bad_registrations": 0, "staging_frames_dropped": 0, "peers_lost": 0, "peers_dropped": 0, "abort_endpoints_refused": 0,
-		"links_evicted": 0, "notices_send_failed": 0, "log_lines_suppressed": 0,
+		"links_evicted": 0, "notices_send_failed": 0, "log_lines_suppressed": 0, "lost_rooms": 2,
 		"shm_sessions": 1, "shm_sessions_attached": 3, "shm_records": 40, "shm_doorbell_sleeps": 6, "shm_doorbell_wakes": 5,
 		"shm_missed_wakes": 0, "shm_full_waits": 2, "shm_clients_lost_process_exit": 1, "shm_clients_lost_bad_record": 1,
 		"shm_rooms_lost": 4, "shm_invalid_records": 0, "shm_traced_opens": 7, "shm_ignored_traceparents": 0}
