@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/internal/testrig"
 	"github.com/kvxfer/kvxfer/nixl"
 	"github.com/kvxfer/kvxfer/nixl/kvmem"
 	"github.com/kvxfer/kvxfer/nixl/libnixl"
@@ -96,42 +97,20 @@ func needNIXL(t *testing.T) {
 
 func binDir(t *testing.T) string {
 	t.Helper()
-	dir := os.Getenv("KVXFER_BIN")
-	if dir == "" {
-		dir = filepath.Join(repoRoot(), "bin")
-	}
-	dir, _ = filepath.Abs(dir)
-	for _, b := range []string{"kvxferd", "kvxfer-sched", "kvxfer-decode"} {
-		if _, err := os.Stat(filepath.Join(dir, b)); err != nil {
-			t.Fatalf("%s missing in %s: run make test-hosts (it builds bin/)", b, dir)
-		}
-	}
-	return dir
+	return testrig.BinDir(t, "make test-hosts", "kvxferd", "kvxfer-sched", "kvxfer-decode")
 }
 
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "0.0.0.0:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
+func freePort(t *testing.T) int { return testrig.FreePort(t, "0.0.0.0") }
 
 // ---------------------------------------------------------------- kvxferd
 
 // kvxferd is a kvxferd process on the prefill host.
 type kvxferd struct {
-	t       *testing.T
-	dir     string
-	ctl     string
-	boot    string // host:port decodes query
-	port    int
-	logPath string
-	cmd     *exec.Cmd
-	done    chan struct{}
-	exitErr error
+	*testrig.Proc
+	dir  string
+	ctl  string
+	boot string // host:port decodes query
+	port int
 }
 
 // startKvxferd starts kvxferd with the real NIXL backend; args add flags
@@ -143,80 +122,23 @@ func startKvxferd(t *testing.T, args []string, env ...string) *kvxferd {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	d := &kvxferd{t: t, dir: dir, ctl: "ipc://" + filepath.Join(dir, "ctl.sock"), port: freePort(t),
-		logPath: filepath.Join(dir, "kvxferd.log"), done: make(chan struct{})}
+	d := &kvxferd{dir: dir, ctl: "ipc://" + filepath.Join(dir, "ctl.sock"), port: freePort(t)}
 	d.boot = net.JoinHostPort(prefillIP, strconv.Itoa(d.port))
 	all := append([]string{"-nixl-backend", "nixl", "-control", d.ctl, "-disaggregation-bootstrap-port", strconv.Itoa(d.port),
 		"-debug-addr", "", "-log-level", "info"}, args...)
-	d.cmd = exec.Command(filepath.Join(binDir(t), "kvxferd"), all...)
-	d.cmd.Env = append(append(baseEnv(), commonEnv()...),
+	cmd := exec.Command(filepath.Join(binDir(t), "kvxferd"), all...)
+	cmd.Env = append(append(baseEnv(), commonEnv()...),
 		"SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT=30", "KVXFER_WAITING_TIMEOUT=30",
 		"KVXFER_TRANSFER_TIMEOUT=40", "KVXFER_DRAIN_TIMEOUT=3", "KVXFER_LINGER_TIMEOUT=60")
-	d.cmd.Env = append(d.cmd.Env, env...)
-	logf, err := os.Create(d.logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d.cmd.Stdout, d.cmd.Stderr = logf, logf
-	d.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := d.cmd.Start(); err != nil {
-		t.Fatalf("starting kvxferd: %v", err)
-	}
-	go func() {
-		d.exitErr = d.cmd.Wait()
-		logf.Close()
-		close(d.done)
-	}()
-	t.Cleanup(func() {
-		if d.alive() {
-			d.cmd.Process.Signal(syscall.SIGTERM)
-			select {
-			case <-d.done:
-			case <-time.After(15 * time.Second):
-				d.cmd.Process.Kill()
-				<-d.done
-			}
-		}
-		if t.Failed() {
-			t.Logf("kvxferd log tail (%s):\n%s", d.logPath, tailFile(d.logPath, 60))
-		}
-	})
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "ctl.sock")); err == nil {
-			return d
-		}
-		if !d.alive() {
-			t.Fatalf("kvxferd exited at start (%v); log:\n%s", d.exitErr, tailFile(d.logPath, 40))
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("kvxferd did not come up in 30 s; log:\n%s", tailFile(d.logPath, 40))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-func (d *kvxferd) alive() bool {
-	select {
-	case <-d.done:
-		return false
-	default:
-		return true
-	}
+	cmd.Env = append(cmd.Env, env...)
+	d.Proc = testrig.Start(t, "kvxferd", cmd, testrig.ProcOpts{Log: filepath.Join(dir, "kvxferd.log"), Grace: 15 * time.Second, TailLines: 60})
+	d.WaitReady(t, 30*time.Second, testrig.FileExists(filepath.Join(dir, "ctl.sock")))
+	return d
 }
 
 func (d *kvxferd) log() string {
-	b, _ := os.ReadFile(d.logPath)
+	b, _ := os.ReadFile(d.Log)
 	return string(b)
-}
-
-func tailFile(path string, n int) string {
-	b, _ := os.ReadFile(path)
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }
 
 // route asks the bootstrap server, as decode does, where the rank is.
@@ -293,10 +215,10 @@ func newScheduler(t *testing.T, d *kvxferd) *scheduler {
 		off += it * auxSlots
 	}
 	if _, err := s.cli.RegisterMemory(kv); err != nil {
-		t.Fatalf("register KV: %v\n%s", err, tailFile(d.logPath, 30))
+		t.Fatalf("register KV: %v\n%s", err, testrig.Tail(d.Log, 30))
 	}
 	if _, err := s.cli.RegisterMemory(aux); err != nil {
-		t.Fatalf("register aux: %v\n%s", err, tailFile(d.logPath, 30))
+		t.Fatalf("register aux: %v\n%s", err, testrig.Tail(d.Log, 30))
 	}
 	return s
 }
@@ -557,7 +479,7 @@ func startPeer(t *testing.T, v sgltest.Venv, boot string) *sgltest.Peer {
 			}
 		}
 		if t.Failed() {
-			t.Logf("decode %s stderr tail:\n%s", v.Version, lastLines(p.Stderr(), 30))
+			t.Logf("decode %s stderr tail:\n%s", v.Version, testrig.LastLines(p.Stderr(), 30))
 		}
 		p.Close()
 	})
@@ -565,14 +487,6 @@ func startPeer(t *testing.T, v sgltest.Venv, boot string) *sgltest.Peer {
 		t.Fatalf("decode peer reports IP %s, want %s", p.Info.IP, decodeIP)
 	}
 	return p
-}
-
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }
 
 // ---------------------------------------------------------------- table
