@@ -19,7 +19,7 @@ import (
 
 	"github.com/kvxfer/kvxfer/actors/room"
 	"github.com/kvxfer/kvxfer/internal/testrig"
-	"github.com/kvxfer/kvxfer/nixl"
+	"github.com/kvxfer/kvxfer/internal/testrig/schedmem"
 	"github.com/kvxfer/kvxfer/nixl/kvmem"
 	"github.com/kvxfer/kvxfer/nixl/libnixl"
 	"github.com/kvxfer/kvxfer/sgltest"
@@ -36,6 +36,8 @@ const (
 )
 
 var auxItems = []uint64{64, 64, 64, 64, 512, 512, 64, 128, 128, 64}
+
+var geo = schedmem.Layout{Layers: layers, Slots: slots, Item: item, AuxSlots: auxSlots, AuxItems: auxItems}
 
 // Both sides read SGLang's heartbeat variables: decode gives a prefill up
 // after interval × max failures of failed GET /health.
@@ -194,26 +196,13 @@ func mapFile(t *testing.T, path string, n int) []byte {
 func newScheduler(t *testing.T, d *kvxferd) *scheduler {
 	t.Helper()
 	kvPath, auxPath := filepath.Join(d.dir, "kv"), filepath.Join(d.dir, "aux")
-	auxLen := 0
-	for _, it := range auxItems {
-		auxLen += int(it) * auxSlots
-	}
-	s := &scheduler{kv: mapFile(t, kvPath, 2*layers*slots*item), aux: mapFile(t, auxPath, auxLen)}
+	s := &scheduler{kv: mapFile(t, kvPath, geo.KVLen()), aux: mapFile(t, auxPath, geo.AuxLen())}
 	var err error
 	if s.cli, err = control.Dial(d.ctl); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.cli.Close() })
-	kv := &control.MemoryRegistration{Kind: control.KindKV}
-	for b := range 2 * layers {
-		kv.Buffers = append(kv.Buffers, control.Region{Shm: kvPath, Offset: uint64(b * slots * item), Length: slots * item, ItemLen: item, Mem: nixl.DRAM})
-	}
-	aux := &control.MemoryRegistration{Kind: control.KindAux}
-	off := uint64(0)
-	for _, it := range auxItems {
-		aux.Buffers = append(aux.Buffers, control.Region{Shm: auxPath, Offset: off, Length: it * auxSlots, ItemLen: it, Mem: nixl.DRAM})
-		off += it * auxSlots
-	}
+	kv, aux := geo.FileRegistrations(kvPath, auxPath)
 	if _, err := s.cli.RegisterMemory(kv); err != nil {
 		t.Fatalf("register KV: %v\n%s", err, testrig.Tail(d.Log, 30))
 	}
@@ -222,8 +211,6 @@ func newScheduler(t *testing.T, d *kvxferd) *scheduler {
 	}
 	return s
 }
-
-func auxByte(r uint64, i, k int) byte { return byte(r) + byte(i)*13 + byte(k) + 1 }
 
 // hroom is one room: prefill slots src, decode pages dst (page j of the
 // request is src[j] on prefill, dst[j] on decode), its chunks and aux slot.
@@ -236,34 +223,9 @@ type hroom struct {
 
 func (r hroom) spec() sgltest.RoomSpec { return sgltest.RoomSpec{Room: r.id, Pages: r.dst, Aux: r.aux} }
 
-// prep writes room r's pages and aux row into the prefill memory.
-func (s *scheduler) prep(r hroom) {
-	for j, slot := range r.src {
-		for b := range 2 * layers {
-			page := s.kv[(b*slots+int(slot))*item : (b*slots+int(slot)+1)*item]
-			for k := range page {
-				page[k] = kvmem.Pattern(r.id, b, j, k)
-			}
-		}
-	}
-	off := 0
-	for i, it := range auxItems {
-		row := s.aux[off+r.aux*int(it) : off+(r.aux+1)*int(it)]
-		if i == len(auxItems)-1 {
-			clear(row)
-			binary.LittleEndian.PutUint64(row, r.id)
-		} else {
-			for k := range row {
-				row[k] = auxByte(r.id, i, k)
-			}
-		}
-		off += int(it) * auxSlots
-	}
-}
-
 func (s *scheduler) open(t *testing.T, r hroom) {
 	t.Helper()
-	s.prep(r)
+	geo.Prep(s.kv, s.aux, r.id, r.src, r.aux)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, err := s.cli.Open(r.id, ""); err != nil {
@@ -426,7 +388,7 @@ func verify(t *testing.T, p *sgltest.Peer, r hroom) {
 			continue
 		}
 		for k, v := range row {
-			if want := auxByte(r.id, i, k); v != want {
+			if want := schedmem.AuxByte(r.id, i, k); v != want {
 				t.Fatalf("room %d: decode aux buffer %d byte %d = %d, want %d", r.id, i, k, v, want)
 			}
 		}
