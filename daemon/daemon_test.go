@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/internal/testrig/schedmem"
 	"github.com/kvxfer/kvxfer/nixl"
 	"github.com/kvxfer/kvxfer/nixl/kvmem"
 	"github.com/kvxfer/kvxfer/nixl/loopback"
@@ -71,17 +72,16 @@ func fileBacking(t testing.TB) backing {
 	}
 }
 
+// schedGeo is the scheduler's KV and aux memory.
+var schedGeo = schedmem.Layout{Layers: layers, Slots: slots, Item: item, AuxSlots: auxSlots, AuxItems: kvmem.DefaultShape().AuxItems}
+
 // schedulerSizes are the bytes of the scheduler's KV, aux and state lists.
 func schedulerSizes() (kv, aux, state int) {
-	for _, it := range kvmem.DefaultShape().AuxItems {
-		aux += int(it) * auxSlots
-	}
-	return 2 * layers * slots * item, aux, stateSlots * stateItem
+	return schedGeo.KVLen(), schedGeo.AuxLen(), stateSlots * stateItem
 }
 
 func newSchedulerOn(t testing.TB, d *Daemon, state bool, mem backing) *scheduler {
 	t.Helper()
-	auxItems := kvmem.DefaultShape().AuxItems
 	kvLen, auxLen, stLen := schedulerSizes()
 	s := &scheduler{}
 	kvReg, kvView := mem("kv", kvLen)
@@ -96,16 +96,7 @@ func newSchedulerOn(t testing.TB, d *Daemon, state bool, mem backing) *scheduler
 		r.Offset, r.Length, r.ItemLen, r.Mem = off, n, it, nixl.DRAM
 		return r
 	}
-	kv := &control.MemoryRegistration{Kind: control.KindKV}
-	for b := range 2 * layers {
-		kv.Buffers = append(kv.Buffers, at(kvReg, uint64(b*slots*item), slots*item, item))
-	}
-	aux := &control.MemoryRegistration{Kind: control.KindAux}
-	off := uint64(0)
-	for _, it := range auxItems {
-		aux.Buffers = append(aux.Buffers, at(auxReg, off, it*auxSlots, it))
-		off += it * auxSlots
-	}
+	kv, aux := schedGeo.Registrations(kvReg, auxReg)
 	if _, err := s.cli.RegisterMemory(kv); err != nil {
 		t.Fatal(err)
 	}

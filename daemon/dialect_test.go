@@ -266,16 +266,12 @@ func TestDialectNothingLandsAfterTheAck(t *testing.T) {
 	dst := seqPages(10, 4)
 	dec.send(t, dec.info(740, dst, 3, 1))
 	s.start(t, roomSpec{id: 740, src: seqPages(0, 4), chunks: []int{1, 1, 1, 1}, aux: 3})
-	for d.PoolStats().InFlight == 0 {
-		time.Sleep(100 * time.Microsecond)
-	}
+	waitFor(t, "room 740's writes in flight", func() bool { return d.PoolStats().InFlight != 0 })
 	dec.abortGen(t, 740, 1)
 	dec.waitFrame(t, isAck(740))
 	dec.node.ZeroPages(dst)
 	d.agent.(*loopback.Agent).SetFault(dec.node.Agent.Name(), loopback.Fault{})
-	for d.PoolStats().InFlight != 0 {
-		time.Sleep(100 * time.Microsecond)
-	}
+	waitFor(t, "room 740's writes done", func() bool { return d.PoolStats().InFlight == 0 })
 	// A later room through the same pool actor and peer: once it landed,
 	// anything 740 still had queued would have too.
 	dec.checker.Expect(741, 1, false)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/internal/testrig"
 	"github.com/kvxfer/kvxfer/nixl"
 	"github.com/kvxfer/kvxfer/transport/wire"
 	"github.com/kvxfer/kvxfer/transport/zmqio"
@@ -80,13 +81,7 @@ func deadPort(t *testing.T) int {
 // waitFor polls cond until it holds (a hang guard, not a timing assumption).
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("never: %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+	testrig.Eventually(t, 30*time.Second, what, cond)
 }
 
 func waitRoomStatus(t *testing.T, s *scheduler, id uint64, st room.Status) {

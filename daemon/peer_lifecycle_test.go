@@ -323,18 +323,7 @@ func (m *memRig) register(k control.BufferKind) error {
 
 func registerSchedulerMemory(t *testing.T, d *Daemon) *memRig {
 	t.Helper()
-	dir := t.TempDir()
-	kvPath, auxPath := filepath.Join(dir, "kv"), filepath.Join(dir, "aux")
-	auxItems := kvmem.DefaultShape().AuxItems
-	auxLen := 0
-	for _, it := range auxItems {
-		auxLen += int(it) * auxSlots
-	}
-	for path, n := range map[string]int{kvPath: 2 * layers * slots * item, auxPath: auxLen} {
-		if err := os.WriteFile(path, make([]byte, n), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
+	kvPath, auxPath := schedGeo.Files(t, t.TempDir())
 	view, err := loopback.New("sched-view-"+strconv.FormatInt(seq.Add(1), 10), loopback.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -351,16 +340,7 @@ func registerSchedulerMemory(t *testing.T, d *Daemon) *memRig {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { m.cli.Close() })
-	kv := &control.MemoryRegistration{Kind: control.KindKV}
-	for b := range 2 * layers {
-		kv.Buffers = append(kv.Buffers, control.Region{Shm: kvPath, Offset: uint64(b * slots * item), Length: slots * item, ItemLen: item, Mem: nixl.DRAM})
-	}
-	aux := &control.MemoryRegistration{Kind: control.KindAux}
-	off := uint64(0)
-	for _, it := range auxItems {
-		aux.Buffers = append(aux.Buffers, control.Region{Shm: auxPath, Offset: off, Length: it * auxSlots, ItemLen: it, Mem: nixl.DRAM})
-		off += it * auxSlots
-	}
+	kv, aux := schedGeo.FileRegistrations(kvPath, auxPath)
 	m.regs[control.KindKV], m.regs[control.KindAux] = kv, aux
 	return m
 }

@@ -272,9 +272,7 @@ func TestScenarioAbortOrderings(t *testing.T) {
 	d.agent.(*loopback.Agent).SetFault(dec.node.Agent.Name(), loopback.Fault{Hang: true})
 	dec.send(t, dec.info(603, seqPages(1, 2), 1, 1))
 	s.start(t, roomSpec{id: 603, src: seqPages(0, 2), chunks: []int{1, 1}, aux: 1})
-	for d.PoolStats().InFlight < 2 {
-		time.Sleep(100 * time.Microsecond)
-	}
+	waitFor(t, "room 603's two writes in flight", func() bool { return d.PoolStats().InFlight >= 2 })
 	s.cli.Abort(603) // the client gives up
 	expectFailed(603, room.ReasonClientAbort)
 	s.cli.Poll([]uint64{603}, nil)
@@ -311,9 +309,7 @@ func TestScenarioAbortOrderings(t *testing.T) {
 	dec.abort(t, 605)
 	dec.abort(t, 605)
 	expectFailed(605, room.ReasonDecodeAbort)
-	for dec.acks(605) < 2 {
-		time.Sleep(100 * time.Microsecond)
-	}
+	waitFor(t, "an ABORT_ACK for each of room 605's two ABORTs", func() bool { return dec.acks(605) >= 2 })
 }
 
 func TestScenarioLateInfoAfterClearIsToldTheFailure(t *testing.T) {

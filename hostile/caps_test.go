@@ -62,7 +62,7 @@ func TestF4UnknownRoomsAndHugeFrames(t *testing.T) {
 	if err != nil {
 		m += " (flood stopped: " + err.Error() + ")"
 	}
-	record(t, "F4 transfer infos for 300,000 unknown rooms", fmt.Sprintf("RSS ≤ %.0f MiB", bounds.f4.rssMiB), m, d.alive() && s.now().rssMiB() <= bounds.f4.rssMiB)
+	record(t, "F4 transfer infos for 300,000 unknown rooms", fmt.Sprintf("RSS ≤ %.0f MiB", bounds.f4.rssMiB), m, d.Alive() && s.now().rssMiB() <= bounds.f4.rssMiB)
 
 	// Huge frames: a transfer info whose page list is 96 MiB, four times, on
 	// fresh connections (a capped PULL drops the connection).
@@ -84,10 +84,10 @@ func TestF4UnknownRoomsAndHugeFrames(t *testing.T) {
 	after := d.proc()
 	peak := s.now()
 	m = fmt.Sprintf("%d frames of %d MiB: RSS %.0f → %.0f MiB, peak %.0f MiB", hugeSent, huge>>20, afterRooms.rssMiB(), after.rssMiB(), peak.rssMiB())
-	if !d.alive() {
-		m += "; kvxferd died: " + d.exitDesc()
+	if !d.Alive() {
+		m += "; kvxferd died: " + d.ExitDesc()
 	}
-	record(t, "F4 four huge frames", fmt.Sprintf("RSS ≤ %.0f MiB", bounds.f4.rssMiB), m, d.alive() && peak.rssMiB() <= bounds.f4.rssMiB)
+	record(t, "F4 four huge frames", fmt.Sprintf("RSS ≤ %.0f MiB", bounds.f4.rssMiB), m, d.Alive() && peak.rssMiB() <= bounds.f4.rssMiB)
 	checkHonest(t, w, 90*time.Second)
 	checkDaemon(t, d, s.end(), bounds.f4, c)
 }
@@ -105,7 +105,7 @@ func TestF6StalledConnections(t *testing.T) {
 	}
 	s := d.sample(100 * time.Millisecond)
 	lim := ""
-	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/limits", d.pid)); err == nil {
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/limits", d.Pid())); err == nil {
 		for _, l := range strings.Split(string(b), "\n") {
 			if strings.HasPrefix(l, "Max open files") {
 				lim = strings.Join(strings.Fields(l)[3:5], "/")

@@ -106,11 +106,11 @@ func TestF1LoopbackNamespace(t *testing.T) {
 	if err != nil {
 		m += " (" + err.Error() + ")"
 	}
-	if !d.alive() {
-		m = "kvxferd died: " + d.exitDesc() + sigbus(d)
+	if !d.Alive() {
+		m = "kvxferd died: " + d.ExitDesc() + sigbus(d)
 	}
 	record(t, "F1b decode truncates its registered segment, then a WRITE", "room Failed, daemon alive",
-		m, d.alive() && rep.Status.String() == "Failed")
+		m, d.Alive() && rep.Status.String() == "Failed")
 
 	checkHonest(t, w, 60*time.Second)
 	checkDaemon(t, d, s.end(), bounds.steady, tmpCanary)
@@ -185,11 +185,11 @@ func TestF1SchedulerTruncates(t *testing.T) {
 	if err != nil {
 		m += " (" + err.Error() + ")"
 	}
-	if !d.alive() {
-		m += "; kvxferd died: " + d.exitDesc() + sigbus(d)
+	if !d.Alive() {
+		m += "; kvxferd died: " + d.ExitDesc() + sigbus(d)
 	}
 	record(t, "F1c scheduler truncates its registered KV file, then a WRITE", "room Failed, daemon alive",
-		m, d.alive() && rep.Status.String() == "Failed")
+		m, d.Alive() && rep.Status.String() == "Failed")
 	err = d.health(5 * time.Second)
 	record(t, "daemon alive and answering", "alive, /health and /healthz 200", fmt.Sprint(err), err == nil)
 }

@@ -17,9 +17,10 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/kvxfer/kvxfer/internal/testrig"
 )
 
 // hostile skips the test unless KVXFER_HOSTILE=1.
@@ -33,28 +34,10 @@ func hostile(t *testing.T) {
 // binDir is where kvxferd, kvxfer-sched and kvxfer-decode are.
 func binDir(t *testing.T) string {
 	t.Helper()
-	dir := os.Getenv("KVXFER_BIN")
-	if dir == "" {
-		dir = filepath.Join("..", "bin")
-	}
-	dir, _ = filepath.Abs(dir)
-	for _, b := range []string{"kvxferd", "kvxfer-sched", "kvxfer-decode"} {
-		if _, err := os.Stat(filepath.Join(dir, b)); err != nil {
-			t.Fatalf("%s missing in %s: run make test-hostile (it builds bin/)", b, dir)
-		}
-	}
-	return dir
+	return testrig.BinDir(t, "make test-hostile", "kvxferd", "kvxfer-sched", "kvxfer-decode")
 }
 
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
+func freePort(t *testing.T) int { return testrig.FreePort(t, "127.0.0.1") }
 
 // ---------------------------------------------------------------- kvxferd
 
@@ -66,18 +49,12 @@ type daemonOpts struct {
 
 // kvxferd is one daemon process under test.
 type kvxferd struct {
-	t       *testing.T
-	cmd     *exec.Cmd
-	pid     int
+	*testrig.Proc
 	dir     string
-	logPath string
 	ctl     string // ipc:// control endpoint
 	boot    string // bootstrap host:port
 	debug   string // debug host:port
 	zmqPort int
-	done    chan struct{}
-	exitErr error
-	start   time.Time
 }
 
 // defaultEnv keeps room deadlines short enough for a test run.
@@ -90,8 +67,7 @@ func startDaemon(t *testing.T, o daemonOpts) *kvxferd {
 	t.Helper()
 	bin := binDir(t)
 	dir := t.TempDir()
-	d := &kvxferd{t: t, dir: dir, logPath: filepath.Join(dir, "kvxferd.log"), ctl: "ipc://" + filepath.Join(dir, "ctl.sock"),
-		done: make(chan struct{})}
+	d := &kvxferd{dir: dir, ctl: "ipc://" + filepath.Join(dir, "ctl.sock")}
 	bp, dp := freePort(t), freePort(t)
 	d.zmqPort = freePort(t)
 	d.boot, d.debug = "127.0.0.1:"+strconv.Itoa(bp), "127.0.0.1:"+strconv.Itoa(dp)
@@ -108,65 +84,17 @@ func startDaemon(t *testing.T, o daemonOpts) *kvxferd {
 		cmd = exec.Command(exe, args...)
 	}
 	cmd.Env = append(append(os.Environ(), defaultEnv...), o.env...)
-	logf, err := os.Create(d.logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting kvxferd: %v", err)
-	}
-	d.cmd, d.pid, d.start = cmd, cmd.Process.Pid, time.Now()
-	go func() {
-		d.exitErr = cmd.Wait()
-		logf.Close()
-		close(d.done)
-	}()
-	t.Cleanup(func() {
-		if d.alive() {
-			cmd.Process.Kill()
-			<-d.done
+	d.Proc = testrig.Start(t, "kvxferd", cmd, testrig.ProcOpts{Log: filepath.Join(dir, "kvxferd.log")})
+	d.WaitReady(t, 20*time.Second, func() error {
+		if err := testrig.FileExists(filepath.Join(dir, "ctl.sock"))(); err != nil {
+			return fmt.Errorf("ctl %v", err)
 		}
-		if t.Failed() {
-			t.Logf("kvxferd log tail (%s):\n%s", d.logPath, tail(d.logPath, 40))
+		if _, err := httpGet("http://"+d.debug+"/healthz", time.Second); err != nil {
+			return fmt.Errorf("debug %v", err)
 		}
+		return nil
 	})
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		_, err1 := os.Stat(filepath.Join(dir, "ctl.sock"))
-		_, err2 := httpGet("http://"+d.debug+"/healthz", time.Second)
-		if err1 == nil && err2 == nil {
-			return d
-		}
-		if !d.alive() {
-			t.Fatalf("kvxferd exited at start (%v); log:\n%s", d.exitErr, tail(d.logPath, 40))
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("kvxferd did not come up in 20 s (ctl %v, debug %v); log:\n%s", err1, err2, tail(d.logPath, 40))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-func (d *kvxferd) alive() bool {
-	select {
-	case <-d.done:
-		return false
-	default:
-		return true
-	}
-}
-
-// exitDesc says how the process ended ("" while it runs).
-func (d *kvxferd) exitDesc() string {
-	if d.alive() {
-		return ""
-	}
-	if d.exitErr == nil {
-		return "exit 0"
-	}
-	return d.exitErr.Error()
+	return d
 }
 
 // httpGet returns the status code of a GET (an error for a transport failure).
@@ -195,8 +123,8 @@ func httpBody(url string, timeout time.Duration) ([]byte, int, error) {
 // health checks /health (bootstrap) and /healthz (debug, live rank): nil when
 // both answer 200 within timeout.
 func (d *kvxferd) health(timeout time.Duration) error {
-	if !d.alive() {
-		return fmt.Errorf("kvxferd exited: %s", d.exitDesc())
+	if !d.Alive() {
+		return fmt.Errorf("kvxferd exited: %s", d.ExitDesc())
 	}
 	if c, err := httpGet("http://"+d.boot+"/health", timeout); err != nil || c != 200 {
 		return fmt.Errorf("/health: %d %v", c, err)
@@ -209,17 +137,17 @@ func (d *kvxferd) health(timeout time.Duration) error {
 
 // waitLive waits until /healthz answers 200 (the scheduler registered memory).
 func (d *kvxferd) waitLive(timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
-		if !d.alive() {
-			return fmt.Errorf("kvxferd exited: %s", d.exitDesc())
-		}
-		if c, err := httpGet("http://"+d.debug+"/healthz", time.Second); err == nil && c == 200 {
-			return nil
-		}
-		time.Sleep(20 * time.Millisecond)
+	live := testrig.Until(timeout, func() bool {
+		c, err := httpGet("http://"+d.debug+"/healthz", time.Second)
+		return (err == nil && c == 200) || !d.Alive()
+	})
+	switch {
+	case !d.Alive():
+		return fmt.Errorf("kvxferd exited: %s", d.ExitDesc())
+	case !live:
+		return fmt.Errorf("not live after %s", timeout)
 	}
-	return fmt.Errorf("not live after %s", timeout)
+	return nil
 }
 
 // counters reads /debug/rooms' counters and stats.
@@ -236,23 +164,8 @@ func (d *kvxferd) counters() (map[string]int64, map[string]any) {
 	return v.Counters, v.Stats
 }
 
-// stop sends SIGTERM and waits up to limit; it returns how long the exit took
-// (limit and false when it did not exit: the process is then killed).
-func (d *kvxferd) stop(limit time.Duration) (time.Duration, bool) {
-	start := time.Now()
-	d.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-d.done:
-		return time.Since(start), true
-	case <-time.After(limit):
-		d.cmd.Process.Kill()
-		<-d.done
-		return limit, false
-	}
-}
-
 func (d *kvxferd) logSize() int64 {
-	st, err := os.Stat(d.logPath)
+	st, err := os.Stat(d.Log)
 	if err != nil {
 		return 0
 	}
@@ -261,7 +174,7 @@ func (d *kvxferd) logSize() int64 {
 
 // logCount counts log lines containing s.
 func (d *kvxferd) logCount(s string) int {
-	f, err := os.Open(d.logPath)
+	f, err := os.Open(d.Log)
 	if err != nil {
 		return 0
 	}
@@ -275,23 +188,6 @@ func (d *kvxferd) logCount(s string) int {
 		}
 	}
 	return n
-}
-
-func tail(path string, n int) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return err.Error()
-	}
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	for i, l := range lines {
-		if len(l) > 400 {
-			lines[i] = l[:400] + "…"
-		}
-	}
-	return strings.Join(lines, "\n")
 }
 
 // ---------------------------------------------------------------- /proc
@@ -349,7 +245,7 @@ func readProc(pid int) (procStats, error) {
 }
 
 func (d *kvxferd) proc() procStats {
-	s, _ := readProc(d.pid)
+	s, _ := readProc(d.Pid())
 	return s
 }
 
@@ -367,7 +263,7 @@ func (d *kvxferd) sample(every time.Duration) *sampler {
 	go func() {
 		defer close(s.done)
 		for {
-			if p, err := readProc(d.pid); err == nil {
+			if p, err := readProc(d.Pid()); err == nil {
 				s.mu.Lock()
 				s.last = p
 				s.peak.RSSKiB = max(s.peak.RSSKiB, p.RSSKiB)

@@ -37,11 +37,11 @@ func TestF2ReturnAddresses(t *testing.T) {
 	if err != nil {
 		m += " (send stopped: " + err.Error() + ")"
 	}
-	if !d.alive() {
-		m += "; kvxferd died: " + d.exitDesc()
+	if !d.Alive() {
+		m += "; kvxferd died: " + d.ExitDesc()
 	}
 	record(t, "F2 ABORTs from 3,300 distinct return addresses", bounds.f2.String(), m,
-		d.alive() && peak.Threads <= bounds.f2.threads && peak.FDs <= bounds.f2.fds)
+		d.Alive() && peak.Threads <= bounds.f2.threads && peak.FDs <= bounds.f2.fds)
 	checkHonest(t, w, 60*time.Second)
 	checkDaemon(t, d, s.end(), bounds.f2, c)
 }
@@ -101,7 +101,7 @@ func TestF2bDecodeRestarts(t *testing.T) {
 		m += fmt.Sprintf("; %d decode runs killed at 20 s", failed)
 	}
 	record(t, "F2b honest decode restarting", fmt.Sprintf("growth over %d restarts: threads ≤ %d, fds ≤ %d, mapped files ≤ %d", restarts, bounds.f2bThreads, bounds.f2bFDs, bounds.f2bMaps),
-		m, d.alive() && dt <= bounds.f2bThreads && df <= bounds.f2bFDs && dm <= bounds.f2bMaps)
+		m, d.Alive() && dt <= bounds.f2bThreads && df <= bounds.f2bFDs && dm <= bounds.f2bMaps)
 	checkHonest(t, w, 60*time.Second)
 	checkDaemon(t, d, s.end(), bounds.steady, c)
 }
@@ -148,9 +148,9 @@ func TestF3ShutdownBound(t *testing.T) {
 	checkHonest(t, w, 60*time.Second)
 	_, stats := d.counters()
 	peak := s.end()
-	took, exited := d.stop(40 * time.Second)
+	took, exited := d.Stop(40 * time.Second)
 	m := fmt.Sprintf("%d transfer infos + 1,000 ABORTs owed to a hung endpoint (live rooms at SIGTERM: %v); exit %.1f s after SIGTERM (%s)",
-		sent, stats["LiveRooms"], took.Seconds(), d.exitDesc())
+		sent, stats["LiveRooms"], took.Seconds(), d.ExitDesc())
 	if !exited {
 		m = fmt.Sprintf("%d transfer infos + 1,000 ABORTs; still running %.0f s after SIGTERM (killed)", sent, took.Seconds())
 	}

@@ -61,10 +61,10 @@ func TestSoak(t *testing.T) {
 	var series []point
 	start := time.Now()
 loop:
-	for time.Since(start) < dur && d.alive() {
+	for time.Since(start) < dur && d.Alive() {
 		series = append(series, point{time.Since(start), d.proc()})
 		select {
-		case <-w.schedDone:
+		case <-w.sched.Done():
 			break loop
 		case <-time.After(5 * time.Second):
 		}
@@ -82,7 +82,7 @@ loop:
 		return m
 	}
 	mid, last := peak(series[third:2*third]), peak(series[2*third:])
-	ok := d.alive() && (last <= mid*1.10 || last <= mid+8)
+	ok := d.Alive() && (last <= mid*1.10 || last <= mid+8)
 	var buf bytes.Buffer
 	fmt.Fprintf(&buf, "Soak of %s (%d honest rooms at %.0f/s, %d hostile ABORTs, tombstone TTL 5 s), run %s.\n\n",
 		dur, rooms, rate, trickled, time.Now().UTC().Format("2006-01-02 15:04 UTC"))

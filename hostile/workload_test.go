@@ -7,9 +7,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/kvxfer/kvxfer/internal/testrig"
 )
 
 // workloadOpts sizes an honest workload: kvxfer-sched and one kvxfer-decode
@@ -29,11 +30,8 @@ type workloadOpts struct {
 type workload struct {
 	t                     *testing.T
 	o                     workloadOpts
-	sched, decode         *exec.Cmd
-	schedDone, decodeDone chan struct{}
-	schedErr, decodeErr   error
+	sched, decode         *testrig.Proc
 	schedJSON, decodeJSON string
-	schedLog, decodeLog   string
 	start                 time.Time
 }
 
@@ -72,46 +70,17 @@ func startWorkload(t *testing.T, d *kvxferd, o workloadOpts) *workload {
 	}
 	bin := binDir(t)
 	dir := t.TempDir()
-	w := &workload{t: t, o: o, schedDone: make(chan struct{}), decodeDone: make(chan struct{}), start: time.Now(),
-		schedJSON: filepath.Join(dir, "sched.json"), decodeJSON: filepath.Join(dir, "decode.json"),
-		schedLog: filepath.Join(dir, "sched.log"), decodeLog: filepath.Join(dir, "decode.log")}
+	w := &workload{t: t, o: o, start: time.Now(),
+		schedJSON: filepath.Join(dir, "sched.json"), decodeJSON: filepath.Join(dir, "decode.json")}
 	common := []string{"-rooms", strconv.Itoa(o.rooms), "-seed", strconv.FormatUint(o.seed, 10), "-abort-share", "0",
 		"-concurrency", strconv.Itoa(o.conc), "-rate", strconv.FormatFloat(o.rate, 'f', -1, 64)}
-	w.sched = exec.Command(filepath.Join(bin, "kvxfer-sched"), append([]string{"-control", d.ctl, "-json", w.schedJSON}, common...)...)
+	sched := exec.Command(filepath.Join(bin, "kvxfer-sched"), append([]string{"-control", d.ctl, "-json", w.schedJSON}, common...)...)
 	dargs := append([]string{"-bootstrap", d.boot, "-json", w.decodeJSON, "-sglang", o.release, "-page-size", "1",
 		"-kv-cache-dtype", "auto", "-topology-retry", "20ms", "-topology-attempts", "1500", "-quiet",
 		"-waiting-timeout", "30s", "-release-timeout", "15s"}, common...)
-	w.decode = exec.Command(filepath.Join(bin, "kvxfer-decode"), append(dargs, o.decodeArgs...)...)
-	for _, c := range []struct {
-		cmd  *exec.Cmd
-		log  string
-		done chan struct{}
-		err  *error
-	}{{w.sched, w.schedLog, w.schedDone, &w.schedErr}, {w.decode, w.decodeLog, w.decodeDone, &w.decodeErr}} {
-		f, err := os.Create(c.log)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c.cmd.Stdout, c.cmd.Stderr = f, f
-		c.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		if err := c.cmd.Start(); err != nil {
-			t.Fatalf("starting %s: %v", c.cmd.Path, err)
-		}
-		go func() {
-			*c.err = c.cmd.Wait()
-			f.Close()
-			close(c.done)
-		}()
-	}
-	t.Cleanup(func() {
-		for _, c := range []*exec.Cmd{w.sched, w.decode} {
-			if c.ProcessState == nil {
-				c.Process.Kill()
-			}
-		}
-		<-w.schedDone
-		<-w.decodeDone
-	})
+	decode := exec.Command(filepath.Join(bin, "kvxfer-decode"), append(dargs, o.decodeArgs...)...)
+	w.sched = testrig.Start(t, "kvxfer-sched", sched, testrig.ProcOpts{Log: filepath.Join(dir, "sched.log")})
+	w.decode = testrig.Start(t, "kvxfer-decode", decode, testrig.ProcOpts{Log: filepath.Join(dir, "decode.log")})
 	return w
 }
 
@@ -121,28 +90,28 @@ func (w *workload) result(timeout time.Duration) (string, bool) {
 	deadline := time.After(timeout)
 	timedOut := false
 	select {
-	case <-w.schedDone:
-	case <-w.decodeDone:
+	case <-w.sched.Done():
+	case <-w.decode.Done():
 		// A decode that gave up (wrong page size, a lost prefill) leaves the
 		// scheduler waiting for its grace: end it soon.
-		if w.decodeErr != nil {
+		if w.decode.Err() != nil {
 			select {
-			case <-w.schedDone:
+			case <-w.sched.Done():
 			case <-time.After(5 * time.Second):
-				w.sched.Process.Kill()
+				w.sched.Cmd.Process.Kill()
 			}
 		}
 	case <-deadline:
 	}
-	for _, done := range []chan struct{}{w.schedDone, w.decodeDone} {
+	for _, done := range []<-chan struct{}{w.sched.Done(), w.decode.Done()} {
 		select {
 		case <-done:
 		case <-deadline:
 			timedOut = true
-			w.sched.Process.Kill()
-			w.decode.Process.Kill()
-			<-w.schedDone
-			<-w.decodeDone
+			w.sched.Cmd.Process.Kill()
+			w.decode.Cmd.Process.Kill()
+			<-w.sched.Done()
+			<-w.decode.Done()
 		}
 	}
 	var s schedSummary
@@ -153,13 +122,13 @@ func (w *workload) result(timeout time.Duration) (string, bool) {
 	if b, err := os.ReadFile(w.decodeJSON); err == nil {
 		json.Unmarshal(b, &d)
 	}
-	ok := !timedOut && w.schedErr == nil && w.decodeErr == nil && s.Rooms == w.o.rooms && s.Pinned == 0 &&
+	ok := !timedOut && w.sched.Err() == nil && w.decode.Err() == nil && s.Rooms == w.o.rooms && s.Pinned == 0 &&
 		d.Outcomes["success"] == w.o.rooms && d.WrongBytes == 0 && d.AuxErrors == 0 && d.PagesHeld == 0
 	desc := fmt.Sprintf("honest %d/%d rooms success, %.1f MB verified, %d wrong bytes, %d pinned (%.1f s)",
 		d.Outcomes["success"], w.o.rooms, float64(d.BytesVerified)/1e6, d.WrongBytes, s.Pinned, time.Since(w.start).Seconds())
 	if !ok {
-		desc += fmt.Sprintf(" [sched: %v, decode: %v, timed out: %v, outcomes %v, errors %v]", w.schedErr, w.decodeErr, timedOut, d.Outcomes, d.Errors)
-		w.t.Logf("sched log tail:\n%s\ndecode log tail:\n%s", tail(w.schedLog, 15), tail(w.decodeLog, 15))
+		desc += fmt.Sprintf(" [sched: %v, decode: %v, timed out: %v, outcomes %v, errors %v]", w.sched.Err(), w.decode.Err(), timedOut, d.Outcomes, d.Errors)
+		w.t.Logf("sched log tail:\n%s\ndecode log tail:\n%s", testrig.Tail(w.sched.Log, 15), testrig.Tail(w.decode.Log, 15))
 	}
 	return desc, ok
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/kvxfer/kvxfer/emul/decode"
 	"github.com/kvxfer/kvxfer/emul/sched"
 	"github.com/kvxfer/kvxfer/emul/workload"
+	"github.com/kvxfer/kvxfer/internal/testrig"
 	"github.com/kvxfer/kvxfer/transport/control"
 )
 
@@ -80,7 +81,7 @@ func startEmulPaced(t *testing.T, d *kvxferd, release string, rooms, conc int, d
 			}
 		}
 		if t.Failed() {
-			t.Logf("kvxfer-sched output:\n%s\nkvxfer-decode output:\n%s", lastLines(r.schedOut.String(), 30), lastLines(r.decOut.String(), 30))
+			t.Logf("kvxfer-sched output:\n%s\nkvxfer-decode output:\n%s", testrig.LastLines(r.schedOut.String(), 30), testrig.LastLines(r.decOut.String(), 30))
 		}
 	})
 	return r
@@ -286,7 +287,7 @@ func emulLinkCut(t *testing.T, release string, note func(string, ...any)) {
 	// interfaces that are up).
 	for deadline := time.Now().Add(30 * time.Second); tombstones(t, dbg) < 10; time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("fewer than 10 rooms finished in 30 s; kvxfer-decode:\n%s", lastLines(r.decOut.String(), 20))
+			t.Fatalf("fewer than 10 rooms finished in 30 s; kvxfer-decode:\n%s", testrig.LastLines(r.decOut.String(), 20))
 		}
 	}
 	t0 := time.Now()
@@ -310,7 +311,7 @@ func emulLinkCut(t *testing.T, release string, note func(string, ...any)) {
 			os.WriteFile("/tmp/kvx-decode-stacks.txt", r.decOut.Bytes(), 0o644)
 		}
 		t.Fatalf("kvxfer-sched did not finish within 100 s of the cut; kvxfer-sched:\n%s\nkvxfer-decode:\n%s",
-			lastLines(r.schedOut.String(), 5), lastLines(r.decOut.String(), 20))
+			testrig.LastLines(r.schedOut.String(), 5), testrig.LastLines(r.decOut.String(), 20))
 	}
 	took := time.Since(t0)
 	successAfter := retiredSuccess(t, dbg) - successAtUp

@@ -18,7 +18,8 @@ import (
 	"time"
 
 	"github.com/kvxfer/kvxfer/actors/room"
-	"github.com/kvxfer/kvxfer/nixl"
+	"github.com/kvxfer/kvxfer/internal/testrig"
+	"github.com/kvxfer/kvxfer/internal/testrig/schedmem"
 	"github.com/kvxfer/kvxfer/nixl/kvmem"
 	"github.com/kvxfer/kvxfer/nixl/libnixl"
 	"github.com/kvxfer/kvxfer/sgltest"
@@ -35,6 +36,8 @@ const (
 )
 
 var auxItems = []uint64{64, 64, 64, 64, 512, 512, 64, 128, 128, 64}
+
+var geo = schedmem.Layout{Layers: layers, Slots: slots, Item: item, AuxSlots: auxSlots, AuxItems: auxItems}
 
 // Both sides read SGLang's heartbeat variables: decode gives a prefill up
 // after interval × max failures of failed GET /health.
@@ -96,42 +99,20 @@ func needNIXL(t *testing.T) {
 
 func binDir(t *testing.T) string {
 	t.Helper()
-	dir := os.Getenv("KVXFER_BIN")
-	if dir == "" {
-		dir = filepath.Join(repoRoot(), "bin")
-	}
-	dir, _ = filepath.Abs(dir)
-	for _, b := range []string{"kvxferd", "kvxfer-sched", "kvxfer-decode"} {
-		if _, err := os.Stat(filepath.Join(dir, b)); err != nil {
-			t.Fatalf("%s missing in %s: run make test-hosts (it builds bin/)", b, dir)
-		}
-	}
-	return dir
+	return testrig.BinDir(t, "make test-hosts", "kvxferd", "kvxfer-sched", "kvxfer-decode")
 }
 
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "0.0.0.0:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
+func freePort(t *testing.T) int { return testrig.FreePort(t, "0.0.0.0") }
 
 // ---------------------------------------------------------------- kvxferd
 
 // kvxferd is a kvxferd process on the prefill host.
 type kvxferd struct {
-	t       *testing.T
-	dir     string
-	ctl     string
-	boot    string // host:port decodes query
-	port    int
-	logPath string
-	cmd     *exec.Cmd
-	done    chan struct{}
-	exitErr error
+	*testrig.Proc
+	dir  string
+	ctl  string
+	boot string // host:port decodes query
+	port int
 }
 
 // startKvxferd starts kvxferd with the real NIXL backend; args add flags
@@ -143,80 +124,23 @@ func startKvxferd(t *testing.T, args []string, env ...string) *kvxferd {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	d := &kvxferd{t: t, dir: dir, ctl: "ipc://" + filepath.Join(dir, "ctl.sock"), port: freePort(t),
-		logPath: filepath.Join(dir, "kvxferd.log"), done: make(chan struct{})}
+	d := &kvxferd{dir: dir, ctl: "ipc://" + filepath.Join(dir, "ctl.sock"), port: freePort(t)}
 	d.boot = net.JoinHostPort(prefillIP, strconv.Itoa(d.port))
 	all := append([]string{"-nixl-backend", "nixl", "-control", d.ctl, "-disaggregation-bootstrap-port", strconv.Itoa(d.port),
 		"-debug-addr", "", "-log-level", "info"}, args...)
-	d.cmd = exec.Command(filepath.Join(binDir(t), "kvxferd"), all...)
-	d.cmd.Env = append(append(baseEnv(), commonEnv()...),
+	cmd := exec.Command(filepath.Join(binDir(t), "kvxferd"), all...)
+	cmd.Env = append(append(baseEnv(), commonEnv()...),
 		"SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT=30", "KVXFER_WAITING_TIMEOUT=30",
 		"KVXFER_TRANSFER_TIMEOUT=40", "KVXFER_DRAIN_TIMEOUT=3", "KVXFER_LINGER_TIMEOUT=60")
-	d.cmd.Env = append(d.cmd.Env, env...)
-	logf, err := os.Create(d.logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d.cmd.Stdout, d.cmd.Stderr = logf, logf
-	d.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := d.cmd.Start(); err != nil {
-		t.Fatalf("starting kvxferd: %v", err)
-	}
-	go func() {
-		d.exitErr = d.cmd.Wait()
-		logf.Close()
-		close(d.done)
-	}()
-	t.Cleanup(func() {
-		if d.alive() {
-			d.cmd.Process.Signal(syscall.SIGTERM)
-			select {
-			case <-d.done:
-			case <-time.After(15 * time.Second):
-				d.cmd.Process.Kill()
-				<-d.done
-			}
-		}
-		if t.Failed() {
-			t.Logf("kvxferd log tail (%s):\n%s", d.logPath, tailFile(d.logPath, 60))
-		}
-	})
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "ctl.sock")); err == nil {
-			return d
-		}
-		if !d.alive() {
-			t.Fatalf("kvxferd exited at start (%v); log:\n%s", d.exitErr, tailFile(d.logPath, 40))
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("kvxferd did not come up in 30 s; log:\n%s", tailFile(d.logPath, 40))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-func (d *kvxferd) alive() bool {
-	select {
-	case <-d.done:
-		return false
-	default:
-		return true
-	}
+	cmd.Env = append(cmd.Env, env...)
+	d.Proc = testrig.Start(t, "kvxferd", cmd, testrig.ProcOpts{Log: filepath.Join(dir, "kvxferd.log"), Grace: 15 * time.Second, TailLines: 60})
+	d.WaitReady(t, 30*time.Second, testrig.FileExists(filepath.Join(dir, "ctl.sock")))
+	return d
 }
 
 func (d *kvxferd) log() string {
-	b, _ := os.ReadFile(d.logPath)
+	b, _ := os.ReadFile(d.Log)
 	return string(b)
-}
-
-func tailFile(path string, n int) string {
-	b, _ := os.ReadFile(path)
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }
 
 // route asks the bootstrap server, as decode does, where the rank is.
@@ -272,36 +196,21 @@ func mapFile(t *testing.T, path string, n int) []byte {
 func newScheduler(t *testing.T, d *kvxferd) *scheduler {
 	t.Helper()
 	kvPath, auxPath := filepath.Join(d.dir, "kv"), filepath.Join(d.dir, "aux")
-	auxLen := 0
-	for _, it := range auxItems {
-		auxLen += int(it) * auxSlots
-	}
-	s := &scheduler{kv: mapFile(t, kvPath, 2*layers*slots*item), aux: mapFile(t, auxPath, auxLen)}
+	s := &scheduler{kv: mapFile(t, kvPath, geo.KVLen()), aux: mapFile(t, auxPath, geo.AuxLen())}
 	var err error
 	if s.cli, err = control.Dial(d.ctl); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.cli.Close() })
-	kv := &control.MemoryRegistration{Kind: control.KindKV}
-	for b := range 2 * layers {
-		kv.Buffers = append(kv.Buffers, control.Region{Shm: kvPath, Offset: uint64(b * slots * item), Length: slots * item, ItemLen: item, Mem: nixl.DRAM})
-	}
-	aux := &control.MemoryRegistration{Kind: control.KindAux}
-	off := uint64(0)
-	for _, it := range auxItems {
-		aux.Buffers = append(aux.Buffers, control.Region{Shm: auxPath, Offset: off, Length: it * auxSlots, ItemLen: it, Mem: nixl.DRAM})
-		off += it * auxSlots
-	}
+	kv, aux := geo.FileRegistrations(kvPath, auxPath)
 	if _, err := s.cli.RegisterMemory(kv); err != nil {
-		t.Fatalf("register KV: %v\n%s", err, tailFile(d.logPath, 30))
+		t.Fatalf("register KV: %v\n%s", err, testrig.Tail(d.Log, 30))
 	}
 	if _, err := s.cli.RegisterMemory(aux); err != nil {
-		t.Fatalf("register aux: %v\n%s", err, tailFile(d.logPath, 30))
+		t.Fatalf("register aux: %v\n%s", err, testrig.Tail(d.Log, 30))
 	}
 	return s
 }
-
-func auxByte(r uint64, i, k int) byte { return byte(r) + byte(i)*13 + byte(k) + 1 }
 
 // hroom is one room: prefill slots src, decode pages dst (page j of the
 // request is src[j] on prefill, dst[j] on decode), its chunks and aux slot.
@@ -314,34 +223,9 @@ type hroom struct {
 
 func (r hroom) spec() sgltest.RoomSpec { return sgltest.RoomSpec{Room: r.id, Pages: r.dst, Aux: r.aux} }
 
-// prep writes room r's pages and aux row into the prefill memory.
-func (s *scheduler) prep(r hroom) {
-	for j, slot := range r.src {
-		for b := range 2 * layers {
-			page := s.kv[(b*slots+int(slot))*item : (b*slots+int(slot)+1)*item]
-			for k := range page {
-				page[k] = kvmem.Pattern(r.id, b, j, k)
-			}
-		}
-	}
-	off := 0
-	for i, it := range auxItems {
-		row := s.aux[off+r.aux*int(it) : off+(r.aux+1)*int(it)]
-		if i == len(auxItems)-1 {
-			clear(row)
-			binary.LittleEndian.PutUint64(row, r.id)
-		} else {
-			for k := range row {
-				row[k] = auxByte(r.id, i, k)
-			}
-		}
-		off += int(it) * auxSlots
-	}
-}
-
 func (s *scheduler) open(t *testing.T, r hroom) {
 	t.Helper()
-	s.prep(r)
+	geo.Prep(s.kv, s.aux, r.id, r.src, r.aux)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, err := s.cli.Open(r.id, ""); err != nil {
@@ -504,7 +388,7 @@ func verify(t *testing.T, p *sgltest.Peer, r hroom) {
 			continue
 		}
 		for k, v := range row {
-			if want := auxByte(r.id, i, k); v != want {
+			if want := schedmem.AuxByte(r.id, i, k); v != want {
 				t.Fatalf("room %d: decode aux buffer %d byte %d = %d, want %d", r.id, i, k, v, want)
 			}
 		}
@@ -557,7 +441,7 @@ func startPeer(t *testing.T, v sgltest.Venv, boot string) *sgltest.Peer {
 			}
 		}
 		if t.Failed() {
-			t.Logf("decode %s stderr tail:\n%s", v.Version, lastLines(p.Stderr(), 30))
+			t.Logf("decode %s stderr tail:\n%s", v.Version, testrig.LastLines(p.Stderr(), 30))
 		}
 		p.Close()
 	})
@@ -565,14 +449,6 @@ func startPeer(t *testing.T, v sgltest.Venv, boot string) *sgltest.Peer {
 		t.Fatalf("decode peer reports IP %s, want %s", p.Info.IP, decodeIP)
 	}
 	return p
-}
-
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }
 
 // ---------------------------------------------------------------- table

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/internal/testrig"
 	"github.com/kvxfer/kvxfer/nixl/kvmem"
 	"github.com/kvxfer/kvxfer/sgltest"
 )
@@ -169,10 +170,10 @@ func TestHostsSGLang(t *testing.T) {
 					t.Fatalf("decode is told rank_ip %s, want the detected %s", ip, prefillIP)
 				}
 				if log := w.d.log(); !strings.Contains(log, "advertise="+prefillIP) || !strings.Contains(log, "advertise_from=route") {
-					t.Fatalf("kvxferd did not log its detected address:\n%s", tailFile(w.d.logPath, 20))
+					t.Fatalf("kvxferd did not log its detected address:\n%s", testrig.Tail(w.d.Log, 20))
 				}
 				if log := w.d.log(); strings.Contains(log, "http://0.0.0.0") || strings.Contains(log, "http://[::]") {
-					t.Fatalf("kvxferd used a wildcard URL:\n%s", tailFile(w.d.logPath, 20))
+					t.Fatalf("kvxferd used a wildcard URL:\n%s", testrig.Tail(w.d.Log, 20))
 				}
 				took := w.moveRooms(t, []hroom{w.alloc.room(8, 4, 4)})
 				note("rank_ip %s detected (route to 8.8.8.8), registered at 127.0.0.1; room moved in %.0f ms; %.1f s incl. both starts", ip, ms(took), time.Since(start).Seconds())

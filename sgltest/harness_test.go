@@ -16,7 +16,7 @@ import (
 
 	"github.com/kvxfer/kvxfer/actors/room"
 	"github.com/kvxfer/kvxfer/daemon"
-	"github.com/kvxfer/kvxfer/nixl"
+	"github.com/kvxfer/kvxfer/internal/testrig/schedmem"
 	"github.com/kvxfer/kvxfer/nixl/kvmem"
 	"github.com/kvxfer/kvxfer/nixl/libnixl"
 	"github.com/kvxfer/kvxfer/nixl/loopback"
@@ -34,6 +34,8 @@ const (
 )
 
 var auxItems = []uint64{64, 64, 64, 64, 512, 512, 64, 128, 128, 64}
+
+var geo = schedmem.Layout{Layers: layers, Slots: slots, Item: item, AuxSlots: auxSlots, AuxItems: auxItems}
 
 func TestMain(m *testing.M) {
 	if _, ok := os.LookupEnv("UCX_TLS"); !ok {
@@ -308,17 +310,7 @@ func (s *scheduler) trySend(id uint64, pages []int32) error {
 
 func newScheduler(t testing.TB, d *daemon.Daemon) *scheduler {
 	t.Helper()
-	dir := t.TempDir()
-	kvPath, auxPath := filepath.Join(dir, "kv"), filepath.Join(dir, "aux")
-	auxLen := 0
-	for _, it := range auxItems {
-		auxLen += int(it) * auxSlots
-	}
-	for path, n := range map[string]int{kvPath: 2 * layers * slots * item, auxPath: auxLen} {
-		if err := os.WriteFile(path, make([]byte, n), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
+	kvPath, auxPath := geo.Files(t, t.TempDir())
 	view, err := loopback.New(fmt.Sprintf("sgl-sched-view-%d-%d", os.Getpid(), seq.Add(1)), loopback.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -335,16 +327,7 @@ func newScheduler(t testing.TB, d *daemon.Daemon) *scheduler {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.cli.Close() })
-	kv := &control.MemoryRegistration{Kind: control.KindKV}
-	for b := range 2 * layers {
-		kv.Buffers = append(kv.Buffers, control.Region{Shm: kvPath, Offset: uint64(b * slots * item), Length: slots * item, ItemLen: item, Mem: nixl.DRAM})
-	}
-	aux := &control.MemoryRegistration{Kind: control.KindAux}
-	off := uint64(0)
-	for _, it := range auxItems {
-		aux.Buffers = append(aux.Buffers, control.Region{Shm: auxPath, Offset: off, Length: it * auxSlots, ItemLen: it, Mem: nixl.DRAM})
-		off += it * auxSlots
-	}
+	kv, aux := geo.FileRegistrations(kvPath, auxPath)
 	if _, err := s.cli.RegisterMemory(kv); err != nil {
 		t.Fatal(err)
 	}
@@ -357,36 +340,6 @@ func newScheduler(t testing.TB, d *daemon.Daemon) *scheduler {
 	return s
 }
 
-// auxByte is the byte k of aux buffer i for room r (the last buffer holds
-// bootstrap_room instead, as a u64 in its first 8 bytes).
-func auxByte(r uint64, i, k int) byte { return byte(r) + byte(i)*13 + byte(k) + 1 }
-
-// prep writes room r's pages (page j of the request into prefill slot src[j])
-// and its aux row into prefill aux slot auxSlot.
-func (s *scheduler) prep(r uint64, src []int32, auxSlot int) {
-	for j, slot := range src {
-		for b := range 2 * layers {
-			page := s.kv[(b*slots+int(slot))*item : (b*slots+int(slot)+1)*item]
-			for k := range page {
-				page[k] = kvmem.Pattern(r, b, j, k)
-			}
-		}
-	}
-	off := 0
-	for i, it := range auxItems {
-		row := s.aux[off+auxSlot*int(it) : off+(auxSlot+1)*int(it)]
-		if i == len(auxItems)-1 {
-			clear(row)
-			binary.LittleEndian.PutUint64(row, r)
-		} else {
-			for k := range row {
-				row[k] = auxByte(r, i, k)
-			}
-		}
-		off += int(it) * auxSlots
-	}
-}
-
 // prefillRoom is one room as the prefill scheduler sends it.
 type prefillRoom struct {
 	id     uint64
@@ -397,7 +350,7 @@ type prefillRoom struct {
 
 func (s *scheduler) open(t testing.TB, r prefillRoom) {
 	t.Helper()
-	s.prep(r.id, r.src, r.aux)
+	geo.Prep(s.kv, s.aux, r.id, r.src, r.aux)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.shm != nil {
@@ -566,7 +519,7 @@ func verify(t testing.TB, p *Peer, r uint64, dst []int32, aux int) {
 			continue
 		}
 		for k, v := range row {
-			if want := auxByte(r, i, k); v != want {
+			if want := schedmem.AuxByte(r, i, k); v != want {
 				t.Fatalf("room %d: decode aux buffer %d slot %d byte %d = %d, want %d", r, i, aux, k, v, want)
 			}
 		}

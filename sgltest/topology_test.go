@@ -16,6 +16,7 @@ import (
 
 	"github.com/kvxfer/kvxfer/actors/room"
 	"github.com/kvxfer/kvxfer/daemon"
+	"github.com/kvxfer/kvxfer/internal/testrig/schedmem"
 	"github.com/kvxfer/kvxfer/nixl"
 	"github.com/kvxfer/kvxfer/nixl/loopback"
 	"github.com/kvxfer/kvxfer/transport/control"
@@ -185,7 +186,7 @@ func (p *prefillRank) fill(r uint64, src []int32, auxSlot, bph int) {
 			binary.LittleEndian.PutUint64(row, r)
 		} else {
 			for k := range row {
-				row[k] = auxByte(r, i, k)
+				row[k] = schedmem.AuxByte(r, i, k)
 			}
 		}
 		off += int(it) * topoAux
@@ -281,7 +282,7 @@ func (dr *decodeRank) check(t *testing.T, r uint64, dst []int32, aux, bph int) i
 			continue
 		}
 		for k, v := range row {
-			if want := auxByte(r, i, k); v != want {
+			if want := schedmem.AuxByte(r, i, k); v != want {
 				t.Fatalf("room %d decode tp%d: aux buffer %d byte %d = %d, want %d", r, dr.tp, i, k, v, want)
 			}
 		}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvxfer/kvxfer/internal/testrig"
 	"github.com/kvxfer/kvxfer/nixl"
 	"github.com/kvxfer/kvxfer/nixl/loopback"
 )
@@ -135,16 +136,13 @@ func TestOnNotifWakesAfterArrival(t *testing.T) {
 	if err := src.SendNotif(dst.Name(), []byte("late")); err != nil {
 		t.Fatal(err)
 	}
-	for {
+	testrig.Eventually(t, 20*time.Second, "the late notification delivered", func() bool {
 		ns, err := dst.Notifs(nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(ns) > 0 {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
+		return len(ns) > 0
+	})
 	select {
 	case <-woken:
 		t.Fatal("woken after stop")

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/internal/testrig"
 )
 
 // pollLog is a stub engine that also logs polls ("poll <first room> x<n>").
@@ -243,12 +244,7 @@ func TestFairOverSocket(t *testing.T) {
 		}
 	}()
 	// Wait for the flood to be under way (bounded).
-	for deadline := time.Now().Add(20 * time.Second); len(stub.callLog()) == 0; {
-		if time.Now().After(deadline) {
-			t.Fatal("flood never started")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testrig.Eventually(t, hangLimit, "the flood under way", func() bool { return len(stub.callLog()) > 0 })
 	const smallRoom = 1 << 40
 	// Where a small poll lands depends on the schedule (between two big polls
 	// it is served alone), so poll until one is seen inside a big poll; a

@@ -17,9 +17,14 @@ import (
 
 	"github.com/kvxfer/kvxfer/actors"
 	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/internal/testrig"
 )
 
 var _ SinkEngine = (*actors.Engine)(nil)
+
+// hangLimit bounds a wait on the server: it turns a hang into a failure and
+// decides nothing the tests check.
+const hangLimit = 20 * time.Second
 
 func attach(t testing.TB, ep string, o ShmOptions) *ShmClient {
 	t.Helper()
@@ -90,9 +95,7 @@ func TestShmRoomLifecycle(t *testing.T) {
 	if err := s.Clear(id); err != nil {
 		t.Fatal(err)
 	}
-	for eng.Stats().LiveRooms != 0 {
-		time.Sleep(time.Millisecond)
-	}
+	testrig.Eventually(t, hangLimit, "the cleared room retired from the engine", func() bool { return eng.Stats().LiveRooms == 0 })
 	if st := srv.ShmStats(); st.Sessions != 1 || st.Records != 5 || st.DroppedBad != 0 || st.InvalidSends != 0 {
 		t.Fatalf("stats %+v", st)
 	}
@@ -154,9 +157,7 @@ func TestShmRingWraparound(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for srv.ShmStats().Records != 200*5 {
-		time.Sleep(time.Millisecond)
-	}
+	testrig.Eventually(t, hangLimit, "all 200×5 records consumed", func() bool { return srv.ShmStats().Records == 200*5 })
 	eng.mu.Lock()
 	defer eng.mu.Unlock()
 	for r, w := range want {
@@ -205,15 +206,11 @@ func TestShmRingFull(t *testing.T) {
 		t.Fatalf("a full ring: stats %+v, sessions %+v", st, ss)
 	}
 	close(eng.gate)
-	for srv.ShmStats().Records != uint64(accepted) {
-		time.Sleep(time.Millisecond)
-	}
+	testrig.Eventually(t, hangLimit, "the accepted records consumed once the engine runs again", func() bool { return srv.ShmStats().Records == uint64(accepted) })
 	if err := s.Open(99); err != nil {
 		t.Fatalf("after the ring drained: %v", err)
 	}
-	for srv.ShmStats().Records != uint64(accepted+1) {
-		time.Sleep(time.Millisecond)
-	}
+	testrig.Eventually(t, hangLimit, "the open after the ring drained consumed", func() bool { return srv.ShmStats().Records == uint64(accepted+1) })
 	if st := srv.ShmStats(); st.FullWaits != 1 {
 		t.Fatalf("a stale head is no full wait: stats %+v", st)
 	}
@@ -237,15 +234,11 @@ func TestShmDoorbellWakeCounted(t *testing.T) {
 	srv := startServer(t, eng, nil)
 	s := attach(t, srv.Endpoint(), ShmOptions{})
 	for i := uint64(1); i <= 3; i++ {
-		for ss := srv.ShmSessions(); len(ss) != 1 || !ss[0].Sleeping; ss = srv.ShmSessions() {
-			time.Sleep(time.Millisecond)
-		}
+		testrig.Eventually(t, hangLimit, "the server's session asleep", func() bool { ss := srv.ShmSessions(); return len(ss) == 1 && ss[0].Sleeping })
 		if err := s.Open(i); err != nil {
 			t.Fatal(err)
 		}
-		for srv.ShmStats().Wakes != i {
-			time.Sleep(time.Millisecond)
-		}
+		testrig.Eventually(t, hangLimit, fmt.Sprintf("wake-up %d counted", i), func() bool { return srv.ShmStats().Wakes == i })
 	}
 	if st := srv.ShmStats(); st.Records != 3 || st.Sleeps < 3 {
 		t.Fatalf("stats %+v", st)
@@ -415,14 +408,10 @@ func TestShmGarbageDropsOnlyThatClient(t *testing.T) {
 		t.Fatal(err)
 	}
 	shmUntil(t, bad, 2, room.Bootstrapping)
-	for srv.ShmStats().Records != 2 {
-		time.Sleep(time.Millisecond)
-	}
+	testrig.Eventually(t, hangLimit, "both good records consumed", func() bool { return srv.ShmStats().Records == 2 })
 	bad.put(Record{Op: 77, Room: 3})
 	bad.publish()
-	for bad.Dropped() != DropGarbage {
-		time.Sleep(time.Millisecond)
-	}
+	testrig.Eventually(t, hangLimit, "the session dropped for garbage", func() bool { return bad.Dropped() == DropGarbage })
 	if r := shmUntil(t, bad, 2, room.Failed); r.Reason != room.ReasonClientLost {
 		t.Fatalf("dropped client's room: %+v", r)
 	}
@@ -461,9 +450,7 @@ func TestShmClientCrash(t *testing.T) {
 		t.Fatalf("helper: %q %v", line, err)
 	}
 	rooms := []uint64{501, 502, 503}
-	for srv.ShmStats().Records != 3 {
-		time.Sleep(time.Millisecond)
-	}
+	testrig.Eventually(t, hangLimit, "the helper's 3 records consumed", func() bool { return srv.ShmStats().Records == 3 })
 	for _, r := range rooms {
 		if e := eng.PollSync([]uint64{r}, nil)[0]; e.Status != room.Bootstrapping {
 			t.Fatalf("room %d: %+v", r, e)
@@ -474,17 +461,13 @@ func TestShmClientCrash(t *testing.T) {
 	}
 	cmd.Process.Kill()
 	cmd.Wait()
-	for srv.ShmStats().Sessions != 0 {
-		time.Sleep(time.Millisecond)
-	}
+	testrig.Eventually(t, hangLimit, "the dead client's session gone", func() bool { return srv.ShmStats().Sessions == 0 })
 	for _, r := range rooms {
 		if e := eng.PollSync([]uint64{r}, nil)[0]; e.Status != room.Failed || e.Reason != room.ReasonClientLost {
 			t.Fatalf("room %d after its client died: %+v", r, e)
 		}
 	}
-	for eng.Stats().LiveRooms != 0 {
-		time.Sleep(time.Millisecond)
-	}
+	testrig.Eventually(t, hangLimit, "the dead client's rooms retired", func() bool { return eng.Stats().LiveRooms == 0 })
 	if st := srv.ShmStats(); st.DroppedDead != 1 || st.RoomsLost != 3 {
 		t.Fatalf("stats %+v", st)
 	}
@@ -636,9 +619,7 @@ func shmSessionFuzzer(srv *Server, good *ShmClient) func(t *testing.T, recs, ind
 		copy(s.r.mem[off:off+n*RecordSize], recs[:n*RecordSize])
 		s.tail = uint64(n)
 		s.publish()
-		for s.r.u64(hdrHead).Load() != uint64(n) && s.Dropped() == DropNone {
-			time.Sleep(time.Millisecond)
-		}
+		testrig.Eventually(t, hangLimit, "the fuzzed records consumed or the session dropped", func() bool { return s.r.u64(hdrHead).Load() == uint64(n) || s.Dropped() != DropNone })
 		next++
 		if err := good.Open(next); err != nil {
 			t.Fatal(err)
@@ -715,9 +696,7 @@ func TestShmBadStreams(t *testing.T) {
 			s := attach(t, srv.Endpoint(), ShmOptions{RingEntries: 8, Slots: 8, IndexWords: 64})
 			write(s)
 			s.publish()
-			for s.Dropped() != DropGarbage {
-				time.Sleep(time.Millisecond)
-			}
+			testrig.Eventually(t, hangLimit, "the session dropped for garbage", func() bool { return s.Dropped() == DropGarbage })
 		})
 	}
 	if st := srv.ShmStats(); st.DroppedBad != 10 {
@@ -793,9 +772,7 @@ func TestShmSafetyWake(t *testing.T) {
 	}
 	s.put(Record{Op: RecOpen, Slot: 0, Room: 9, A: 1})
 	s.r.u64(hdrTail).Store(s.tail) // no doorbell
-	for srv.ShmStats().Records != 1 {
-		time.Sleep(time.Millisecond)
-	}
+	testrig.Eventually(t, hangLimit, "the record without a doorbell consumed", func() bool { return srv.ShmStats().Records == 1 })
 	if st := srv.ShmStats(); st.MissedWakes != 1 {
 		t.Fatalf("stats %+v", st)
 	}

@@ -1,13 +1,13 @@
 package zmqio
 
 import (
-	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	zmq "github.com/pebbe/zmq4"
 
+	"github.com/kvxfer/kvxfer/internal/testrig"
 	"github.com/kvxfer/kvxfer/transport/wire"
 )
 
@@ -94,10 +94,7 @@ func benchIngestTo(b *testing.B, frames [][]byte, sink Sink, got *atomic.Int64) 
 	if err := sendRepeat(push, frames, b.N); err != nil {
 		b.Fatal(err)
 	}
-	for got.Load() < int64(b.N) {
-		runtime.Gosched()
-		time.Sleep(time.Millisecond)
-	}
+	testrig.Eventually(b, time.Minute, "every message ingested", func() bool { return got.Load() >= int64(b.N) })
 	el := time.Since(start)
 	b.StopTimer()
 	b.ReportMetric(float64(b.N)/el.Seconds(), "msgs/s")
