@@ -44,13 +44,7 @@ func TestLostRoomsOfAPredecessorReachTheDecodesItKnew(t *testing.T) {
 	d1 := startDaemonWith(t, mod)
 	newScheduler(t, d1) // live: the decode's registration is accepted and kept
 	dec := newDecode(t, d1)
-	deadline := time.Now().Add(10 * time.Second)
-	for d1.Counters()["registrations"] != 1 {
-		if time.Now().After(deadline) {
-			t.Fatalf("registration not accepted: %v", d1.Counters())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitFor(t, "the decode's registration accepted", func() bool { return d1.Counters()["registrations"] == 1 })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	d1.Shutdown(ctx) // it held no rooms, so it told the decode nothing
 	cancel()
@@ -79,13 +73,7 @@ func TestLostRoomsOfAPredecessorReachTheDecodesItKnew(t *testing.T) {
 	// A transfer info the dead process never read arrives now: it is refused
 	// with the same reason, and nothing is written.
 	dec.send(t, dec.info(b, []int32{1}, 1, 1))
-	deadline = time.Now().Add(10 * time.Second)
-	for dec.statuses(b) < 2 {
-		if time.Now().After(deadline) {
-			t.Fatalf("late transfer info of a lost room got no status (%d)", dec.statuses(b))
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitFor(t, "a status for the late transfer info of a lost room", func() bool { return dec.statuses(b) >= 2 })
 	if n := d2.Counters()["lost_rooms"]; n != 2 {
 		t.Fatalf("lost_rooms %d, want 2", n)
 	}
@@ -103,13 +91,7 @@ func TestLostRoomsTellOnlyDecodesThatReadStatuses(t *testing.T) {
 			d := startDaemon(t, tc.dialect)
 			s := newScheduler(t, d)
 			dec := newDecode(t, d)
-			deadline := time.Now().Add(10 * time.Second)
-			for d.Counters()["registrations"] != 1 {
-				if time.Now().After(deadline) {
-					t.Fatalf("registration not accepted: %v", d.Counters())
-				}
-				time.Sleep(5 * time.Millisecond)
-			}
+			waitFor(t, "the decode's registration accepted", func() bool { return d.Counters()["registrations"] == 1 })
 			told, err := s.cli.Lost(9001)
 			if err != nil || told != tc.told {
 				t.Fatalf("told %d, err %v; want %d", told, err, tc.told)
