@@ -5,6 +5,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -258,7 +259,7 @@ func runWithOutput(args []string, getenv func(string) string, usage io.Writer) e
 	sctx, cancel := context.WithTimeout(context.Background(), ec.Room.Drain+5*time.Second)
 	defer cancel()
 	err = d.Shutdown(sctx)
-	if *parentPID > 0 && os.Getppid() != *parentPID {
+	if *parentPID > 0 && parentGone(*parentPID, os.Getppid, procState) {
 		// The scheduler that started us is gone (SGLang never shuts its
 		// managers down): nobody else is left to remove what this rank owns.
 		removeOwned(d.ControlEndpoint(), c.StateDir, c.Logger)
@@ -279,6 +280,31 @@ func removeOwned(endpoint, stateDir string, log *slog.Logger) {
 			log.Warn("removing the state directory", "path", stateDir, "err", err)
 		}
 	}
+}
+
+// parentGone reports whether the scheduler that started us has died. The
+// parent-death signal comes when the thread that forked us exits; while the
+// scheduler's other threads are still exiting, getppid still names it, but its
+// leader thread is already a zombie (or /proc has no entry for it).
+func parentGone(parent int, getppid func() int, state func(pid int) (byte, error)) bool {
+	if getppid() != parent {
+		return true
+	}
+	st, err := state(parent)
+	return err != nil || st == 'Z' || st == 'X'
+}
+
+// procState is the state letter of /proc/<pid>/stat.
+func procState(pid int) (byte, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, err
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+2 >= len(b) {
+		return 0, fmt.Errorf("/proc/%d/stat: no state field", pid)
+	}
+	return b[i+2], nil
 }
 
 // watchParent returns a context that is also done once getppid no longer

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"os"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -39,4 +40,39 @@ func TestWatchParent(t *testing.T) {
 	ctx = watchParent(outer, 7, time.Millisecond, func() int { return 7 }, log)
 	cancel()
 	<-ctx.Done()
+}
+
+// SIGKILL of a multi-threaded scheduler: the parent-death signal arrives when
+// the forking thread exits, while getppid still names the exiting process;
+// its leader is a zombie by then, and that counts as gone.
+func TestParentGone(t *testing.T) {
+	const parent = 42
+	live := func() int { return parent }
+	for _, tc := range []struct {
+		name  string
+		ppid  func() int
+		state byte
+		err   error
+		gone  bool
+	}{
+		{"re-parented", func() int { return 1 }, 'S', nil, true},
+		{"parent running", live, 'R', nil, false},
+		{"parent sleeping", live, 'S', nil, false},
+		{"leader a zombie, threads exiting", live, 'Z', nil, true},
+		{"parent dead", live, 'X', nil, true},
+		{"no /proc entry", live, 0, os.ErrNotExist, true},
+	} {
+		got := parentGone(parent, tc.ppid, func(pid int) (byte, error) {
+			if pid != parent {
+				t.Fatalf("state of %d asked, want %d", pid, parent)
+			}
+			return tc.state, tc.err
+		})
+		if got != tc.gone {
+			t.Errorf("%s: gone %v, want %v", tc.name, got, tc.gone)
+		}
+	}
+	if st, err := procState(os.Getpid()); err != nil || st != 'R' && st != 'S' {
+		t.Fatalf("our own state %q, %v", st, err)
+	}
 }
