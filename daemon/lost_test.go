@@ -20,17 +20,7 @@ func lostStatus(dec *decodeRank, id uint64) func(wire.Outbound) bool {
 }
 
 func (r *decodeRank) statuses(id uint64) int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	n := 0
-	for _, f := range r.got {
-		if m, err := wire.DecodeOutbound(f); err == nil {
-			if k, ok := m.(*wire.KVStatus); ok && k.Room == id {
-				n++
-			}
-		}
-	}
-	return n
+	return r.count(func(m wire.Outbound) bool { k, ok := m.(*wire.KVStatus); return ok && k.Room == id })
 }
 
 // The successor of a kvxferd that died (no shutdown: nothing was told) is

@@ -217,19 +217,7 @@ func (r *decodeRank) abort(t *testing.T, id uint64) {
 	r.send(t, (&wire.Abort{Room: id, DecodeIP: "127.0.0.1", DecodePort: r.pull.Port(), HasEndpoint: true}).Encode())
 }
 
-func (r *decodeRank) acks(id uint64) int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	n := 0
-	for _, f := range r.got {
-		if m, err := wire.DecodeOutbound(f); err == nil {
-			if a, ok := m.(*wire.AbortAck); ok && a.Room == id {
-				n++
-			}
-		}
-	}
-	return n
-}
+func (r *decodeRank) acks(id uint64) int { return r.count(isAck(id)) }
 
 func isAck(id uint64) func(wire.Outbound) bool {
 	return func(m wire.Outbound) bool { a, ok := m.(*wire.AbortAck); return ok && a.Room == id }
