@@ -36,13 +36,3 @@ var (
 	_ Engine = (*actors.Engine)(nil)
 	_ Engine = (*dict.Engine)(nil)
 )
-
-// MinStatus is the scheduler's all-reduce MIN over ranks (spec §7 rule 13):
-// one Failed rank fails all, one Bootstrapping rank holds the others back.
-func MinStatus(ss ...room.Status) room.Status {
-	m := room.Success
-	for _, s := range ss {
-		m = min(m, s)
-	}
-	return m
-}

@@ -24,8 +24,7 @@ const (
 
 var nsPrefix string // set inside the prefill namespace
 
-func prefillNS() string { return nsPrefix + "p" }
-func decodeNS() string  { return nsPrefix + "d" }
+func decodeNS() string { return nsPrefix + "d" }
 
 func repoRoot() string {
 	_, file, _, _ := runtime.Caller(0)

@@ -27,7 +27,6 @@ type Fabric struct {
 	Shape   kvmem.Shape
 	quit    chan struct{}
 	done    chan struct{}
-	notifs  atomic.Int64
 }
 
 var fabricSeq atomic.Int64
@@ -87,27 +86,12 @@ func (f *Fabric) drain() {
 		}
 		for _, d := range f.Decode {
 			buf, _ = d.Agent.Notifs(buf[:0])
-			f.notifs.Add(int64(len(buf)))
 		}
 	}
 }
 
 // Agent names decode agent i (0 or 1).
 func (f *Fabric) Agent(i int) string { return f.Decode[i].Agent.Name() }
-
-// SetLatency makes every request to the decode peers take a latency drawn
-// from fn (nil: none); see Spec.LatencyFunc.
-func (f *Fabric) SetLatency(fn func() time.Duration) {
-	for _, d := range f.Decode {
-		f.Prefill.Agent.SetFault(d.Agent.Name(), loopback.Fault{Latency: fn})
-	}
-}
-
-// InFlight is the number of transfers posted and not yet reported done.
-func (f *Fabric) InFlight() int64 { return f.Pool.Stats().InFlight }
-
-// Notifs counts the NIXL notifications decode received.
-func (f *Fabric) Notifs() int64 { return f.notifs.Load() }
 
 // Close stops the pool and releases the ranks' memory.
 func (f *Fabric) Close() error {

@@ -17,9 +17,6 @@ func cpuTime() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// CPUTime is exported for the suite's own spans.
-func CPUTime() time.Duration { return cpuTime() }
-
 // RSS is the process's resident set in bytes (/proc/self/statm), 0 where
 // unavailable.
 func RSS() int64 {

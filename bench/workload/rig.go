@@ -97,10 +97,6 @@ func (r *Rig) Leaks() dict.Leaks {
 	return dict.Leaks{}
 }
 
-// HasDeadlines reports whether the engine ends rooms by deadlines (upstream
-// has no bootstrap timeout and no other deadline).
-func (r *Rig) HasDeadlines() bool { return r.Kind == bench.Fixed || r.Kind == bench.Actors }
-
 // Close stops the engine.
 func (r *Rig) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

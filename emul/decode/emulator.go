@@ -120,9 +120,6 @@ func New(cfg Config) (*Emulator, error) {
 // Port is the primary rank's PULL port (where KV_STATUS / ABORT_ACK arrive).
 func (e *Emulator) Port() int { return e.primary.pull.Port() }
 
-// AgentName is the primary rank's NIXL agent name.
-func (e *Emulator) AgentName() string { return e.primary.node.NIXL.Name() }
-
 // Info returns the topology read by Start, and the resolved mapping.
 func (e *Emulator) Info() (ServerInfo, Mapping) { return *e.info, e.mapping }
 
@@ -546,21 +543,5 @@ func (e *Emulator) nodeFailureLocked(cause error) {
 	clear(e.targets)
 }
 
-// Abort is an injected client abort of a running room (decode's
-// receiver.abort()); false if the room is not running.
-func (e *Emulator) Abort(room uint64) bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	rs, ok := e.rooms[room]
-	if ok {
-		rs.abortReq = true
-		rs.poke()
-	}
-	return ok
-}
-
 // Held returns the KV pages and aux slots currently taken by rooms.
 func (e *Emulator) Held() (pages, aux int) { return e.pages.Held(), e.aux.Held() }
-
-// Registrations is the number of registration frames sent.
-func (e *Emulator) Registrations() int64 { return e.c.registrations.Load() }

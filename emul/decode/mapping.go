@@ -12,10 +12,6 @@ type Target struct {
 	Port  int
 }
 
-// SenderID is the id this rank's notifications and KV_STATUS carry
-// (pp_rank·tp_size + tp_rank, as kvxfer and SGLang's later variant use).
-func (t Target) SenderID(tpSize int) int { return t.PP*tpSize + t.TP }
-
 // Mapping is decode's rank mapping (_resolve_rank_mapping, spec §3): which
 // prefill ranks one decode rank pulls from and how many answers it expects.
 type Mapping struct {

@@ -238,9 +238,6 @@ func (a *Agent) do(f func()) error {
 // Name is the agent's name.
 func (a *Agent) Name() string { return a.name }
 
-// Library returns the path of the loaded libnixl_capi.so.
-func Library() string { return loadPath }
-
 // RawStatus reports whether post and status results come from nixlAgent's own
 // postXferReq/getXferStatus (exact nixl_status_t, so REMOTE_DISCONNECT and
 // REPOST_ACTIVE are seen as such) rather than through the C API, which folds

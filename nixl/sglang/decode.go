@@ -134,9 +134,6 @@ func (c *Checker) Status(room uint64) *TransferStatus {
 // Forget drops a room's status (decode clears it with the request).
 func (c *Checker) Forget(room uint64) { delete(c.rooms, room) }
 
-// Len is the number of rooms tracked.
-func (c *Checker) Len() int { return len(c.rooms) }
-
 // Feed parses one notification and applies it to its room.
 func (c *Checker) Feed(msg string) (Notif, error) {
 	n, err := ParseNotif(msg)

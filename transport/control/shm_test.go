@@ -596,14 +596,6 @@ func FuzzShmSession(f *testing.F) {
 	f.Fuzz(shmSessionFuzzer(srv, good))
 }
 
-// shmSessionBody runs the fuzzer's body through loop (for other drivers).
-func shmSessionBody(t *testing.T, loop func(func(t *testing.T, recs, index []byte))) {
-	eng := newEngine(t)
-	srv := startServer(t, eng, nil)
-	good := attach(t, srv.Endpoint(), ShmOptions{Slots: 4})
-	loop(shmSessionFuzzer(srv, good))
-}
-
 func shmSessionFuzzer(srv *Server, good *ShmClient) func(t *testing.T, recs, index []byte) {
 	next := uint64(1 << 62)
 	return func(t *testing.T, recs, index []byte) {
