@@ -17,7 +17,9 @@ release's serving venv exactly as the README tells users:
      identical. SGLang's own prefill's leftovers are findings, reported, not
      failures; kvxfer's fail the suite;
   3. kvxferd SIGKILL under load: in-flight requests end (error or output)
-     within KILL_BOUND_S, the child restarts, later outputs identical;
+     within KILL_BOUND_S (those whose rooms the restarted kvxferd was named
+     and told their decode of: within TOLD_S on 0.5.20+), the child
+     restarts, later outputs identical;
   4. the decode server SIGKILLed under load and restarted: prefill requests
      for it end within DECODE_BOUND_S, later outputs identical.
 Writes <run-dir>/suite.json and prints the tables. Exit status 1 on a failure.
@@ -29,6 +31,7 @@ import concurrent.futures
 import glob
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -47,17 +50,27 @@ import storm  # noqa: E402
 QUIET_DEADLINE_S = 150.0  # > SGLang's 30 s deferred-release hold on the decode
 # The decode's own wait for KV (SGLANG_DISAGGREGATION_WAITING_TIMEOUT, 300 s by
 # default). A restarted kvxferd is told the rooms its predecessor held and fails
-# them towards their decodes (KV_STATUS "0"), which 0.5.20+ read: there a request
-# whose room died with kvxferd ends within KILL_BOUND_S. A 0.5.18 decode reads no
-# status and waits out DECODE_WAIT_S.
+# them towards their decodes (KV_STATUS "0"), which 0.5.20+ read: those requests
+# end within TOLD_S. A request whose transfer info was on its way to the killed
+# process before the prefill had created its sender is known to nobody: it ends
+# when its decode gives up, as does every one on a 0.5.18 decode (it reads no
+# status). Hence the bound: DECODE_WAIT_S + 15 s.
 DECODE_WAIT_S = 45
-KILL_BOUND_S = 15.0
-KILL_BOUND_NO_STATUS_S = DECODE_WAIT_S + 15.0
+TOLD_S = 15.0
+KILL_BOUND_S = DECODE_WAIT_S + 15.0
+LOST_LINE = re.compile(r"(\d+) rooms of the lost kvxferd failed \(transfer_process_lost\); (\d+) decode endpoints told")
 
 
-def kill_bound(version):
-    reads_status = tuple(int(x) for x in version.split(".")[:3]) >= (0, 5, 20)
-    return KILL_BOUND_S if reads_status else KILL_BOUND_NO_STATUS_S
+def reads_status(version):
+    return tuple(int(x) for x in version.split(".")[:3]) >= (0, 5, 20)
+
+
+def lost_named(dep, offset):
+    """What the plug-in named to the restarted kvxferd (its log after offset)."""
+    with open(dep.prefill.proc.log_path, errors="replace") as f:
+        f.seek(offset)
+        hits = [tuple(int(x) for x in m.groups()) for m in LOST_LINE.finditer(f.read())]
+    return {"lost_rooms_named": sum(h[0] for h in hits), "decode_endpoints_told": max((h[1] for h in hits), default=0)}
 DECODE_BOUND_S = 90.0
 
 
@@ -206,6 +219,7 @@ def fault_under_load(dep, ps, ref, max_new, inject, bound_s, after_s=4.0):
             "max_new_tokens": max_new,
             "max_end_after_fault_s": round(max(ends), 2) if ends else 0.0,
             "within_bound": all(e <= bound_s for e in ends), "bound_s": bound_s,
+            "ended_within_told_s": sum(1 for e in ends if e <= TOLD_S),
             "requests": len(results), "hung_threads": sum(1 for t in threads if t.is_alive())}
 
 
@@ -271,8 +285,10 @@ def run_pd(version, variant, model, ps, ref, args, run_dir, out):
         rec["healthy_after_storm"] = dep.alive()
         if variant == "kvxfer":
             # Short generations: most requests in flight are in prefill or transfer.
-            rec["kvxferd_kill"] = fault_under_load(dep, ps, ref, 2, lambda: kill_kvxferd(dep), kill_bound(version))
+            offset = os.path.getsize(dep.prefill.proc.log_path)
+            rec["kvxferd_kill"] = fault_under_load(dep, ps, ref, 2, lambda: kill_kvxferd(dep), KILL_BOUND_S)
             rec["kvxferd_kill"]["restarted"] = bool(_wait(lambda: kvxferd_pids(dep.prefill.proc), 30))
+            rec["kvxferd_kill"].update(lost_named(dep, offset), reads_status=reads_status(version))
             rec["identity_after_kill"] = recheck(dep, ps, ref, args)
             log(f"{version} pd-{variant}: kvxferd kill {rec['kvxferd_kill']} then {rec['identity_after_kill']}")
         if variant == "kvxfer" and not args.smoke:
@@ -343,6 +359,9 @@ def verdict(version_rec):
         bad.append(f"kvxfer: the prefill still held requests {DECODE_BOUND_S:.0f} s after the decode died: {dr}")
     if "kvxferd_kill" in k and not k["kvxferd_kill"].get("restarted"):
         bad.append("kvxfer: kvxferd not restarted")
+    kk = k.get("kvxferd_kill") or {}
+    if kk.get("lost_rooms_named") and kk.get("reads_status") and not kk.get("decode_endpoints_told"):
+        bad.append(f"kvxfer: the restarted kvxferd told no decode of {kk['lost_rooms_named']} lost rooms")
     if "tracing" in version_rec and not version_rec["tracing"].get("ok"):
         bad.append(f"tracing: {version_rec['tracing'].get('errors')}")
     if "after_faults" in k and not k["after_faults"].get("quiet"):
@@ -372,8 +391,8 @@ def tables(res):
             left = sum((q.get("queues") or {}).values())
             lines.append(f"| {v} | {name} | {s['requests']} | {s['cancelled']} ({ph.get('send', 0)}/{ph.get('prefill', 0)}/{ph.get('first', 0)}/{ph.get('decode', 0)}) | {(s.get('server_aborts') or {}).get('prefill', '-')}/{(s.get('server_aborts') or {}).get('decode', '-')} | {s['ok']} | {s['errors']} | {left} | {q.get('prefill_kv_used')}/{q.get('decode_kv_used')} | {q.get('kvxferd_rooms', '-') if q.get('kvxferd_rooms') is not None else '-'} | {'yes' if q.get('quiet') else 'NO'} in {q.get('seconds')} s | {ia.get('identical', '-')}/{ia.get('prompts', '-')} |")
     lines += ["", "Faults under load (6 clients in a loop)", "",
-              "| release | fault | in flight | ended ok / error | wrong output | last ended after | bound | restarted / back | identical after |",
-              "|---|---|---|---|---|---|---|---|---|"]
+              "| release | fault | in flight | ended ok / error | wrong output | ended within 15 s | last ended after | bound | restarted / back | identical after |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
     for v, r in res["releases"].items():
         k = r.get("kvxfer", {})
         for key, name, after in (("kvxferd_kill", "kvxferd SIGKILL", "identity_after_kill"),
@@ -384,10 +403,12 @@ def tables(res):
             fl = f.get("fault", {})
             if key == "kvxferd_kill":
                 back = "kvxferd yes" if f.get("restarted") else "kvxferd NO"
+                if "lost_rooms_named" in f:
+                    back += f"; {f['lost_rooms_named']} lost rooms named, {f['decode_endpoints_told']} decode told"
             else:
                 back = f"prefill empty {fl.get('prefill_drained_s')} s after the kill; decode up in {fl.get('decode_up_s')} s"
             ia = k.get(after, {})
-            lines.append(f"| {v} | {name} | {f['in_flight']} | {f['in_flight_ok']} / {f['in_flight_errors']} | {f['in_flight_wrong']} | {f['max_end_after_fault_s']} s | {f['bound_s']} s | {back} | {ia.get('identical', '-')}/{ia.get('prompts', '-')} |")
+            lines.append(f"| {v} | {name} | {f['in_flight']} | {f['in_flight_ok']} / {f['in_flight_errors']} | {f['in_flight_wrong']} | {f.get('ended_within_told_s', '-')} | {f['max_end_after_fault_s']} s | {f['bound_s']} s | {back} | {ia.get('identical', '-')}/{ia.get('prompts', '-')} |")
     for v, r in res["releases"].items():
         q = r.get("kvxfer", {}).get("after_faults")
         if q:
