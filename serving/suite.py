@@ -204,7 +204,7 @@ def fault_under_load(dep, ps, ref, max_new, inject, bound_s, after_s=4.0):
     threads = load_in_background(dep.url, ps, max_new, 6, stop, results)
     time.sleep(6)
     t_fault = time.monotonic()
-    what = inject()
+    what = inject(stop)
     time.sleep(after_s)
     stop.set()
     for t in threads:
@@ -223,7 +223,7 @@ def fault_under_load(dep, ps, ref, max_new, inject, bound_s, after_s=4.0):
             "requests": len(results), "hung_threads": sum(1 for t in threads if t.is_alive())}
 
 
-def kill_kvxferd(dep):
+def kill_kvxferd(dep, stop=None):
     pids = kvxferd_pids(dep.prefill.proc)
     for pid in pids:
         os.kill(pid, signal.SIGKILL)
@@ -235,13 +235,16 @@ def prefill_busy(dep):
     return sum((p.get(k) or 0) for k in ("prefill_bootstrap_queue", "prefill_inflight_queue", "running_reqs", "waiting_reqs"))
 
 
-def restart_decode(dep, deadline_s):
-    """SIGKILL the decode server's group; wait (bounded) until the prefill holds
-    no request (its requests for the dead decode ended); start the decode again
-    on the same port."""
+def restart_decode(dep, deadline_s, stop, load_s=3.0):
+    """SIGKILL the decode server's group; keep the load on it load_s more, then
+    stop the clients (each new request would enter the prefill again) and wait
+    (bounded) until the prefill holds no request (its requests for the dead
+    decode ended); start the decode again on the same port."""
     t0 = time.monotonic()
     dep.decode.proc._killpg(signal.SIGKILL)
     dep.decode.proc.stop(grace=1)
+    time.sleep(load_s)
+    stop.set()
     drained = _wait(lambda: prefill_busy(dep) == 0 or None, DECODE_BOUND_S)
     drain_s = time.monotonic() - t0
     t1 = time.monotonic()
@@ -286,14 +289,14 @@ def run_pd(version, variant, model, ps, ref, args, run_dir, out):
         if variant == "kvxfer":
             # Short generations: most requests in flight are in prefill or transfer.
             offset = os.path.getsize(dep.prefill.proc.log_path)
-            rec["kvxferd_kill"] = fault_under_load(dep, ps, ref, 2, lambda: kill_kvxferd(dep), KILL_BOUND_S)
+            rec["kvxferd_kill"] = fault_under_load(dep, ps, ref, 2, lambda stop: kill_kvxferd(dep), KILL_BOUND_S)
             rec["kvxferd_kill"]["restarted"] = bool(_wait(lambda: kvxferd_pids(dep.prefill.proc), 30))
             rec["kvxferd_kill"].update(lost_named(dep, offset), reads_status=reads_status(version))
             rec["identity_after_kill"] = recheck(dep, ps, ref, args)
             log(f"{version} pd-{variant}: kvxferd kill {rec['kvxferd_kill']} then {rec['identity_after_kill']}")
         if variant == "kvxfer" and not args.smoke:
             rec["decode_restart"] = fault_under_load(dep, ps, ref, 4,
-                                                     lambda: restart_decode(dep, cluster.START_DEADLINE_S), DECODE_BOUND_S)
+                                                     lambda stop: restart_decode(dep, cluster.START_DEADLINE_S, stop), DECODE_BOUND_S)
             rec["identity_after_decode_restart"] = recheck(dep, ps, ref, args)
             rec["after_faults"] = quiesce(dep, debug_port)
             log(f"{version} pd-{variant}: decode restart {rec['decode_restart']} then {rec['identity_after_decode_restart']}")
