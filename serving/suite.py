@@ -417,16 +417,30 @@ def tables(res):
         if q:
             lines.append(f"\n{v}, kvxfer, after both faults: {'quiet' if q.get('quiet') else 'NOT quiet'} in {q.get('seconds')} s "
                          f"(KV used {q.get('prefill_kv_used')}/{q.get('decode_kv_used')}, kvxferd rooms {q.get('kvxferd_rooms')})")
+    lines.append("")
+    for v, r in res["releases"].items():
+        bad = r.get("failures")
+        lines.append(f"{v}: " + ("PASS" if bad == [] else "not judged" if bad is None else "FAILED: " + "; ".join(bad)[:600]))
     return "\n".join(lines)
 
 
-def render_doc(res, path, command):
-    """Replace the results section of docs/serving.md with this run's tables."""
+def run_header(res):
+    """The command, date, duration and load of one run."""
+    command = "python serving/suite.py " + " ".join(
+        f"--{k.replace('_', '-')} {v}" for k, v in res["args"].items()
+        if v not in (None, False) and k not in ("render", "doc", "run_dir", "wheel"))
+    when = res.get("started") or time.strftime("%Y-%m-%d")
+    load = f"load average {res['load_start'][0]:.1f} at start, {res['load_end'][0]:.1f} at end (2 cores)"
+    return f"`{command}` — {when}, {res['seconds']:.0f} s, {load}."
+
+
+def render_doc(runs, path):
+    """Replace the results section of docs/serving.md with these runs' tables
+    (one block per run: a release rerun after a fix gets its own)."""
     begin, end = "<!-- serving-results:begin -->", "<!-- serving-results:end -->"
     text = open(path).read()
-    load = f"load average {res['load_start'][0]:.1f} at start, {res['load_end'][0]:.1f} at end (2 cores)"
-    body = (f"{begin}\n`{command}` — {time.strftime('%Y-%m-%d')}, {res['seconds']:.0f} s, {load}.\n"
-            f"{tables(res)}\n{end}")
+    blocks = [f"{run_header(res)}\n{tables(res)}" for res in runs]
+    body = f"{begin}\n" + "\n\n".join(blocks) + f"\n{end}"
     if begin in text and end in text:
         text = text[:text.index(begin)] + body + text[text.index(end) + len(end):]
     else:
@@ -452,16 +466,16 @@ def main():
     ap.add_argument("--request-timeout", type=float, default=300.0)
     ap.add_argument("--smoke", action="store_true", help="CI subset: no decode restart, no tracing check")
     ap.add_argument("--run-dir", default=None)
-    ap.add_argument("--render", default=None, metavar="SUITE_JSON", help="print (and with --doc write) a finished run's tables; runs nothing")
+    ap.add_argument("--render", default=None, metavar="SUITE_JSON[,SUITE_JSON]",
+                    help="print (and with --doc write) finished runs' tables, one block per run; runs nothing")
     ap.add_argument("--doc", default=None, help="replace the results section of this file (docs/serving.md)")
     args = ap.parse_args()
     if args.render:
-        res = json.load(open(args.render))
-        print(tables(res))
+        runs = [json.load(open(p)) for p in args.render.split(",")]
+        for res in runs:
+            print(run_header(res) + "\n" + tables(res))
         if args.doc:
-            render_doc(res, args.doc, "python serving/suite.py " + " ".join(
-                f"--{k.replace('_', '-')} {v}" for k, v in res["args"].items()
-                if v not in (None, False) and k not in ("render", "doc", "run_dir", "wheel")))
+            render_doc(runs, args.doc)
         return
     wheel = args.wheel or max(glob.glob(os.path.join(ROOT, "dist", "kvxfer-*.whl")), key=os.path.getmtime, default=None)
     if not wheel:
@@ -470,7 +484,8 @@ def main():
     os.makedirs(run_dir, exist_ok=True)
     ps = prompt_set.prompts()[:args.prompts]
     args.after = min(args.after, len(ps))
-    res = {"args": vars(args), "wheel": wheel, "releases": {}, "load_start": os.getloadavg()}
+    res = {"args": vars(args), "wheel": wheel, "releases": {}, "load_start": os.getloadavg(),
+           "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     failures = []
     t_all = time.monotonic()
     for version in args.versions.split(","):
