@@ -62,6 +62,8 @@ type peers struct {
 	fenced     map[string]fenceEntry
 	fenceOrder []string
 	wg         sync.WaitGroup // load goroutines
+	// inflight is each agent's latest load still running (startLoadLocked).
+	inflight map[string]*peerEntry
 	// epoch numbers the entries: a transfer posted at epoch n that fails
 	// peer_lost drops its agent only if the entry is from n or before (not
 	// the same agent loaded again since: dropAgentSince).
@@ -84,6 +86,9 @@ type peerEntry struct {
 	queue   []queuedFrame
 	qBytes  int
 	started time.Time
+	// done is closed when the entry's load ended; after, when set, is the
+	// done of the agent's previous load, which this one waits for.
+	done, after chan struct{}
 }
 
 // fenceEntry is a fenced agent: since when, and its last accepted
@@ -102,6 +107,7 @@ type queuedFrame struct {
 func newPeers(d *Daemon, maxPeers int) *peers {
 	s := &d.counters.logsSuppressed
 	return &peers{d: d, max: maxPeers, byAgent: map[string]*peerEntry{}, fenced: map[string]fenceEntry{},
+		inflight:   map[string]*peerEntry{},
 		rejectedOf: map[string]bool{},
 		dupLogs:    newLogLimiter(time.Second, s), rejectLogs: newLogLimiter(time.Second, s),
 		// Honest registrations come in bursts at start-up: 20 lines a second.
@@ -154,7 +160,16 @@ func (p *peers) register(r *wire.Registration, frames [][]byte, replay bool) boo
 	p.mu.Lock()
 	e, exists := p.byAgent[r.AgentName]
 	comeback := exists && e.ready && e.to == to && !replay
+	if (!exists || comeback) && p.fenceOfLocked(r) {
+		// Registering again: whatever follows is after decode's reset. The
+		// fence goes in the same critical section as the look-up, so a
+		// restore (liveness goroutine) cannot load the agent in between.
+		p.unfenceLocked(r.AgentName)
+	}
 	p.mu.Unlock()
+	if afterRegisterCheck != nil {
+		afterRegisterCheck(r.AgentName)
+	}
 	if exists && !comeback {
 		d.counters.duplicateRegistrations.Add(1)
 		if ok, suppressed := p.dupLogs.allow(); ok {
@@ -176,9 +191,6 @@ func (p *peers) register(r *wire.Registration, frames [][]byte, replay bool) boo
 	}
 	p.mu.Lock()
 	full := len(p.byAgent) >= p.max
-	if f, ok := p.fenced[r.AgentName]; ok && (f.reg == nil || f.reg.DecodeIP == r.DecodeIP && f.reg.DecodePort == r.DecodePort) {
-		p.unfenceLocked(r.AgentName) // registering again: whatever follows is after decode's reset
-	}
 	p.mu.Unlock()
 	var (
 		dialect wire.Dialect
@@ -204,12 +216,15 @@ func (p *peers) register(r *wire.Registration, frames [][]byte, replay bool) boo
 	e = &peerEntry{reg: r, to: to, started: d.now(), epoch: p.epoch.Add(1)}
 	p.mu.Lock()
 	p.byAgent[r.AgentName] = e
-	p.loading++
-	p.wg.Add(1)
+	p.startLoadLocked(e)
 	p.mu.Unlock()
 	go p.load(e, dialect, frames, replay, before)
 	return true
 }
+
+// afterRegisterCheck, when set, runs in register right after the agent's
+// entry was looked up (tests: an event of another goroutine lands there).
+var afterRegisterCheck func(agent string)
 
 func runAll(fs []func()) {
 	for _, f := range fs {
@@ -223,6 +238,9 @@ func (p *peers) load(e *peerEntry, dialect wire.Dialect, frames [][]byte, replay
 	defer p.wg.Done()
 	d := p.d
 	r := e.reg
+	if e.after != nil {
+		<-e.after // the agent's previous load ends (and releases what it loaded) first
+	}
 	runAll(before) // the agents this one replaces leave NIXL and the pool first
 	err := p.add(r, dialect)
 	p.mu.Lock()
@@ -288,6 +306,35 @@ func (p *peers) load(e *peerEntry, dialect wire.Dialect, frames [][]byte, replay
 	}
 	p.queued -= e.qBytes
 	e.queue, e.qBytes = nil, 0
+	p.endLoadLocked(e)
+}
+
+// startLoadLocked counts a load about to start and chains it behind the
+// agent's load still in flight, if any: loads of one agent name run one
+// after the other, so a superseded load that releases the agent by name
+// (load, !current) is done before the newer one adds it.
+func (p *peers) startLoadLocked(e *peerEntry) {
+	p.loading++
+	p.wg.Add(1)
+	e.done = make(chan struct{})
+	if prev := p.inflight[e.reg.AgentName]; prev != nil {
+		e.after = prev.done
+	}
+	p.inflight[e.reg.AgentName] = e
+}
+
+func (p *peers) endLoadLocked(e *peerEntry) {
+	close(e.done)
+	if p.inflight[e.reg.AgentName] == e {
+		delete(p.inflight, e.reg.AgentName)
+	}
+}
+
+// fenceOfLocked says whether r ends a fence of its agent: fenced, and (when
+// the fence knows it) from the same endpoint.
+func (p *peers) fenceOfLocked(r *wire.Registration) bool {
+	f, ok := p.fenced[r.AgentName]
+	return ok && (f.reg == nil || f.reg.DecodeIP == r.DecodeIP && f.reg.DecodePort == r.DecodePort)
 }
 
 // add loads the peer's NIXL metadata and hands its geometry to the pool; on
@@ -470,8 +517,7 @@ func (p *peers) restore(agent string) {
 	}
 	e := &peerEntry{reg: r, to: to, started: d.now(), epoch: p.epoch.Add(1)}
 	p.byAgent[agent] = e
-	p.loading++
-	p.wg.Add(1)
+	p.startLoadLocked(e)
 	p.unfenceLocked(agent)
 	p.mu.Unlock()
 	dialect, err := d.dialects.register(r)
@@ -479,6 +525,7 @@ func (p *peers) restore(agent string) {
 		p.mu.Lock()
 		p.loading--
 		delete(p.byAgent, agent)
+		p.endLoadLocked(e)
 		p.mu.Unlock()
 		p.wg.Done()
 		return
