@@ -185,7 +185,6 @@ type Daemon struct {
 	replay   [][][]byte   // registrations to replay when live (then nil)
 	replayTo []lostTarget // their endpoints, set once in Start (lost.go)
 	liveness *liveness    // probes registered decodes (liveness.go)
-	fencedAt sync.Map     // endpoint -> agents fenced there ([]string)
 	memBusy  bool         // a register_memory or Activate is at work (guarded by mu; activate.go)
 	closing  bool         // Shutdown began (guarded by mu)
 	halt     context.Context

@@ -596,6 +596,18 @@ func (l *liveness) outage(at room.Endpoint) (time.Duration, bool) {
 	return l.clk.Now().Sub(e.lastOK), true
 }
 
+// fenced says whether an endpoint is watched as fenced (its agents lost to
+// an outage, probed until they come back).
+func (l *liveness) fenced(at room.Endpoint) bool {
+	if l == nil {
+		return false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	e, ok := l.eps[at]
+	return ok && e.fenced
+}
+
 // EndpointLiveness is one watched decode endpoint in /debug/peers.
 type EndpointLiveness struct {
 	Endpoint string `json:"endpoint"`
@@ -658,7 +670,7 @@ func (d *Daemon) decodeLost(at room.Endpoint, why string, fence bool) {
 	if fence {
 		now := d.now()
 		for _, a := range agents {
-			d.peers.fence(a, now)
+			d.peers.fence(a, at, now)
 		}
 		d.counters.peersFenced.Add(int64(len(agents)))
 	}
@@ -672,19 +684,16 @@ func (d *Daemon) decodeLost(at room.Endpoint, why string, fence bool) {
 				"fenced", fence, "suppressed", suppressed)
 		}
 	}
-	if fence {
-		d.fencedAt.Store(at, agents)
-	}
 }
 
 // decodeBack ends the fences at an endpoint: alive (answering for
 // FenceHold) loads the agents again, else they are forgotten.
 func (d *Daemon) decodeBack(at room.Endpoint, alive bool) {
-	v, ok := d.fencedAt.LoadAndDelete(at)
-	if !ok {
+	agents := d.peers.fencedAt(at)
+	if len(agents) == 0 {
 		return
 	}
-	for _, a := range v.([]string) {
+	for _, a := range agents {
 		if alive {
 			d.peers.restore(a)
 		} else {
@@ -722,11 +731,7 @@ func (d *Daemon) gateTransfer(t room.Transfer, post, fail func()) bool {
 // registered decode's (dialects.known), or a fenced one's, so that a room
 // failed by the fence still tells decode.
 func (d *Daemon) linkAllowed(at room.Endpoint) bool {
-	if d.dialects.known(at) {
-		return true
-	}
-	_, fenced := d.fencedAt.Load(at)
-	return fenced
+	return d.dialects.known(at) || d.liveness.fenced(at)
 }
 
 // linkLost runs when the link's monitor sees its TCP connection to decode's

@@ -3,6 +3,7 @@ package daemon
 import (
 	"errors"
 	"fmt"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -91,10 +92,11 @@ type peerEntry struct {
 	done, after chan struct{}
 }
 
-// fenceEntry is a fenced agent: since when, and its last accepted
+// fenceEntry is a fenced agent: since when, where, and its last accepted
 // registration (loaded again if its decode turns out to have kept its rooms).
 type fenceEntry struct {
 	at  time.Time
+	to  room.Endpoint
 	reg *wire.Registration
 }
 
@@ -455,7 +457,7 @@ func (d *Daemon) dropAgentSince(agent string, epoch uint64, why string) {
 // fence marks an agent lost to an outage: its transfer infos fail their rooms
 // before the rooms see them, until it registers again or is restored (see
 // liveness.go). Call it before the agent is dropped.
-func (p *peers) fence(agent string, at time.Time) {
+func (p *peers) fence(agent string, to room.Endpoint, at time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	f, ok := p.fenced[agent]
@@ -466,6 +468,7 @@ func (p *peers) fence(agent string, at time.Time) {
 	if e := p.byAgent[agent]; e != nil && e.ready {
 		f.reg = e.reg
 	}
+	f.to = to
 	p.fenced[agent] = f
 	for len(p.fenceOrder) > maxFenced {
 		delete(p.fenced, p.fenceOrder[0])
@@ -484,6 +487,20 @@ func (p *peers) unfenceLocked(agent string) {
 			break
 		}
 	}
+}
+
+// fencedAt lists the agents fenced at an endpoint, by name.
+func (p *peers) fencedAt(at room.Endpoint) []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []string
+	for a, f := range p.fenced {
+		if f.to == at {
+			out = append(out, a)
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 // unfence forgets an agent's fence.
