@@ -31,18 +31,22 @@ type scenario struct {
 	probes    int // probe results the world may give
 	deadlines int // deadline fires
 	loadErrs  bool
+	want      []Note // notes some ordering must reach (the scenario explores what it says)
+	restores  bool   // some ordering must restore a fenced peer
 }
 
 type explorer struct {
-	t    *testing.T
-	sc   *scenario
-	memo map[string]uint64
-	path []string
-	bad  int
+	t        *testing.T
+	sc       *scenario
+	memo     map[string]uint64
+	path     []string
+	bad      int
+	seen     map[Note]bool
+	restored bool
 }
 
 func (e *explorer) run() (orderings uint64, states int) {
-	e.memo = map[string]uint64{}
+	e.memo, e.seen = map[string]uint64{}, map[Note]bool{}
 	m := New(&e.sc.cfg)
 	c := newChecker()
 	n := e.visit(m, &c, uint32(1)<<len(e.sc.msgs)-1, e.sc.probes, e.sc.deadlines)
@@ -138,10 +142,15 @@ func (e *explorer) try(m *Machine, c *checker, msg Msg, remaining uint32, probes
 	}
 	e.path = append(e.path, fmt.Sprintf("%T%+v", msg, msg))
 	defer func() { e.path = e.path[:len(e.path)-1] }()
-	if _, err := c2.step(&m2, msg); err != nil {
+	fx, err := c2.step(&m2, msg)
+	if err != nil {
 		e.fail(err.Error(), remaining)
 		return 0
 	}
+	for _, n := range fx.Notes {
+		e.seen[n] = true
+	}
+	e.restored = e.restored || fx.Load != nil && fx.Load.Restored
 	return e.visit(&m2, &c2, remaining, probes, deadlines)
 }
 
@@ -156,6 +165,7 @@ func scenarios() []*scenario {
 	last := []int{-1}
 	return []*scenario{
 		{name: "register, comeback, late transfer result", cfg: exploreCfg, probes: 2, deadlines: 3, loadErrs: true,
+			want: []Note{NoteReturned, NoteLost, NoteStale, NoteRejected, NoteRegistered},
 			msgs: []fixed{
 				{msg: Register{From: ep1, Reg: "r1"}},
 				{msg: Info{Room: 1}, after: []int{0}},
@@ -166,7 +176,8 @@ func scenarios() []*scenario {
 				{msg: Write{ID: 2, Inc: 2}, after: []int{3}},
 				{msg: Shutdown{}, after: last},
 			}},
-		{name: "replay, register, restore after an outage", cfg: exploreCfg, probes: 3, deadlines: 5,
+		{name: "replay, register, restore after an outage", cfg: exploreCfg, probes: 2, deadlines: 5, restores: true,
+			want: []Note{NoteFenced, NoteReturned, NoteDuplicate, NoteLost},
 			msgs: []fixed{
 				{msg: Register{From: ep1, Replay: true, Reg: "stored"}},
 				{msg: Register{From: ep1, Reg: "fresh"}},
@@ -176,7 +187,8 @@ func scenarios() []*scenario {
 				{msg: LinkLost{}},
 				{msg: Shutdown{}, after: last},
 			}},
-		{name: "outage, fence, re-registration from another endpoint", cfg: exploreCfg, probes: 4, deadlines: 5, loadErrs: true,
+		{name: "outage, fence, re-registration from another endpoint", cfg: exploreCfg, probes: 3, deadlines: 4, loadErrs: true,
+			want: []Note{NoteFenced, NoteDropped, NoteFencedInfo},
 			msgs: []fixed{
 				{msg: Register{From: ep1, Reg: "r1"}},
 				{msg: Write{ID: 1, Inc: 1}, after: []int{0}},
@@ -188,6 +200,7 @@ func scenarios() []*scenario {
 				{msg: Shutdown{}, after: last},
 			}},
 		{name: "no liveness: link loss drops at once", cfg: Config{NoLiveness: true, MaxQueued: 1}, probes: 0, deadlines: 0, loadErrs: true,
+			want: []Note{NoteLost, NoteQueueRefused, NoteReturned},
 			msgs: []fixed{
 				{msg: Register{From: ep1, Reg: "r1"}},
 				{msg: Info{Room: 1}},
@@ -211,6 +224,14 @@ func TestExplorePeerInterleavings(t *testing.T) {
 			t.Errorf("%s: no ordering explored", sc.name)
 		}
 		t.Logf("%s: %d orderings, %d states", sc.name, n, states)
+		for _, w := range sc.want {
+			if !e.seen[w] {
+				t.Errorf("%s: no ordering reached %v", sc.name, w)
+			}
+		}
+		if sc.restores && !e.restored {
+			t.Errorf("%s: no ordering restored the fenced peer", sc.name)
+		}
 		all += n
 	}
 	t.Logf("total: %d orderings", all)

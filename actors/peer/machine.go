@@ -65,6 +65,10 @@ func (m *Machine) Loaded() uint64 { return m.loaded }
 // Endpoint is where the current incarnation registered from.
 func (m *Machine) Endpoint() Endpoint { return m.to }
 
+// Quiet says whether the peer is closed with no load left out: nothing it
+// started can still come back.
+func (m *Machine) Quiet() bool { return m.state == Closed && m.loadOut == 0 }
+
 // Held is how many writes wait (suspect, or for a confirmation).
 func (m *Machine) Held() int { return len(m.held) + len(m.confirm) }
 
