@@ -212,6 +212,32 @@ func scenarios() []*scenario {
 				{msg: Write{ID: 2, Inc: 2}, after: []int{6}},
 				{msg: Shutdown{}, after: last},
 			}},
+		{name: "watch outside: lost with a fence, back, re-registration, late results", cfg: Config{NoLiveness: true, MaxQueued: 2},
+			loadErrs: true, restores: true, want: []Note{NoteFenced, NoteReturned, NoteFencedInfo, NoteStale},
+			msgs: []fixed{
+				{msg: Register{From: ep1, Reg: "r1"}},
+				{msg: Write{ID: 1, Inc: 1}},
+				{msg: Info{Room: 1}},
+				{msg: Lost{Why: "unreachable past the budget", Fence: true}, after: []int{0}},
+				{msg: Info{Room: 2}, after: []int{3}},
+				{msg: Back{Alive: true}, after: []int{3}},
+				{msg: Register{From: ep1, Reg: "r2"}, after: []int{3}},
+				{msg: Write{ID: 2, Inc: 2}, after: []int{5}},
+				{msg: XferFailed{Inc: 1}, after: []int{1}},
+				{msg: Shutdown{}, after: last},
+			}},
+		{name: "watch outside: lost while loading, gone, back refused", cfg: Config{NoLiveness: true},
+			loadErrs: true, want: []Note{NoteLost, NoteFenced, NoteStale},
+			msgs: []fixed{
+				{msg: Register{From: ep1, Replay: true, Reg: "stored"}},
+				{msg: Info{Room: 1}},
+				{msg: Lost{Why: "nothing listens", Fence: false}},
+				{msg: Lost{Why: "outage", Fence: true}},
+				{msg: Back{Alive: false}},
+				{msg: Register{From: ep2, Reg: "r2"}},
+				{msg: Write{ID: 1, Inc: 2}},
+				{msg: Shutdown{}, after: last},
+			}},
 	}
 }
 

@@ -21,6 +21,12 @@ import "time"
 // releases what it loaded, then starts the load that waited for it. Ending an
 // incarnation (lose, fence, comeback, drop) fails its rooms and its held writes
 // in the same step, and releases it from NIXL and the pool by incarnation.
+//
+// Lost and Back are the watch's decisions when it runs outside the machine
+// (Config.NoLiveness): Lost is lose (or fence, when Fence) for ready and
+// suspect, and drops a loading peer (fenced with nothing to restore); Back
+// in fenced restores (Alive, a registration kept) or forgets; both are
+// absorbed in every other state.
 
 type queued struct{ info Info }
 
@@ -101,6 +107,10 @@ func (m *Machine) Step(msg Msg) Effects {
 		m.linkLost(&fx)
 	case Drop:
 		m.drop(&fx, msg)
+	case Lost:
+		m.lost(&fx, msg)
+	case Back:
+		m.back(&fx, msg)
 	case Shutdown:
 		m.shutdown(&fx)
 	}
@@ -371,6 +381,49 @@ func (m *Machine) drop(fx *Effects, d Drop) {
 	m.state = Gone
 	m.closeLink(fx)
 	fx.Forget = !d.KeepState
+}
+
+// lost: the watch outside says the decode is lost (fenced for an outage).
+func (m *Machine) lost(fx *Effects, l Lost) {
+	switch m.state {
+	case Ready, Suspect:
+		if l.Fence {
+			m.fenceNow(fx, l.Why)
+		} else {
+			m.lose(fx, l.Why)
+		}
+	case Loading:
+		// Lost while loading: the load comes back to a superseded
+		// incarnation and is released; nothing is known to restore.
+		fx.note(NoteLost)
+		m.failQueue(fx)
+		m.pending = nil
+		fx.FailRooms, fx.Reason, fx.Forget = true, l.Why, true
+		m.disarmAll(fx)
+		m.state = Gone
+		if l.Fence {
+			fx.note(NoteFenced)
+			m.state, m.fence = Fenced, nil
+		}
+	default:
+		fx.note(NoteStale)
+	}
+}
+
+// back: the watch outside ends the fence.
+func (m *Machine) back(fx *Effects, b Back) {
+	if m.state != Fenced {
+		fx.note(NoteStale)
+		return
+	}
+	if !b.Alive || m.fence == nil {
+		m.disarmAll(fx)
+		m.state, m.fence = Gone, nil
+		m.closeLink(fx)
+		return
+	}
+	fx.note(NoteReturned)
+	m.start(fx, Load{Reg: m.fence, Restored: true}, m.to)
 }
 
 func (m *Machine) shutdown(fx *Effects) {

@@ -258,3 +258,32 @@ func TestNoLivenessLinkLossDropsAtOnce(t *testing.T) {
 	}
 	r.want(Gone)
 }
+
+// With the watch outside the machine (the daemon's liveness probing on its
+// own), Lost fences or drops, and Back restores or forgets.
+func TestWatchOutsideLostAndBack(t *testing.T) {
+	r := newRig(t, Config{NoLiveness: true})
+	r.ready()
+	r.step(Info{Room: 1})
+	fx := r.step(Lost{Why: "outage", Fence: true})
+	if !fx.FailRooms || fx.Release != 1 || !fx.Has(NoteFenced) || fx.CloseLink {
+		t.Fatalf("lost with a fence: %+v", fx)
+	}
+	if fx := r.step(Info{Room: 2}); len(fx.FailInfos) != 1 {
+		t.Fatalf("info while fenced: %+v", fx)
+	}
+	fx = r.step(Back{Alive: true})
+	if fx.Load == nil || !fx.Load.Restored || fx.Load.Inc != 2 || fx.Load.Reg != "r" {
+		t.Fatalf("back alive: %+v", fx)
+	}
+	r.step(LoadDone{Inc: 2})
+	r.want(Ready)
+	if fx := r.step(Back{Alive: true}); !fx.Has(NoteStale) || fx.Load != nil {
+		t.Fatalf("back when not fenced: %+v", fx)
+	}
+	r.step(Lost{Why: "outage", Fence: true})
+	if fx := r.step(Back{Alive: false}); !fx.CloseLink || fx.Load != nil {
+		t.Fatalf("back refused: %+v", fx)
+	}
+	r.want(Gone)
+}

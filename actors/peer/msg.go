@@ -60,6 +60,18 @@ type Drop struct {
 	KeepState bool
 }
 
+// Lost and Back are what a liveness watch outside the machine decides (a
+// daemon that probes on its own, with Config.NoLiveness): Lost drops the
+// peer, fenced when Fence (an outage decode has given its rooms up over);
+// Back ends a fence, loading the peer again from its last registration when
+// Alive (its endpoint answered for the fence hold), else forgetting it.
+type Lost struct {
+	Why   string
+	Fence bool
+}
+
+type Back struct{ Alive bool }
+
 // Shutdown ends the peer for good.
 type Shutdown struct{}
 
@@ -73,3 +85,5 @@ func (XferFailed) isMsg() {}
 func (Deadline) isMsg()   {}
 func (Drop) isMsg()       {}
 func (Shutdown) isMsg()   {}
+func (Lost) isMsg()       {}
+func (Back) isMsg()       {}
