@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"sort"
+	"sync/atomic"
 
 	"github.com/asynkron/protoactor-go/actor"
 
@@ -34,9 +36,23 @@ type Peers struct {
 
 // PeerExec executes one peer's effects for the peer actors. Exec runs on the
 // peer's actor: it must not block (it starts what is slow and reports its
-// result through report, from any goroutine).
+// result through p.Report, from any goroutine).
 type PeerExec interface {
-	Exec(agent string, fx peer.Effects, report func(peer.Msg))
+	Exec(p *PeerCtx, fx peer.Effects)
+}
+
+// PeerCtx is what Exec knows of the peer whose step it executes.
+type PeerCtx struct {
+	Agent string
+	// Msg is the message stepped; State the machine's state after it.
+	Msg   peer.Msg
+	State peer.State
+	Inc   uint64
+	// Local is the executor's own state for this peer, kept by the actor
+	// between steps (only ever touched on the peer's actor).
+	Local any
+	// Report hands a result back to the peer as a message (any goroutine).
+	Report func(peer.Msg)
 }
 
 // PeersConfig configures Peers.
@@ -65,9 +81,55 @@ func NewPeers(cfg PeersConfig) *Peers {
 	return p
 }
 
-// Send hands msg to agent's actor (spawned on the first message naming it).
+// Send hands msg to agent's actor. A registration spawns the actor of an
+// agent that has none; any other message for such an agent is dropped (it
+// names a peer that never registered).
 func (p *Peers) Send(agent string, msg peer.Msg) {
 	p.sys.Root.Send(p.dir, &toPeer{agent: agent, msg: msg})
+}
+
+// SendAt hands msg to every peer whose current incarnation registered from
+// at (each actor decides by its own endpoint).
+func (p *Peers) SendAt(at peer.Endpoint, msg peer.Msg) {
+	p.sys.Root.Send(p.dir, &atPeers{at: at, msg: msg})
+}
+
+// Broadcast hands msg to every peer's actor and waits, bounded by ctx, until
+// each stepped it and has no load in flight (a load out when msg arrived is
+// back and handled).
+func (p *Peers) Broadcast(ctx context.Context, msg peer.Msg) error {
+	done := make(chan struct{})
+	p.sys.Root.Send(p.dir, &peerBroadcast{msg: msg, done: done})
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("actors: peers not settled by the deadline: %w", ctx.Err())
+	}
+}
+
+// List describes every peer, asking each actor (bounded by ctx).
+func (p *Peers) List(ctx context.Context) ([]PeerState, error) {
+	reply := make(chan chan describePeer, 1)
+	p.sys.Root.Send(p.dir, &listPeers{reply: reply})
+	var answers chan describePeer
+	select {
+	case answers = <-reply:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	n := cap(answers) // one answer per peer; buffered, so no actor waits on a caller gone
+	out := make([]PeerState, 0, n)
+	for range n {
+		select {
+		case a := <-answers:
+			out = append(out, a.st)
+		case <-ctx.Done():
+			return out, ctx.Err()
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Agent < out[j].Agent })
+	return out, nil
 }
 
 // PeerState is one peer as its actor sees it.
@@ -120,8 +182,19 @@ type (
 		st PeerState
 		ok bool
 	}
-	closePeers struct{ done chan struct{} }
-	peerQuiet  struct{ agent string }
+	closePeers    struct{ done chan struct{} }
+	peerQuiet     struct{ agent string }
+	peerBroadcast struct {
+		msg  peer.Msg
+		done chan struct{}
+	}
+	// settle asks a peer to answer once it has no load in flight.
+	settle    struct{ done func() }
+	listPeers struct{ reply chan chan describePeer }
+	atPeers   struct {
+		at  peer.Endpoint
+		msg peer.Msg
+	}
 )
 
 type peerDirectory struct {
@@ -136,7 +209,36 @@ type peerDirectory struct {
 func (d *peerDirectory) Receive(ctx actor.Context) {
 	switch msg := ctx.Message().(type) {
 	case *toPeer:
-		ctx.Send(d.pid(ctx, msg.agent), msg)
+		pid, ok := d.by[msg.agent]
+		if !ok {
+			if _, reg := msg.msg.(peer.Register); !reg {
+				return // names a peer that never registered
+			}
+			pid = d.spawn(ctx, msg.agent)
+		}
+		ctx.Send(pid, msg)
+	case *peerBroadcast:
+		left := len(d.by)
+		if left == 0 {
+			close(msg.done)
+			return
+		}
+		var n atomicCountdown
+		n.init(left, func() { close(msg.done) })
+		for agent, pid := range d.by {
+			ctx.Send(pid, &toPeer{agent: agent, msg: msg.msg})
+			ctx.Send(pid, &settle{done: n.done})
+		}
+	case *atPeers:
+		for _, pid := range d.by {
+			ctx.Send(pid, msg)
+		}
+	case *listPeers:
+		answers := make(chan describePeer, len(d.by))
+		msg.reply <- answers
+		for agent, pid := range d.by {
+			ctx.Send(pid, &askPeer{agent: agent, reply: answers})
+		}
 	case *askPeer:
 		pid, ok := d.by[msg.agent]
 		if !ok {
@@ -159,10 +261,7 @@ func (d *peerDirectory) Receive(ctx actor.Context) {
 	}
 }
 
-func (d *peerDirectory) pid(ctx actor.Context, agent string) *actor.PID {
-	if pid, ok := d.by[agent]; ok {
-		return pid
-	}
+func (d *peerDirectory) spawn(ctx actor.Context, agent string) *actor.PID {
 	dir := ctx.Self()
 	props := actor.PropsFromProducer(func() actor.Actor {
 		return &peerActor{agent: agent, m: peer.New(d.rules), cfg: d.cfg, dir: dir, timers: map[peer.DeadlineKind]clock.Timer{}}
@@ -192,15 +291,17 @@ func (d *peerDirectory) checkClosed() {
 
 // peerActor owns one peer's machine.
 type peerActor struct {
-	agent  string
-	m      *peer.Machine
-	cfg    *PeersConfig
-	dir    *actor.PID
-	self   *actor.PID
-	root   *actor.RootContext
-	timers map[peer.DeadlineKind]clock.Timer
-	told   bool // the directory heard it is quiet
-	failed bool // a panic dropped it
+	agent   string
+	m       *peer.Machine
+	cfg     *PeersConfig
+	dir     *actor.PID
+	self    *actor.PID
+	root    *actor.RootContext
+	timers  map[peer.DeadlineKind]clock.Timer
+	told    bool // the directory heard it is quiet
+	failed  bool // a panic dropped it
+	local   any  // the executor's state for this peer (PeerCtx.Local)
+	settles []func()
 }
 
 // peerDeadline is a timer of the actor firing.
@@ -214,9 +315,15 @@ func (a *peerActor) Receive(ctx actor.Context) {
 		a.step(msg.msg)
 	case *peerDeadline:
 		a.step(msg.d)
+	case *atPeers:
+		if a.m.Endpoint() == msg.at {
+			a.step(msg.msg)
+		}
+	case *settle:
+		a.settles = append(a.settles, msg.done)
+		a.settled()
 	case *askPeer:
-		msg.reply <- describePeer{ok: true, st: PeerState{Agent: a.agent, State: a.m.State().String(), Inc: a.m.Inc(),
-			Endpoint: a.m.Endpoint(), Held: a.m.Held(), Queued: a.m.Queued()}}
+		msg.reply <- describePeer{ok: true, st: a.describe()}
 	case *actor.Stopping:
 		for _, t := range a.timers {
 			t.Stop()
@@ -242,7 +349,8 @@ func (a *peerActor) step(msg peer.Msg) {
 		}
 	}()
 	fx := a.m.Step(msg)
-	a.exec(fx)
+	a.exec(msg, fx)
+	a.settled()
 	if a.m.Quiet() && !a.told {
 		a.told = true
 		a.root.Send(a.dir, &peerQuiet{agent: a.agent})
@@ -251,8 +359,10 @@ func (a *peerActor) step(msg peer.Msg) {
 
 // exec is the one place a step's effects are executed: the daemon's part,
 // then the timers.
-func (a *peerActor) exec(fx peer.Effects) {
-	a.cfg.Exec.Exec(a.agent, fx, a.report)
+func (a *peerActor) exec(msg peer.Msg, fx peer.Effects) {
+	pc := PeerCtx{Agent: a.agent, Msg: msg, State: a.m.State(), Inc: a.m.Inc(), Local: a.local, Report: a.report}
+	a.cfg.Exec.Exec(&pc, fx)
+	a.local = pc.Local
 	for _, arm := range fx.Arms {
 		if t, ok := a.timers[arm.Kind]; ok {
 			t.Stop()
@@ -266,7 +376,40 @@ func (a *peerActor) exec(fx peer.Effects) {
 	}
 }
 
+func (a *peerActor) describe() PeerState {
+	return PeerState{Agent: a.agent, State: a.m.State().String(), Inc: a.m.Inc(), Endpoint: a.m.Endpoint(),
+		Held: a.m.Held(), Queued: a.m.Queued()}
+}
+
+// settled answers the settle requests once no load is in flight.
+func (a *peerActor) settled() {
+	if len(a.settles) == 0 || a.m.LoadOut() {
+		return
+	}
+	for _, f := range a.settles {
+		f()
+	}
+	a.settles = nil
+}
+
 // report hands the result of slow work back to the actor (any goroutine).
 func (a *peerActor) report(msg peer.Msg) {
 	a.root.Send(a.self, &toPeer{agent: a.agent, msg: msg})
+}
+
+// atomicCountdown runs fn once n calls of done were made (from any actor).
+type atomicCountdown struct {
+	left *atomic.Int64
+	fn   func()
+}
+
+func (c *atomicCountdown) init(n int, fn func()) {
+	c.left, c.fn = new(atomic.Int64), fn
+	c.left.Store(int64(n))
+}
+
+func (c *atomicCountdown) done() {
+	if c.left.Add(-1) == 0 {
+		c.fn()
+	}
 }

@@ -24,7 +24,8 @@ func newRecExec() *recExec {
 	return &recExec{fx: map[string][]peer.Effects{}, reports: map[string]func(peer.Msg){}, seen: make(chan string, 1024)}
 }
 
-func (r *recExec) Exec(agent string, fx peer.Effects, report func(peer.Msg)) {
+func (r *recExec) Exec(p *PeerCtx, fx peer.Effects) {
+	agent, report := p.Agent, p.Report
 	if r.panicOn != nil && r.panicOn(agent, fx) {
 		panic("exec fault for " + agent)
 	}

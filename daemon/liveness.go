@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/kvxfer/kvxfer/actors/peer"
 	"github.com/kvxfer/kvxfer/actors/room"
 	"github.com/kvxfer/kvxfer/internal/clock"
 	"github.com/kvxfer/kvxfer/transport/zmqio"
@@ -666,17 +667,9 @@ func (l *liveness) close() {
 // fences the agents first, so that no transfer info of theirs can lead to a
 // write until they register again (see liveness above).
 func (d *Daemon) decodeLost(at room.Endpoint, why string, fence bool) {
-	agents := d.dialects.lost(at)
-	if fence {
-		now := d.now()
-		for _, a := range agents {
-			d.peers.fence(a, at, now)
-		}
-		d.counters.peersFenced.Add(int64(len(agents)))
-	}
-	d.counters.peersLost.Add(int64(len(agents)))
+	agents := d.dialects.lost(at) // peers_lost and peers_fenced: counted as each actor steps it
 	for _, a := range agents {
-		d.dropAgent(a, why, true)
+		d.peers.actors.Send(a, peer.Lost{Why: why, Fence: fence})
 	}
 	if len(agents) > 0 {
 		if ok, suppressed := d.lostLogs.allow(); ok {
@@ -689,17 +682,8 @@ func (d *Daemon) decodeLost(at room.Endpoint, why string, fence bool) {
 // decodeBack ends the fences at an endpoint: alive (answering for
 // FenceHold) loads the agents again, else they are forgotten.
 func (d *Daemon) decodeBack(at room.Endpoint, alive bool) {
-	agents := d.peers.fencedAt(at)
-	if len(agents) == 0 {
-		return
-	}
-	for _, a := range agents {
-		if alive {
-			d.peers.restore(a)
-		} else {
-			d.peers.unfence(a)
-		}
-	}
+	// Each agent's actor decides: only a fenced one at this endpoint acts.
+	d.peers.actors.SendAt(peer.Endpoint(at), peer.Back{Alive: alive, Epoch: d.peers.epoch.Add(1)})
 	if alive {
 		d.log.Info("decode endpoint answering again past the fence hold; its agents are loaded again", "endpoint", at.String())
 	}
@@ -714,7 +698,7 @@ func (d *Daemon) gateTransfer(t room.Transfer, post, fail func()) bool {
 	if l == nil || l.cfg.Off || !l.cfg.ConfirmWrites && !l.cfg.ConfirmRemote && l.suspects.Load() == 0 {
 		return false
 	}
-	at, ok := d.peers.endpointOf(t.Agent)
+	at, ok := d.dialects.acceptedEndpoint(t.Agent)
 	if !ok {
 		return false
 	}

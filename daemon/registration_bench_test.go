@@ -3,6 +3,8 @@ package daemon
 import (
 	"testing"
 	"time"
+
+	"github.com/kvxfer/kvxfer/actors/peer"
 )
 
 // BenchmarkDecodeRegistration: one decode's registration, from the frame on
@@ -29,7 +31,12 @@ func BenchmarkDecodeRegistration(b *testing.B) {
 	waitCount(want)
 	for b.Loop() {
 		b.StopTimer()
-		d.dropAgent(agent, "benchmark", false)
+		d.peers.actors.Send(agent, peer.Drop{Why: "benchmark"})
+		for deadline := time.Now().Add(20 * time.Second); peerState(b, d, agent).State != "gone"; {
+			if time.Now().After(deadline) {
+				b.Fatal("never dropped")
+			}
+		}
 		b.StartTimer()
 		dec.send(b, dec.reg.Encode())
 		want++

@@ -45,15 +45,18 @@ type Machine struct {
 	replay          bool
 	linked          bool
 
-	queue   []Info   // infos and aborts while loading
-	held    []uint64 // writes held while suspect
-	confirm []uint64 // writes waiting for a probe begun after them
-	probing bool
-	covers  int  // confirm writes queued before the probe in flight began
-	unsafe  bool // suspect past SafeAfter
-	upSince bool // fenced: answering, FenceHoldUp armed
-	gens    [numKinds]uint32
-	armed   [numKinds]bool
+	queue  []Info // infos and aborts while loading
+	qBytes int
+	// restoring: the loading incarnation is a restore (its refusal is quiet)
+	restoring bool
+	held      []uint64 // writes held while suspect
+	confirm   []uint64 // writes waiting for a probe begun after them
+	probing   bool
+	covers    int  // confirm writes queued before the probe in flight began
+	unsafe    bool // suspect past SafeAfter
+	upSince   bool // fenced: answering, FenceHoldUp armed
+	gens      [numKinds]uint32
+	armed     [numKinds]bool
 }
 
 // New is a peer never registered.
@@ -70,6 +73,9 @@ func (m *Machine) Loaded() uint64 { return m.loaded }
 
 // Endpoint is where the current incarnation registered from.
 func (m *Machine) Endpoint() Endpoint { return m.to }
+
+// LoadOut says whether a load is in flight (its LoadDone is still to come).
+func (m *Machine) LoadOut() bool { return m.loadOut != 0 }
 
 // Quiet says whether the peer is closed with no load left out: nothing it
 // started can still come back.
@@ -98,7 +104,7 @@ func (m *Machine) Step(msg Msg) Effects {
 	case Info:
 		m.info(&fx, msg)
 	case XferFailed:
-		if msg.Inc == m.inc && m.state.Live() {
+		if msg.Inc >= m.inc && m.state.Live() {
 			m.lose(&fx, "NIXL connection lost")
 		} else {
 			fx.note(NoteStale)
@@ -148,15 +154,16 @@ func (m *Machine) register(fx *Effects, r Register) {
 		m.state, m.reg, m.to = Gone, nil, r.From
 		return
 	}
-	m.start(fx, Load{Reg: r.Reg, Replay: r.Replay}, r.From)
+	m.start(fx, Load{Reg: r.Reg, Replay: r.Replay}, r.From, r.Epoch)
 }
 
 // start begins the next incarnation: its load starts now, or once the load
 // still in flight (a superseded incarnation's) is back.
-func (m *Machine) start(fx *Effects, l Load, from Endpoint) {
+func (m *Machine) start(fx *Effects, l Load, from Endpoint, epoch uint64) {
 	m.disarmAll(fx)
-	m.inc++
+	m.inc = max(m.inc+1, epoch)
 	l.Inc = m.inc
+	m.restoring = l.Restored
 	m.state, m.to, m.reg, m.replay = Loading, from, l.Reg, l.Replay
 	m.unsafe, m.upSince, m.fence = false, false, nil
 	if m.loadOut != 0 {
@@ -188,10 +195,12 @@ func (m *Machine) loadDone(fx *Effects, d LoadDone) {
 		return
 	}
 	fx.Apply = append(fx.Apply, m.queue...)
-	m.queue = nil
+	m.queue, m.qBytes = nil, 0
 	if d.Err != "" {
 		m.state = Gone
-		if m.replay {
+		if m.restoring {
+			fx.note(NoteDropped) // a restore refused: the fence simply ends
+		} else if m.replay {
 			fx.note(NoteReplayFailed)
 			fx.Forget = true
 		} else {
@@ -301,12 +310,12 @@ func (m *Machine) deadline(fx *Effects, d Deadline) {
 			return
 		}
 		fx.note(NoteReturned)
-		m.start(fx, Load{Reg: m.fence, Restored: true}, m.to)
+		m.start(fx, Load{Reg: m.fence, Restored: true}, m.to, 0)
 	}
 }
 
 func (m *Machine) write(fx *Effects, w Write) {
-	if w.Inc != m.inc || !m.state.Live() {
+	if w.Inc < m.inc || !m.state.Live() {
 		fx.Fail = append(fx.Fail, w.ID)
 		return
 	}
@@ -326,12 +335,18 @@ func (m *Machine) write(fx *Effects, w Write) {
 func (m *Machine) info(fx *Effects, i Info) {
 	switch m.state {
 	case Loading:
-		if m.cfg.MaxQueued > 0 && len(m.queue) >= m.cfg.MaxQueued {
+		if m.cfg.MaxQueued > 0 && len(m.queue) >= m.cfg.MaxQueued ||
+			m.cfg.MaxQueuedBytes > 0 && m.qBytes+i.Size > m.cfg.MaxQueuedBytes {
 			fx.note(NoteQueueRefused)
-			fx.Refuse = append(fx.Refuse, i)
+			if i.Abort { // applied at once: it may overtake, but its room still fails
+				fx.Apply = append(fx.Apply, i)
+			} else {
+				fx.Refuse = append(fx.Refuse, i)
+			}
 			return
 		}
 		m.queue = append(m.queue, i)
+		m.qBytes += i.Size
 	case Fenced:
 		if i.Abort {
 			fx.Apply = append(fx.Apply, i)
@@ -423,7 +438,7 @@ func (m *Machine) back(fx *Effects, b Back) {
 		return
 	}
 	fx.note(NoteReturned)
-	m.start(fx, Load{Reg: m.fence, Restored: true}, m.to)
+	m.start(fx, Load{Reg: m.fence, Restored: true}, m.to, b.Epoch)
 }
 
 func (m *Machine) shutdown(fx *Effects) {
@@ -431,7 +446,7 @@ func (m *Machine) shutdown(fx *Effects) {
 		return
 	}
 	fx.Refuse = append(fx.Refuse, m.queue...)
-	m.queue = nil
+	m.queue, m.qBytes = nil, 0
 	m.failHeld(fx)
 	if m.loaded != 0 {
 		fx.Release, m.loaded = m.loaded, 0
@@ -484,7 +499,7 @@ func (m *Machine) failQueue(fx *Effects) {
 			fx.FailInfos = append(fx.FailInfos, i)
 		}
 	}
-	m.queue = nil
+	m.queue, m.qBytes = nil, 0
 }
 
 func (m *Machine) failHeld(fx *Effects) {

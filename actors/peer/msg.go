@@ -13,6 +13,10 @@ type Register struct {
 	Rejected string
 	// Reg is the registration itself, carried opaquely to Load and Persist.
 	Reg any
+	// Epoch, when set, numbers the incarnation it starts (a daemon-wide
+	// counter, so a transfer can name the incarnation current when it was
+	// posted); 0 takes the next number.
+	Epoch uint64
 }
 
 // LoadDone is the result of the Load of incarnation Inc.
@@ -27,8 +31,9 @@ type Probed struct{ Result ProbeResult }
 // LinkLost: the link's monitor saw its TCP connection to decode close.
 type LinkLost struct{}
 
-// Write asks to post a transfer (ID) planned for incarnation Inc; Confirm
-// posts it only after a probe begun after it was answered.
+// Write asks to post a transfer (ID) planned at incarnation Inc (one planned
+// before the current incarnation fails); Confirm posts it only after a probe
+// begun after it was answered.
 type Write struct {
 	ID      uint64
 	Inc     uint64
@@ -39,12 +44,15 @@ type Write struct {
 type Info struct {
 	Room  uint64
 	Abort bool // an ABORT of the room (queued in order with the infos)
+	Size  int  // bytes it holds while queued (Config.MaxQueuedBytes)
 	// Payload is the frame itself, carried opaquely to the effect.
 	Payload any
 }
 
-// XferFailed: a transfer posted at incarnation Inc failed peer_lost (the NIXL
-// connection to the agent is lost).
+// XferFailed: a transfer posted at incarnation Inc (or, with daemon-wide
+// epochs, while the epoch was Inc) failed peer_lost (the NIXL connection to
+// the agent is lost). It ends the current incarnation unless that one began
+// after the transfer was posted.
 type XferFailed struct{ Inc uint64 }
 
 // Deadline fires the armed timer of Kind with generation Gen.
@@ -70,7 +78,10 @@ type Lost struct {
 	Fence bool
 }
 
-type Back struct{ Alive bool }
+type Back struct {
+	Alive bool
+	Epoch uint64 // as Register.Epoch, for the incarnation a restore starts
+}
 
 // Shutdown ends the peer for good.
 type Shutdown struct{}

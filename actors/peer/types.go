@@ -38,8 +38,9 @@ type Config struct {
 	// has; FenceHold how long a fenced endpoint must answer before the peer
 	// is loaded again from its last registration.
 	Interval, SafeAfter, Budget, FenceHold time.Duration
-	// MaxQueued bounds the transfer infos queued while an incarnation loads.
-	MaxQueued int
+	// MaxQueued and MaxQueuedBytes bound the transfer infos queued while an
+	// incarnation loads (0: no bound).
+	MaxQueued, MaxQueuedBytes int
 }
 
 // DeadlineKind names one of the machine's timers; each has its own generation.
