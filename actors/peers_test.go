@@ -148,3 +148,48 @@ func TestPeersCloseWaitsForTheLoadsOut(t *testing.T) {
 		t.Fatal("Close never returned")
 	}
 }
+
+// Broadcast steps a message on every peer and returns once none has a load
+// out; SendAt reaches only the peers registered from that endpoint; a
+// message for an agent that never registered spawns nothing.
+func TestPeersBroadcastSendAtAndList(t *testing.T) {
+	ex := newRecExec()
+	ps := NewPeers(PeersConfig{Rules: peer.Config{NoLiveness: true}, Exec: ex, Clock: clock.NewFake(time.Unix(0, 0))})
+	defer ps.Close(context.Background())
+	a, b := peer.Endpoint{IP: "a", Port: 1}, peer.Endpoint{IP: "b", Port: 1}
+	ps.Send("a", peer.Register{From: a})
+	ps.Send("b", peer.Register{From: b})
+	ps.Send("nobody", peer.Lost{Why: "x"})
+	for _, agent := range []string{"a", "b"} {
+		ex.await(t, agent, "a load", func(fx peer.Effects) bool { return fx.Load != nil })
+	}
+	ex.report("a", peer.LoadDone{Inc: 1})
+	ex.await(t, "a", "ready", func(fx peer.Effects) bool { return fx.Dial })
+	ps.SendAt(a, peer.Lost{Why: "outage", Fence: true})
+	ex.await(t, "a", "fenced", func(fx peer.Effects) bool { return fx.Has(peer.NoteFenced) })
+
+	done := make(chan error, 1)
+	go func() { done <- ps.Broadcast(context.Background(), peer.Drop{Why: "rollback", KeepState: true}) }()
+	ex.await(t, "b", "dropped while loading", func(fx peer.Effects) bool { return fx.Has(peer.NoteDropped) })
+	select {
+	case err := <-done:
+		t.Fatalf("broadcast returned with b's load out: %v", err)
+	default:
+	}
+	ex.report("b", peer.LoadDone{Inc: 1})
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("broadcast never returned")
+	}
+	l, err := ps.List(context.Background())
+	if err != nil || len(l) != 2 || l[0].Agent != "a" || l[0].State != "gone" || l[1].State != "gone" {
+		t.Fatalf("list %+v %v", l, err)
+	}
+	if _, ok, _ := ps.Describe(context.Background(), "nobody"); ok {
+		t.Fatal("an actor for an agent that never registered")
+	}
+}
