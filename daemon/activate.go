@@ -18,6 +18,9 @@ import (
 // a time holds the memBusy turn, and a second one is refused at once instead
 // of waiting behind the first's NIXL calls or PUT /route.
 
+// rollbackPeers bounds how long a rollback waits for the peers' loads.
+const rollbackPeers = 10 * time.Second
+
 var errMemBusy = errors.New("another memory registration is being processed; retry when it has answered")
 
 // beginMem takes the memBusy turn.
@@ -87,13 +90,11 @@ func (d *Daemon) rollback(rb *rollback) {
 	if rb.ingest != nil {
 		rb.ingest.Stop()
 	}
-	d.peers.wait()
-	for _, a := range d.peers.agents() {
-		if rel, ok := d.forgetAgent(a, "activation failed", false, true); ok {
-			rel()
-		}
+	ctx, cancel := context.WithTimeout(context.Background(), rollbackPeers)
+	if err := d.peers.dropAll(ctx); err != nil {
+		d.log.Warn("rollback: decode peers still loading past the deadline", "err", err)
 	}
-	d.peers.clearFences()
+	cancel()
 	d.links.retireAll()
 	d.xfers.pool.Store(nil)
 	d.mu.Lock()

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/kvxfer/kvxfer/actors"
+	"github.com/kvxfer/kvxfer/actors/peer"
 	"github.com/kvxfer/kvxfer/actors/room"
 	"github.com/kvxfer/kvxfer/actors/xfer"
 	"github.com/kvxfer/kvxfer/nixl"
@@ -185,7 +186,6 @@ type Daemon struct {
 	replay   [][][]byte   // registrations to replay when live (then nil)
 	replayTo []lostTarget // their endpoints, set once in Start (lost.go)
 	liveness *liveness    // probes registered decodes (liveness.go)
-	fencedAt sync.Map     // endpoint -> agents fenced there ([]string)
 	memBusy  bool         // a register_memory or Activate is at work (guarded by mu; activate.go)
 	closing  bool         // Shutdown began (guarded by mu)
 	halt     context.Context
@@ -243,12 +243,14 @@ func Start(cfg Config) (*Daemon, error) {
 		return nil, fmt.Errorf("daemon: ZMQ context for decode links: %w", err)
 	}
 	d.links, d.counters.links = links, links
-	d.peers = newPeers(d, links.max)
+	d.peers = newPeers(d, links.max, cfg.Engine.Clock)
 	if cfg.StateDir != "" {
 		d.state, d.replay = openRegStore(cfg.StateDir, d.stateScope(), links.max, cfg.Logger)
 		d.replayTo = d.replayTargets(d.replay)
 	}
-	d.xfers.peerLost = func(agent string, epoch uint64) { go d.dropAgentSince(agent, epoch, "NIXL connection lost") }
+	// A transfer that failed peer_lost ends its agent's incarnation, unless
+	// the agent was loaded again since it was posted (its actor decides).
+	d.xfers.peerLost = func(agent string, epoch uint64) { d.peers.actors.Send(agent, peer.XferFailed{Inc: epoch}) }
 	d.xfers.epoch = d.peers.epoch.Load
 	d.xfers.gate = d.gateTransfer
 	if cfg.Staging.Enabled {
@@ -267,6 +269,7 @@ func Start(cfg Config) (*Daemon, error) {
 	}
 	eng, err := actors.New(ec)
 	if err != nil {
+		_ = d.peers.close(context.Background())
 		links.closeAll(time.Now())
 		return nil, err
 	}
@@ -449,8 +452,12 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 		in.Stop()
 	}
 	d.liveness.close()
-	d.peers.wait() // registrations still loading finish (or fail) before the agent closes
 	var errs []error
+	// Every peer ends; registrations still loading finish (or fail) before
+	// the agent closes.
+	if err := d.peers.close(ctx); err != nil {
+		errs = append(errs, err)
+	}
 	// The bootstrap server goes first after ingest, so decode heartbeats fail
 	// and decodes stop sending; then the control API, so no scheduler call is
 	// left waiting on an engine that is closing.

@@ -143,6 +143,17 @@ func (t *dialects) acceptedAt(to room.Endpoint) string {
 	return ""
 }
 
+// acceptedEndpoint is where an accepted, live agent registered (loading or
+// loaded).
+func (t *dialects) acceptedEndpoint(agent string) (room.Endpoint, bool) {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	if p, ok := t.byAgent[agent]; ok && p.Rejected == "" && p.Dropped == "" {
+		return p.to, true
+	}
+	return room.Endpoint{}, false
+}
+
 // drop marks an agent dropped (kept for /debug/peers, bounded) and forgets
 // its endpoint, so no link is dialled for it again; it returns the endpoint.
 func (t *dialects) drop(agent, why string, lost bool) (room.Endpoint, bool) {

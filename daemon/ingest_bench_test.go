@@ -52,11 +52,7 @@ func benchDaemonIngest(b *testing.B, perFrame, opened bool) {
 	dec := newDecode(b, d)
 	agent := dec.node.Agent.Name()
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(time.Millisecond) {
-		d.peers.mu.Lock()
-		e := d.peers.byAgent[agent]
-		ready := e != nil && e.ready
-		d.peers.mu.Unlock()
-		if ready {
+		if peerState(b, d, agent).State == "ready" {
 			break
 		}
 		if time.Now().After(deadline) {

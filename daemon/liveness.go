@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/kvxfer/kvxfer/actors/peer"
 	"github.com/kvxfer/kvxfer/actors/room"
 	"github.com/kvxfer/kvxfer/internal/clock"
 	"github.com/kvxfer/kvxfer/transport/zmqio"
@@ -596,6 +597,18 @@ func (l *liveness) outage(at room.Endpoint) (time.Duration, bool) {
 	return l.clk.Now().Sub(e.lastOK), true
 }
 
+// fenced says whether an endpoint is watched as fenced (its agents lost to
+// an outage, probed until they come back).
+func (l *liveness) fenced(at room.Endpoint) bool {
+	if l == nil {
+		return false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	e, ok := l.eps[at]
+	return ok && e.fenced
+}
+
 // EndpointLiveness is one watched decode endpoint in /debug/peers.
 type EndpointLiveness struct {
 	Endpoint string `json:"endpoint"`
@@ -654,17 +667,9 @@ func (l *liveness) close() {
 // fences the agents first, so that no transfer info of theirs can lead to a
 // write until they register again (see liveness above).
 func (d *Daemon) decodeLost(at room.Endpoint, why string, fence bool) {
-	agents := d.dialects.lost(at)
-	if fence {
-		now := d.now()
-		for _, a := range agents {
-			d.peers.fence(a, now)
-		}
-		d.counters.peersFenced.Add(int64(len(agents)))
-	}
-	d.counters.peersLost.Add(int64(len(agents)))
+	agents := d.dialects.lost(at) // peers_lost and peers_fenced: counted as each actor steps it
 	for _, a := range agents {
-		d.dropAgent(a, why, true)
+		d.peers.actors.Send(a, peer.Lost{Why: why, Fence: fence})
 	}
 	if len(agents) > 0 {
 		if ok, suppressed := d.lostLogs.allow(); ok {
@@ -672,25 +677,13 @@ func (d *Daemon) decodeLost(at room.Endpoint, why string, fence bool) {
 				"fenced", fence, "suppressed", suppressed)
 		}
 	}
-	if fence {
-		d.fencedAt.Store(at, agents)
-	}
 }
 
 // decodeBack ends the fences at an endpoint: alive (answering for
 // FenceHold) loads the agents again, else they are forgotten.
 func (d *Daemon) decodeBack(at room.Endpoint, alive bool) {
-	v, ok := d.fencedAt.LoadAndDelete(at)
-	if !ok {
-		return
-	}
-	for _, a := range v.([]string) {
-		if alive {
-			d.peers.restore(a)
-		} else {
-			d.peers.unfence(a)
-		}
-	}
+	// Each agent's actor decides: only a fenced one at this endpoint acts.
+	d.peers.actors.SendAt(peer.Endpoint(at), peer.Back{Alive: alive, Epoch: d.peers.epoch.Add(1)})
 	if alive {
 		d.log.Info("decode endpoint answering again past the fence hold; its agents are loaded again", "endpoint", at.String())
 	}
@@ -705,7 +698,7 @@ func (d *Daemon) gateTransfer(t room.Transfer, post, fail func()) bool {
 	if l == nil || l.cfg.Off || !l.cfg.ConfirmWrites && !l.cfg.ConfirmRemote && l.suspects.Load() == 0 {
 		return false
 	}
-	at, ok := d.peers.endpointOf(t.Agent)
+	at, ok := d.dialects.acceptedEndpoint(t.Agent)
 	if !ok {
 		return false
 	}
@@ -722,11 +715,7 @@ func (d *Daemon) gateTransfer(t room.Transfer, post, fail func()) bool {
 // registered decode's (dialects.known), or a fenced one's, so that a room
 // failed by the fence still tells decode.
 func (d *Daemon) linkAllowed(at room.Endpoint) bool {
-	if d.dialects.known(at) {
-		return true
-	}
-	_, fenced := d.fencedAt.Load(at)
-	return fenced
+	return d.dialects.known(at) || d.liveness.fenced(at)
 }
 
 // linkLost runs when the link's monitor sees its TCP connection to decode's

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvxfer/kvxfer/actors"
+	"github.com/kvxfer/kvxfer/actors/peer"
 	"github.com/kvxfer/kvxfer/actors/room"
 	"github.com/kvxfer/kvxfer/internal/clock"
 	"github.com/kvxfer/kvxfer/nixl"
@@ -191,8 +193,8 @@ func TestSameAgentRegisteringAgainIsTheDecodeComingBack(t *testing.T) {
 	}
 	// A transfer of the old load failing peer_lost now (our own DropPeer
 	// invalidated it) does not drop the agent loaded again.
-	d.dropAgentSince(dec.node.Agent.Name(), 1, "a transfer posted before the decode came back")
-	if _, ok := d.peers.endpointOf(dec.node.Agent.Name()); !ok || d.Counters()["peers_dropped"] != 1 {
+	d.peers.actors.Send(dec.node.Agent.Name(), peer.XferFailed{Inc: 1}) // posted at epoch 1
+	if st := peerState(t, d, dec.node.Agent.Name()); st.State != "ready" || d.Counters()["peers_dropped"] != 1 {
 		t.Fatalf("the agent loaded again was dropped for its old load's failure: %v", d.Counters())
 	}
 	const fresh = 302
@@ -254,7 +256,7 @@ func TestFailedActivationRollsBack(t *testing.T) {
 	if r, dr := g.registered.Load(), g.deregged.Load(); r == 0 || r != dr {
 		t.Fatalf("NIXL memory registrations %d, deregistrations %d", r, dr)
 	}
-	if n := len(d2.peers.agents()); n != 0 {
+	if n := acceptedPeers(t, d2); n != 0 {
 		t.Fatalf("%d decode agents still accepted", n)
 	}
 	if g.dropped.Load() != 1 { // the replayed registration had loaded
@@ -369,3 +371,34 @@ func (f *fakeProbes) probe(_ context.Context, at room.Endpoint) ProbeResult {
 }
 
 var _ = clock.NewFake
+
+// peerState asks the agent's actor for its state (after every message sent
+// to it before).
+func peerState(t testing.TB, d *Daemon, agent string) actors.PeerState {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, _, err := d.peers.actors.Describe(ctx, agent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// acceptedPeers counts the agents loading or loaded.
+func acceptedPeers(t testing.TB, d *Daemon) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	l, err := d.peers.actors.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, p := range l {
+		if p.State == "loading" || p.State == "ready" || p.State == "suspect" {
+			n++
+		}
+	}
+	return n
+}

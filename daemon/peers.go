@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -8,7 +9,9 @@ import (
 	"time"
 
 	"github.com/kvxfer/kvxfer/actors"
+	"github.com/kvxfer/kvxfer/actors/peer"
 	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/internal/clock"
 	"github.com/kvxfer/kvxfer/nixl"
 	"github.com/kvxfer/kvxfer/nixl/sglang"
 	"github.com/kvxfer/kvxfer/transport/wire"
@@ -25,26 +28,32 @@ const (
 	maxQueuedFrames = 4096
 	maxQueuedBytes  = 64 << 20
 	maxQueuedTotal  = 256 << 20
-	// maxFenced bounds the agents remembered as lost to an outage (oldest
-	// forgotten first).
-	maxFenced = 1024
+	// maxViews bounds the ingest's views of agents that are gone.
+	maxViews = 1 << 14
 )
 
-// peers is the decode-agent table and the ingest Sink.
+// peers is the ingest Sink and the home of the decode-peer actors.
 //
-// The ingest goroutine only decides (duplicate, cap, dialect, which agent a
-// frame belongs to) and hands the slow part of a registration — NIXL metadata
-// load, descriptor preparation, the link dial, the state file — to a
-// goroutine of its own (load). The agent is "loading" until that goroutine
-// is done; the transfer infos and ABORTs that reach the ingest meanwhile are
-// queued on the agent (bounded) and applied, in order, by load once the
-// registration is in the pool. So the ingest never waits on NIXL, and a
-// decode's transfer infos still never reach a room before the pool knows
-// its agent (decode sends the registration first on the same socket).
+// Each decode agent is one actor (actors.Peers) owning its rules
+// (actors/peer.Machine): its registration and every incarnation of it, its
+// load, its queue of transfer infos and ABORTs while it loads, its fence and
+// its restore. Every event of a peer is a message to that actor: a
+// registration or a replayed one (from the ingest), a load's result (from
+// the goroutine that ran it), a loss, a fence or its end (from liveness), a
+// transfer that failed peer_lost (from the pool), a drop (rollback), shutdown.
+// The actor executes the machine's effects in one place (Exec, peerexec.go);
+// slow work (the NIXL load) runs off it and comes back as a message. So one
+// peer's state has one owner and its events one order: a restore and a
+// registration of the same agent can only follow each other, and a load
+// superseded while it ran is released before the next one starts.
 //
-// byAgent holds the accepted agents, loading or ready, at most max (the link
-// cap: each has a pinned link). mu guards the table and the queues; nothing
-// under it calls NIXL or the network (engine calls are mailbox sends).
+// The ingest goroutine decides only where a frame goes: it keeps, for each
+// agent, a view its actor publishes (state, and how many of the ingest's
+// messages it has not stepped yet). A transfer info of an agent whose actor
+// is loading, fenced or still has the ingest's messages in its mailbox goes to
+// the actor, in order behind them; any other goes straight to its room (the
+// engine batch), so the hot path costs no extra hop. The ingest never waits
+// on NIXL.
 type peers struct {
 	d   *Daemon
 	max int
@@ -53,60 +62,81 @@ type peers struct {
 	stg     *stagingTable
 	stgOnce sync.Once
 
-	mu      sync.Mutex
-	byAgent map[string]*peerEntry
-	loading int // entries still loading (Abort scans for them only then)
-	queued  int // bytes queued over every agent
-	// fenced: agents dropped because their decode was unreachable longer
-	// than its heartbeat budget (liveness.go). Their transfer infos fail
-	// the room before it sees them, until the agent registers again.
-	fenced     map[string]fenceEntry
-	fenceOrder []string
-	wg         sync.WaitGroup // load goroutines
-	// epoch numbers the entries: a transfer posted at epoch n that fails
-	// peer_lost drops its agent only if the entry is from n or before (not
-	// the same agent loaded again since: dropAgentSince).
-	epoch atomic.Uint64
+	actors *actors.Peers
+	// epoch numbers incarnations daemon-wide: a transfer posted at epoch n
+	// that fails peer_lost ends its agent's incarnation only if that one
+	// began at n or before.
+	epoch  atomic.Uint64
+	slots  atomic.Int64 // agents loading or loaded (the link cap)
+	queued atomic.Int64 // bytes of infos handed to peer actors and not yet let go
 
 	dupLogs, rejectLogs, addLogs *logLimiter
 
-	// The ingest goroutine's own (TransferInfos): the engine batch, the
-	// run's routes and the run's rejection answers per agent.
+	// The ingest goroutine's own: the views of the agents' actors, the agent
+	// registered last at each endpoint (where an ABORT from there waits),
+	// the engine batch, the run's routes and rejection answers per agent.
+	views      map[string]*peerView
+	at         map[room.Endpoint]string
 	batch      *actors.Batch
-	routes     []infoRoute
+	routes     []*peerView
 	rejectedOf map[string]bool
 }
 
-type peerEntry struct {
-	epoch   uint64
-	reg     *wire.Registration
-	to      room.Endpoint
-	ready   bool
-	queue   []queuedFrame
-	qBytes  int
-	started time.Time
+// peerView is what an agent's actor publishes for the ingest: its state after
+// each step, and how many messages the ingest sent it that it has not
+// stepped yet (while any is pending, the ingest sends it the agent's frames
+// too, so nothing overtakes them).
+type peerView struct {
+	state   atomic.Uint32 // peer.State
+	pending atomic.Int64
 }
 
-// fenceEntry is a fenced agent: since when, and its last accepted
-// registration (loaded again if its decode turns out to have kept its rooms).
-type fenceEntry struct {
-	at  time.Time
-	reg *wire.Registration
+// viaActor says whether the agent's frames must go through its actor now.
+func (v *peerView) viaActor() bool {
+	if v == nil {
+		return false
+	}
+	return v.pending.Load() > 0 || v.viaActorIn(peer.State(v.state.Load()))
 }
 
-type queuedFrame struct {
-	info  *wire.TransferInfo
-	abort *wire.Abort
-	size  int
+// viaActorIn says whether an agent in state st has its frames go through its
+// actor.
+func (*peerView) viaActorIn(st peer.State) bool {
+	return st == peer.Loading || st == peer.Fenced || st == peer.Closed
 }
 
-func newPeers(d *Daemon, maxPeers int) *peers {
+// regPayload is a registration as the peer machine carries it.
+type regPayload struct {
+	r        *wire.Registration
+	frames   [][]byte
+	view     *peerView
+	rejected bool // refused before its load (already recorded in dialects)
+}
+
+// infoPayload is a transfer info or ABORT handed to a peer actor.
+type infoPayload struct {
+	t    *wire.TransferInfo
+	a    *wire.Abort
+	size int // counted in peers.queued
+}
+
+func newPeers(d *Daemon, maxPeers int, clk clock.Clock) *peers {
 	s := &d.counters.logsSuppressed
-	return &peers{d: d, max: maxPeers, byAgent: map[string]*peerEntry{}, fenced: map[string]fenceEntry{},
+	p := &peers{d: d, max: maxPeers, views: map[string]*peerView{}, at: map[room.Endpoint]string{},
 		rejectedOf: map[string]bool{},
 		dupLogs:    newLogLimiter(time.Second, s), rejectLogs: newLogLimiter(time.Second, s),
 		// Honest registrations come in bursts at start-up: 20 lines a second.
 		addLogs: newLogLimiter(50*time.Millisecond, s)}
+	// Liveness is watched outside the machines for now (liveness.go): it
+	// tells the actors of losses, fences and their ends (peer.Lost, Back).
+	p.actors = actors.NewPeers(actors.PeersConfig{
+		Rules: peer.Config{NoLiveness: true, MaxQueued: maxQueuedFrames, MaxQueuedBytes: maxQueuedBytes},
+		Exec:  p, Clock: clk,
+		OnPanic: func(agent string, r any) {
+			d.log.Error("panic on a decode peer's path; the peer is dropped", "agent", agent, "panic", fmt.Sprint(r))
+		},
+	})
+	return p
 }
 
 // Registration: the first registration of an agent wins (as upstream), with
@@ -146,375 +176,61 @@ func (p *peers) replay(msgs [][][]byte) {
 	p.d.log.Info("decode registrations replayed from the state file", "replayed", n, "kept", len(msgs))
 }
 
-// register runs on the ingest goroutine; it reports whether r was taken to
-// be loaded. It does no NIXL, network or file work: that is load's.
+// afterRegisterCheck, when set, runs in register right after the agent's
+// view was looked up (tests: an event of another goroutine lands there).
+var afterRegisterCheck func(agent string)
+
+// register runs on the ingest goroutine: it checks the peer cap and hands
+// the registration to the agent's actor (which decides the rest: duplicate,
+// comeback, dialect, load). It reports whether it handed it over.
 func (p *peers) register(r *wire.Registration, frames [][]byte, replay bool) bool {
 	d := p.d
 	to := room.Endpoint{IP: r.DecodeIP, Port: r.DecodePort}
-	var before []func() // releases of agents this registration replaces, run by load first
-	p.mu.Lock()
-	e, exists := p.byAgent[r.AgentName]
-	comeback := exists && e.ready && e.to == to && !replay
-	p.mu.Unlock()
-	if exists && !comeback {
-		d.counters.duplicateRegistrations.Add(1)
-		if ok, suppressed := p.dupLogs.allow(); ok {
-			d.log.Info("duplicate registration ignored (first wins)", "agent", r.AgentName, "endpoint", to.String(),
-				"loading", !e.ready, "suppressed", suppressed)
-		}
-		return false
+	v := p.views[r.AgentName]
+	if v == nil {
+		v = &peerView{}
+		p.views[r.AgentName] = v
+		p.forgetViews()
 	}
-	if comeback {
-		d.counters.peersReturned.Add(1)
-		if rel, ok := d.forgetAgent(r.AgentName, "registered again from its endpoint: decode cleared its connection to this prefill and failed the rooms it tracked", true, false); ok {
-			before = append(before, rel)
-		}
+	if afterRegisterCheck != nil {
+		afterRegisterCheck(r.AgentName)
 	}
-	if old := d.dialects.acceptedAt(to); old != "" && old != r.AgentName {
-		if rel, ok := d.forgetAgent(old, "re-registered: a new agent registered from its endpoint", false, false); ok {
-			before = append(before, rel)
-		}
-	}
-	p.mu.Lock()
-	full := len(p.byAgent) >= p.max
-	if f, ok := p.fenced[r.AgentName]; ok && (f.reg == nil || f.reg.DecodeIP == r.DecodeIP && f.reg.DecodePort == r.DecodePort) {
-		p.unfenceLocked(r.AgentName) // registering again: whatever follows is after decode's reset
-	}
-	p.mu.Unlock()
-	var (
-		dialect wire.Dialect
-		err     error
-	)
-	if full {
-		err = fmt.Errorf("peer table full: %d decode agents registered (the link cap)", p.max)
+	st := peer.State(v.state.Load())
+	holding := v.pending.Load() > 0 || st == peer.Loading || st.Live()
+	if !holding && p.slots.Load() >= int64(p.max) {
+		err := fmt.Errorf("peer table full: %d decode agents registered (the link cap)", p.max)
 		d.dialects.reject(r, err)
-	} else {
-		dialect, err = d.dialects.register(r)
-	}
-	if err != nil {
 		d.counters.badRegistrations.Add(1)
 		if ok, suppressed := p.rejectLogs.allow(); ok {
 			d.log.Warn("decode registration rejected; its rooms fail with peer_rejected", "agent", r.AgentName,
 				"endpoint", to.String(), "err", err, "suppressed", suppressed)
 		}
-		if len(before) > 0 {
-			go runAll(before)
-		}
 		return false
 	}
-	e = &peerEntry{reg: r, to: to, started: d.now(), epoch: p.epoch.Add(1)}
-	p.mu.Lock()
-	p.byAgent[r.AgentName] = e
-	p.loading++
-	p.wg.Add(1)
-	p.mu.Unlock()
-	go p.load(e, dialect, frames, replay, before)
+	v.pending.Add(1)
+	p.at[to] = r.AgentName
+	p.actors.Send(r.AgentName, peer.Register{From: peer.Endpoint(to), Replay: replay, Epoch: p.epoch.Add(1),
+		Reg: &regPayload{r: r, frames: frames, view: v}})
 	return true
 }
 
-func runAll(fs []func()) {
-	for _, f := range fs {
-		f()
-	}
-}
-
-// load does a registration's slow work off the ingest goroutine, then applies
-// what was queued for the agent meanwhile, in arrival order.
-func (p *peers) load(e *peerEntry, dialect wire.Dialect, frames [][]byte, replay bool, before []func()) {
-	defer p.wg.Done()
-	d := p.d
-	r := e.reg
-	runAll(before) // the agents this one replaces leave NIXL and the pool first
-	err := p.add(r, dialect)
-	p.mu.Lock()
-	current := p.byAgent[r.AgentName] == e
-	p.mu.Unlock()
-	switch {
-	case err == nil && !current:
-		// Dropped while loading (its decode was lost, or kvxferd is closing):
-		// take it back out of NIXL and the pool.
-		d.releaseAgent(r.AgentName, true)
-	case err == nil:
-		d.counters.registrations.Add(1)
-		p.staging().add(r, !dialect.Notifs())
-		if frames != nil {
-			d.state.put(r, frames)
-		}
-		// Dial now (pinned), so the link watches the decode from its first room on.
-		if _, lerr := d.links.get(e.to, true); lerr != nil {
-			if ok, suppressed := p.rejectLogs.allow(); ok {
-				d.log.Warn("link to decode; its loss will not be detected", "agent", r.AgentName, "err", lerr, "suppressed", suppressed)
-			}
-		}
-		d.liveness.watch(e.to)
-		if ok, suppressed := p.addLogs.allow(); ok {
-			d.log.Info("decode registered", "agent", r.AgentName, "endpoint", e.to.String(),
-				"kv_buffers", len(r.KVDataPtrs), "tp", r.DecodeTPSize, "sglang", dialect.String(), "frames", r.Frames,
-				"load", d.now().Sub(e.started).String(), "suppressed", suppressed)
-		}
-	case replay:
-		// The decode is gone (or changed): forget it, quietly.
-		d.dialects.drop(r.AgentName, "replayed registration no longer loads", false)
-		d.state.remove(r.AgentName)
-		d.log.Info("replayed decode registration dropped: it no longer loads", "agent", r.AgentName,
-			"endpoint", e.to.String(), "err", err)
-	default:
-		// Refused by SGLang's geometry rules (or NIXL): its rooms fail
-		// peer_rejected, and decode is told SGLang's reason.
-		d.dialects.reject(r, err)
-		d.counters.badRegistrations.Add(1)
-		if ok, suppressed := p.rejectLogs.allow(); ok {
-			d.log.Warn("decode registration rejected; its transfer infos will fail their rooms", "agent", r.AgentName,
-				"err", err, "suppressed", suppressed)
-		}
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.loading--
-	if p.byAgent[r.AgentName] == e {
-		if err != nil {
-			delete(p.byAgent, r.AgentName)
-		} else {
-			e.ready = true
-		}
-	}
-	// Applied under mu, so that a frame the ingest reads after this cannot
-	// overtake them (it finds the entry ready, or gone, only after).
-	for _, q := range e.queue {
-		if q.info != nil {
-			p.applyInfo(q.info)
-		} else {
-			p.applyAbort(q.abort)
-		}
-	}
-	p.queued -= e.qBytes
-	e.queue, e.qBytes = nil, 0
-}
-
-// add loads the peer's NIXL metadata and hands its geometry to the pool; on
-// failure nothing of it stays in NIXL. Called without locks.
-func (p *peers) add(r *wire.Registration, dialect wire.Dialect) error {
-	d := p.d
-	agent, pool := d.backend()
-	if agent == nil || pool == nil {
-		return errors.New("no memory registered yet")
-	}
-	name, err := agent.LoadPeer(r.AgentMetadata)
-	if err != nil {
-		return err
-	}
-	if name != r.AgentName {
-		_ = agent.DropPeer(name)
-		return errors.New("agent metadata names " + name + ", the frame says " + r.AgentName)
-	}
-	g := sglang.PeerGeometry{
-		Agent: name, KVPtrs: r.KVDataPtrs, KVItemLens: r.KVItemLens, DstKVItemLen: uint64(r.DstKVItemLen),
-		GPU: uint64(r.GPUID), AuxPtrs: r.AuxDataPtrs, StatePtrs: r.StateDataPtrs, TPSize: r.DecodeTPSize,
-		NoNotifs: !dialect.Notifs(),
-	}
-	peerTopology(&g, r, dialect)
-	p.staging().geometry(&g, r)
-	if r.HasDstNumSlots {
-		g.DstNumSlots = r.DstNumSlots
-	}
-	for _, k := range r.KVMemKinds {
-		kind := nixl.VRAM
-		if k == wire.MemDRAM {
-			kind = nixl.DRAM
-		}
-		g.KVKinds = append(g.KVKinds, kind)
-	}
-	if err := pool.AddPeer(g); err != nil {
-		_ = agent.DropPeer(name)
-		return err
-	}
-	return nil
-}
-
-// forgetAgent does the bookkeeping of dropping an accepted decode agent: it
-// leaves the peer table and the dialect table, its rooms fail peer_lost, and
-// its state-file record goes. It returns what is left to do off the caller's
-// goroutine (the pool, NIXL, the link; releaseAgent) and whether the agent
-// was known. lost says its connection was lost; keepState keeps its state-file
-// record (a rolled-back activation replays it next time).
-func (d *Daemon) forgetAgent(agent, why string, lost, keepState bool) (release func(), known bool) {
-	p := d.peers
-	p.mu.Lock()
-	e, ok := p.byAgent[agent]
-	if ok {
-		delete(p.byAgent, agent)
-	}
-	p.mu.Unlock()
-	p.staging().drop(agent)
-	to, inDialects := d.dialects.drop(agent, why, lost)
-	if !ok && !inDialects {
-		return nil, false
-	}
-	d.counters.peersDropped.Add(1)
-	d.eng.PeerLost(agent)
-	if ok, suppressed := d.dropLogs.allow(); ok {
-		d.log.Warn("decode agent dropped; its rooms fail peer_lost", "agent", agent, "endpoint", to.String(), "why", why,
-			"suppressed", suppressed)
-	}
-	loaded := ok && e.ready
-	return func() {
-		if !keepState {
-			d.state.remove(agent)
-		}
-		if loaded {
-			d.releaseAgent(agent, true)
-		}
-		if inDialects {
-			d.links.retire(to)
-			d.liveness.unwatch(to)
-		}
-	}, true
-}
-
-// releaseAgent takes an agent out of the pool and, when nx, out of NIXL.
-func (d *Daemon) releaseAgent(agent string, nx bool) {
-	a, pool := d.backend()
-	if pool != nil {
-		pool.RemovePeer(agent)
-	}
-	if nx && a != nil {
-		_ = a.DropPeer(agent)
-	}
-}
-
-// dropAgent forgets an accepted decode agent (forgetAgent) and releases it.
-// Idempotent; safe from any goroutine but the ingest's and a link's monitor
-// (it may wait on the NIXL agent).
-func (d *Daemon) dropAgent(agent, why string, lost bool) {
-	if rel, ok := d.forgetAgent(agent, why, lost, false); ok {
-		rel()
-	}
-}
-
-// dropAgentSince drops an agent for a transfer posted at epoch that failed
-// peer_lost, unless the agent was loaded again after it (a decode that came
-// back: the failure is its old incarnation's, our own DropPeer among them).
-func (d *Daemon) dropAgentSince(agent string, epoch uint64, why string) {
-	p := d.peers
-	p.mu.Lock()
-	e, ok := p.byAgent[agent]
-	newer := ok && e.epoch > epoch
-	p.mu.Unlock()
-	if newer {
+// forgetViews bounds the views: past maxViews, those of agents gone with
+// nothing pending go (a later registration makes a new one).
+func (p *peers) forgetViews() {
+	if len(p.views) <= maxViews {
 		return
 	}
-	d.dropAgent(agent, why, true)
-}
-
-// fence marks an agent lost to an outage: its transfer infos fail their rooms
-// before the rooms see them, until it registers again or is restored (see
-// liveness.go). Call it before the agent is dropped.
-func (p *peers) fence(agent string, at time.Time) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	f, ok := p.fenced[agent]
-	if !ok {
-		p.fenceOrder = append(p.fenceOrder, agent)
-	}
-	f.at = at
-	if e := p.byAgent[agent]; e != nil && e.ready {
-		f.reg = e.reg
-	}
-	p.fenced[agent] = f
-	for len(p.fenceOrder) > maxFenced {
-		delete(p.fenced, p.fenceOrder[0])
-		p.fenceOrder = p.fenceOrder[1:]
-	}
-}
-
-func (p *peers) unfenceLocked(agent string) {
-	if _, ok := p.fenced[agent]; !ok {
-		return
-	}
-	delete(p.fenced, agent)
-	for i, a := range p.fenceOrder {
-		if a == agent {
-			p.fenceOrder = append(p.fenceOrder[:i], p.fenceOrder[i+1:]...)
-			break
+	for a, v := range p.views {
+		st := peer.State(v.state.Load())
+		if v.pending.Load() == 0 && (st == peer.Gone || st == peer.Absent) {
+			delete(p.views, a)
 		}
 	}
-}
-
-// unfence forgets an agent's fence.
-func (p *peers) unfence(agent string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.unfenceLocked(agent)
-}
-
-// restore lifts an agent's fence once its endpoint has answered every probe
-// for FenceHold without the agent registering again: its decode kept its
-// rooms (the heartbeat recovered), so the agent is the same peer coming back
-// and is loaded again from its last registration, as if it had sent it now.
-// Its transfer infos wait for that load like any registration's.
-func (p *peers) restore(agent string) {
-	d := p.d
-	p.mu.Lock()
-	f, ok := p.fenced[agent]
-	if !ok || f.reg == nil || p.byAgent[agent] != nil {
-		p.unfenceLocked(agent)
-		p.mu.Unlock()
-		return
-	}
-	r := f.reg
-	to := room.Endpoint{IP: r.DecodeIP, Port: r.DecodePort}
-	if len(p.byAgent) >= p.max || d.dialects.acceptedAt(to) != "" {
-		// Another agent took the endpoint, or no room: it stays forgotten.
-		p.unfenceLocked(agent)
-		p.mu.Unlock()
-		return
-	}
-	e := &peerEntry{reg: r, to: to, started: d.now(), epoch: p.epoch.Add(1)}
-	p.byAgent[agent] = e
-	p.loading++
-	p.wg.Add(1)
-	p.unfenceLocked(agent)
-	p.mu.Unlock()
-	dialect, err := d.dialects.register(r)
-	if err != nil { // it was accepted before; a rule changed under it
-		p.mu.Lock()
-		p.loading--
-		delete(p.byAgent, agent)
-		p.mu.Unlock()
-		p.wg.Done()
-		return
-	}
-	d.counters.peersReturned.Add(1)
-	go p.load(e, dialect, nil, false, nil)
-}
-
-// infoRoute is what the ingest does with one transfer info (classify).
-type infoRoute uint8
-
-const (
-	infoApply   infoRoute = iota // to its room (applyInfo)
-	infoFenced                   // its agent is fenced: fail the room, then the info
-	infoQueued                   // its agent is loading: queued, load applies it
-	infoRefused                  // the loading queue is full: fail the room
-)
-
-// classifyLocked decides an info's route and queues it when its agent is
-// loading. Called with p.mu held; it calls nothing outside the table.
-func (p *peers) classifyLocked(t *wire.TransferInfo) infoRoute {
-	if _, ok := p.fenced[t.AgentName]; ok {
-		return infoFenced
-	}
-	if e, ok := p.byAgent[t.AgentName]; ok && !e.ready {
-		size := 4*len(t.DstKVIndices) + 4*len(t.DstStateIndices) + 256
-		if len(e.queue) < maxQueuedFrames && e.qBytes+size <= maxQueuedBytes && p.queued+size <= maxQueuedTotal {
-			e.queue = append(e.queue, queuedFrame{info: t, size: size})
-			e.qBytes += size
-			p.queued += size
-			return infoQueued
+	for ep, a := range p.at {
+		if _, ok := p.views[a]; !ok {
+			delete(p.at, ep)
 		}
-		return infoRefused
 	}
-	return infoApply
 }
 
 // infoSink is where an info's room messages go: the engine itself
@@ -524,38 +240,52 @@ type infoSink interface {
 	Fail(roomID uint64, why room.Reason)
 }
 
-// routeInfo does what classify decided, on to.
-func (p *peers) routeInfo(t *wire.TransferInfo, how infoRoute, to infoSink, rejected func(agent string) bool) {
-	switch how {
-	case infoFenced:
-		// The room fails before it sees the info, so nothing is ever
-		// written for it; the info after the failure tells decode (where
-		// its release reads KV_STATUS) that the room failed.
-		p.d.counters.fencedInfos.Add(1)
-		to.Fail(t.Room, room.ReasonPeerLost)
-		p.applyInfoTo(t, to, rejected)
-	case infoRefused:
-		p.d.counters.queueRefused.Add(1)
-		to.Fail(t.Room, room.ReasonTransferError)
-	case infoApply:
-		p.applyInfoTo(t, to, rejected)
+// toActor hands a transfer info to its agent's actor; false when the bound
+// over every agent's queue refuses it.
+func (p *peers) toActor(t *wire.TransferInfo, v *peerView) bool {
+	size := 4*len(t.DstKVIndices) + 4*len(t.DstStateIndices) + 256
+	if p.queued.Add(int64(size)) > maxQueuedTotal {
+		p.queued.Add(-int64(size))
+		return false
 	}
+	v.pending.Add(1)
+	p.actors.Send(t.AgentName, peer.Info{Room: t.Room, Size: size, Payload: &infoPayload{t: t, size: size}})
+	return true
+}
+
+// routeInfo sends an info to its room through to, or to its agent's actor
+// (v set).
+func (p *peers) routeInfo(t *wire.TransferInfo, v *peerView, to infoSink, rejected func(agent string) bool) {
+	if v != nil {
+		if !p.toActor(t, v) {
+			p.d.counters.queueRefused.Add(1)
+			to.Fail(t.Room, room.ReasonTransferError)
+		}
+		return
+	}
+	p.applyInfoTo(t, to, rejected)
+}
+
+// route is the actor view an info must go through (nil: straight to its room).
+func (p *peers) route(t *wire.TransferInfo) *peerView {
+	if v := p.views[t.AgentName]; v.viaActor() {
+		return v
+	}
+	return nil
 }
 
 func (p *peers) TransferInfo(t *wire.TransferInfo) {
-	p.mu.Lock()
-	how := p.classifyLocked(t)
-	p.mu.Unlock()
-	p.routeInfo(t, how, p.d.eng, p.rejected)
+	p.routeInfo(t, p.route(t), p.d.eng, p.rejected)
 }
 
 // TransferInfos is the ingest's batched hand-off (zmqio.BatchSink): a run of
-// transfer infos, classified under one lock and handed to the engine as one
-// message per directory shard (actors.Batch) instead of one per info. Each
-// info is treated exactly as TransferInfo treats it, in the same order; the
-// infos of an agent still loading are queued as before, and the run is
-// flushed before the ingest hands over anything else, so a registration or
-// an ABORT that follows on the socket still comes after it.
+// transfer infos handed to the engine as one message per directory shard
+// (actors.Batch) instead of one per info. Each info is treated exactly as
+// TransferInfo treats it, in the same order; the infos of an agent whose
+// actor must see them (loading, fenced, or still stepping what the ingest
+// sent it) go to that actor as before, and the run is flushed before the
+// ingest hands over anything else, so a registration or an ABORT that follows
+// on the socket still comes after it.
 func (p *peers) TransferInfos(ts []*wire.TransferInfo) {
 	if perFrameIngest {
 		for _, t := range ts {
@@ -570,11 +300,9 @@ func (p *peers) TransferInfos(ts []*wire.TransferInfo) {
 	// was added, before anything the ingest hands over next.
 	defer p.batch.Flush()
 	p.routes = p.routes[:0]
-	p.mu.Lock()
 	for _, t := range ts {
-		p.routes = append(p.routes, p.classifyLocked(t))
+		p.routes = append(p.routes, p.route(t))
 	}
-	p.mu.Unlock()
 	// A run comes from few agents: ask the dialect table once per agent.
 	clear(p.rejectedOf)
 	rejected := func(agent string) bool {
@@ -627,25 +355,18 @@ func (p *peers) applyInfoTo(t *wire.TransferInfo, to infoSink, rejected func(str
 // endpoint; any other ABORT still fails its room, but no ABORT_ACK is sent and
 // no link is dialled for it (counted: abort_endpoints_refused). An ABORT from
 // the endpoint of an agent still loading waits behind that agent's queued
-// transfer infos, so it cannot overtake them.
+// transfer infos (in its actor), so it cannot overtake them.
 func (p *peers) Abort(a *wire.Abort) {
 	if a.HasEndpoint {
 		from := room.Endpoint{IP: a.DecodeIP, Port: a.DecodePort}
-		p.mu.Lock()
-		if p.loading > 0 {
-			for _, e := range p.byAgent {
-				if !e.ready && e.to == from {
-					if len(e.queue) < maxQueuedFrames {
-						e.queue = append(e.queue, queuedFrame{abort: a})
-						p.mu.Unlock()
-						return
-					}
-					p.d.counters.queueRefused.Add(1)
-					break // applied at once: it may overtake, but the room still fails
-				}
+		if agent, ok := p.at[from]; ok {
+			v := p.views[agent]
+			if v != nil && (v.pending.Load() > 0 || peer.State(v.state.Load()) == peer.Loading) {
+				v.pending.Add(1)
+				p.actors.Send(agent, peer.Info{Room: a.Room, Abort: true, Payload: &infoPayload{a: a}})
+				return
 			}
 		}
-		p.mu.Unlock()
 	}
 	p.applyAbort(a)
 }
@@ -687,38 +408,68 @@ func (p *peers) BadFrame(err error) {
 	}
 }
 
-// endpointOf is where an accepted agent registered from.
-func (p *peers) endpointOf(agent string) (room.Endpoint, bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if e, ok := p.byAgent[agent]; ok {
-		return e.to, true
+// add loads the peer's NIXL metadata and hands its geometry to the pool; on
+// failure nothing of it stays in NIXL. Called without locks.
+func (p *peers) add(r *wire.Registration, dialect wire.Dialect) error {
+	d := p.d
+	agent, pool := d.backend()
+	if agent == nil || pool == nil {
+		return errors.New("no memory registered yet")
 	}
-	return room.Endpoint{}, false
+	name, err := agent.LoadPeer(r.AgentMetadata)
+	if err != nil {
+		return err
+	}
+	if name != r.AgentName {
+		_ = agent.DropPeer(name)
+		return errors.New("agent metadata names " + name + ", the frame says " + r.AgentName)
+	}
+	g := sglang.PeerGeometry{
+		Agent: name, KVPtrs: r.KVDataPtrs, KVItemLens: r.KVItemLens, DstKVItemLen: uint64(r.DstKVItemLen),
+		GPU: uint64(r.GPUID), AuxPtrs: r.AuxDataPtrs, StatePtrs: r.StateDataPtrs, TPSize: r.DecodeTPSize,
+		NoNotifs: !dialect.Notifs(),
+	}
+	peerTopology(&g, r, dialect)
+	p.staging().geometry(&g, r)
+	if r.HasDstNumSlots {
+		g.DstNumSlots = r.DstNumSlots
+	}
+	for _, k := range r.KVMemKinds {
+		kind := nixl.VRAM
+		if k == wire.MemDRAM {
+			kind = nixl.DRAM
+		}
+		g.KVKinds = append(g.KVKinds, kind)
+	}
+	if err := pool.AddPeer(g); err != nil {
+		_ = agent.DropPeer(name)
+		return err
+	}
+	return nil
 }
 
-// agents lists the accepted agents, loading or ready.
-func (p *peers) agents() []string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	out := make([]string, 0, len(p.byAgent))
-	for a := range p.byAgent {
-		out = append(out, a)
+// releaseAgent takes an agent out of the pool and, when nx, out of NIXL.
+func (d *Daemon) releaseAgent(agent string, nx bool) {
+	a, pool := d.backend()
+	if pool != nil {
+		pool.RemovePeer(agent)
 	}
-	return out
+	if nx && a != nil {
+		_ = a.DropPeer(agent)
+	}
 }
 
-// clearFences lifts every fence (a rolled-back activation).
-func (p *peers) clearFences() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	clear(p.fenced)
-	p.fenceOrder = nil
+// close shuts every peer actor down and waits for the loads still out
+// (shutdown), bounded by ctx.
+func (p *peers) close(ctx context.Context) error {
+	if p == nil {
+		return nil
+	}
+	return p.actors.Close(ctx)
 }
 
-// wait waits for the registration loads in flight (shutdown, rollback).
-func (p *peers) wait() {
-	if p != nil {
-		p.wg.Wait()
-	}
+// dropAll drops every peer (a rolled-back activation: their records stay in
+// the state file) and waits for the loads still out, bounded by ctx.
+func (p *peers) dropAll(ctx context.Context) error {
+	return p.actors.Broadcast(ctx, peer.Drop{Why: "activation failed", KeepState: true})
 }

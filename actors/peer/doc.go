@@ -1,0 +1,26 @@
+// Package peer holds the rules of one decode peer (one agent name) as a plain
+// state machine, as package room does for a transfer room.
+//
+// A Machine has no goroutines, no clock and no I/O. Every input is a message
+// passed to Step (a registration, a replayed one, a NIXL load's result, a
+// probe's result, a link event, a write to post, a transfer info, a failed
+// transfer with its incarnation, a deadline, shutdown) and every consequence
+// comes back as data in Effects: load or release the NIXL metadata of one
+// incarnation, dial or close the link, probe, post or fail held writes, route
+// or fail transfer infos, fail the incarnation's rooms peer_lost, persist or
+// forget the registration, arm a deadline. The actor that owns a Machine only
+// executes those effects, in one place; slow ones (the NIXL load, the probe,
+// file writes) run off the actor and come back as messages.
+//
+// Each registration the machine accepts starts an incarnation (a number that
+// only grows). What is loaded, posted and failed is named by incarnation,
+// never by agent name alone, so a late result of an old incarnation cannot
+// touch the new one, and a peer coming back never inherits the rooms of the
+// incarnation before it. At most one load is in flight: a registration that
+// arrives while a superseded load is still out waits for its result (which
+// is released) before its own load starts.
+//
+// The transition table is in machine.go; explorer_test.go walks every
+// ordering of a bounded set of peer events and checks the invariants after
+// every step.
+package peer

@@ -1,0 +1,100 @@
+package peer
+
+// Msg is one input to a peer's machine.
+type Msg interface{ isMsg() }
+
+// Register is a registration frame of the agent from decode (Replay: read
+// back from the state file before the socket is read).
+type Register struct {
+	From   Endpoint
+	Replay bool
+	// Rejected is set when the registration is refused before any load (its
+	// release is not supported, the peer table is full): the reason.
+	Rejected string
+	// Reg is the registration itself, carried opaquely to Load and Persist.
+	Reg any
+	// Epoch, when set, numbers the incarnation it starts (a daemon-wide
+	// counter, so a transfer can name the incarnation current when it was
+	// posted); 0 takes the next number.
+	Epoch uint64
+}
+
+// LoadDone is the result of the Load of incarnation Inc.
+type LoadDone struct {
+	Inc uint64
+	Err string // "" : loaded
+}
+
+// Probed is the result of the probe the machine asked for.
+type Probed struct{ Result ProbeResult }
+
+// LinkLost: the link's monitor saw its TCP connection to decode close.
+type LinkLost struct{}
+
+// Write asks to post a transfer (ID) planned at incarnation Inc (one planned
+// before the current incarnation fails); Confirm posts it only after a probe
+// begun after it was answered.
+type Write struct {
+	ID      uint64
+	Inc     uint64
+	Confirm bool
+}
+
+// Info is a transfer info of the agent for a room.
+type Info struct {
+	Room  uint64
+	Abort bool // an ABORT of the room (queued in order with the infos)
+	Size  int  // bytes it holds while queued (Config.MaxQueuedBytes)
+	// Payload is the frame itself, carried opaquely to the effect.
+	Payload any
+}
+
+// XferFailed: a transfer posted at incarnation Inc (or, with daemon-wide
+// epochs, while the epoch was Inc) failed peer_lost (the NIXL connection to
+// the agent is lost). It ends the current incarnation unless that one began
+// after the transfer was posted.
+type XferFailed struct{ Inc uint64 }
+
+// Deadline fires the armed timer of Kind with generation Gen.
+type Deadline struct {
+	Kind DeadlineKind
+	Gen  uint32
+}
+
+// Drop forgets the peer on the daemon's word (a rolled-back activation,
+// another agent took the endpoint): KeepState keeps its stored registration.
+type Drop struct {
+	Why       string
+	KeepState bool
+}
+
+// Lost and Back are what a liveness watch outside the machine decides (a
+// daemon that probes on its own, with Config.NoLiveness): Lost drops the
+// peer, fenced when Fence (an outage decode has given its rooms up over);
+// Back ends a fence, loading the peer again from its last registration when
+// Alive (its endpoint answered for the fence hold), else forgetting it.
+type Lost struct {
+	Why   string
+	Fence bool
+}
+
+type Back struct {
+	Alive bool
+	Epoch uint64 // as Register.Epoch, for the incarnation a restore starts
+}
+
+// Shutdown ends the peer for good.
+type Shutdown struct{}
+
+func (Register) isMsg()   {}
+func (LoadDone) isMsg()   {}
+func (Probed) isMsg()     {}
+func (LinkLost) isMsg()   {}
+func (Write) isMsg()      {}
+func (Info) isMsg()       {}
+func (XferFailed) isMsg() {}
+func (Deadline) isMsg()   {}
+func (Drop) isMsg()       {}
+func (Shutdown) isMsg()   {}
+func (Lost) isMsg()       {}
+func (Back) isMsg()       {}

@@ -1,0 +1,253 @@
+package daemon
+
+import (
+	"errors"
+	"time"
+
+	"github.com/kvxfer/kvxfer/actors"
+	"github.com/kvxfer/kvxfer/actors/peer"
+	"github.com/kvxfer/kvxfer/actors/room"
+)
+
+// peerLocal is the daemon's own state of one peer, kept by its actor and
+// touched only there (actors.PeerCtx.Local).
+type peerLocal struct {
+	view     *peerView   // what the ingest reads (peers.views)
+	cur      *regPayload // the registration of the incarnation loading or loaded
+	to       room.Endpoint
+	started  time.Time // on the daemon's clock, when its load began
+	restored bool
+	holding  bool // counted in peers.slots
+}
+
+// Exec implements actors.PeerExec: it is the one place a peer's effects are
+// executed, on that peer's actor, in the machine's order (effects.go). Work
+// that may block (the NIXL load) runs on a goroutine of its own and comes
+// back as peer.LoadDone. At shutdown what the daemon closes wholesale next
+// (the pool, NIXL, the links, the state file) is not released peer by peer.
+func (p *peers) Exec(pc *actors.PeerCtx, fx peer.Effects) {
+	d := p.d
+	l, _ := pc.Local.(*peerLocal)
+	if l == nil {
+		l = &peerLocal{}
+		pc.Local = l
+	}
+	fromIngest := false
+	switch m := pc.Msg.(type) {
+	case peer.Register:
+		l.view, fromIngest = m.Reg.(*regPayload).view, true
+	case peer.Info:
+		fromIngest = true
+	}
+	_, shutdown := pc.Msg.(peer.Shutdown)
+	// The state is published before the effects when it sends the ingest
+	// through the actor (loading, fenced, closed: nothing the ingest reads
+	// after, or counts after, goes straight to a room), and after them when
+	// it lets the ingest go straight to the rooms (ready: what the actor
+	// applies now, its queue, comes first).
+	direct := !(&peerView{}).viaActorIn(pc.State)
+	if !direct && l.view != nil {
+		l.view.state.Store(uint32(pc.State))
+	}
+	defer func() {
+		holding := pc.State == peer.Loading || pc.State.Live()
+		if holding != l.holding {
+			l.holding = holding
+			if holding {
+				p.slots.Add(1)
+			} else {
+				p.slots.Add(-1)
+			}
+		}
+		if l.view != nil {
+			l.view.state.Store(uint32(pc.State))
+			if fromIngest {
+				l.view.pending.Add(-1)
+			}
+		}
+	}()
+	agent := pc.Agent
+
+	_, lost := pc.Msg.(peer.Lost)
+	for _, n := range fx.Notes {
+		switch n {
+		case peer.NoteLost:
+			if lost {
+				d.counters.peersLost.Add(1)
+			}
+		case peer.NoteFenced:
+			d.counters.peersFenced.Add(1)
+		case peer.NoteDuplicate:
+			d.counters.duplicateRegistrations.Add(1)
+			if ok, suppressed := p.dupLogs.allow(); ok {
+				r := pc.Msg.(peer.Register)
+				d.log.Info("duplicate registration ignored (first wins)", "agent", agent, "endpoint", room.Endpoint(r.From).String(),
+					"loading", pc.State == peer.Loading, "suppressed", suppressed)
+			}
+		case peer.NoteReturned:
+			d.counters.peersReturned.Add(1)
+		case peer.NoteQueueRefused:
+			d.counters.queueRefused.Add(1)
+		case peer.NoteFencedInfo:
+			d.counters.fencedInfos.Add(1)
+		}
+	}
+	if fx.Release != 0 && !shutdown {
+		d.releaseAgent(agent, true)
+	}
+	if fx.FailRooms {
+		p.forget(agent, fx.Reason, fx.Has(peer.NoteLost))
+	}
+	if fx.Forget && !shutdown {
+		d.state.remove(agent)
+	}
+	if ld, ok := pc.Msg.(peer.LoadDone); ok && ld.Err != "" && l.cur != nil {
+		p.loadFailed(agent, l, ld.Err, fx)
+	}
+	if fx.Load != nil {
+		p.startLoad(pc, l, fx.Load)
+	}
+	if fx.Dial {
+		p.ready(agent, l)
+	}
+	for _, i := range fx.Apply {
+		p.letGo(i)
+		if ip, ok := i.Payload.(*infoPayload); ok {
+			if ip.a != nil {
+				p.applyAbort(ip.a)
+			} else {
+				p.applyInfo(ip.t)
+			}
+		}
+	}
+	for _, i := range fx.FailInfos {
+		p.letGo(i)
+		// The room fails before it sees the info, so nothing is ever
+		// written for it; the info after the failure tells decode (where
+		// its release reads KV_STATUS) that the room failed.
+		if ip, ok := i.Payload.(*infoPayload); ok && ip.t != nil {
+			d.eng.Fail(ip.t.Room, room.ReasonPeerLost)
+			p.applyInfo(ip.t)
+		}
+	}
+	for _, i := range fx.Refuse {
+		p.letGo(i)
+		if !shutdown { // else the engine's close fails it (shutdown)
+			d.eng.Fail(i.Room, room.ReasonTransferError)
+		}
+	}
+}
+
+func (p *peers) letGo(i peer.Info) {
+	if ip, ok := i.Payload.(*infoPayload); ok && ip.size > 0 {
+		p.queued.Add(-int64(ip.size))
+	}
+}
+
+// forget is the bookkeeping of an incarnation that ended: the agent leaves
+// the staging and dialect tables, its rooms fail peer_lost, and its link and
+// probe go unless another agent registered at its endpoint since.
+func (p *peers) forget(agent, why string, lost bool) {
+	d := p.d
+	p.staging().drop(agent)
+	to, inDialects := d.dialects.drop(agent, why, lost)
+	d.counters.peersDropped.Add(1)
+	d.eng.PeerLost(agent)
+	if ok, suppressed := d.dropLogs.allow(); ok {
+		d.log.Warn("decode agent dropped; its rooms fail peer_lost", "agent", agent, "endpoint", to.String(), "why", why,
+			"suppressed", suppressed)
+	}
+	if inDialects {
+		if cur := d.dialects.acceptedAt(to); cur == "" || cur == agent {
+			d.links.retire(to)
+			d.liveness.unwatch(to)
+		}
+	}
+}
+
+// startLoad begins an incarnation's load: a restore only while its endpoint
+// is free and the cap allows; a new agent at the endpoint of another drops
+// that one (its decode restarted); the dialect is recorded (or the
+// registration refused); the NIXL load runs off the actor.
+func (p *peers) startLoad(pc *actors.PeerCtx, l *peerLocal, ld *peer.Load) {
+	d := p.d
+	rp := ld.Reg.(*regPayload)
+	r := rp.r
+	to := room.Endpoint{IP: r.DecodeIP, Port: r.DecodePort}
+	l.cur, l.to, l.started, l.restored = rp, to, d.now(), ld.Restored
+	inc, report := ld.Inc, pc.Report
+	if ld.Restored {
+		other := d.dialects.acceptedAt(to)
+		if other != "" && other != pc.Agent || !l.holding && p.slots.Load() >= int64(p.max) {
+			// Another agent took the endpoint, or no room: it stays forgotten.
+			report(peer.LoadDone{Inc: inc, Err: "restore refused"})
+			return
+		}
+	}
+	if old := d.dialects.acceptedAt(to); old != "" && old != pc.Agent {
+		p.actors.Send(old, peer.Drop{Why: "re-registered: a new agent registered from its endpoint"})
+	}
+	dialect, err := d.dialects.register(r)
+	if err != nil {
+		rp.rejected = true
+		report(peer.LoadDone{Inc: inc, Err: err.Error()})
+		return
+	}
+	go func() { // NIXL may take its time: never on the actor
+		e := ""
+		if err := p.add(r, dialect); err != nil {
+			e = err.Error()
+			if e == "" {
+				e = "load failed"
+			}
+		}
+		report(peer.LoadDone{Inc: inc, Err: e})
+	}()
+}
+
+// loadFailed records a registration that did not load: a replay quietly
+// forgotten, a restore quietly ended, any other rejected (its rooms fail
+// peer_rejected, and decode is told SGLang's reason).
+func (p *peers) loadFailed(agent string, l *peerLocal, why string, fx peer.Effects) {
+	d := p.d
+	r := l.cur.r
+	switch {
+	case fx.Has(peer.NoteReplayFailed):
+		d.dialects.drop(agent, "replayed registration no longer loads", false)
+		d.log.Info("replayed decode registration dropped: it no longer loads", "agent", agent,
+			"endpoint", l.to.String(), "err", why)
+	case fx.Has(peer.NoteRejected):
+		if !l.cur.rejected {
+			d.dialects.reject(r, errors.New(why))
+		}
+		d.counters.badRegistrations.Add(1)
+		if ok, suppressed := p.rejectLogs.allow(); ok {
+			d.log.Warn("decode registration rejected; its transfer infos will fail their rooms", "agent", agent,
+				"endpoint", l.to.String(), "err", why, "suppressed", suppressed)
+		}
+	}
+}
+
+// ready is an incarnation loaded: staging, the state file, the pinned link
+// (so it watches the decode from its first room on) and the probes.
+func (p *peers) ready(agent string, l *peerLocal) {
+	d := p.d
+	r := l.cur.r
+	dialect := d.dialects.at(l.to)
+	d.counters.registrations.Add(1)
+	p.staging().add(r, !dialect.Notifs())
+	if l.cur.frames != nil && !l.restored {
+		d.state.put(r, l.cur.frames)
+	}
+	if _, err := d.links.get(l.to, true); err != nil {
+		if ok, suppressed := p.rejectLogs.allow(); ok {
+			d.log.Warn("link to decode; its loss will not be detected", "agent", agent, "err", err, "suppressed", suppressed)
+		}
+	}
+	d.liveness.watch(l.to)
+	if ok, suppressed := p.addLogs.allow(); ok {
+		d.log.Info("decode registered", "agent", agent, "endpoint", l.to.String(),
+			"kv_buffers", len(r.KVDataPtrs), "tp", r.DecodeTPSize, "sglang", dialect.String(), "frames", r.Frames,
+			"load", d.now().Sub(l.started).String(), "suppressed", suppressed)
+	}
+}
