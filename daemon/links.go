@@ -182,15 +182,6 @@ func (l *links) current(to room.Endpoint, e *linkEntry) bool {
 	return l.by[to] == e
 }
 
-// unpin makes a registered decode's link evictable (the decode is gone).
-func (l *links) unpin(to room.Endpoint) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if e, ok := l.by[to]; ok {
-		e.pinned = false
-	}
-}
-
 // retire closes the link to an endpoint (in the background) so that the next
 // use dials a fresh one: a decode re-registered there, or the one there is
 // gone. Its monitor no longer reports anything.
