@@ -465,6 +465,7 @@ def main():
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--request-timeout", type=float, default=300.0)
     ap.add_argument("--smoke", action="store_true", help="CI subset: no decode restart, no tracing check")
+    ap.add_argument("--no-tracing", action="store_true", help="skip the tracing check (serving/tracing.py runs it alone)")
     ap.add_argument("--run-dir", default=None)
     ap.add_argument("--render", default=None, metavar="SUITE_JSON[,SUITE_JSON]",
                     help="print (and with --doc write) finished runs' tables, one block per run; runs nothing")
@@ -502,7 +503,7 @@ def main():
             log(f"{version}: monolithic reference, {rec['mono_errors']} errors")
             for variant in ("sglang", "kvxfer"):
                 run_pd(version, variant, model, ps, ref, args, os.path.join(run_dir, version), rec)
-            if not args.smoke:
+            if not args.smoke and not args.no_tracing:
                 import tracing  # serving/tracing.py: one trace per request, SGLang's span over kvxfer's room
 
                 tr = tracing.check(version, run_dir=os.path.join(run_dir, version, "tracing"))
