@@ -105,14 +105,11 @@ func (a *roomActor) Receive(ctx actor.Context) {
 		}
 		a.recv++
 		traceOK := a.see(msg)
-		fx := a.m.Step(msg.msg)
-		a.view()
-		a.exec(ctx, msg, fx)
+		a.exec(ctx, msg, a.m.Step(msg.msg))
 		if !traceOK {
 			a.stepDirect(ctx, room.Fail{Reason: room.ReasonInternalError})
 		}
 		a.drainSync(ctx)
-		a.report(ctx)
 	case *postDone:
 		done := xferDone{seq: msg.seq, fail: msg.fail, signal: msg.signal}
 		msg.signal = nil
@@ -121,21 +118,18 @@ func (a *roomActor) Receive(ctx actor.Context) {
 		}
 		a.complete(ctx, done)
 		a.drainSync(ctx)
-		a.report(ctx)
 	case deadline:
 		if !a.fired() {
 			return
 		}
 		a.stepDirect(ctx, room.Deadline{Gen: a.wantGen})
 		a.drainSync(ctx)
-		a.report(ctx)
 	case *actor.Started:
 		a.self = ctx.Self()
 		f := a.first
 		a.exec(ctx, f.env, f.fx)
 		a.first = nil
 		a.drainSync(ctx)
-		a.report(ctx)
 	case *describe:
 		st, why := a.m.Status()
 		msg.reply <- RoomInfo{Room: a.m.Room(), Status: st.String(), Reason: why.String(), Phase: a.m.Phase(),
@@ -185,23 +179,27 @@ func (a *roomActor) abandon() {
 	rec.Abandoned()
 }
 
-// view stores what a poll answers now, and how many routed messages the
+// out hands one step's effects to what follows the room from outside, before
+// any of them is executed (nothing is posted, told or answered yet): the
+// directory view its shard answers polls from and the scheduler's
+// status-table slot get the step's poll answer (fx.View). msg is the
+// message stepped, nil for a step of the actor's own (a deadline, a
+// completion, a failure).
+func (a *roomActor) out(msg room.Msg, fx *room.Effects) {
+	a.view(fx.View)
+	_, open := msg.(room.Open)
+	a.slot.publish(a.eng, a.m.Room(), open, fx.View)
+}
+
+// view stores what a poll answers now (r), and how many routed messages the
 // room handled, for its shard (see view).
-func (a *roomActor) view() {
+func (a *roomActor) view(r room.Reply) {
 	if a.gone {
 		return
 	}
-	r := a.m.Reply()
 	if _, old, _ := a.lr.load(); packView(a.recv, r) != a.lr.state.Load() || r.PrefixLen != old.PrefixLen {
 		a.lr.store(a.recv, r)
 	}
-}
-
-// report publishes the room's state after a message: its view for the shard
-// and its status-table slot.
-func (a *roomActor) report(ctx actor.Context) {
-	a.slot.publish(a.eng, a.m, ctx.Message())
-	a.view()
 }
 
 func (a *roomActor) stepDirect(ctx actor.Context, msg room.Msg) {
@@ -295,6 +293,7 @@ func (a *roomActor) fault(ctx actor.Context, r any) {
 				p.syncDone = p.syncDone[:0]
 			}
 			a.m = room.FromTombstone(&a.eng.cfg.Room, room.Tombstone{Room: id, Status: room.Failed, Reason: room.ReasonInternalError, Opened: true})
+			a.out(room.Fail{Reason: room.ReasonInternalError}, &room.Effects{View: a.m.Reply()})
 			if a.lr.hand() {
 				rec, t := a.lr.rec, a.m.Tombstone()
 				recoverFrom(func() { rec.StatusChanged(room.Failed, room.ReasonInternalError) })
@@ -304,9 +303,6 @@ func (a *roomActor) fault(ctx actor.Context, r any) {
 		}
 	}
 	st, why := a.m.Status()
-	if !a.gone {
-		a.view()
-	}
 	if env != nil && env.answers != nil {
 		answer(env, room.Reply{Status: st, Reason: why})
 	}
@@ -316,7 +312,6 @@ func (a *roomActor) fault(ctx actor.Context, r any) {
 	if d, ok := ctx.Message().(*abandonMsg); ok {
 		d.reply <- abandoned{}
 	}
-	a.report(ctx)
 }
 
 // recoverFrom runs f and returns what it panicked with (nil if it returned).
@@ -334,6 +329,11 @@ type Withdrawer interface {
 }
 
 func (a *roomActor) exec(ctx actor.Context, env *envelope, fx room.Effects) {
+	var msg room.Msg
+	if env != nil {
+		msg = env.msg
+	}
+	a.out(msg, &fx)
 	for i := range fx.Posts {
 		a.post(&fx.Posts[i])
 	}
