@@ -83,7 +83,7 @@ func TestEmitterWakesBeforeTick(t *testing.T) {
 	const rooms = exportBatch + 100 // one span each: more than a batch
 	deadline := time.Now().Add(30 * time.Second)
 	for id := uint64(1); id <= rooms; id++ {
-		r := obs.RoomCreated(id)
+		r := byFact{obs.RoomCreated(id)}
 		r.StatusChanged(room.Success, room.ReasonNone)
 		r.Retired(room.Tombstone{Room: id, Status: room.Success, Opened: true})
 		// Let the emitter catch up: this test is about waking it, not

@@ -719,6 +719,28 @@ func (o *Observer) RoomRefused(_ uint64, peerShare bool) {
 	}
 }
 
+// Step implements actors.RoomObserver: the step's facts, in their order.
+func (r *roomRec) Step(msg room.Msg, fx *room.Effects) {
+	if fx.Info.Seen {
+		r.transferInfo(fx.Info.Required)
+	}
+	if fx.Done.Seen {
+		r.transferDone(fx.Done.Seq, fx.Done.Fail)
+	}
+	for i := range fx.Posts {
+		r.posted(&fx.Posts[i])
+	}
+	if fx.Published {
+		r.statusChanged(fx.Status, fx.Reason)
+	}
+	if fx.Ignored && !fx.Retire {
+		r.absorb(msg)
+	}
+	if fx.Retire {
+		r.retire(fx.Tomb)
+	}
+}
+
 // BindSteps implements actors.RoomObserver: the callbacks of one step of
 // the room's actor are handled at one time: they share one clock reading
 // (the first that one of them needs), as reading the clock is about a
@@ -763,14 +785,14 @@ func (r *roomRec) Traceparent(traceparent string) {
 	r.parent, r.hasParent, r.parentSampled = sc, true, sc.IsSampled()
 }
 
-// TransferInfo implements actors.RoomObserver: it records the room's
-// required_dst_info_num (decode agents are recorded as transfers are posted).
-func (r *roomRec) TransferInfo(_ string, required int) {
+// transferInfo records the room's required_dst_info_num (decode agents are
+// recorded as transfers are posted).
+func (r *roomRec) transferInfo(required int) {
 	r.required = uint16(min(max(required, 0), math.MaxUint16))
 }
 
-// StatusChanged implements actors.RoomObserver.
-func (r *roomRec) StatusChanged(s room.Status, why room.Reason) {
+// statusChanged records a published status change.
+func (r *roomRec) statusChanged(s room.Status, why room.Reason) {
 	o := r.o
 	now := r.now()
 	ri, si := reasonIndex(why), statusIndex(r.status)
@@ -793,8 +815,8 @@ func (r *roomRec) StatusChanged(s room.Status, why room.Reason) {
 	}
 }
 
-// Posted implements actors.RoomObserver.
-func (r *roomRec) Posted(t *room.Transfer) {
+// posted records a transfer posted.
+func (r *roomRec) posted(t *room.Transfer) {
 	o := r.o
 	now := r.now()
 	pages := len(t.SrcPages)
@@ -838,8 +860,8 @@ func (r *roomRec) addSpan(x *xferRec, t *room.Transfer) {
 	}
 }
 
-// TransferDone implements actors.RoomObserver.
-func (r *roomRec) TransferDone(seq uint32, fail room.Reason) {
+// transferDone records a transfer's completion.
+func (r *roomRec) transferDone(seq uint32, fail room.Reason) {
 	now := r.now()
 	ok := fail == room.ReasonNone
 	if !ok {
@@ -884,8 +906,8 @@ func (r *roomRec) TransferDone(seq uint32, fail room.Reason) {
 	}
 }
 
-// Ignored implements actors.RoomObserver: a message the live room absorbed.
-func (r *roomRec) Ignored(msg room.Msg) {
+// absorb counts a message the live room absorbed.
+func (r *roomRec) absorb(msg room.Msg) {
 	r.rare = true
 	r.ignored++
 	k := msgIndex(msg)
@@ -893,9 +915,9 @@ func (r *roomRec) Ignored(msg room.Msg) {
 	st.absorbed[k][0].Add(1)
 }
 
-// Retired implements actors.RoomObserver: the record is closed, and handed to
-// the emitter if the tail sampler keeps the room.
-func (r *roomRec) Retired(t room.Tombstone) {
+// retire closes the record (t: the room's tombstone), and hands it to the
+// emitter if the tail sampler keeps the room.
+func (r *roomRec) retire(t room.Tombstone) {
 	o := r.o
 	now := r.now()
 	ti, si := statusIndex(t.Status), statusIndex(r.status)
@@ -970,32 +992,34 @@ func (u *untracked) count(c func(*stripe) *atomic.Int64) {
 	c(&u.o.all[0]).Add(1)
 }
 
-func (u *untracked) Traceparent(string)       {}
-func (u *untracked) TransferInfo(string, int) {}
-func (u *untracked) StatusChanged(s room.Status, why room.Reason) {
-	if s == room.Failed {
-		ri := reasonIndex(why)
+func (u *untracked) Traceparent(string) {}
+
+// Step implements actors.RoomObserver.
+func (u *untracked) Step(msg room.Msg, fx *room.Effects) {
+	if fx.Done.Seen {
+		if fx.Done.Fail == room.ReasonNone {
+			u.count(func(st *stripe) *atomic.Int64 { return &st.xferOK })
+		} else {
+			u.count(func(st *stripe) *atomic.Int64 { return &st.xferFailed })
+		}
+	}
+	for range fx.Posts {
+		u.count(func(st *stripe) *atomic.Int64 { return &st.posted })
+	}
+	if fx.Published && fx.Status == room.Failed {
+		ri := reasonIndex(fx.Reason)
 		u.count(func(st *stripe) *atomic.Int64 { return &st.failures[ri] })
 	}
-}
-func (u *untracked) Posted(*room.Transfer) {
-	u.count(func(st *stripe) *atomic.Int64 { return &st.posted })
-}
-func (u *untracked) TransferDone(_ uint32, fail room.Reason) {
-	if fail == room.ReasonNone {
-		u.count(func(st *stripe) *atomic.Int64 { return &st.xferOK })
-	} else {
-		u.count(func(st *stripe) *atomic.Int64 { return &st.xferFailed })
+	if fx.Ignored && !fx.Retire {
+		k := msgIndex(msg)
+		u.count(func(st *stripe) *atomic.Int64 { return &st.absorbed[k][1] })
+	}
+	if fx.Retire {
+		si := statusIndex(fx.Tomb.Status)
+		u.count(func(st *stripe) *atomic.Int64 { return &st.retired[si] })
 	}
 }
-func (u *untracked) Ignored(msg room.Msg) {
-	k := msgIndex(msg)
-	u.count(func(st *stripe) *atomic.Int64 { return &st.absorbed[k][1] })
-}
-func (u *untracked) Retired(t room.Tombstone) {
-	si := statusIndex(t.Status)
-	u.count(func(st *stripe) *atomic.Int64 { return &st.retired[si] })
-}
+
 func (u *untracked) Abandoned()                  {}
 func (u *untracked) BindSteps(*actors.StepClock) {}
 

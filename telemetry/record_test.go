@@ -36,7 +36,7 @@ func TestMaxRoomsCountsRoomsInUse(t *testing.T) {
 	}
 	defer o.Close(context.Background())
 	retire := func(r actors.RoomObserver, id uint64) {
-		r.Retired(room.Tombstone{Room: id, Status: room.Success, Opened: true})
+		byFact{r}.Retired(room.Tombstone{Room: id, Status: room.Success, Opened: true})
 	}
 	r1, r2 := o.RoomCreated(1), o.RoomCreated(2)
 	if _, ok := r2.(*roomRec); !ok {
@@ -81,8 +81,8 @@ func recordObserver(t *testing.T, cfg Config) (*Observer, *clock.Fake, *tracetes
 // nothing left of the first.
 func TestRecordSpillsAndResets(t *testing.T) {
 	o, clk, exp := recordObserver(t, Config{})
-	rr := o.RoomCreated(1)
-	r := rr.(*roomRec)
+	rr := byFact{o.RoomCreated(1)}
+	r := rr.RoomObserver.(*roomRec)
 	rr.TransferInfo("a0", 3)
 	rr.StatusChanged(room.WaitingForInput, room.ReasonNone)
 	rr.StatusChanged(room.Transferring, room.ReasonNone)
@@ -171,11 +171,12 @@ func TestRecordSpillsAndResets(t *testing.T) {
 	}
 	drive := func(rec *roomRec) {
 		rec.id, rec.st = 2, o2.stripe(2)
-		rec.StatusChanged(room.WaitingForInput, room.ReasonNone)
-		rec.Posted(&room.Transfer{Room: 2, Agent: "b", Seq: 1, Last: true, SrcPages: []int32{1}})
-		rec.TransferDone(1, room.ReasonNone)
-		rec.StatusChanged(room.Success, room.ReasonNone)
-		rec.Retired(room.Tombstone{Room: 2, Status: room.Success})
+		f := byFact{rec}
+		f.StatusChanged(room.WaitingForInput, room.ReasonNone)
+		f.Posted(&room.Transfer{Room: 2, Agent: "b", Seq: 1, Last: true, SrcPages: []int32{1}})
+		f.TransferDone(1, room.ReasonNone)
+		f.StatusChanged(room.Success, room.ReasonNone)
+		f.Retired(room.Tombstone{Room: 2, Status: room.Success})
 	}
 	drive(&recycled)
 	if recycled.spill != 0 || recycled.nX != 1 || recycled.agents()[0] != "b" || recycled.nEv != 2 {
@@ -207,11 +208,11 @@ func TestRecordInflightOnly(t *testing.T) {
 	}
 	r := o.RoomCreated(1).(*roomRec)
 	for i := range 6 {
-		r.Posted(&room.Transfer{Room: 1, Agent: "a", Seq: uint32(i + 1), SrcPages: make([]int32, 2)})
+		byFact{r}.Posted(&room.Transfer{Room: 1, Agent: "a", Seq: uint32(i + 1), SrcPages: make([]int32, 2)})
 	}
 	clk.Advance(time.Millisecond)
 	for _, seq := range []uint32{2, 6, 1, 5, 3, 4} {
-		r.TransferDone(seq, room.ReasonNone)
+		byFact{r}.TransferDone(seq, room.ReasonNone)
 	}
 	if r.nX != 0 || len(r.xfers()) != 0 || r.nSpans != 0 || r.nAg != 0 || r.bytes != 12 {
 		t.Fatalf("%d entries, %d spans, %d agents, %d bytes; want 0, 0, 0, 12", r.nX, r.nSpans, r.nAg, r.bytes)
@@ -230,7 +231,7 @@ func TestRecordInflightOnly(t *testing.T) {
 // each transfer span still names its own agent.
 func TestRecordManyAgents(t *testing.T) {
 	o, _, exp := recordObserver(t, Config{MaxTransferSpans: 20})
-	r := o.RoomCreated(1)
+	r := byFact{o.RoomCreated(1)}
 	for i := range 24 {
 		r.Posted(&room.Transfer{Room: 1, Agent: fmt.Sprintf("a%02d", i), Seq: uint32(i + 1), SrcPages: []int32{1}})
 		r.TransferDone(uint32(i+1), room.ReasonNone)
@@ -309,14 +310,14 @@ func TestRecordCaps(t *testing.T) {
 	r := o.RoomCreated(1).(*roomRec)
 	const n = maxXfers + 10
 	for i := range n {
-		r.Posted(&room.Transfer{Room: 1, Agent: "a", Seq: uint32(i + 1), SrcPages: []int32{1}})
+		byFact{r}.Posted(&room.Transfer{Room: 1, Agent: "a", Seq: uint32(i + 1), SrcPages: []int32{1}})
 	}
 	if r.nX != maxXfers || r.transfers != n {
 		t.Fatalf("%d entries, %d transfers; want %d, %d", r.nX, r.transfers, maxXfers, n)
 	}
 	clk.Advance(time.Millisecond)
 	for i := n - 1; i >= 0; i-- { // newest first: each is found at the end
-		r.TransferDone(uint32(i+1), room.ReasonNone)
+		byFact{r}.TransferDone(uint32(i+1), room.ReasonNone)
 	}
 	got := o.totals()
 	if r.nX != 0 || r.bytes != maxXfers || got.bytesOK != maxXfers || got.xferOK != n {

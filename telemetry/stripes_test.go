@@ -40,7 +40,7 @@ func TestStripesCountExactly(t *testing.T) {
 				id := uint64(g*rooms + i + 1)
 				t1 := room.Transfer{Room: id, Agent: "a", Seq: 1, SrcPages: []int32{1, 2}}
 				t2 := room.Transfer{Room: id, Agent: "a", Seq: 2, Chunk: 1, Last: true, SrcPages: []int32{3}}
-				r := o.RoomCreated(id)
+				r := byFact{o.RoomCreated(id)}
 				r.StatusChanged(room.WaitingForInput, room.ReasonNone)
 				runtime.Gosched()
 				r.Posted(&t1)
