@@ -447,7 +447,7 @@ func (s *shard) routeOne(ctx actor.Context, env *envelope) {
 		// taken before.
 		_, open := env.msg.(room.Open)
 		lr := &live{id: env.room, opened: open || m.Tombstone().Opened, born: s.eng.cfg.Clock.Now().UnixNano(), rec: rec}
-		lr.store(0, m.Reply())
+		lr.store(0, fx.View)
 		delete(s.tombs, env.room)
 		s.next = newRoomActor(s.eng, m, fx, env, lr)
 		// Spawned with the shard as its parent (its failures and its
