@@ -40,14 +40,14 @@ type RoomObserver interface {
 	Traceparent(traceparent string)
 	// Step sees one step of the live room (msg: the message stepped, nil
 	// for a step of the actor's own), before any of its effects is
-	// executed; fx is valid during the call only. What the record reads of
+	// executed; fx (its slices) is valid during the call only. What the record reads of
 	// it, in this order: Info (a decode transfer info that reached the
 	// live room; one refused by the room cap, or absorbed by a tombstone,
 	// is not seen), Done (a completion), Posts, Published with Status and
 	// Reason, Ignored (msg absorbed by the live room; not with Retire), and
 	// Retire with Tomb, which hands the record over. A record that panics
 	// fails the room unless the step concluded it (its effects still run).
-	Step(msg room.Msg, fx *room.Effects)
+	Step(msg room.Msg, fx room.Effects)
 	// Abandoned hands the record of a room still live over: the engine
 	// stops (its rooms' actors stop), or Engine.AbandonRecords was called
 	// (an observer closing). The room goes on unobserved.
@@ -137,7 +137,7 @@ func (NopObserver) Ignored(uint64, room.Msg)                     {}
 func (NopObserver) LateTransferDone(uint64, uint32, room.Reason) {}
 func (NopObserver) TombstoneEvicted(uint64)                      {}
 func (nopRoom) Traceparent(string)                               {}
-func (nopRoom) Step(room.Msg, *room.Effects)                     {}
+func (nopRoom) Step(room.Msg, room.Effects)                      {}
 func (nopRoom) Abandoned()                                       {}
 func (nopRoom) BindSteps(*StepClock)                             {}
 
@@ -196,7 +196,7 @@ func (r *flatRoom) Traceparent(tp string) { r.c.Traceparent(r.id, tp) }
 func (r *flatRoom) Abandoned()            {}
 func (r *flatRoom) BindSteps(*StepClock)  {}
 
-func (r *flatRoom) Step(msg room.Msg, fx *room.Effects) {
+func (r *flatRoom) Step(msg room.Msg, fx room.Effects) {
 	if fx.Info.Seen {
 		r.c.TransferInfo(r.id, fx.Info.Agent, fx.Info.Required)
 	}
@@ -220,7 +220,7 @@ func (r *flatRoom) Step(msg room.Msg, fx *room.Effects) {
 // observe hands one step of a room to its record (rec; nil: none, as for a
 // tombstone's step), and has the Observer count a message that no live room
 // absorbed.
-func observe(e *Engine, rec RoomObserver, id uint64, msg room.Msg, fx *room.Effects) {
+func observe(e *Engine, rec RoomObserver, id uint64, msg room.Msg, fx room.Effects) {
 	if rec != nil {
 		rec.Step(msg, fx)
 	}
@@ -244,6 +244,6 @@ func failedSteps(t room.Tombstone) (room.Msg, [2]room.Effects) {
 func failedStory(rec RoomObserver, t room.Tombstone) {
 	msg, fx := failedSteps(t)
 	for i := range fx {
-		recoverFrom(func() { rec.Step(msg, &fx[i]) })
+		recoverFrom(func() { rec.Step(msg, fx[i]) })
 	}
 }

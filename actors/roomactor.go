@@ -34,11 +34,8 @@ type roomActor struct {
 	ring    func()
 
 	first *firstStep // the shard stepped the first message (until Started)
-	// pending is a step's effects while its record sees them (out): if the
-	// record panics, fault executes them.
-	pending *room.Effects
-	posts   *posting   // once the room posted a transfer
-	slot    statusSlot // the status-table slot it publishes to (statusslot.go)
+	posts *posting   // once the room posted a transfer
+	slot  statusSlot // the status-table slot it publishes to (statusslot.go)
 
 	// The clock as this step reads it (Now): read once per message. Its
 	// record shares it (RoomObserver.BindSteps), bound at the first message.
@@ -182,8 +179,9 @@ func (a *roomActor) abandon() {
 // status-table slot get the step's poll answer (fx.View), and the room's
 // Observer record the whole step (RoomObserver.Step; the record of a
 // retiring room is handed over with it). msg is the message stepped, nil
-// for a step of the actor's own (a deadline, a completion, a failure).
-func (a *roomActor) out(msg room.Msg, fx *room.Effects) {
+// for a step of the actor's own (a deadline, a completion, a failure). It
+// returns what the record panicked with, if it did (exec).
+func (a *roomActor) out(msg room.Msg, fx *room.Effects) (recPanic any) {
 	a.view(fx.View)
 	_, open := msg.(room.Open)
 	a.slot.publish(a.eng, a.m.Room(), open, fx.View)
@@ -191,9 +189,9 @@ func (a *roomActor) out(msg room.Msg, fx *room.Effects) {
 	if fx.Retire && !a.lr.hand() {
 		rec = nopRoom{} // abandoned already: no longer the room's
 	}
-	a.pending = fx
-	observe(a.eng, rec, a.m.Room(), msg, fx)
-	a.pending = nil
+	defer func() { recPanic = recover() }()
+	observe(a.eng, rec, a.m.Room(), msg, *fx)
+	return nil
 }
 
 // view stores what a poll answers now (r), and how many routed messages the
@@ -254,10 +252,8 @@ func (a *roomActor) drainSync(ctx actor.Context) {
 
 // fault handles a panic recovered from Receive: the room fails with
 // internal_error (stepped through its rules, so decode is told and writes in
-// flight drain as for any failure). If the room's record panicked at a step
-// (out), that step's effects are executed first (without the record), so
-// what it posted is in flight and a room it concluded stays concluded, with
-// decode told. If failing the room panics too, the machine is taken as
+// flight drain as for any failure; a step at which the room's record
+// panicked was executed first, see exec). If failing the room panics too, the machine is taken as
 // broken and only a Failed internal_error tombstone is kept (retired at once).
 // Whatever the message was, its asker is answered: a poll with the room's
 // status, a describe with its info. If even that panics, the panic escapes:
@@ -279,13 +275,8 @@ func (a *roomActor) fault(ctx actor.Context, r any) {
 		}
 		a.first = nil
 	}
-	pending := a.pending
-	a.pending = nil
 	if !a.gone {
 		if p := recoverFrom(func() {
-			if pending != nil {
-				a.run(ctx, nil, pending) // its poll, if any, is answered below
-			}
 			a.exec(ctx, nil, a.m.Step(room.Fail{Reason: room.ReasonInternalError}))
 			a.drainSync(ctx)
 			if a.m.Retired() && !a.gone {
@@ -294,7 +285,6 @@ func (a *roomActor) fault(ctx actor.Context, r any) {
 		}); p != nil {
 			// The machine itself is broken: keep only a Failed tombstone.
 			a.eng.cfg.Logger.Error("failing the room panicked; keeping a Failed tombstone", "room", id, "panic", fmt.Sprint(p))
-			a.pending = nil
 			if p := a.posts; p != nil {
 				clear(p.syncDone)
 				p.syncDone, p.next = p.syncDone[:0], 0
@@ -335,13 +325,20 @@ type Withdrawer interface {
 	Withdraw(roomID uint64)
 }
 
-// exec hands a step's effects to out, then executes them (run).
+// exec hands a step's effects to out, then executes them (run). If the
+// room's record panicked at the step, the effects still run (what the step
+// posted is in flight; a room it concluded stays concluded, decode and the
+// scheduler both told), all but the poll's answer, and then the panic goes
+// on to fault, which fails the room and answers the poll.
 func (a *roomActor) exec(ctx actor.Context, env *envelope, fx room.Effects) {
 	var msg room.Msg
 	if env != nil {
 		msg = env.msg
 	}
-	a.out(msg, &fx)
+	if p := a.out(msg, &fx); p != nil {
+		a.run(ctx, nil, &fx)
+		panic(p)
+	}
 	a.run(ctx, env, &fx)
 }
 

@@ -480,7 +480,7 @@ func (s *shard) routeOne(ctx actor.Context, env *envelope) {
 		return
 	}
 	// Still (or at once) a tombstone: nothing here can post or arm.
-	observe(s.eng, rec, env.room, env.msg, &fx)
+	observe(s.eng, rec, env.room, env.msg, fx)
 	execStateless(s.eng, env, env.room, fx)
 	s.keepTombstone(m.Tombstone())
 }
@@ -521,15 +521,15 @@ func (s *shard) refuse(env *envelope, why refusal) {
 		rec := obs.RoomCreated(env.room)
 		s.rec, s.announced = rec, true
 		msg, fx := failedSteps(t)
-		rec.Step(msg, &fx[0])
+		rec.Step(msg, fx[0])
 		s.announced = false
-		rec.Step(msg, &fx[1])
+		rec.Step(msg, fx[1])
 		s.keepTombstone(t)
 		return
 	}
 	m := room.FromTombstone(&s.eng.cfg.Room, t)
 	fx := m.Step(env.msg)
-	observe(s.eng, nil, env.room, env.msg, &fx)
+	observe(s.eng, nil, env.room, env.msg, fx)
 	execStateless(s.eng, env, env.room, fx)
 	s.keepTombstone(t)
 }

@@ -223,7 +223,7 @@ func BenchmarkObserverCalls(b *testing.B) {
 		fx[5].Tomb = room.Tombstone{Room: id, Status: room.Success, Opened: true}
 		r := obs.RoomCreated(id)
 		for i := range fx {
-			r.Step(msgs[i], &fx[i])
+			r.Step(msgs[i], fx[i])
 		}
 	}
 }

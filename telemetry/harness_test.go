@@ -224,14 +224,14 @@ type byFact struct{ actors.RoomObserver }
 
 func (f byFact) TransferInfo(agent string, required int) {
 	f.Step(room.TransferInfo{Agent: agent, Required: required},
-		&room.Effects{Info: room.InfoSeen{Seen: true, Agent: agent, Required: required}})
+		room.Effects{Info: room.InfoSeen{Seen: true, Agent: agent, Required: required}})
 }
 func (f byFact) StatusChanged(s room.Status, why room.Reason) {
-	f.Step(nil, &room.Effects{Published: true, Status: s, Reason: why})
+	f.Step(nil, room.Effects{Published: true, Status: s, Reason: why})
 }
-func (f byFact) Posted(t *room.Transfer) { f.Step(nil, &room.Effects{Posts: []room.Transfer{*t}}) }
+func (f byFact) Posted(t *room.Transfer) { f.Step(nil, room.Effects{Posts: []room.Transfer{*t}}) }
 func (f byFact) TransferDone(seq uint32, fail room.Reason) {
-	f.Step(room.XferDone{Seq: seq, Fail: fail}, &room.Effects{Done: room.DoneSeen{Seen: true, Seq: seq, Fail: fail}})
+	f.Step(room.XferDone{Seq: seq, Fail: fail}, room.Effects{Done: room.DoneSeen{Seen: true, Seq: seq, Fail: fail}})
 }
-func (f byFact) Ignored(msg room.Msg)     { f.Step(msg, &room.Effects{Ignored: true}) }
-func (f byFact) Retired(t room.Tombstone) { f.Step(nil, &room.Effects{Retire: true, Tomb: t}) }
+func (f byFact) Ignored(msg room.Msg)     { f.Step(msg, room.Effects{Ignored: true}) }
+func (f byFact) Retired(t room.Tombstone) { f.Step(nil, room.Effects{Retire: true, Tomb: t}) }

@@ -720,7 +720,7 @@ func (o *Observer) RoomRefused(_ uint64, peerShare bool) {
 }
 
 // Step implements actors.RoomObserver: the step's facts, in their order.
-func (r *roomRec) Step(msg room.Msg, fx *room.Effects) {
+func (r *roomRec) Step(msg room.Msg, fx room.Effects) {
 	if fx.Info.Seen {
 		r.transferInfo(fx.Info.Required)
 	}
@@ -995,7 +995,7 @@ func (u *untracked) count(c func(*stripe) *atomic.Int64) {
 func (u *untracked) Traceparent(string) {}
 
 // Step implements actors.RoomObserver.
-func (u *untracked) Step(msg room.Msg, fx *room.Effects) {
+func (u *untracked) Step(msg room.Msg, fx room.Effects) {
 	if fx.Done.Seen {
 		if fx.Done.Fail == room.ReasonNone {
 			u.count(func(st *stripe) *atomic.Int64 { return &st.xferOK })
