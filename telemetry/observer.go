@@ -113,10 +113,10 @@ type Observer struct {
 	base     time.Time // origin of the ticks; monotonic with the real clock
 	real     bool      // Clock is the wall clock: ticks read only the monotonic clock
 	sampling Sampling
-	// records counts the records in use (rooms tracked, live or waiting
-	// for their spans), which MaxRooms caps; pool keeps reset ones for
-	// reuse.
-	records atomic.Int64
+	// capMask picks the stripe that counts a room's record toward MaxRooms
+	// (stripeIndex(id) & capMask, see capStripe); pool keeps reset records
+	// for reuse.
+	capMask int
 	pool    sync.Pool
 	unt     untracked // the record of every room over MaxRooms
 
@@ -173,8 +173,12 @@ var (
 type sourceBox struct{ s Source }
 
 // stripe is a share of the aggregate metrics: atomics only, read and summed
-// by Produce. Tracked rooms are those created minus those released.
+// by Produce. Tracked rooms are those created minus those released. The
+// first len(all) & capMask stripes also share MaxRooms out: inUse counts the
+// records in use of their rooms, at most limit.
 type stripe struct {
+	inUse                      atomic.Int64
+	limit                      int64 // set by New
 	created, released          atomic.Int64
 	untracked                  atomic.Int64
 	evicted                    atomic.Int64 // tombstones: one per room once the shards are full
@@ -516,6 +520,21 @@ func New(cfg Config) (*Observer, error) {
 	}
 	o := &Observer{cfg: cfg, clk: cfg.Clock, start: time.Now(), base: cfg.Clock.Now(), stopped: make(chan struct{})}
 	o.all = make([]stripe, numStripes)
+	// MaxRooms shared out over capStripes stripes (a power of two), with
+	// at least 1,024 records each, so that rooms counted on different
+	// stripes seldom write one line; a small cap stays on one stripe.
+	capStripes := 1
+	for capStripes < numStripes && cfg.MaxRooms/(2*capStripes) >= 1024 {
+		capStripes *= 2
+	}
+	o.capMask = capStripes - 1
+	for i := range capStripes {
+		n := cfg.MaxRooms / capStripes
+		if i < cfg.MaxRooms%capStripes {
+			n++
+		}
+		o.all[i].limit = int64(n)
+	}
 	_, o.real = cfg.Clock.(clock.Real)
 	o.sampling = Sampling{Ratio: 1}
 	if cfg.Sampling != nil {
@@ -585,6 +604,18 @@ func stripeIndex(id uint64) int {
 // stripe is the stripe of room id.
 func (o *Observer) stripe(id uint64) *stripe { return &o.all[stripeIndex(id)] }
 
+// capStripe is the stripe that counts room id's record toward MaxRooms.
+func (o *Observer) capStripe(id uint64) *stripe { return &o.all[stripeIndex(id)&o.capMask] }
+
+// inUse is the records in use, over the stripes (MaxRooms caps it).
+func (o *Observer) inUse() int64 {
+	var n int64
+	for i := range o.all {
+		n += o.all[i].inUse.Load()
+	}
+	return n
+}
+
 // WatchEngine implements actors.EngineWatcher: the live-room gauges are read
 // from e at scrape time, and Close has e's live rooms hand their records over.
 //
@@ -622,12 +653,13 @@ func (o *Observer) watched() []*actors.Engine {
 }
 
 // RoomCreated implements actors.Observer: a record for the room (a
-// recycled one if any), or the untracked record once MaxRooms rooms are
-// tracked.
+// recycled one if any), or the untracked record once the room's share of
+// MaxRooms is tracked (capStripe: with a large cap, a room may be untracked
+// while another share has room).
 func (o *Observer) RoomCreated(id uint64) actors.RoomObserver {
-	st := o.stripe(id)
-	if o.records.Add(1) > int64(o.cfg.MaxRooms) {
-		o.records.Add(-1)
+	st, cs := o.stripe(id), o.capStripe(id)
+	if cs.inUse.Add(1) > cs.limit {
+		cs.inUse.Add(-1)
 		st.untracked.Add(1)
 		return &o.unt
 	}
@@ -678,9 +710,10 @@ func keep[T any](s []T) []T {
 // recycle resets r and keeps it for another room; it no longer counts
 // toward MaxRooms.
 func (o *Observer) recycle(r *roomRec) {
+	cs := o.capStripe(r.id)
 	reset(r)
 	o.pool.Put(r)
-	o.records.Add(-1)
+	cs.inUse.Add(-1)
 }
 
 // Ignored implements actors.Observer: a message a tombstone (or nobody)

@@ -51,12 +51,37 @@ func TestMaxRoomsCountsRoomsInUse(t *testing.T) {
 		t.Fatal("room untracked although a tracked room retired")
 	}
 	tt := o.totals()
-	if tt.tracked != 2 || tt.untracked != 1 || o.records.Load() != 2 {
-		t.Fatalf("tracked %d, untracked %d, records in use %d; want 2, 1, 2", tt.tracked, tt.untracked, o.records.Load())
+	if tt.tracked != 2 || tt.untracked != 1 || o.inUse() != 2 {
+		t.Fatalf("tracked %d, untracked %d, records in use %d; want 2, 1, 2", tt.tracked, tt.untracked, o.inUse())
 	}
 	retire(r2, 2)
 	retire(r4, 4)
-	if n := o.records.Load(); n != 0 {
+	if n := o.inUse(); n != 0 {
+		t.Fatalf("%d records in use after every room retired, want 0", n)
+	}
+
+	// A large cap is shared out over stripes: never more than MaxRooms
+	// tracked, nearly all of it used by many rooms, all of it given back.
+	const max = 4096
+	o2, err := New(Config{MaxRooms: max})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o2.Close(context.Background())
+	if o2.capMask == 0 {
+		t.Fatal("MaxRooms 4096 counted on one stripe")
+	}
+	var recs []actors.RoomObserver
+	for id := uint64(1); id <= 2*max; id++ {
+		recs = append(recs, o2.RoomCreated(id))
+	}
+	if n := o2.totals().tracked; n > max || n < max*9/10 || n != o2.inUse() {
+		t.Fatalf("%d rooms tracked (%d records in use) of %d, want at most %d and most of it", n, o2.inUse(), 2*max, max)
+	}
+	for i, r := range recs {
+		retire(r, uint64(i+1))
+	}
+	if n := o2.inUse(); n != 0 {
 		t.Fatalf("%d records in use after every room retired, want 0", n)
 	}
 }
