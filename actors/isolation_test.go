@@ -131,14 +131,22 @@ func TestObserverPanicAtEveryCallback(t *testing.T) {
 			})
 			f.obs = obs.recorder
 			last := runRooms(t, f, []uint64{1, 2, victim, 4, 5, 6}, victim)
-			// A panic once the room has succeeded (retiring, evicting its
-			// tombstone) cannot fail it; any earlier one does.
+			// A panic once the room has succeeded cannot fail it: at its
+			// retirement or its tombstone's eviction, or at the completion
+			// that concluded it (the record sees a step once the rules took
+			// it: the step's effects still run, and decode and the scheduler
+			// both hear Success). Any earlier one does.
 			want := room.Reply{Status: room.Failed, Reason: room.ReasonInternalError}
-			if at == "RoomRetired" || at == "TombstoneEvicted" {
+			if at == "RoomRetired" || at == "TombstoneEvicted" || at == "TransferDone" {
 				want = room.Reply{Status: room.Success}
 			}
 			if last.Status != want.Status || last.Reason != want.Reason {
 				t.Fatalf("victim ended %v/%v, want %v/%v", last.Status, last.Reason, want.Status, want.Reason)
+			}
+			// Decode hears what the scheduler does (invariant 10).
+			done, failed := f.notices.Count(victim, room.Completion), f.notices.Count(victim, room.FailureStatus)
+			if (want.Status == room.Success) != (done == 1 && failed == 0) || done > 1 {
+				t.Fatalf("victim ended %v; decode told done %d times, failure %d times", want.Status, done, failed)
 			}
 			// Evict every tombstone, the victim's among them.
 			for id := uint64(100); id < 110; id++ {

@@ -16,13 +16,14 @@ import (
 //
 // A room's story, in order: RoomCreated (first message naming it, from any
 // side, or an Open reviving its tombstone: a new record each time), then on
-// its record Traceparent (an Open that carried one, see Engine.OpenTraced),
-// TransferInfo, StatusChanged for every published change, Posted and
-// TransferDone for every transfer, Ignored for messages it absorbed, and
-// Retired last: the record is handed over and the room never touches it
-// again. A write that completes after the drain deadline let the room retire
-// is LateTransferDone (called on the goroutine that reports the completion;
-// a panic there is logged).
+// its record Traceparent (an Open that carried one, see Engine.OpenTraced)
+// and Step for every step the live room takes, with the step's effects: the
+// transfer infos and completions it received, the transfers it posted, its
+// status changes, the messages it absorbed, and its retirement last (the
+// record is handed over and the room never touches it again). A write that
+// completes after the drain deadline let the room retire is
+// LateTransferDone (called on the goroutine that reports the completion; a
+// panic there is logged).
 type Observer interface {
 	RoomCreated(roomID uint64) RoomObserver
 	// Ignored: a message absorbed by a tombstone, or for a room nobody named.
@@ -37,16 +38,16 @@ type Observer interface {
 // and never after Retired.
 type RoomObserver interface {
 	Traceparent(traceparent string)
-	// TransferInfo sees each decode transfer info that reaches the live
-	// room (before the room does): agent and required_dst_info_num. An info
-	// refused by the room cap, or absorbed by a tombstone, is not seen.
-	TransferInfo(agent string, required int)
-	StatusChanged(s room.Status, why room.Reason)
-	Posted(t *room.Transfer)
-	TransferDone(seq uint32, fail room.Reason)
-	Ignored(msg room.Msg)
-	// Retired hands the record over: t is the room's tombstone.
-	Retired(t room.Tombstone)
+	// Step sees one step of the live room (msg: the message stepped, nil
+	// for a step of the actor's own), before any of its effects is
+	// executed; fx (its slices) is valid during the call only. What the record reads of
+	// it, in this order: Info (a decode transfer info that reached the
+	// live room; one refused by the room cap, or absorbed by a tombstone,
+	// is not seen), Done (a completion), Posts, Published with Status and
+	// Reason, Ignored (msg absorbed by the live room; not with Retire), and
+	// Retire with Tomb, which hands the record over. A record that panics
+	// fails the room unless the step concluded it (its effects still run).
+	Step(msg room.Msg, fx room.Effects)
 	// Abandoned hands the record of a room still live over: the engine
 	// stops (its rooms' actors stop), or Engine.AbandonRecords was called
 	// (an observer closing). The room goes on unobserved.
@@ -136,21 +137,17 @@ func (NopObserver) Ignored(uint64, room.Msg)                     {}
 func (NopObserver) LateTransferDone(uint64, uint32, room.Reason) {}
 func (NopObserver) TombstoneEvicted(uint64)                      {}
 func (nopRoom) Traceparent(string)                               {}
-func (nopRoom) TransferInfo(string, int)                         {}
-func (nopRoom) StatusChanged(room.Status, room.Reason)           {}
-func (nopRoom) Posted(*room.Transfer)                            {}
-func (nopRoom) TransferDone(uint32, room.Reason)                 {}
-func (nopRoom) Ignored(room.Msg)                                 {}
-func (nopRoom) Retired(room.Tombstone)                           {}
+func (nopRoom) Step(room.Msg, room.Effects)                      {}
 func (nopRoom) Abandoned()                                       {}
 func (nopRoom) BindSteps(*StepClock)                             {}
 
 type nopRoom struct{}
 
-// Callbacks is an Observer in per-call form: every callback names its room.
-// Flat adapts one into an Observer, for observers that keep no record per
-// room (counters, logs, test recorders): its methods are called from many
-// goroutines and must be safe for concurrent use.
+// Callbacks is an Observer in per-call form: every callback names its room,
+// and a step's effects come as one call per fact, in RoomObserver.Step's
+// order. Flat adapts one into an Observer, for observers that keep no
+// record per room (counters, logs, test recorders): its methods are called
+// from many goroutines and must be safe for concurrent use.
 type Callbacks interface {
 	RoomCreated(roomID uint64)
 	Traceparent(roomID uint64, traceparent string)
@@ -195,12 +192,58 @@ type flatRoom struct {
 	id uint64
 }
 
-func (r *flatRoom) Traceparent(tp string)                        { r.c.Traceparent(r.id, tp) }
-func (r *flatRoom) TransferInfo(agent string, required int)      { r.c.TransferInfo(r.id, agent, required) }
-func (r *flatRoom) StatusChanged(s room.Status, why room.Reason) { r.c.StatusChanged(r.id, s, why) }
-func (r *flatRoom) Posted(t *room.Transfer)                      { r.c.Posted(t) }
-func (r *flatRoom) TransferDone(seq uint32, fail room.Reason)    { r.c.TransferDone(r.id, seq, fail) }
-func (r *flatRoom) Ignored(msg room.Msg)                         { r.c.Ignored(r.id, msg) }
-func (r *flatRoom) Retired(t room.Tombstone)                     { r.c.RoomRetired(t) }
-func (r *flatRoom) Abandoned()                                   {}
-func (r *flatRoom) BindSteps(*StepClock)                         {}
+func (r *flatRoom) Traceparent(tp string) { r.c.Traceparent(r.id, tp) }
+func (r *flatRoom) Abandoned()            {}
+func (r *flatRoom) BindSteps(*StepClock)  {}
+
+func (r *flatRoom) Step(msg room.Msg, fx room.Effects) {
+	if fx.Info.Seen {
+		r.c.TransferInfo(r.id, fx.Info.Agent, fx.Info.Required)
+	}
+	if fx.Done.Seen {
+		r.c.TransferDone(r.id, fx.Done.Seq, fx.Done.Fail)
+	}
+	for i := range fx.Posts {
+		r.c.Posted(&fx.Posts[i])
+	}
+	if fx.Published {
+		r.c.StatusChanged(r.id, fx.Status, fx.Reason)
+	}
+	if fx.Ignored && !fx.Retire {
+		r.c.Ignored(r.id, msg)
+	}
+	if fx.Retire {
+		r.c.RoomRetired(fx.Tomb)
+	}
+}
+
+// observe hands one step of a room to its record (rec; nil: none, as for a
+// tombstone's step), and has the Observer count a message that no live room
+// absorbed.
+func observe(e *Engine, rec RoomObserver, id uint64, msg room.Msg, fx room.Effects) {
+	if rec != nil {
+		rec.Step(msg, fx)
+	}
+	if fx.Ignored && (rec == nil || fx.Retire) {
+		e.cfg.Observer.Ignored(id, msg)
+	}
+}
+
+// failedSteps is the end of a room's story that the engine tells a record
+// itself (a room refused, or failed by a panic its rules could not handle),
+// in two steps, so that a record that panics at the first may still get the
+// second: the room fails (t.Reason), then retires as t.
+func failedSteps(t room.Tombstone) (room.Msg, [2]room.Effects) {
+	return room.Fail{Reason: t.Reason}, [2]room.Effects{
+		{Published: true, Status: room.Failed, Reason: t.Reason, View: tombReply(t)},
+		{Retire: true, Tomb: t, View: tombReply(t)},
+	}
+}
+
+// failedStory tells rec failedSteps(t), each step's panic recovered.
+func failedStory(rec RoomObserver, t room.Tombstone) {
+	msg, fx := failedSteps(t)
+	for i := range fx {
+		recoverFrom(func() { rec.Step(msg, fx[i]) })
+	}
+}

@@ -57,12 +57,11 @@ func (a *roomActor) Now() time.Time { return a.step.Now() }
 // posting is a room actor's part for its transfers. Completions that came
 // inside Transfers.Post (an instant transfer layer) wait in syncDone and are
 // stepped once the step that posted them is done, without a trip through the
-// mailbox; spare is a postDone to reuse; pendingDone is a completion being
-// observed, not yet stepped.
+// mailbox; spare is a postDone to reuse.
 type posting struct {
-	syncDone    []xferDone
-	spare       *postDone
-	pendingDone *room.XferDone
+	syncDone []xferDone
+	next     int // syncDone[:next] were taken (drainSync)
+	spare    *postDone
 }
 
 // firstStep is the first message of a room the shard created (or revived)
@@ -105,14 +104,11 @@ func (a *roomActor) Receive(ctx actor.Context) {
 		}
 		a.recv++
 		traceOK := a.see(msg)
-		fx := a.m.Step(msg.msg)
-		a.view()
-		a.exec(ctx, msg, fx)
+		a.exec(ctx, msg, a.m.Step(msg.msg))
 		if !traceOK {
 			a.stepDirect(ctx, room.Fail{Reason: room.ReasonInternalError})
 		}
 		a.drainSync(ctx)
-		a.report(ctx)
 	case *postDone:
 		done := xferDone{seq: msg.seq, fail: msg.fail, signal: msg.signal}
 		msg.signal = nil
@@ -121,21 +117,18 @@ func (a *roomActor) Receive(ctx actor.Context) {
 		}
 		a.complete(ctx, done)
 		a.drainSync(ctx)
-		a.report(ctx)
 	case deadline:
 		if !a.fired() {
 			return
 		}
 		a.stepDirect(ctx, room.Deadline{Gen: a.wantGen})
 		a.drainSync(ctx)
-		a.report(ctx)
 	case *actor.Started:
 		a.self = ctx.Self()
 		f := a.first
 		a.exec(ctx, f.env, f.fx)
 		a.first = nil
 		a.drainSync(ctx)
-		a.report(ctx)
 	case *describe:
 		st, why := a.m.Status()
 		msg.reply <- RoomInfo{Room: a.m.Room(), Status: st.String(), Reason: why.String(), Phase: a.m.Phase(),
@@ -159,17 +152,12 @@ func (a *roomActor) bindSteps() {
 	}
 }
 
-// see shows the record what reaches the live room before the room handles
-// it: a transfer info, an Open's traceparent. A panicking Traceparent fails
-// the room once the Open is handled: see reports false.
+// see shows the record an Open's traceparent before the room handles the
+// Open. A panicking Traceparent fails the room once the Open is handled: see
+// reports false.
 func (a *roomActor) see(env *envelope) bool {
-	switch m := env.msg.(type) {
-	case room.TransferInfo:
-		a.lr.rec.TransferInfo(m.Agent, m.Required)
-	case room.Open:
-		if env.trace != "" {
-			return traced(a.eng, a.lr.rec, env)
-		}
+	if _, open := env.msg.(room.Open); open && env.trace != "" {
+		return traced(a.eng, a.lr.rec, env)
 	}
 	return true
 }
@@ -185,23 +173,36 @@ func (a *roomActor) abandon() {
 	rec.Abandoned()
 }
 
-// view stores what a poll answers now, and how many routed messages the
+// out hands one step's effects to what follows the room from outside, before
+// any of them is executed (nothing is posted, told or answered yet): the
+// directory view its shard answers polls from and the scheduler's
+// status-table slot get the step's poll answer (fx.View), and the room's
+// Observer record the whole step (RoomObserver.Step; the record of a
+// retiring room is handed over with it). msg is the message stepped, nil
+// for a step of the actor's own (a deadline, a completion, a failure). It
+// returns what the record panicked with, if it did (exec).
+func (a *roomActor) out(msg room.Msg, fx *room.Effects) (recPanic any) {
+	a.view(fx.View)
+	_, open := msg.(room.Open)
+	a.slot.publish(a.eng, a.m.Room(), open, fx.View)
+	rec := a.lr.rec
+	if fx.Retire && !a.lr.hand() {
+		rec = nopRoom{} // abandoned already: no longer the room's
+	}
+	defer func() { recPanic = recover() }()
+	observe(a.eng, rec, a.m.Room(), msg, *fx)
+	return nil
+}
+
+// view stores what a poll answers now (r), and how many routed messages the
 // room handled, for its shard (see view).
-func (a *roomActor) view() {
+func (a *roomActor) view(r room.Reply) {
 	if a.gone {
 		return
 	}
-	r := a.m.Reply()
 	if _, old, _ := a.lr.load(); packView(a.recv, r) != a.lr.state.Load() || r.PrefixLen != old.PrefixLen {
 		a.lr.store(a.recv, r)
 	}
-}
-
-// report publishes the room's state after a message: its view for the shard
-// and its status-table slot.
-func (a *roomActor) report(ctx actor.Context) {
-	a.slot.publish(a.eng, a.m, ctx.Message())
-	a.view()
 }
 
 func (a *roomActor) stepDirect(ctx actor.Context, msg room.Msg) {
@@ -220,9 +221,6 @@ func (a *roomActor) complete(ctx actor.Context, d xferDone) {
 		a.eng.cfg.Observer.Ignored(a.m.Room(), done)
 		return
 	}
-	a.posts.pendingDone = &done // stepped by fault if the observer panics
-	a.lr.rec.TransferDone(d.seq, d.fail)
-	a.posts.pendingDone = nil
 	a.exec(ctx, nil, a.m.Step(done))
 }
 
@@ -241,18 +239,21 @@ func (a *roomActor) drainSync(ctx actor.Context) {
 	if p == nil {
 		return
 	}
-	for i := 0; i < len(p.syncDone); i++ {
-		d := p.syncDone[i]
-		p.syncDone[i] = xferDone{}
+	// next counts the completions taken, so that a drain that resumes after
+	// a panic (fault drains too) takes each completion once.
+	for p.next < len(p.syncDone) {
+		d := p.syncDone[p.next]
+		p.syncDone[p.next] = xferDone{}
+		p.next++
 		a.complete(ctx, d)
 	}
-	p.syncDone = p.syncDone[:0]
+	p.syncDone, p.next = p.syncDone[:0], 0
 }
 
 // fault handles a panic recovered from Receive: the room fails with
 // internal_error (stepped through its rules, so decode is told and writes in
-// flight drain as for any failure); a completion whose observer call panicked
-// is still stepped. If failing the room panics too, the machine is taken as
+// flight drain as for any failure; a step at which the room's record
+// panicked was executed first, see exec). If failing the room panics too, the machine is taken as
 // broken and only a Failed internal_error tombstone is kept (retired at once).
 // Whatever the message was, its asker is answered: a poll with the room's
 // status, a describe with its info. If even that panics, the panic escapes:
@@ -277,11 +278,6 @@ func (a *roomActor) fault(ctx actor.Context, r any) {
 	if !a.gone {
 		if p := recoverFrom(func() {
 			a.exec(ctx, nil, a.m.Step(room.Fail{Reason: room.ReasonInternalError}))
-			if p := a.posts; p != nil && p.pendingDone != nil {
-				d := p.pendingDone
-				p.pendingDone = nil
-				a.stepDirect(ctx, *d)
-			}
 			a.drainSync(ctx)
 			if a.m.Retired() && !a.gone {
 				a.retire(ctx) // it retired in the step that panicked
@@ -290,23 +286,20 @@ func (a *roomActor) fault(ctx actor.Context, r any) {
 			// The machine itself is broken: keep only a Failed tombstone.
 			a.eng.cfg.Logger.Error("failing the room panicked; keeping a Failed tombstone", "room", id, "panic", fmt.Sprint(p))
 			if p := a.posts; p != nil {
-				p.pendingDone = nil
 				clear(p.syncDone)
-				p.syncDone = p.syncDone[:0]
+				p.syncDone, p.next = p.syncDone[:0], 0
 			}
 			a.m = room.FromTombstone(&a.eng.cfg.Room, room.Tombstone{Room: id, Status: room.Failed, Reason: room.ReasonInternalError, Opened: true})
+			t := a.m.Tombstone()
+			a.view(tombReply(t))
+			a.slot.publish(a.eng, id, false, tombReply(t))
 			if a.lr.hand() {
-				rec, t := a.lr.rec, a.m.Tombstone()
-				recoverFrom(func() { rec.StatusChanged(room.Failed, room.ReasonInternalError) })
-				recoverFrom(func() { rec.Retired(t) })
+				failedStory(a.lr.rec, t)
 			}
 			a.retire(ctx)
 		}
 	}
 	st, why := a.m.Status()
-	if !a.gone {
-		a.view()
-	}
 	if env != nil && env.answers != nil {
 		answer(env, room.Reply{Status: st, Reason: why})
 	}
@@ -316,7 +309,6 @@ func (a *roomActor) fault(ctx actor.Context, r any) {
 	if d, ok := ctx.Message().(*abandonMsg); ok {
 		d.reply <- abandoned{}
 	}
-	a.report(ctx)
 }
 
 // recoverFrom runs f and returns what it panicked with (nil if it returned).
@@ -333,7 +325,27 @@ type Withdrawer interface {
 	Withdraw(roomID uint64)
 }
 
+// exec hands a step's effects to out, then executes them (run). If the
+// room's record panicked at the step, the effects still run (what the step
+// posted is in flight; a room it concluded stays concluded, decode and the
+// scheduler both told), all but the poll's answer, and then the panic goes
+// on to fault, which fails the room and answers the poll.
 func (a *roomActor) exec(ctx actor.Context, env *envelope, fx room.Effects) {
+	var msg room.Msg
+	if env != nil {
+		msg = env.msg
+	}
+	if p := a.out(msg, &fx); p != nil {
+		a.run(ctx, nil, &fx)
+		panic(p)
+	}
+	a.run(ctx, env, &fx)
+}
+
+// run executes a step's effects: it posts the transfers, arms the deadline,
+// retires, sends the notices and answers the poll (env: the message stepped,
+// nil for a step of the actor's own).
+func (a *roomActor) run(ctx actor.Context, env *envelope, fx *room.Effects) {
 	for i := range fx.Posts {
 		a.post(&fx.Posts[i])
 	}
@@ -348,13 +360,12 @@ func (a *roomActor) exec(ctx actor.Context, env *envelope, fx room.Effects) {
 	if fx.Retire {
 		a.retire(ctx) // the shard hears it before anyone hears the poll answer
 	}
-	execStateless(a.eng, env, a.m, fx, a.lr.rec, a.lr)
+	execStateless(a.eng, env, a.m.Room(), *fx)
 }
 
 // post hands one transfer to the transfer layer. A completion inside Post is
 // queued for drainSync; a later one arrives as the postDone message.
 func (a *roomActor) post(t *room.Transfer) {
-	a.lr.rec.Posted(t)
 	if a.posts == nil {
 		a.posts = &posting{}
 	}
@@ -451,30 +462,12 @@ func (a *roomActor) retire(ctx actor.Context) {
 	ctx.Send(a.eng.shardFor(a.m.Room()), &retired{tomb: a.m.Tombstone(), pid: a.self})
 }
 
-// execStateless runs the effects that need neither an actor nor a timer; the
-// shard uses it for rooms that are only a tombstone (rec nil unless the room
-// was created by this step; lr nil).
-func execStateless(e *Engine, env *envelope, m *room.Machine, fx room.Effects, rec RoomObserver, lr *live) {
-	id := m.Room()
-	if fx.Published && rec != nil {
-		rec.StatusChanged(fx.Status, fx.Reason)
-	}
+// execStateless runs the effects that need neither an actor nor a timer
+// (the notices and the poll's answer) for room id; the shard uses it for
+// rooms that are only a tombstone.
+func execStateless(e *Engine, env *envelope, id uint64, fx room.Effects) {
 	for _, n := range fx.Notices {
 		e.cfg.Notifier.Notify(id, n)
-	}
-	if fx.Ignored {
-		var msg room.Msg
-		if env != nil {
-			msg = env.msg
-		}
-		if rec != nil && !m.Retired() {
-			rec.Ignored(msg)
-		} else {
-			e.cfg.Observer.Ignored(id, msg)
-		}
-	}
-	if fx.Retire && rec != nil && (lr == nil || lr.hand()) {
-		rec.Retired(m.Tombstone())
 	}
 	if fx.Reply != nil && env != nil {
 		answer(env, *fx.Reply)

@@ -328,9 +328,7 @@ func (s *shard) routeFault(ctx actor.Context, env *envelope, r any) {
 		t.Opened = t.Opened || te.t.Opened
 	}
 	if s.announced {
-		rec := s.rec
-		recoverFrom(func() { rec.StatusChanged(room.Failed, room.ReasonInternalError) })
-		recoverFrom(func() { rec.Retired(t) })
+		failedStory(s.rec, t)
 	}
 	s.keepTombstone(t)
 	answer(env, tombReply(t))
@@ -359,9 +357,7 @@ func (s *shard) onTerminated(who *actor.PID) {
 	s.forget(id, lr)
 	t := room.Tombstone{Room: id, Status: room.Failed, Reason: room.ReasonInternalError, Opened: lr.opened}
 	if lr.hand() { // the dead actor's record is the shard's now
-		rec := lr.rec
-		recoverFrom(func() { rec.StatusChanged(room.Failed, room.ReasonInternalError) })
-		recoverFrom(func() { rec.Retired(t) })
+		failedStory(lr.rec, t)
 	}
 	s.keepTombstone(t)
 }
@@ -443,12 +439,6 @@ func (s *shard) routeOne(ctx actor.Context, env *envelope) {
 		if env.trace != "" {
 			failTrace = !traced(s.eng, rec, env)
 		}
-		if ti, ok := env.msg.(room.TransferInfo); ok && alive {
-			// Seen before the room handles it (its first step's effects run
-			// in the actor). Infos refused or absorbed by a tombstone are
-			// not seen: only live rooms keep a record.
-			rec.TransferInfo(ti.Agent, ti.Required)
-		}
 	}
 	if alive {
 		// The room is (again) alive: it gets an actor, which executes this
@@ -457,7 +447,7 @@ func (s *shard) routeOne(ctx actor.Context, env *envelope) {
 		// taken before.
 		_, open := env.msg.(room.Open)
 		lr := &live{id: env.room, opened: open || m.Tombstone().Opened, born: s.eng.cfg.Clock.Now().UnixNano(), rec: rec}
-		lr.store(0, m.Reply())
+		lr.store(0, fx.View)
 		delete(s.tombs, env.room)
 		s.next = newRoomActor(s.eng, m, fx, env, lr)
 		// Spawned with the shard as its parent (its failures and its
@@ -490,7 +480,8 @@ func (s *shard) routeOne(ctx actor.Context, env *envelope) {
 		return
 	}
 	// Still (or at once) a tombstone: nothing here can post or arm.
-	execStateless(s.eng, env, m, fx, rec, nil)
+	observe(s.eng, rec, env.room, env.msg, fx)
+	execStateless(s.eng, env, env.room, fx)
 	s.keepTombstone(m.Tombstone())
 }
 
@@ -529,14 +520,17 @@ func (s *shard) refuse(env *envelope, why refusal) {
 		t.Opened = true
 		rec := obs.RoomCreated(env.room)
 		s.rec, s.announced = rec, true
-		rec.StatusChanged(room.Failed, room.ReasonRoomCap)
+		msg, fx := failedSteps(t)
+		rec.Step(msg, fx[0])
 		s.announced = false
-		rec.Retired(t)
+		rec.Step(msg, fx[1])
 		s.keepTombstone(t)
 		return
 	}
 	m := room.FromTombstone(&s.eng.cfg.Room, t)
-	execStateless(s.eng, env, m, m.Step(env.msg), nil, nil)
+	fx := m.Step(env.msg)
+	observe(s.eng, nil, env.room, env.msg, fx)
+	execStateless(s.eng, env, env.room, fx)
 	s.keepTombstone(t)
 }
 

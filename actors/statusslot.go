@@ -3,15 +3,13 @@ package actors
 import (
 	"sync/atomic"
 
-	"github.com/asynkron/protoactor-go/actor"
-
 	"github.com/kvxfer/kvxfer/actors/room"
 )
 
 // StatusSink is where room actors publish what a poll of their room answers,
 // for the shared-memory status table of transport/control. The
-// room actor is the writer of its room's slot: after every message it handles
-// it hands its poll answer to the slot it claimed.
+// room actor is the writer of its room's slot: after every step it hands its
+// poll answer to the slot it claimed.
 type StatusSink interface {
 	// Claim is called on the room actor's goroutine when the room handles
 	// the scheduler's Open: it returns the slot the room publishes to from
@@ -63,31 +61,20 @@ func sinkOf(e *Engine) StatusSink {
 // none).
 type statusSlot struct{ s StatusSlot }
 
-// publish is called by the room actor after each message it handles (handled).
-// The room claims a slot when it handles the scheduler's Open (or starts
-// already opened: revived by that Open), and only then: a slot deposited for
-// a later open of the same room id can never receive what the room answered
-// before that open (a stale status).
-func (p *statusSlot) publish(e *Engine, m *room.Machine, handled ...any) {
-	claim := false
-	if len(handled) == 0 {
-		claim = p.s == nil && m.Tombstone().Opened // a caller that does not say what it handled
-	} else {
-		switch msg := handled[0].(type) {
-		case *actor.Started:
-			claim = m.Tombstone().Opened
-		case *envelope:
-			_, claim = msg.msg.(room.Open)
-		}
-	}
-	if claim {
+// publish is called by the room actor with each step's poll answer r
+// (roomActor.out). The room claims a slot when it handles the scheduler's
+// Open (open; a room revived by an Open starts with that step), and only
+// then: a slot deposited for a later open of the same room id can never
+// receive what the room answered before that open (a stale status).
+func (p *statusSlot) publish(e *Engine, id uint64, open bool, r room.Reply) {
+	if open {
 		if sink := sinkOf(e); sink != nil {
-			if s := sink.Claim(m.Room()); s != nil {
+			if s := sink.Claim(id); s != nil {
 				p.s = s
 			}
 		}
 	}
 	if p.s != nil {
-		p.s.Publish(m.Reply())
+		p.s.Publish(r)
 	}
 }

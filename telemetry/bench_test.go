@@ -3,7 +3,6 @@ package telemetry
 import (
 	"context"
 	"runtime"
-	"sort"
 	"syscall"
 	"testing"
 	"time"
@@ -192,89 +191,40 @@ func BenchmarkTelemetryOverhead(b *testing.B) {
 			if !tc.noTrc {
 				idle = benchTelemetry(b, tc.s, tc.sdk)
 			}
-			const batch = 1000
-			ids := make([]uint64, batch)
-			flush := func(o *Observer) {
-				if err := o.Flush(context.Background()); err != nil {
-					b.Fatal(err)
-				}
-			}
-			runOn := func(next uint64) {
-				lifecycle(on, ids, next)
-				flush(obs)
-			}
-			runOff := func(next uint64) {
-				lifecycle(off, ids, next)
-				if idle != nil {
-					flush(idle)
-				}
-			}
-			// Warm both engines (actor and record pools, maps).
-			runOff(1 << 40)
-			runOn(1 << 40)
-			var wOff, wOn, cOff, cOn time.Duration
-			var pairs, cpuPairs []float64
-			next := uint64(1)
-			b.ResetTimer()
-			for pair := 0; pair*batch < b.N; pair++ {
-				var dOff, dOn, eOff, eOn time.Duration
-				measure := func(f func(), d, e *time.Duration) {
-					w0, c0 := time.Now(), cpuTime()
-					f()
-					*d, *e = time.Since(w0), cpuTime()-c0
-				}
-				if pair%2 == 0 {
-					measure(func() { runOff(next) }, &dOff, &eOff)
-					measure(func() { runOn(next) }, &dOn, &eOn)
-				} else {
-					measure(func() { runOn(next) }, &dOn, &eOn)
-					measure(func() { runOff(next) }, &dOff, &eOff)
-				}
-				wOff, wOn, cOff, cOn = wOff+dOff, wOn+dOn, cOff+eOff, cOn+eOn
-				pairs = append(pairs, dOn.Seconds()/dOff.Seconds()-1)
-				if eOff > 0 {
-					cpuPairs = append(cpuPairs, eOn.Seconds()/eOff.Seconds()-1)
-				}
-				next += batch
-			}
-			b.StopTimer()
-			sort.Float64s(pairs)
-			sort.Float64s(cpuPairs)
-			rooms := float64(next - 1)
-			b.ReportMetric(rooms/wOff.Seconds(), "rooms/s-off")
-			b.ReportMetric(rooms/wOn.Seconds(), "rooms/s-on")
-			b.ReportMetric(100*(wOn.Seconds()-wOff.Seconds())/wOff.Seconds(), "wall-overhead-%")
-			b.ReportMetric(100*pairs[len(pairs)/2], "median-overhead-%")
-			if len(cpuPairs) > 0 {
-				b.ReportMetric(100*cpuPairs[len(cpuPairs)/2], "median-cpu-overhead-%")
-			}
-			b.ReportMetric(float64(cOff.Microseconds())/rooms, "cpu-us/room-off")
-			b.ReportMetric(float64(cOn.Microseconds())/rooms, "cpu-us/room-on")
-			b.ReportMetric(100*(cOn.Seconds()-cOff.Seconds())/cOff.Seconds(), "cpu-overhead-%")
+			alternate(b, obs, idle,
+				func(ids []uint64, next uint64) { lifecycle(off, ids, next) },
+				func(ids []uint64, next uint64) { lifecycle(on, ids, next) }).report(b)
 		})
 	}
 }
 
-// BenchmarkObserverCalls is the caller-side cost of one room's observer
-// calls (what an actor goroutine pays), tracing on, emission excluded.
+// BenchmarkObserverCalls is the caller-side cost of one room's record
+// (what an actor goroutine pays), tracing on, emission excluded: the steps
+// of a room with two chunks, as the room actor hands them over.
 func BenchmarkObserverCalls(b *testing.B) {
 	obs := benchTelemetry(b, Sampling{Ratio: 0}, false)
 	t1 := room.Transfer{Agent: "a", Chunk: 0, Seq: 1, SrcPages: []int32{1, 2}}
 	t2 := room.Transfer{Agent: "a", Chunk: 1, Seq: 2, Last: true, SrcPages: []int32{3, 4}}
+	info := room.TransferInfo{Agent: "a", Required: 1}
+	fx := []room.Effects{
+		{Info: room.InfoSeen{Seen: true, Agent: "a", Required: 1}, Published: true, Status: room.WaitingForInput},
+		{Posts: []room.Transfer{t1}, Published: true, Status: room.Transferring},
+		{Done: room.DoneSeen{Seen: true, Seq: 1}},
+		{Posts: []room.Transfer{t2}},
+		{Done: room.DoneSeen{Seen: true, Seq: 2}, Published: true, Status: room.Success},
+		{Retire: true},
+	}
+	msgs := []room.Msg{info, room.Send{}, room.XferDone{Seq: 1}, room.Send{}, room.XferDone{Seq: 2}, room.Clear{}}
 	b.ReportAllocs()
 	id := uint64(0)
 	for b.Loop() {
 		id++
-		t1.Room, t2.Room = id, id
+		fx[1].Posts[0].Room, fx[3].Posts[0].Room = id, id
+		fx[5].Tomb = room.Tombstone{Room: id, Status: room.Success, Opened: true}
 		r := obs.RoomCreated(id)
-		r.StatusChanged(room.WaitingForInput, room.ReasonNone)
-		r.Posted(&t1)
-		r.StatusChanged(room.Transferring, room.ReasonNone)
-		r.TransferDone(1, room.ReasonNone)
-		r.Posted(&t2)
-		r.TransferDone(2, room.ReasonNone)
-		r.StatusChanged(room.Success, room.ReasonNone)
-		r.Retired(room.Tombstone{Room: id, Status: room.Success, Opened: true})
+		for i := range fx {
+			r.Step(msgs[i], fx[i])
+		}
 	}
 }
 

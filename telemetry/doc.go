@@ -3,8 +3,8 @@
 // (TracerProvider from the standard OTEL_* variables, Prometheus /metrics).
 //
 // Hot path. The Observer's methods run on actor goroutines. Each room's
-// actor owns the room's record (no lock), and aggregates are per-processor
-// stripes of counters; they never call the OTel SDK. Everything else
+// actor owns the room's record (no lock), and aggregates are atomic
+// counters in stripes by room id; they never call the OTel SDK. Everything else
 // happens elsewhere:
 //
 //   - spans are built when a room retires, by one background goroutine, from the

@@ -83,14 +83,14 @@ func TestEmitterWakesBeforeTick(t *testing.T) {
 	const rooms = exportBatch + 100 // one span each: more than a batch
 	deadline := time.Now().Add(30 * time.Second)
 	for id := uint64(1); id <= rooms; id++ {
-		r := obs.RoomCreated(id)
+		r := byFact{obs.RoomCreated(id)}
 		r.StatusChanged(room.Success, room.ReasonNone)
 		r.Retired(room.Tombstone{Room: id, Status: room.Success, Opened: true})
 		// Let the emitter catch up: this test is about waking it, not
 		// about the queue's bound.
-		for obs.keptN.Load() >= int64(obs.cfg.QueueSize) {
+		for len(obs.kept) >= obs.cfg.QueueSize {
 			if time.Now().After(deadline) {
-				t.Fatalf("room %d: the queue stays full (%d waiting), no tick and no Flush", id, obs.keptN.Load())
+				t.Fatalf("room %d: the queue stays full (%d waiting), no tick and no Flush", id, len(obs.kept))
 			}
 			runtime.Gosched()
 		}

@@ -217,3 +217,21 @@ func info(agent string, n, required int) room.TransferInfo {
 }
 
 type metricdataHistogram = metricdata.Histogram[float64]
+
+// byFact drives a room's record one fact at a time, each fact a step of its
+// own (RoomObserver.Step), for tests that build a room's story by hand.
+type byFact struct{ actors.RoomObserver }
+
+func (f byFact) TransferInfo(agent string, required int) {
+	f.Step(room.TransferInfo{Agent: agent, Required: required},
+		room.Effects{Info: room.InfoSeen{Seen: true, Agent: agent, Required: required}})
+}
+func (f byFact) StatusChanged(s room.Status, why room.Reason) {
+	f.Step(nil, room.Effects{Published: true, Status: s, Reason: why})
+}
+func (f byFact) Posted(t *room.Transfer) { f.Step(nil, room.Effects{Posts: []room.Transfer{*t}}) }
+func (f byFact) TransferDone(seq uint32, fail room.Reason) {
+	f.Step(room.XferDone{Seq: seq, Fail: fail}, room.Effects{Done: room.DoneSeen{Seen: true, Seq: seq, Fail: fail}})
+}
+func (f byFact) Ignored(msg room.Msg)     { f.Step(msg, room.Effects{Ignored: true}) }
+func (f byFact) Retired(t room.Tombstone) { f.Step(nil, room.Effects{Retire: true, Tomb: t}) }

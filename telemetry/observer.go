@@ -5,11 +5,9 @@ import (
 	"errors"
 	"math"
 	"reflect"
-	"runtime"
-	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe" // go:linkname runtime.procPin (see local); prefetchRec
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/propagation"
@@ -36,11 +34,9 @@ const (
 	// always traced.
 	DefaultSlow = 5 * time.Second
 
-	maxStripes = 256
-	// Reset records wait for reuse on freeLists lists of up to freePerList
-	// each (8,192 in all), a room's by its id (freeIndex).
-	freeLists   = 64
-	freePerList = 128
+	// numStripes is how many stripes the aggregate metrics are split
+	// into, a room's by its id (stripeIndex).
+	numStripes = 64
 )
 
 // Config configures an Observer. The zero value observes metrics only.
@@ -72,8 +68,8 @@ type Config struct {
 	// over all layers of this rank). 0 leaves bytes at 0; SetBytesPerPage
 	// can change it later, e.g. once the scheduler registered memory.
 	BytesPerPage int64
-	// MaxRooms caps the live rooms tracked (default DefaultMaxRooms): the
-	// records in existence, live or waiting on the free list for reuse.
+	// MaxRooms caps the live rooms tracked (default DefaultMaxRooms): rooms
+	// with a record, live or retired and waiting for their spans.
 	MaxRooms int
 	// MaxEvents caps status events per room span (default and at most 128).
 	MaxEvents int
@@ -102,12 +98,12 @@ type Source interface {
 //
 // Each room keeps its own record (a *roomRec, the actors.RoomObserver its
 // actor calls, never two goroutines at once): timestamps, transfers, trace
-// context. When the room retires the record is handed to the emitter on a
-// lock-free stack (kept rooms only; the rest are recycled at once). The
-// aggregate metrics are striped atomic counters and histograms (the stripe
-// of the P running the caller, see local; the tracked-room count on the room
-// id's), added to as events happen; the live-room gauges are
-// summed at scrape time from what the rooms reported to the engine's shards
+// context. When the room retires the record is handed to the emitter over a
+// channel (kept rooms only; the rest are recycled at once, through a
+// sync.Pool). The aggregate metrics are atomic counters and histograms,
+// striped by room id so that rooms on different cores seldom add to one
+// cache line, added to as events happen; the live-room gauges are summed at
+// scrape time from what the rooms reported to the engine's shards
 // (actors.Engine.Live). Nothing on a room's path takes a lock.
 type Observer struct {
 	cfg      Config
@@ -117,10 +113,11 @@ type Observer struct {
 	base     time.Time // origin of the ticks; monotonic with the real clock
 	real     bool      // Clock is the wall clock: ticks read only the monotonic clock
 	sampling Sampling
-	// records counts the records in existence (live or free), which
-	// MaxRooms caps: it changes only when a record is made or dropped, not
-	// for a room that reuses one.
-	records atomic.Int64
+	// capMask picks the stripe that counts a room's record toward MaxRooms
+	// (stripeIndex(id) & capMask, see capStripe); pool keeps reset records
+	// for reuse.
+	capMask int
+	pool    sync.Pool
 	unt     untracked // the record of every room over MaxRooms
 
 	tracing bool
@@ -133,9 +130,7 @@ type Observer struct {
 	agents  map[string]attribute.KeyValue // the emitter's: kv_transfer.peer.agent of one-agent rooms
 	common  spanCommon                    // resource and scope of the direct path's spans
 
-	shards []stripe // one per P: see stripeCount
-	over   *stripe  // the stripe of Ps numbered len(shards) and up (shared)
-	all    []stripe // shards and over, for totals
+	all []stripe // numStripes, a room's by stripeIndex
 
 	// Rare events: plain atomics.
 	badTraceparents, queueFull atomic.Int64
@@ -146,18 +141,14 @@ type Observer struct {
 	// ownClock: an engine watched runs on another clock than this
 	// Observer's, so records read their own. Otherwise a room's step reads
 	// the clock once for the engine and its record (actors.StepClock).
-	// Read at every step: it must not share a cache line with what rooms
-	// write (kept, keptN, the free list's head), or every read is a miss.
 	ownClock atomic.Bool
 
-	// Records handed over: kept (retired, sampled in) and abandoned (live
-	// when the engine stopped or the Observer closes). keptN bounds the
-	// first by QueueSize. Written by rooms as they retire, on lines of
-	// their own.
-	_               [64]byte
-	kept, abandoned recStack
-	keptN           atomic.Int64
-	frees           [freeLists]freeList // recycled records, reset
+	// Records handed over: kept (retired, sampled in; at most QueueSize
+	// wait) and abandoned (live when the engine stopped or the Observer
+	// closes).
+	kept        chan *roomRec
+	abandonedMu sync.Mutex
+	abandoned   []*roomRec
 
 	queue chan parcel // Flush and Close barriers for the emitter
 	wake  chan struct{}
@@ -166,7 +157,7 @@ type Observer struct {
 	// 100k rooms a second) the queue would fill up between ticks and drop
 	// rooms. The spans are still exported in batches (exportBatch), or at
 	// the tick.
-	wakeAt  int64
+	wakeAt  int
 	closed  atomic.Bool
 	stopped chan struct{}
 }
@@ -182,13 +173,12 @@ var (
 type sourceBox struct{ s Source }
 
 // stripe is a share of the aggregate metrics: atomics only, read and summed
-// by Produce. Each P adds to its own stripe (pin) and is its only writer,
-// so it adds with an atomic load and an atomic store, not a read-modify-write
-// whose line other cores contend for (see add; on amd64 the store is still
-// an XCHG); Ps numbered beyond the stripes share one (over, shared) and
-// add atomically. Tracked rooms are those created minus those released.
+// by Produce. Tracked rooms are those created minus those released. The
+// first len(all) & capMask stripes also share MaxRooms out: inUse counts the
+// records in use of their rooms, at most limit.
 type stripe struct {
-	shared                     bool // over: written by several Ps
+	inUse                      atomic.Int64
+	limit                      int64 // set by New
 	created, released          atomic.Int64
 	untracked                  atomic.Int64
 	evicted                    atomic.Int64 // tombstones: one per room once the shards are full
@@ -209,15 +199,15 @@ type ahist struct {
 	sumNs  atomic.Int64
 }
 
-// observe records d in h, a histogram of st, which the caller pinned.
-func (st *stripe) observe(h *ahist, d time.Duration, bounds []time.Duration) {
+// observe records d in h.
+func (h *ahist) observe(d time.Duration, bounds []time.Duration) {
 	d = max(d, 0)
 	i := 0
 	for i < len(bounds) && d > bounds[i] {
 		i++
 	}
-	st.add(&h.counts[i], 1)
-	st.add(&h.sumNs, int64(d))
+	h.counts[i].Add(1)
+	h.sumNs.Add(int64(d))
 }
 
 // shardStats is a snapshot of the stripes, summed (totals), plus the live
@@ -237,19 +227,12 @@ type shardStats struct {
 
 // roomRec is what the Observer keeps of one live room until it retires.
 //
-// Its layout is for the caches: a room's record has usually left them
-// between its callbacks (a batch of other rooms went by), and each of its
-// cache lines a room touches costs two to three misses over the room's life
-// (docs/observability.md, Cost). So what every room writes comes first and
-// is small: the state (80 bytes: the step's time is kept by the actor's
-// StepClock, not here), then two transfer entries, the first agent and
-// three status events, so that a typical traced room (three status events,
-// two transfers, one agent) touches lines 0–2, and a room with metrics
-// only and one write at a time lines 0–1. What most rooms never touch (the
-// counters of failures and drops, the stack link of kept records, the
-// overflow buffers, a parent trace context) comes last. It is allocated in
-// the 320-byte size class, 5 lines: every record starts on a line
-// (TestRecordSize).
+// What every room writes comes first: the state (the step's time is kept by
+// the actor's StepClock, not here), then two transfer entries, the first
+// agent and three status events inline (a typical traced room has three
+// status events, two transfers and one agent); longer lists spill over into
+// more. What most rooms never touch (the counters of failures and drops,
+// the overflow buffers, a parent trace context) comes last.
 type roomRec struct {
 	o *Observer // set once: a record serves one Observer
 	roomState
@@ -258,12 +241,10 @@ type roomRec struct {
 	evs    [inlineEvents]statusEvent
 	// Line 3 on: what few rooms touch.
 	rareState
-	next *roomRec // on a recStack; take clears it
 	more *recMore // where xf, agent0 and evs spill over (kept for reuse)
 	// parent is the trace the room joins (Traceparent; valid if hasParent,
 	// cleared by reset only then).
 	parent trace.SpanContext
-	_      [24]byte // to the 320-byte size class (TestRecordSize)
 }
 
 const (
@@ -284,12 +265,13 @@ const (
 )
 
 // roomState is the hot part of a record: what every room writes, reset
-// between rooms (but slot and list, which stay with the record).
+// between rooms.
 type roomState struct {
 	// The room's actor's step clock (BindSteps; noSteps until then): the
 	// callbacks of one step share its reading, unless the Observer reads
 	// its own clock (ownClock).
 	clk       *actors.StepClock
+	st        *stripe // the room's share of the metrics (stripeIndex)
 	id        uint64
 	created   tick
 	statusAt  tick // when the current status was entered (once terminal, it stays: terminal statuses are absorbing)
@@ -306,10 +288,8 @@ type roomState struct {
 	status    room.Status
 	reason    room.Reason
 	keep      keepReason
-	slot      uint8 // its freeList slot + 1 (0: none yet); kept by reset
-	list      uint8 // that freeList's index in Observer.frees; kept by reset
-	terminal  bool  // it became terminal (at statusAt)
-	retired   bool  // false: emitted at Close while still live
+	terminal  bool // it became terminal (at statusAt)
+	retired   bool // false: emitted at Close while still live
 	// From parent, for the sampler (no SpanContext reads on the hot path).
 	hasParent, parentSampled bool
 	rare                     bool  // rareState was written
@@ -539,9 +519,22 @@ func New(cfg Config) (*Observer, error) {
 		cfg.ExportTimeout = 10 * time.Second
 	}
 	o := &Observer{cfg: cfg, clk: cfg.Clock, start: time.Now(), base: cfg.Clock.Now(), stopped: make(chan struct{})}
-	o.all = make([]stripe, stripeCount()+1)
-	o.shards, o.over = o.all[:len(o.all)-1], &o.all[len(o.all)-1]
-	o.over.shared = true
+	o.all = make([]stripe, numStripes)
+	// MaxRooms shared out over capStripes stripes (a power of two), with
+	// at least 1,024 records each, so that rooms counted on different
+	// stripes seldom write one line; a small cap stays on one stripe.
+	capStripes := 1
+	for capStripes < numStripes && cfg.MaxRooms/(2*capStripes) >= 1024 {
+		capStripes *= 2
+	}
+	o.capMask = capStripes - 1
+	for i := range capStripes {
+		n := cfg.MaxRooms / capStripes
+		if i < cfg.MaxRooms%capStripes {
+			n++
+		}
+		o.all[i].limit = int64(n)
+	}
 	_, o.real = cfg.Clock.(clock.Real)
 	o.sampling = Sampling{Ratio: 1}
 	if cfg.Sampling != nil {
@@ -566,7 +559,8 @@ func New(cfg Config) (*Observer, error) {
 	o.tracing = o.exp != nil || o.tracer != nil
 	if o.tracing {
 		o.queue, o.wake = make(chan parcel, 4), make(chan struct{}, 1)
-		o.wakeAt = int64(max(cfg.QueueSize/4, 1))
+		o.kept = make(chan *roomRec, cfg.QueueSize)
+		o.wakeAt = max(cfg.QueueSize/4, 1)
 		go o.emitLoop()
 	} else {
 		close(o.stopped)
@@ -598,39 +592,29 @@ func (o *Observer) SetBytesPerPage(n int64) { o.bpp.Store(n) }
 // at scrape time).
 func (o *Observer) Attach(s Source) { o.src.Store(&sourceBox{s}) }
 
-// stripeCount is how many Ps get a stripe of their own (pin): 4 ×
-// GOMAXPROCS, within 16..256, so a GOMAXPROCS raised later still finds its
-// own; Ps beyond share o.over.
-func stripeCount() int {
-	return min(max(4*runtime.GOMAXPROCS(0), 16), maxStripes)
+// stripeIndex is the stripe of a room's metrics: the hash the engine uses
+// to pick a room's directory shard (actors.Engine), so that with a shard
+// count that divides numStripes (the default 4 × GOMAXPROCS does for
+// GOMAXPROCS 1, 2, 4, 8 and 16) the rooms of one shard, whose goroutine
+// runs them, share their stripes with no other shard's.
+func stripeIndex(id uint64) int {
+	return int((id * 0x9E3779B97F4A7C15) >> 32 & (numStripes - 1))
 }
 
-// pin pins the caller to its processor (Go's P) and returns that P's
-// stripe: the counters and histograms a room adds to as it goes (st.add,
-// st.observe), until the caller calls procUnpin. A room's actor runs on
-// whichever P its mailbox is scheduled on, so a stripe chosen by room id
-// moved its cache lines between cores with nearly every room (about ten
-// lines per room: counters, four status histograms, the transfer
-// histogram); a P's stripe stays in its core's cache, and while pinned the
-// caller is its only writer (no contended read-modify-write; Ps beyond the stripes
-// share o.over, which adds atomically). Nothing between pin and procUnpin
-// may block or panic: compute indexes first. (The cap on tracked rooms
-// stays on the id's stripe: see RoomCreated.)
-func (o *Observer) pin() *stripe {
-	if p := procPin(); p < len(o.shards) {
-		return &o.shards[p]
+// stripe is the stripe of room id.
+func (o *Observer) stripe(id uint64) *stripe { return &o.all[stripeIndex(id)] }
+
+// capStripe is the stripe that counts room id's record toward MaxRooms.
+func (o *Observer) capStripe(id uint64) *stripe { return &o.all[stripeIndex(id)&o.capMask] }
+
+// inUse is the records in use, over the stripes (MaxRooms caps it).
+func (o *Observer) inUse() int64 {
+	var n int64
+	for i := range o.all {
+		n += o.all[i].inUse.Load()
 	}
-	return o.over
+	return n
 }
-
-// procPin and procUnpin are the runtime's (as sync.Pool uses them): procPin
-// returns the current P's id.
-//
-//go:linkname procPin runtime.procPin
-func procPin() int
-
-//go:linkname procUnpin runtime.procUnpin
-func procUnpin()
 
 // WatchEngine implements actors.EngineWatcher: the live-room gauges are read
 // from e at scrape time, and Close has e's live rooms hand their records over.
@@ -669,54 +653,31 @@ func (o *Observer) watched() []*actors.Engine {
 }
 
 // RoomCreated implements actors.Observer: a record for the room (a
-// recycled one if any), or the untracked record once MaxRooms records exist.
-// A room that reuses a record touches no counter other rooms share.
+// recycled one if any), or the untracked record once the room's share of
+// MaxRooms is tracked (capStripe: with a large cap, a room may be untracked
+// while another share has room).
 func (o *Observer) RoomCreated(id uint64) actors.RoomObserver {
-	r := o.frees[freeIndex(id)].get()
-	if r == nil && o.records.Add(1) > int64(o.cfg.MaxRooms) {
-		o.records.Add(-1)
-		r = o.steal() // at the cap: a reset record on another list
-		if r == nil {
-			l := o.pin()
-			l.add(&l.untracked, 1)
-			procUnpin()
-			return &o.unt
-		}
+	st, cs := o.stripe(id), o.capStripe(id)
+	if cs.inUse.Add(1) > cs.limit {
+		cs.inUse.Add(-1)
+		st.untracked.Add(1)
+		return &o.unt
 	}
+	r, _ := o.pool.Get().(*roomRec)
 	if r == nil {
 		r = &roomRec{o: o}
 		reset(r)
 	}
-	l := o.pin()
-	l.add(&l.created, 1)
-	procUnpin()
+	st.created.Add(1)
 	now := o.now()
-	r.id, r.created, r.statusAt, r.status = id, now, now, room.Bootstrapping
-	r.warm(o.tracing)
+	r.st, r.id, r.created, r.statusAt, r.status = st, id, now, now, room.Bootstrapping
 	return r
 }
 
-// warm loads one word of each cache line a typical room goes on to write
-// (lines 1–2 of the record traced, line 1 with metrics only; see roomRec), all
-// at once: a record from the free list has usually left the cache since its
-// last room, and these independent loads miss together instead of one
-// callback after another (the room's actor usually runs on this goroutine:
-// rooms use a synchronized dispatcher). The branch's write is a no-op on a
-// reset record; it keeps the loads.
-func (r *roomRec) warm(tracing bool) {
-	x := uint64(r.xf[0].end)
-	if tracing {
-		x |= uint64(len(r.agent0[0])) | uint64(r.evs[0])
-	}
-	if x == 1<<63|1 {
-		r.keep = 0
-	}
-}
-
-// reset empties r for reuse. It writes only the lines the room used: the
-// state, and the agent, the rare counters, the overflow lists and the
-// parent only if the room wrote them (the inline entries need no clearing:
-// they hold no pointers, and are overwritten before use).
+// reset empties r for reuse. It writes only what the room used: the state,
+// and the agent, the rare counters, the overflow lists and the parent only
+// if the room wrote them (the inline entries need no clearing: they hold no
+// pointers, and are overwritten before use).
 func reset(r *roomRec) {
 	if r.nAg > 0 {
 		r.agent0 = [1]string{}
@@ -730,9 +691,7 @@ func reset(r *roomRec) {
 	if r.hasParent {
 		r.parent = trace.SpanContext{}
 	}
-	slot, list := r.slot, r.list
-	r.roomState = roomState{}
-	r.slot, r.list, r.clk = slot, list, noSteps
+	r.roomState = roomState{clk: noSteps}
 }
 
 // trim empties m, keeping buffers of up to maxKeptMore entries.
@@ -748,125 +707,40 @@ func keep[T any](s []T) []T {
 	return s[:0]
 }
 
-// freeIndex is the free list of a room's records: the hash the engine uses
-// to pick a room's directory shard (actors.Engine), so with a shard count
-// that divides freeLists (the default 4 × GOMAXPROCS does for GOMAXPROCS 1,
-// 2, 4, 8 and 16) each list is used by one shard only, whose goroutine runs
-// its rooms; with any count a room takes its record from the list it goes
-// back to, and no list's head is a line every core writes for every room.
-func freeIndex(id uint64) int {
-	return int((id * 0x9E3779B97F4A7C15) >> 32 & (freeLists - 1))
-}
-
-// steal takes a reset record from any free list (nil if none).
-func (o *Observer) steal() *roomRec {
-	for i := range o.frees {
-		if r := o.frees[i].get(); r != nil {
-			return r
-		}
-	}
-	return nil
-}
-
-// recycle returns r to the free list it has a slot in (the room's, for a
-// record not yet on one), or drops it if that list is full (the garbage
-// collector takes it; it no longer counts toward MaxRooms).
+// recycle resets r and keeps it for another room; it no longer counts
+// toward MaxRooms.
 func (o *Observer) recycle(r *roomRec) {
-	i := int(r.list)
-	if r.slot == 0 {
-		i = freeIndex(r.id)
-	}
+	cs := o.capStripe(r.id)
 	reset(r)
-	if !o.frees[i].put(r, i) {
-		o.records.Add(-1)
-	}
-}
-
-// freeList keeps up to freePerList reset records for reuse, lock-free, and
-// unlike a sync.Pool across garbage collections (a record is about 1 KiB;
-// allocating one per room was a fifth of the engine's allocation). A record
-// gets a slot the first time it is put and keeps it (and so its list); the
-// stack links slots by index, and its head carries a version so that a pop
-// racing with a pop and push of the same slot fails its compare-and-swap
-// (no ABA).
-type freeList struct {
-	_     [64]byte      // head is written by every room: on a line of its own
-	head  atomic.Uint64 // version<<32 | slot+1 (0: empty)
-	_     [56]byte
-	slots atomic.Uint32 // slots handed out
-	next  [freePerList]atomic.Uint32
-	recs  [freePerList]*roomRec // written once, before the slot's first push
-}
-
-func (f *freeList) get() *roomRec {
-	for {
-		h := f.head.Load()
-		top := uint32(h)
-		if top == 0 {
-			return nil
-		}
-		nx := f.next[top-1].Load()
-		if f.head.CompareAndSwap(h, (h>>32+1)<<32|uint64(nx)) {
-			if nx != 0 {
-				// The record the list's next room takes: usually cold by
-				// now (a batch of rooms went by since it was recycled),
-				// and in cache by the time that room comes.
-				prefetchRec(unsafe.Pointer(f.recs[nx-1]))
-			}
-			return f.recs[top-1]
-		}
-	}
-}
-
-// put pushes r, and reports false if the list is full (r is not kept). A
-// record with no slot yet gets one on this list, the index-th.
-func (f *freeList) put(r *roomRec, index int) bool {
-	if r.slot == 0 {
-		n := f.slots.Add(1)
-		if n > freePerList {
-			f.slots.Add(^uint32(0))
-			return false
-		}
-		r.slot, r.list = uint8(n), uint8(index) // n <= freePerList fits
-		f.recs[n-1] = r
-	}
-	for {
-		h := f.head.Load()
-		f.next[r.slot-1].Store(uint32(h))
-		if f.head.CompareAndSwap(h, (h>>32+1)<<32|uint64(r.slot)) {
-			return true
-		}
-	}
+	o.pool.Put(r)
+	cs.inUse.Add(-1)
 }
 
 // Ignored implements actors.Observer: a message a tombstone (or nobody)
 // absorbed.
 func (o *Observer) Ignored(id uint64, msg room.Msg) {
 	k := msgIndex(msg)
-	st := o.pin()
-	st.add(&st.absorbed[k][1], 1)
-	procUnpin()
+	st := o.stripe(id)
+	st.absorbed[k][1].Add(1)
 }
 
 // LateTransferDone implements actors.Observer: a write that completed after
 // its room retired is counted.
-func (o *Observer) LateTransferDone(_ uint64, _ uint32, fail room.Reason) {
-	st := o.pin()
+func (o *Observer) LateTransferDone(id uint64, _ uint32, fail room.Reason) {
+	st := o.stripe(id)
 	if fail == room.ReasonNone {
-		st.add(&st.xferOK, 1)
+		st.xferOK.Add(1)
 	} else {
-		st.add(&st.xferFailed, 1)
+		st.xferFailed.Add(1)
 	}
-	procUnpin()
 }
 
 // TombstoneEvicted implements actors.Observer. Once the shards hold their
 // cap of tombstones every retiring room evicts one: it is counted on the
-// caller's stripe, not on a counter every shard's core writes.
-func (o *Observer) TombstoneEvicted(uint64) {
-	st := o.pin()
-	st.add(&st.evicted, 1)
-	procUnpin()
+// room's stripe, not on a counter every shard's core writes.
+func (o *Observer) TombstoneEvicted(id uint64) {
+	st := o.stripe(id)
+	st.evicted.Add(1)
 }
 
 // RoomRefused implements actors.RefusalObserver.
@@ -875,6 +749,28 @@ func (o *Observer) RoomRefused(_ uint64, peerShare bool) {
 		o.refusedShare.Add(1)
 	} else {
 		o.refusedCap.Add(1)
+	}
+}
+
+// Step implements actors.RoomObserver: the step's facts, in their order.
+func (r *roomRec) Step(msg room.Msg, fx room.Effects) {
+	if fx.Info.Seen {
+		r.transferInfo(fx.Info.Required)
+	}
+	if fx.Done.Seen {
+		r.transferDone(fx.Done.Seq, fx.Done.Fail)
+	}
+	for i := range fx.Posts {
+		r.posted(&fx.Posts[i])
+	}
+	if fx.Published {
+		r.statusChanged(fx.Status, fx.Reason)
+	}
+	if fx.Ignored && !fx.Retire {
+		r.absorb(msg)
+	}
+	if fx.Retire {
+		r.retire(fx.Tomb)
 	}
 }
 
@@ -922,23 +818,22 @@ func (r *roomRec) Traceparent(traceparent string) {
 	r.parent, r.hasParent, r.parentSampled = sc, true, sc.IsSampled()
 }
 
-// TransferInfo implements actors.RoomObserver: it records the room's
-// required_dst_info_num (decode agents are recorded as transfers are posted).
-func (r *roomRec) TransferInfo(_ string, required int) {
+// transferInfo records the room's required_dst_info_num (decode agents are
+// recorded as transfers are posted).
+func (r *roomRec) transferInfo(required int) {
 	r.required = uint16(min(max(required, 0), math.MaxUint16))
 }
 
-// StatusChanged implements actors.RoomObserver.
-func (r *roomRec) StatusChanged(s room.Status, why room.Reason) {
+// statusChanged records a published status change.
+func (r *roomRec) statusChanged(s room.Status, why room.Reason) {
 	o := r.o
 	now := r.now()
 	ri, si := reasonIndex(why), statusIndex(r.status)
-	st := o.pin()
+	st := r.st
 	if s == room.Failed {
-		st.add(&st.failures[ri], 1)
+		st.failures[ri].Add(1)
 	}
-	st.observe(&st.statusDur[si], time.Duration(now-r.statusAt), statusBoundsNs)
-	procUnpin()
+	st.statusDur[si].observe(time.Duration(now-r.statusAt), statusBoundsNs)
 	r.status, r.reason, r.statusAt = s, why, now
 	if s.Terminal() {
 		r.terminal = true
@@ -953,14 +848,13 @@ func (r *roomRec) StatusChanged(s room.Status, why room.Reason) {
 	}
 }
 
-// Posted implements actors.RoomObserver.
-func (r *roomRec) Posted(t *room.Transfer) {
+// posted records a transfer posted.
+func (r *roomRec) posted(t *room.Transfer) {
 	o := r.o
 	now := r.now()
 	pages := len(t.SrcPages)
-	st := o.pin()
-	st.add(&st.posted, 1)
-	procUnpin()
+	st := r.st
+	st.posted.Add(1)
 	r.transfers = sat(r.transfers, 1)
 	r.pages = sat(r.pages, pages)
 	if c := int32(min(t.Chunk, math.MaxInt32-1)) + 1; c > r.chunks {
@@ -999,8 +893,8 @@ func (r *roomRec) addSpan(x *xferRec, t *room.Transfer) {
 	}
 }
 
-// TransferDone implements actors.RoomObserver.
-func (r *roomRec) TransferDone(seq uint32, fail room.Reason) {
+// transferDone records a transfer's completion.
+func (r *roomRec) transferDone(seq uint32, fail room.Reason) {
 	now := r.now()
 	ok := fail == room.ReasonNone
 	if !ok {
@@ -1029,36 +923,34 @@ func (r *roomRec) TransferDone(seq uint32, fail room.Reason) {
 		}
 		break
 	}
-	st := r.o.pin()
+	st := r.st
 	if ok {
-		st.add(&st.xferOK, 1)
+		st.xferOK.Add(1)
 	} else {
-		st.add(&st.xferFailed, 1)
+		st.xferFailed.Add(1)
 	}
 	if found {
-		st.observe(&st.xferDur, time.Duration(now-start), transferBoundsNs)
+		st.xferDur.observe(time.Duration(now-start), transferBoundsNs)
 		if ok {
-			st.add(&st.bytesOK, bytes)
+			st.bytesOK.Add(bytes)
 		} else {
-			st.add(&st.bytesFailed, bytes)
+			st.bytesFailed.Add(bytes)
 		}
 	}
-	procUnpin()
 }
 
-// Ignored implements actors.RoomObserver: a message the live room absorbed.
-func (r *roomRec) Ignored(msg room.Msg) {
+// absorb counts a message the live room absorbed.
+func (r *roomRec) absorb(msg room.Msg) {
 	r.rare = true
 	r.ignored++
 	k := msgIndex(msg)
-	st := r.o.pin()
-	st.add(&st.absorbed[k][0], 1)
-	procUnpin()
+	st := r.st
+	st.absorbed[k][0].Add(1)
 }
 
-// Retired implements actors.RoomObserver: the record is closed, and handed to
-// the emitter if the tail sampler keeps the room.
-func (r *roomRec) Retired(t room.Tombstone) {
+// retire closes the record (t: the room's tombstone), and hands it to the
+// emitter if the tail sampler keeps the room.
+func (r *roomRec) retire(t room.Tombstone) {
 	o := r.o
 	now := r.now()
 	ti, si := statusIndex(t.Status), statusIndex(r.status)
@@ -1068,28 +960,26 @@ func (r *roomRec) Retired(t room.Tombstone) {
 	if o.tracing {
 		keep = o.sampling.decide(r)
 	}
-	st := o.pin()
-	st.add(&st.released, 1)
-	st.add(&st.retired[ti], 1)
-	st.observe(&st.statusDur[si], d, statusBoundsNs)
+	st := r.st
+	st.released.Add(1)
+	st.retired[ti].Add(1)
+	st.statusDur[si].observe(d, statusBoundsNs)
 	if o.tracing {
-		st.add(&st.decisions[keep], 1)
+		st.decisions[keep].Add(1)
 	}
-	procUnpin()
 	if keep == dropSampled || o.closed.Load() {
 		o.recycle(r)
 		return
 	}
-	n := o.keptN.Add(1)
-	if n > int64(o.cfg.QueueSize) {
-		o.keptN.Add(-1)
+	r.keep = keep
+	select {
+	case o.kept <- r:
+	default:
 		o.queueFull.Add(1)
 		o.recycle(r)
 		return
 	}
-	r.keep = keep
-	o.kept.push(r)
-	if n == o.wakeAt {
+	if len(o.kept) >= o.wakeAt {
 		select {
 		case o.wake <- struct{}{}:
 		default: // already woken
@@ -1102,15 +992,25 @@ func (r *roomRec) Retired(t room.Tombstone) {
 // retired), ended when it was handed over.
 func (r *roomRec) Abandoned() {
 	o := r.o
-	st := o.pin()
-	st.add(&st.released, 1)
-	procUnpin()
+	st := r.st
+	st.released.Add(1)
 	if !o.tracing || o.closed.Load() {
 		o.recycle(r)
 		return
 	}
 	r.retiredAt = r.now()
-	o.abandoned.push(r)
+	o.abandonedMu.Lock()
+	o.abandoned = append(o.abandoned, r)
+	o.abandonedMu.Unlock()
+}
+
+// takeAbandoned returns the abandoned records, oldest first, and forgets them.
+func (o *Observer) takeAbandoned() []*roomRec {
+	o.abandonedMu.Lock()
+	defer o.abandonedMu.Unlock()
+	recs := o.abandoned
+	o.abandoned = nil
+	return recs
 }
 
 // untracked is the record of every room over MaxRooms: it
@@ -1119,67 +1019,42 @@ type untracked struct {
 	o *Observer
 }
 
-// count adds 1 to the counter of the caller's stripe that c picks.
+// count adds 1 to the counter that c picks of the first stripe (untracked
+// rooms are not told apart).
 func (u *untracked) count(c func(*stripe) *atomic.Int64) {
-	st := u.o.pin()
-	st.add(c(st), 1)
-	procUnpin()
+	c(&u.o.all[0]).Add(1)
 }
 
-func (u *untracked) Traceparent(string)       {}
-func (u *untracked) TransferInfo(string, int) {}
-func (u *untracked) StatusChanged(s room.Status, why room.Reason) {
-	if s == room.Failed {
-		ri := reasonIndex(why)
-		u.count(func(st *stripe) *atomic.Int64 { return &st.failures[ri] })
-	}
-}
-func (u *untracked) Posted(*room.Transfer) {
-	u.count(func(st *stripe) *atomic.Int64 { return &st.posted })
-}
-func (u *untracked) TransferDone(_ uint32, fail room.Reason) {
-	if fail == room.ReasonNone {
-		u.count(func(st *stripe) *atomic.Int64 { return &st.xferOK })
-	} else {
-		u.count(func(st *stripe) *atomic.Int64 { return &st.xferFailed })
-	}
-}
-func (u *untracked) Ignored(msg room.Msg) {
-	k := msgIndex(msg)
-	u.count(func(st *stripe) *atomic.Int64 { return &st.absorbed[k][1] })
-}
-func (u *untracked) Retired(t room.Tombstone) {
-	si := statusIndex(t.Status)
-	u.count(func(st *stripe) *atomic.Int64 { return &st.retired[si] })
-}
-func (u *untracked) Abandoned()                  {}
-func (u *untracked) BindSteps(*actors.StepClock) {}
+func (u *untracked) Traceparent(string) {}
 
-// recStack is a lock-free stack of records (many pushers, one taker).
-type recStack struct{ head atomic.Pointer[roomRec] }
-
-func (s *recStack) push(r *roomRec) {
-	for {
-		h := s.head.Load()
-		r.next = h
-		if s.head.CompareAndSwap(h, r) {
-			return
+// Step implements actors.RoomObserver.
+func (u *untracked) Step(msg room.Msg, fx room.Effects) {
+	if fx.Done.Seen {
+		if fx.Done.Fail == room.ReasonNone {
+			u.count(func(st *stripe) *atomic.Int64 { return &st.xferOK })
+		} else {
+			u.count(func(st *stripe) *atomic.Int64 { return &st.xferFailed })
 		}
 	}
+	for range fx.Posts {
+		u.count(func(st *stripe) *atomic.Int64 { return &st.posted })
+	}
+	if fx.Published && fx.Status == room.Failed {
+		ri := reasonIndex(fx.Reason)
+		u.count(func(st *stripe) *atomic.Int64 { return &st.failures[ri] })
+	}
+	if fx.Ignored && !fx.Retire {
+		k := msgIndex(msg)
+		u.count(func(st *stripe) *atomic.Int64 { return &st.absorbed[k][1] })
+	}
+	if fx.Retire {
+		si := statusIndex(fx.Tomb.Status)
+		u.count(func(st *stripe) *atomic.Int64 { return &st.retired[si] })
+	}
 }
 
-// take empties the stack and returns its records oldest first.
-func (s *recStack) take() []*roomRec {
-	var out []*roomRec
-	for r := s.head.Swap(nil); r != nil; {
-		next := r.next
-		r.next = nil
-		out = append(out, r)
-		r = next
-	}
-	slices.Reverse(out)
-	return out
-}
+func (u *untracked) Abandoned()                  {}
+func (u *untracked) BindSteps(*actors.StepClock) {}
 
 // parcel is what the emitter receives: a Flush or Close barrier.
 type parcel struct {
@@ -1188,8 +1063,11 @@ type parcel struct {
 
 // collect takes the kept rooms handed over so far.
 func (o *Observer) collect() []*roomRec {
-	recs := o.kept.take()
-	o.keptN.Add(-int64(len(recs)))
+	n := len(o.kept) // not those that come meanwhile: the next collect's
+	recs := make([]*roomRec, 0, n)
+	for range n {
+		recs = append(recs, <-o.kept)
+	}
 	return recs
 }
 
@@ -1260,7 +1138,7 @@ func (o *Observer) Close(ctx context.Context) error {
 	for _, r := range o.collect() { // retired, kept, not yet emitted
 		o.emit(r)
 	}
-	for _, r := range o.abandoned.take() {
+	for _, r := range o.takeAbandoned() {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -1279,11 +1157,7 @@ func (o *Observer) emitLoop() {
 	tick := time.NewTicker(o.cfg.ExportInterval) // wall time: export latency, not room time
 	defer tick.Stop()
 	emit := func(recs []*roomRec) {
-		for i, r := range recs {
-			if i+1 < len(recs) {
-				// Written on another core: it arrives while this one is built.
-				prefetchRec(unsafe.Pointer(recs[i+1]))
-			}
+		for _, r := range recs {
 			o.emit(r)
 			o.recycle(r)
 		}
@@ -1301,7 +1175,7 @@ func (o *Observer) emitLoop() {
 			}
 		case <-o.wake: // build them now; export when a batch is full
 			emit(o.collect())
-			if o.keptN.Load() >= o.wakeAt {
+			if len(o.kept) >= o.wakeAt {
 				// More came meanwhile: once more, after whatever else is due.
 				select {
 				case o.wake <- struct{}{}:

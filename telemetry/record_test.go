@@ -5,10 +5,10 @@ import (
 	"fmt"
 	"testing"
 	"time"
-	"unsafe"
 
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/kvxfer/kvxfer/actors"
 	"github.com/kvxfer/kvxfer/actors/room"
 	"github.com/kvxfer/kvxfer/internal/clock"
 )
@@ -27,48 +27,62 @@ func (r *roomRec) putEvent(at tick, s room.Status, why room.Reason) {
 	r.addEvent(newEvent(r.created, at, s, why))
 }
 
-// A record is allocated in the 320-byte size class (5 cache lines, so every
-// record starts on a line), and what a room writes lies in its first lines:
-// traced, with three status events, two transfers and one agent, lines
-// 0–2; with metrics only and one write in flight at a time, lines 0–1.
-// What few rooms write starts on line 3.
-func TestRecordSize(t *testing.T) {
-	var r roomRec
-	if n := unsafe.Sizeof(r); n <= 288 || n > 320 {
-		t.Errorf("roomRec is %d bytes, want 289..320 (the 320-byte size class)", n)
+// MaxRooms caps the rooms tracked at once: over it a room is untracked
+// (counted), and a retired room's record, recycled, makes room for the next.
+func TestMaxRoomsCountsRoomsInUse(t *testing.T) {
+	o, err := New(Config{MaxRooms: 2})
+	if err != nil {
+		t.Fatal(err)
 	}
-	end := func(off, size uintptr) uintptr { return off + size }
-	x := unsafe.Sizeof(r.xf[0])
-	for _, c := range []struct {
-		what  string
-		end   uintptr
-		lines uintptr
-	}{
-		{"the state", end(unsafe.Offsetof(r.roomState), unsafe.Sizeof(r.roomState)), 2},
-		{"one transfer entry", end(unsafe.Offsetof(r.xf), x), 2},
-		{"the inline transfer entries", end(unsafe.Offsetof(r.xf), unsafe.Sizeof(r.xf)), 3},
-		{"the first agent", end(unsafe.Offsetof(r.agent0), unsafe.Sizeof(r.agent0)), 3},
-		{"the inline status events", end(unsafe.Offsetof(r.evs), unsafe.Sizeof(r.evs)), 3},
-	} {
-		if c.end > c.lines*64 {
-			t.Errorf("%s ends at byte %d, want within the first %d lines", c.what, c.end, c.lines)
-		}
+	defer o.Close(context.Background())
+	retire := func(r actors.RoomObserver, id uint64) {
+		byFact{r}.Retired(room.Tombstone{Room: id, Status: room.Success, Opened: true})
 	}
-	for _, c := range []struct {
-		what string
-		off  uintptr
-	}{{"the rare counters", unsafe.Offsetof(r.rareState)}, {"the stack link", unsafe.Offsetof(r.next)},
-		{"the overflow lists", unsafe.Offsetof(r.more)}, {"the parent trace context", unsafe.Offsetof(r.parent)}} {
-		if c.off < 3*64 {
-			t.Errorf("%s at byte %d lies among the hot lines", c.what, c.off)
-		}
+	r1, r2 := o.RoomCreated(1), o.RoomCreated(2)
+	if _, ok := r2.(*roomRec); !ok {
+		t.Fatal("second room untracked under MaxRooms 2")
 	}
-	if x != 32 {
-		t.Errorf("a transfer entry is %d bytes, want 32", x)
+	if _, ok := o.RoomCreated(3).(*untracked); !ok {
+		t.Fatal("a third live room was tracked under MaxRooms 2")
 	}
-	// A built span: three per typical kept room, written to cold memory.
-	if n := unsafe.Sizeof(spanRecord{}); n > 160 {
-		t.Errorf("spanRecord is %d bytes, want at most 160", n)
+	retire(r1, 1)
+	r4 := o.RoomCreated(4)
+	if _, ok := r4.(*roomRec); !ok {
+		t.Fatal("room untracked although a tracked room retired")
+	}
+	tt := o.totals()
+	if tt.tracked != 2 || tt.untracked != 1 || o.inUse() != 2 {
+		t.Fatalf("tracked %d, untracked %d, records in use %d; want 2, 1, 2", tt.tracked, tt.untracked, o.inUse())
+	}
+	retire(r2, 2)
+	retire(r4, 4)
+	if n := o.inUse(); n != 0 {
+		t.Fatalf("%d records in use after every room retired, want 0", n)
+	}
+
+	// A large cap is shared out over stripes: never more than MaxRooms
+	// tracked, nearly all of it used by many rooms, all of it given back.
+	const max = 4096
+	o2, err := New(Config{MaxRooms: max})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o2.Close(context.Background())
+	if o2.capMask == 0 {
+		t.Fatal("MaxRooms 4096 counted on one stripe")
+	}
+	var recs []actors.RoomObserver
+	for id := uint64(1); id <= 2*max; id++ {
+		recs = append(recs, o2.RoomCreated(id))
+	}
+	if n := o2.totals().tracked; n > max || n < max*9/10 || n != o2.inUse() {
+		t.Fatalf("%d rooms tracked (%d records in use) of %d, want at most %d and most of it", n, o2.inUse(), 2*max, max)
+	}
+	for i, r := range recs {
+		retire(r, uint64(i+1))
+	}
+	if n := o2.inUse(); n != 0 {
+		t.Fatalf("%d records in use after every room retired, want 0", n)
 	}
 }
 
@@ -92,8 +106,8 @@ func recordObserver(t *testing.T, cfg Config) (*Observer, *clock.Fake, *tracetes
 // nothing left of the first.
 func TestRecordSpillsAndResets(t *testing.T) {
 	o, clk, exp := recordObserver(t, Config{})
-	rr := o.RoomCreated(1)
-	r := rr.(*roomRec)
+	rr := byFact{o.RoomCreated(1)}
+	r := rr.RoomObserver.(*roomRec)
 	rr.TransferInfo("a0", 3)
 	rr.StatusChanged(room.WaitingForInput, room.ReasonNone)
 	rr.StatusChanged(room.Transferring, room.ReasonNone)
@@ -164,7 +178,7 @@ func TestRecordSpillsAndResets(t *testing.T) {
 		}
 	}
 
-	// The record serves the next room (from its free list) with nothing of
+	// The record, reset, serves the next room with nothing of
 	// the first left.
 	o2, _, exp2 := recordObserver(t, Config{})
 	recycled := *r // the spilled record, as retired
@@ -181,12 +195,13 @@ func TestRecordSpillsAndResets(t *testing.T) {
 		}
 	}
 	drive := func(rec *roomRec) {
-		rec.id = 2
-		rec.StatusChanged(room.WaitingForInput, room.ReasonNone)
-		rec.Posted(&room.Transfer{Room: 2, Agent: "b", Seq: 1, Last: true, SrcPages: []int32{1}})
-		rec.TransferDone(1, room.ReasonNone)
-		rec.StatusChanged(room.Success, room.ReasonNone)
-		rec.Retired(room.Tombstone{Room: 2, Status: room.Success})
+		rec.id, rec.st = 2, o2.stripe(2)
+		f := byFact{rec}
+		f.StatusChanged(room.WaitingForInput, room.ReasonNone)
+		f.Posted(&room.Transfer{Room: 2, Agent: "b", Seq: 1, Last: true, SrcPages: []int32{1}})
+		f.TransferDone(1, room.ReasonNone)
+		f.StatusChanged(room.Success, room.ReasonNone)
+		f.Retired(room.Tombstone{Room: 2, Status: room.Success})
 	}
 	drive(&recycled)
 	if recycled.spill != 0 || recycled.nX != 1 || recycled.agents()[0] != "b" || recycled.nEv != 2 {
@@ -218,11 +233,11 @@ func TestRecordInflightOnly(t *testing.T) {
 	}
 	r := o.RoomCreated(1).(*roomRec)
 	for i := range 6 {
-		r.Posted(&room.Transfer{Room: 1, Agent: "a", Seq: uint32(i + 1), SrcPages: make([]int32, 2)})
+		byFact{r}.Posted(&room.Transfer{Room: 1, Agent: "a", Seq: uint32(i + 1), SrcPages: make([]int32, 2)})
 	}
 	clk.Advance(time.Millisecond)
 	for _, seq := range []uint32{2, 6, 1, 5, 3, 4} {
-		r.TransferDone(seq, room.ReasonNone)
+		byFact{r}.TransferDone(seq, room.ReasonNone)
 	}
 	if r.nX != 0 || len(r.xfers()) != 0 || r.nSpans != 0 || r.nAg != 0 || r.bytes != 12 {
 		t.Fatalf("%d entries, %d spans, %d agents, %d bytes; want 0, 0, 0, 12", r.nX, r.nSpans, r.nAg, r.bytes)
@@ -241,7 +256,7 @@ func TestRecordInflightOnly(t *testing.T) {
 // each transfer span still names its own agent.
 func TestRecordManyAgents(t *testing.T) {
 	o, _, exp := recordObserver(t, Config{MaxTransferSpans: 20})
-	r := o.RoomCreated(1)
+	r := byFact{o.RoomCreated(1)}
 	for i := range 24 {
 		r.Posted(&room.Transfer{Room: 1, Agent: fmt.Sprintf("a%02d", i), Seq: uint32(i + 1), SrcPages: []int32{1}})
 		r.TransferDone(uint32(i+1), room.ReasonNone)
@@ -320,14 +335,14 @@ func TestRecordCaps(t *testing.T) {
 	r := o.RoomCreated(1).(*roomRec)
 	const n = maxXfers + 10
 	for i := range n {
-		r.Posted(&room.Transfer{Room: 1, Agent: "a", Seq: uint32(i + 1), SrcPages: []int32{1}})
+		byFact{r}.Posted(&room.Transfer{Room: 1, Agent: "a", Seq: uint32(i + 1), SrcPages: []int32{1}})
 	}
 	if r.nX != maxXfers || r.transfers != n {
 		t.Fatalf("%d entries, %d transfers; want %d, %d", r.nX, r.transfers, maxXfers, n)
 	}
 	clk.Advance(time.Millisecond)
 	for i := n - 1; i >= 0; i-- { // newest first: each is found at the end
-		r.TransferDone(uint32(i+1), room.ReasonNone)
+		byFact{r}.TransferDone(uint32(i+1), room.ReasonNone)
 	}
 	got := o.totals()
 	if r.nX != 0 || r.bytes != maxXfers || got.bytesOK != maxXfers || got.xferOK != n {

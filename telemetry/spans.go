@@ -5,7 +5,6 @@ import (
 	crand "crypto/rand"
 	"encoding/binary"
 	"math/rand/v2"
-	"unsafe"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -257,27 +256,6 @@ func take[T any](slab *[]T, n int) []T {
 	return s[len(s) : len(s)+n : len(s)+n]
 }
 
-// prefetch asks for the arena memory the next kept room's spans will
-// likely be cut from (as much as this room's, past it): the arena has left
-// the caches since the last export (a batch of rooms went by), and the
-// misses of each room's writes otherwise come one after another.
-func (a *spanArena) prefetch(recs, attrs, events int) {
-	ahead(a.recs, recs)
-	ahead(a.attrs, attrs)
-	ahead(a.events, events)
-}
-
-// ahead prefetches the memory of up to n elements past len(s), within cap.
-func ahead[T any](s []T, n int) {
-	n = min(n, cap(s)-len(s))
-	if n <= 0 {
-		return
-	}
-	size := unsafe.Sizeof(*new(T))
-	p := unsafe.Add(unsafe.Pointer(unsafe.SliceData(s)), uintptr(len(s))*size)
-	prefetchLines(p, int((uintptr(n)*size+63)/64))
-}
-
 func (a *spanArena) reset() {
 	a.recs, a.attrs, a.events = a.recs[:0], a.attrs[:0], a.events[:0]
 }
@@ -311,7 +289,6 @@ func (o *Observer) build(r *roomRec) {
 		if len(revents) > 0 {
 			events = take(&o.arena.events, len(revents))
 		}
-		o.arena.prefetch(1+len(spans), nattr, len(revents))
 	} else {
 		buf = make([]attribute.KeyValue, 0, nattr)
 		recs = make([]spanRecord, 1+len(spans))

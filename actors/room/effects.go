@@ -35,6 +35,36 @@ type Effects struct {
 	// Ignored counts a message the room absorbed without effect (late or
 	// duplicate frames, stale deadlines), for metrics.
 	Ignored bool
+
+	// What the outside sees of the step besides what it must do: the
+	// directory view, the scheduler's status table and telemetry read it.
+
+	// View is what a poll of the room answers after the step.
+	View Reply
+	// Info: the step was a decode transfer info that reached the live room
+	// (used or not).
+	Info InfoSeen
+	// Done: the step was the completion of a transfer that reached the live
+	// room (one it had posted or not).
+	Done DoneSeen
+	// Tomb is the room's tombstone, when Retire is set.
+	Tomb Tombstone
+}
+
+// InfoSeen is a transfer info a live room received: its agent and
+// required_dst_info_num.
+type InfoSeen struct {
+	Seen     bool
+	Agent    string
+	Required int
+}
+
+// DoneSeen is a transfer completion a live room received: its sequence number
+// and failure (ReasonNone: success).
+type DoneSeen struct {
+	Seen bool
+	Seq  uint32
+	Fail Reason
 }
 
 // Transfer is one chunk for one decode agent: the pool turns it into NIXL

@@ -186,6 +186,14 @@ func (m *Machine) Agents() []string {
 func (m *Machine) Step(msg Msg) Effects {
 	s := stepping{Machine: m}
 	before := m.status
+	if m.phase != retired {
+		switch msg := msg.(type) {
+		case TransferInfo:
+			s.fx.Info = InfoSeen{Seen: true, Agent: msg.Agent, Required: msg.Required}
+		case XferDone:
+			s.fx.Done = DoneSeen{Seen: true, Seq: msg.Seq, Fail: msg.Fail}
+		}
+	}
 	switch {
 	case isPoll(msg):
 		s.onPoll()
@@ -206,6 +214,10 @@ func (m *Machine) Step(msg Msg) Effects {
 	if m.status != before {
 		s.fx.Published, s.fx.Status, s.fx.Reason = true, m.status, m.reason
 	}
+	if s.fx.Retire {
+		s.fx.Tomb = m.Tombstone()
+	}
+	s.fx.View = m.Reply()
 	return s.fx
 }
 

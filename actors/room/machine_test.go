@@ -537,3 +537,41 @@ func TestFailWithdraws(t *testing.T) {
 		t.Fatalf("success: withdraw %v status %v", fx.Withdraw, fx.Status)
 	}
 }
+
+// Each step's effects carry what the outside sees of it: the poll answer
+// after the step, the transfer info or completion a live room received, and
+// the tombstone of a retiring room; a retired room reports no info or
+// completion of its own.
+func TestEffectsCarryWhatTheOutsideSees(t *testing.T) {
+	m := New(&Config{}, 7)
+	if fx := m.Step(Open{}); fx.View != (Reply{Status: Bootstrapping}) || fx.Info.Seen || fx.Done.Seen {
+		t.Fatalf("open: %+v", fx)
+	}
+	fx := m.Step(TransferInfo{Agent: "a", From: epA, DstPages: pages(5), Required: 1, PrefixLen: 3})
+	if want := (InfoSeen{Seen: true, Agent: "a", Required: 1}); fx.Info != want {
+		t.Fatalf("info seen %+v, want %+v", fx.Info, want)
+	}
+	if want := (Reply{Status: WaitingForInput, PrefixLen: 3}); fx.View != want {
+		t.Fatalf("view %+v after the info, want %+v", fx.View, want)
+	}
+	m.Step(Init{NumPages: 1})
+	m.Step(Send{Pages: pages(9)})
+	fx = m.Step(XferDone{Seq: 0})
+	if want := (DoneSeen{Seen: true, Seq: 0}); fx.Done != want || fx.View.Status != Success {
+		t.Fatalf("completion: done %+v view %+v", fx.Done, fx.View)
+	}
+	if fx = m.Step(XferDone{Seq: 9, Fail: ReasonTransferError}); !fx.Done.Seen || fx.Done.Fail != ReasonTransferError || !fx.Ignored {
+		t.Fatalf("an unknown completion: %+v", fx)
+	}
+	fx = m.Step(Clear{})
+	if want := m.Tombstone(); !fx.Retire || fx.Tomb != want || want.Status != Success {
+		t.Fatalf("retire: %+v, tombstone %+v", fx, want)
+	}
+	if fx = m.Step(XferDone{Seq: 0}); fx.Done.Seen || fx.View.Status != Success {
+		t.Fatalf("a retired room's step: %+v", fx)
+	}
+	tomb := FromTombstone(&Config{}, m.Tombstone())
+	if fx = tomb.Step(TransferInfo{Agent: "a", From: epA}); fx.Info.Seen {
+		t.Fatalf("a tombstone's step reports the info: %+v", fx)
+	}
+}
