@@ -430,6 +430,11 @@ def run_header(res):
         f"--{k.replace('_', '-')} {v}" for k, v in res["args"].items()
         if v not in (None, False) and k not in ("render", "doc", "run_dir", "wheel"))
     when = res.get("started") or time.strftime("%Y-%m-%d")
+    if "seconds" not in res:  # stopped after its last complete release
+        done = ", ".join(res["releases"])
+        secs = sum(r.get("seconds", 0) for r in res["releases"].values())
+        return (f"`{command}` — {when}, stopped after {done} ({secs:.0f} s), "
+                f"load average {res['load_start'][0]:.1f} at start (2 cores).")
     load = f"load average {res['load_start'][0]:.1f} at start, {res['load_end'][0]:.1f} at end (2 cores)"
     return f"`{command}` — {when}, {res['seconds']:.0f} s, {load}."
 
