@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvxfer/kvxfer/internal/testrig"
 	"github.com/kvxfer/kvxfer/nixl"
 	"github.com/kvxfer/kvxfer/nixl/cuda"
 	"github.com/kvxfer/kvxfer/nixl/cuda/cudafake"
@@ -158,7 +159,14 @@ func TestVRAMWriteLandsOnTheDecodeGPUThenNotifies(t *testing.T) {
 			if st := settleV(t, r.k, x); st.State != nixl.Done {
 				t.Fatalf("write ended %v: %v", st.State, st.Err)
 			}
-			ns, _ := r.d.Notifs(nil)
+			// A notification reaches decode after the write ends for the
+			// initiator, as NIXL's do: poll for it, with a deadline.
+			var ns []nixl.Notif
+			testrig.Until(10*time.Second, func() bool {
+				got, _ := r.d.Notifs(nil)
+				ns = append(ns, got...)
+				return len(ns) > 0
+			})
 			if len(ns) != 1 || ns[0].Msg != "room-9" || ns[0].Peer != r.k.Name() {
 				t.Fatalf("decode notifications %+v, want one room-9 from %s", ns, r.k.Name())
 			}
