@@ -54,13 +54,13 @@ func TestDaemonOverRealNIXL(t *testing.T) {
 	t.Cleanup(func() { dag.Close() })
 	sh := decodeShape(false)
 	geo := sglang.Local{KV: sglang.Buffers{NumSlots: slots, Kind: nixl.DRAM}, Aux: sglang.Buffers{NumSlots: auxSlots, Kind: nixl.DRAM}}
-	var kv, aux [][]byte
+	var kvBufs, aux [][]byte
 	for range 2 * layers {
 		b, err := dag.Alloc(slots * item)
 		if err != nil {
 			t.Fatal(err)
 		}
-		kv = append(kv, b)
+		kvBufs = append(kvBufs, b)
 		geo.KV.Ptrs = append(geo.KV.Ptrs, uint64(nixl.DescOf(b, 0).Addr))
 		geo.KV.ItemLens = append(geo.KV.ItemLens, item)
 	}
@@ -135,7 +135,7 @@ func TestDaemonOverRealNIXL(t *testing.T) {
 	}
 	for j, p := range dst {
 		for b := range 2 * layers {
-			page := kv[b][int(p)*item : (int(p)+1)*item]
+			page := kvBufs[b][int(p)*item : (int(p)+1)*item]
 			for k, v := range page {
 				if want := kvmem.Pattern(id, b, j, k); v != want {
 					t.Fatalf("decode buffer %d page %d byte %d = %d, want %d", b, p, k, v, want)

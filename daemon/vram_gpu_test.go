@@ -328,12 +328,12 @@ func gpuSchedulerRun(drv cuda.Driver, sh gpuShape, endpoint, dir string, in io.R
 		return err
 	}
 	defer cli.Close()
-	kv := &control.MemoryRegistration{Kind: control.KindKV}
+	kvReg := &control.MemoryRegistration{Kind: control.KindKV}
 	for b := range sh.bufs() {
-		kv.Buffers = append(kv.Buffers, control.Region{CUDAIPC: h[:], Offset: uint64(b) * sh.srcBufLen(), Length: sh.srcBufLen(),
+		kvReg.Buffers = append(kvReg.Buffers, control.Region{CUDAIPC: h[:], Offset: uint64(b) * sh.srcBufLen(), Length: sh.srcBufLen(),
 			ItemLen: uint64(sh.Item), Mem: nixl.VRAM, Dev: 0})
 	}
-	if _, err := cli.RegisterMemory(kv); err != nil {
+	if _, err := cli.RegisterMemory(kvReg); err != nil {
 		return fmt.Errorf("register_memory of the GPU KV: %w", err)
 	}
 	auxPath := filepath.Join(dir, "aux")
