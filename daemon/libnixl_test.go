@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/kv"
 	"github.com/kvxfer/kvxfer/nixl"
 	"github.com/kvxfer/kvxfer/nixl/kvmem"
 	"github.com/kvxfer/kvxfer/nixl/libnixl"
@@ -110,7 +110,7 @@ func TestDaemonOverRealNIXL(t *testing.T) {
 	s.cli.Init(id, len(src), 6)
 	s.cli.Send(id, src[:2], nil)
 	s.cli.Send(id, src[2:], nil)
-	if rep := s.waitTerminal(t, id); rep.Status != room.Success {
+	if rep := s.waitTerminal(t, id); rep.Status != kv.StatusSuccess {
 		t.Fatalf("room over real NIXL: %v/%v", rep.Status, rep.Reason)
 	}
 	checker := sglang.NewChecker()

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/kv"
 	"github.com/kvxfer/kvxfer/nixl"
 	"github.com/kvxfer/kvxfer/nixl/cuda"
 	"github.com/kvxfer/kvxfer/nixl/cuda/cudafake"
@@ -362,7 +362,7 @@ func gpuSchedulerRun(drv cuda.Driver, sh gpuShape, endpoint, dir string, in io.R
 	for j := range pages {
 		pages[j] = int32(j)
 	}
-	reps := make([]room.Reply, 0, 1)
+	reps := make([]kv.Reply, 0, 1)
 	for r := range sh.Rooms {
 		id := gpuRoomID(r)
 		if err := fillRoom(drv, sh, base, id); err != nil {
@@ -384,7 +384,7 @@ func gpuSchedulerRun(drv cuda.Driver, sh gpuShape, endpoint, dir string, in io.R
 				return err
 			}
 			if reps[0].Status.Terminal() {
-				if reps[0].Status != room.Success {
+				if reps[0].Status != kv.StatusSuccess {
 					res.Failed = append(res.Failed, fmt.Sprintf("%d: %v/%v", id, reps[0].Status, reps[0].Reason))
 				}
 				break
