@@ -19,6 +19,7 @@ import (
 	"github.com/kvxfer/kvxfer/actors/peer"
 	"github.com/kvxfer/kvxfer/actors/room"
 	"github.com/kvxfer/kvxfer/actors/xfer"
+	"github.com/kvxfer/kvxfer/kv"
 	"github.com/kvxfer/kvxfer/nixl"
 	"github.com/kvxfer/kvxfer/nixl/sglang"
 	"github.com/kvxfer/kvxfer/transport/bootstrap"
@@ -238,7 +239,7 @@ func Start(cfg Config) (*Daemon, error) {
 		d.cfg.MaxLinks = cfg.MaxLinks
 	}
 	links, err := newLinks(cfg.Logger, cfg.MaxLinks, d.linkAllowed,
-		func(at room.Endpoint) { go d.linkLost(at) }) // not on the link's monitor goroutine
+		func(at kv.Endpoint) { go d.linkLost(at) }) // not on the link's monitor goroutine
 	if err != nil {
 		return nil, fmt.Errorf("daemon: ZMQ context for decode links: %w", err)
 	}
@@ -515,13 +516,13 @@ func (d *Daemon) Notify(roomID uint64, n room.Notice) {
 		if !dl.CompletesOnStatus() || n.To.Port <= 0 {
 			return
 		}
-		frames = (&wire.KVStatus{Room: roomID, Status: wire.KVPollSuccess, PrefillRank: d.cfg.Rank.Unique()}).Encode()
+		frames = (&wire.KVStatus{Room: roomID, Status: kv.StatusSuccess, PrefillRank: d.cfg.Rank.Unique()}).Encode()
 	case room.FailureStatus:
 		if !dl.ReadsStatus() || n.To.Port <= 0 {
 			return
 		}
 		reason := n.Reason.String()
-		if n.Reason == room.ReasonPeerRejected {
+		if n.Reason == kv.ReasonPeerRejected {
 			if why := d.dialects.rejectionAt(n.To); why != "" {
 				reason += ": " + why
 			}
@@ -529,7 +530,7 @@ func (d *Daemon) Notify(roomID uint64, n room.Notice) {
 		if n.DrainExpired {
 			reason += " (writes still in flight after the drain deadline)"
 		}
-		frames = (&wire.KVStatus{Room: roomID, Status: wire.KVPollFailed, PrefillRank: d.cfg.Rank.Unique(), Reason: reason}).Encode()
+		frames = (&wire.KVStatus{Room: roomID, Status: kv.StatusFailed, PrefillRank: d.cfg.Rank.Unique(), Reason: reason}).Encode()
 	case room.AbortAck:
 		if n.To.Port <= 0 || !n.HasGen && !dl.AcksWithoutGen() {
 			return
@@ -571,12 +572,12 @@ type lazyTransfers struct {
 	pool     atomic.Pointer[xfer.Pool]
 	peerLost func(agent string, epoch uint64)
 	epoch    func() uint64 // the peer table's epoch: a loss is of the agent loaded by then
-	gate     func(t room.Transfer, post, fail func()) bool
+	gate     func(t kv.Transfer, post, fail func()) bool
 	suspects *atomic.Int64 // decodes not answering now; 0: gate is not asked
 	// stage, when set (-staging), takes the chunks of staging decodes: it
 	// holds each until its staging region is writable and posts it, with
 	// the region, through post (staging.go).
-	stage func(t room.Transfer, done room.DoneFunc, post func(room.Transfer, room.DoneFunc)) bool
+	stage func(t kv.Transfer, done kv.DoneFunc, post func(kv.Transfer, kv.DoneFunc)) bool
 	// withdraw drops the chunks stage holds for a room that failed.
 	withdraw func(roomID uint64)
 }
@@ -589,23 +590,23 @@ func (l *lazyTransfers) Withdraw(roomID uint64) {
 	}
 }
 
-func (l *lazyTransfers) Post(t room.Transfer, done room.DoneFunc) {
+func (l *lazyTransfers) Post(t kv.Transfer, done kv.DoneFunc) {
 	if l.stage != nil && l.stage(t, done, l.post) {
 		return
 	}
 	l.post(t, done)
 }
 
-func (l *lazyTransfers) post(t room.Transfer, done room.DoneFunc) {
+func (l *lazyTransfers) post(t kv.Transfer, done kv.DoneFunc) {
 	p := l.pool.Load()
 	if p == nil {
-		done(room.ReasonInvalidRequest, nil)
+		done(kv.ReasonInvalidRequest, nil)
 		return
 	}
 	if l.peerLost != nil {
 		inner, epoch := done, l.epoch()
-		done = func(fail room.Reason, signal [][]byte) {
-			if fail == room.ReasonPeerLost {
+		done = func(fail kv.Reason, signal [][]byte) {
+			if fail == kv.ReasonPeerLost {
 				l.peerLost(t.Agent, epoch)
 			}
 			inner(fail, signal)
@@ -616,7 +617,7 @@ func (l *lazyTransfers) post(t room.Transfer, done room.DoneFunc) {
 		return
 	}
 	post := func() { p.Post(t, done) }
-	if l.gate(t, post, func() { done(room.ReasonPeerLost, nil) }) {
+	if l.gate(t, post, func() { done(kv.ReasonPeerLost, nil) }) {
 		return
 	}
 	post()

@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/kvxfer/kvxfer/actors/peer"
-	"github.com/kvxfer/kvxfer/actors/room"
 	"github.com/kvxfer/kvxfer/internal/clock"
+	"github.com/kvxfer/kvxfer/kv"
 	"github.com/kvxfer/kvxfer/transport/zmqio"
 )
 
@@ -91,7 +91,7 @@ type LivenessConfig struct {
 	// NoConfirm keeps both off whatever the environment says (tests).
 	NoConfirm bool
 	// Probe replaces the TCP connect (tests).
-	Probe func(ctx context.Context, to room.Endpoint) ProbeResult
+	Probe func(ctx context.Context, to kv.Endpoint) ProbeResult
 	// Clock replaces the engine's clock (tests).
 	Clock clock.Clock
 }
@@ -241,8 +241,8 @@ func (l *liveness) ingestKeepAlive() *zmqio.KeepAlive {
 // drops a connection that closes before its greeting, and nothing reaches
 // the socket's reader). The close is a reset, so probes leave no TIME_WAIT
 // sockets behind however often they run.
-func tcpProbe(timeout time.Duration) func(context.Context, room.Endpoint) ProbeResult {
-	return func(ctx context.Context, to room.Endpoint) ProbeResult {
+func tcpProbe(timeout time.Duration) func(context.Context, kv.Endpoint) ProbeResult {
+	return func(ctx context.Context, to kv.Endpoint) ProbeResult {
 		dl := net.Dialer{Timeout: timeout}
 		c, err := dl.DialContext(ctx, "tcp", net.JoinHostPort(to.IP, strconv.Itoa(to.Port)))
 		if err == nil {
@@ -265,12 +265,12 @@ type liveness struct {
 	clk clock.Clock
 	// lost drops the agents at an endpoint: fence says the drop is for an
 	// outage (the agents are fenced first).
-	lost func(at room.Endpoint, why string, fence bool)
+	lost func(at kv.Endpoint, why string, fence bool)
 	// back ends the fence of the agents at an endpoint: alive says the
 	// endpoint has answered every probe for FenceHold (the agents are loaded
 	// again); otherwise they are forgotten (refused, or another registration
 	// took the endpoint).
-	back func(at room.Endpoint, alive bool)
+	back func(at kv.Endpoint, alive bool)
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -280,7 +280,7 @@ type liveness struct {
 	suspects atomic.Int64
 
 	mu     sync.Mutex
-	eps    map[room.Endpoint]*endpointLive
+	eps    map[kv.Endpoint]*endpointLive
 	closed bool
 }
 
@@ -331,7 +331,7 @@ func takeHeldLocked(e *endpointLive) func() {
 // not fenced: a fenced decode's agents are dropped already): it is posted
 // when the endpoint answers again, or failed peer_lost when the decode is
 // lost. It reports whether it took the transfer.
-func (l *liveness) hold(at room.Endpoint, post, fail func()) bool {
+func (l *liveness) hold(at kv.Endpoint, post, fail func()) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	e, ok := l.eps[at]
@@ -342,7 +342,7 @@ func (l *liveness) hold(at room.Endpoint, post, fail func()) bool {
 	return true
 }
 
-func newLiveness(cfg LivenessConfig, clk clock.Clock, lost func(room.Endpoint, string, bool), back func(room.Endpoint, bool)) *liveness {
+func newLiveness(cfg LivenessConfig, clk clock.Clock, lost func(kv.Endpoint, string, bool), back func(kv.Endpoint, bool)) *liveness {
 	if cfg.Clock != nil {
 		clk = cfg.Clock
 	}
@@ -351,13 +351,13 @@ func newLiveness(cfg LivenessConfig, clk clock.Clock, lost func(room.Endpoint, s
 	}
 	cfg = cfg.withDefaults(os.Getenv)
 	ctx, cancel := context.WithCancel(context.Background())
-	return &liveness{cfg: cfg, clk: clk, lost: lost, back: back, ctx: ctx, cancel: cancel, eps: map[room.Endpoint]*endpointLive{}}
+	return &liveness{cfg: cfg, clk: clk, lost: lost, back: back, ctx: ctx, cancel: cancel, eps: map[kv.Endpoint]*endpointLive{}}
 }
 
 // watch starts probing an endpoint (a decode registered there). Watching an
 // endpoint already watched changes nothing; one that was fenced is watched
 // afresh (a decode registered there again).
-func (l *liveness) watch(at room.Endpoint) {
+func (l *liveness) watch(at kv.Endpoint) {
 	if l == nil || l.cfg.Off {
 		return
 	}
@@ -386,7 +386,7 @@ func (l *liveness) watch(at room.Endpoint) {
 
 // unwatch stops probing an endpoint whose decode was dropped, unless it is
 // fenced (then probing goes on until it is unfenced).
-func (l *liveness) unwatch(at room.Endpoint) {
+func (l *liveness) unwatch(at kv.Endpoint) {
 	if l == nil {
 		return
 	}
@@ -406,7 +406,7 @@ func (l *liveness) unwatch(at room.Endpoint) {
 
 // kick probes an endpoint now (its link's connection was lost). It reports
 // whether the endpoint is watched.
-func (l *liveness) kick(at room.Endpoint) bool {
+func (l *liveness) kick(at kv.Endpoint) bool {
 	if l == nil || l.cfg.Off {
 		return false
 	}
@@ -422,7 +422,7 @@ func (l *liveness) kick(at room.Endpoint) bool {
 // tick probes at a fixed rate: the next tick is armed before this probe,
 // so a probe that waits for its timeout does not stretch the period (a tick
 // that finds the last probe still out skips).
-func (l *liveness) tick(at room.Endpoint, e *endpointLive) {
+func (l *liveness) tick(at kv.Endpoint, e *endpointLive) {
 	l.mu.Lock()
 	if l.closed || l.eps[at] != e {
 		l.mu.Unlock()
@@ -434,7 +434,7 @@ func (l *liveness) tick(at room.Endpoint, e *endpointLive) {
 }
 
 // probe probes once (no lock held while it dials) and acts on the result.
-func (l *liveness) probe(at room.Endpoint, e *endpointLive) {
+func (l *liveness) probe(at kv.Endpoint, e *endpointLive) {
 	l.mu.Lock()
 	if l.closed || l.eps[at] != e || e.probing {
 		l.mu.Unlock()
@@ -459,7 +459,7 @@ func (l *liveness) probe(at room.Endpoint, e *endpointLive) {
 // of the confirm queue the probe answers for (those queued before it began).
 // It returns what to run unlocked: the report, then the failing of held
 // transfers.
-func (l *liveness) resultLocked(at room.Endpoint, e *endpointLive, res ProbeResult, confirmed int) (act, after func()) {
+func (l *liveness) resultLocked(at kv.Endpoint, e *endpointLive, res ProbeResult, confirmed int) (act, after func()) {
 	now := l.clk.Now()
 	e.lastProbe = res
 	if l.closed || l.eps[at] != e {
@@ -531,7 +531,7 @@ func (l *liveness) resultLocked(at room.Endpoint, e *endpointLive, res ProbeResu
 // (LivenessConfig.ConfirmWrites): a write is posted only toward a decode
 // known to be reachable after the write was ready. It reports whether it
 // took the transfer (not for an endpoint not watched, or fenced).
-func (l *liveness) confirm(at room.Endpoint, post, fail func()) bool {
+func (l *liveness) confirm(at kv.Endpoint, post, fail func()) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	e, ok := l.eps[at]
@@ -554,7 +554,7 @@ func (l *liveness) confirm(at room.Endpoint, post, fail func()) bool {
 // answering for the transfers queued before it began. Rounds start at least
 // a millisecond apart (wall clock: a rate bound, not a decision), so
 // continuous writes cost a decode at most a thousand connects a second.
-func (l *liveness) confirmRounds(at room.Endpoint, e *endpointLive) {
+func (l *liveness) confirmRounds(at kv.Endpoint, e *endpointLive) {
 	var last time.Time
 	for {
 		if !last.IsZero() && time.Since(last) < time.Millisecond {
@@ -584,7 +584,7 @@ func (l *liveness) confirmRounds(at room.Endpoint, e *endpointLive) {
 
 // outage reports how long an endpoint has gone unanswered (0: answering, or
 // not watched), for /debug/peers and tests.
-func (l *liveness) outage(at room.Endpoint) (time.Duration, bool) {
+func (l *liveness) outage(at kv.Endpoint) (time.Duration, bool) {
 	if l == nil {
 		return 0, false
 	}
@@ -599,7 +599,7 @@ func (l *liveness) outage(at room.Endpoint) (time.Duration, bool) {
 
 // fenced says whether an endpoint is watched as fenced (its agents lost to
 // an outage, probed until they come back).
-func (l *liveness) fenced(at room.Endpoint) bool {
+func (l *liveness) fenced(at kv.Endpoint) bool {
 	if l == nil {
 		return false
 	}
@@ -666,7 +666,7 @@ func (l *liveness) close() {
 // error would ever fail. fence (an outage past decode's heartbeat budget)
 // fences the agents first, so that no transfer info of theirs can lead to a
 // write until they register again (see liveness above).
-func (d *Daemon) decodeLost(at room.Endpoint, why string, fence bool) {
+func (d *Daemon) decodeLost(at kv.Endpoint, why string, fence bool) {
 	agents := d.dialects.lost(at) // peers_lost and peers_fenced: counted as each actor steps it
 	for _, a := range agents {
 		d.peers.actors.Send(a, peer.Lost{Why: why, Fence: fence})
@@ -681,7 +681,7 @@ func (d *Daemon) decodeLost(at room.Endpoint, why string, fence bool) {
 
 // decodeBack ends the fences at an endpoint: alive (answering for
 // FenceHold) loads the agents again, else they are forgotten.
-func (d *Daemon) decodeBack(at room.Endpoint, alive bool) {
+func (d *Daemon) decodeBack(at kv.Endpoint, alive bool) {
 	// Each agent's actor decides: only a fenced one at this endpoint acts.
 	d.peers.actors.SendAt(peer.Endpoint(at), peer.Back{Alive: alive, Epoch: d.peers.epoch.Add(1)})
 	if alive {
@@ -693,7 +693,7 @@ func (d *Daemon) decodeBack(at room.Endpoint, alive bool) {
 // liveness.hold): no new write is posted toward a decode that may be behind
 // a cut link, where it would land only when the link returns, possibly after
 // decode gave the room up.
-func (d *Daemon) gateTransfer(t room.Transfer, post, fail func()) bool {
+func (d *Daemon) gateTransfer(t kv.Transfer, post, fail func()) bool {
 	l := d.liveness
 	if l == nil || l.cfg.Off || !l.cfg.ConfirmWrites && !l.cfg.ConfirmRemote && l.suspects.Load() == 0 {
 		return false
@@ -714,14 +714,14 @@ func (d *Daemon) gateTransfer(t room.Transfer, post, fail func()) bool {
 // linkAllowed says whether a link may be dialled to an endpoint: a
 // registered decode's (dialects.known), or a fenced one's, so that a room
 // failed by the fence still tells decode.
-func (d *Daemon) linkAllowed(at room.Endpoint) bool {
+func (d *Daemon) linkAllowed(at kv.Endpoint) bool {
 	return d.dialects.known(at) || d.liveness.fenced(at)
 }
 
 // linkLost runs when the link's monitor sees its TCP connection to decode's
 // PULL socket close: probe now (a dead process is refused at once); without
 // liveness, or for an endpoint not watched, drop at once as before.
-func (d *Daemon) linkLost(at room.Endpoint) {
+func (d *Daemon) linkLost(at kv.Endpoint) {
 	if d.liveness.kick(at) {
 		return
 	}

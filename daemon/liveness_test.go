@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvxfer/kvxfer/actors/room"
 	"github.com/kvxfer/kvxfer/internal/clock"
+	"github.com/kvxfer/kvxfer/kv"
 	"github.com/kvxfer/kvxfer/transport/wire"
 )
 
@@ -59,9 +59,9 @@ type livenessRig struct {
 func newLivenessRig(cfg LivenessConfig) *livenessRig {
 	r := &livenessRig{clk: clock.NewFake(time.Unix(1000, 0)), probes: &fakeProbes{}}
 	cfg.Clock, cfg.Probe = r.clk, r.probes.probe
-	r.l = newLiveness(cfg, nil, func(at room.Endpoint, why string, fence bool) {
+	r.l = newLiveness(cfg, nil, func(at kv.Endpoint, why string, fence bool) {
 		r.record("lost", fence, r.clk.Now())
-	}, func(at room.Endpoint, alive bool) {
+	}, func(at kv.Endpoint, alive bool) {
 		r.record("back", alive, r.clk.Now())
 	})
 	return r
@@ -103,7 +103,7 @@ func sameEvents(a, b []string) bool {
 func TestLivenessOutageFromTheLastAnswerAndFenceHold(t *testing.T) {
 	r := newLivenessRig(LivenessConfig{Interval: time.Second, Budget: 10 * time.Second, FenceHold: 7 * time.Second})
 	defer r.l.close()
-	at := room.Endpoint{IP: "192.0.2.2", Port: 5000}
+	at := kv.Endpoint{IP: "192.0.2.2", Port: 5000}
 	r.l.watch(at)
 	r.step(3) // answered at 1, 2, 3 s
 	r.probes.set(at, ProbeUnreachable)
@@ -145,7 +145,7 @@ func TestLivenessOutageFromTheLastAnswerAndFenceHold(t *testing.T) {
 func TestLivenessRefusedIsLostAtOnce(t *testing.T) {
 	r := newLivenessRig(LivenessConfig{Interval: time.Second, Budget: 10 * time.Second})
 	defer r.l.close()
-	at := room.Endpoint{IP: "192.0.2.2", Port: 5001}
+	at := kv.Endpoint{IP: "192.0.2.2", Port: 5001}
 	if r.l.kick(at) {
 		t.Fatal("kick of an endpoint not watched")
 	}
@@ -168,7 +168,7 @@ func TestLivenessRefusedIsLostAtOnce(t *testing.T) {
 func TestLivenessRegistrationAtAFencedEndpoint(t *testing.T) {
 	r := newLivenessRig(LivenessConfig{Interval: time.Second, Budget: 2 * time.Second})
 	defer r.l.close()
-	at := room.Endpoint{IP: "192.0.2.2", Port: 5002}
+	at := kv.Endpoint{IP: "192.0.2.2", Port: 5002}
 	r.l.watch(at)
 	r.probes.set(at, ProbeUnreachable)
 	r.step(2)
@@ -191,13 +191,13 @@ func livenessDaemon(t *testing.T, cfg LivenessConfig) (*Daemon, *scheduler, *clo
 	return d, newScheduler(t, d), clk, probes
 }
 
-func waitWatched(t *testing.T, d *Daemon, at room.Endpoint) {
+func waitWatched(t *testing.T, d *Daemon, at kv.Endpoint) {
 	t.Helper()
 	waitFor(t, "decode watched", func() bool { _, ok := d.liveness.outage(at); return ok })
 }
 
-func endpointOf(r *decodeRank) room.Endpoint {
-	return room.Endpoint{IP: "127.0.0.1", Port: r.pull.Port()}
+func endpointOf(r *decodeRank) kv.Endpoint {
+	return kv.Endpoint{IP: "127.0.0.1", Port: r.pull.Port()}
 }
 
 func advance(clk *clock.Fake, n int) {
@@ -219,15 +219,15 @@ func TestDecodeUnreachablePastItsBudget(t *testing.T) {
 	const idle, late, after = 501, 502, 503
 	dec.send(t, dec.info(idle, seqPages(0, 1), 0, 1))
 	s.cli.Open(idle, "")
-	waitRoomStatus(t, s, idle, room.WaitingForInput)
+	waitRoomStatus(t, s, idle, kv.StatusWaitingForInput)
 
 	probes.set(at, ProbeUnreachable)
 	advance(clk, 9)
-	if reps, _ := s.cli.Poll([]uint64{idle}, nil); reps[0].Status != room.WaitingForInput {
+	if reps, _ := s.cli.Poll([]uint64{idle}, nil); reps[0].Status != kv.StatusWaitingForInput {
 		t.Fatalf("room failed before the budget: %v", reps[0].Status)
 	}
 	advance(clk, 1)
-	if rep := s.waitTerminal(t, idle); rep.Status != room.Failed || rep.Reason != room.ReasonPeerLost {
+	if rep := s.waitTerminal(t, idle); rep.Status != kv.StatusFailed || rep.Reason != kv.ReasonPeerLost {
 		t.Fatalf("idle room of the unreachable decode: %v/%v", rep.Status, rep.Reason)
 	}
 	if c := d.Counters(); c["peers_fenced"] != 1 || c["peers_lost"] != 1 {
@@ -243,10 +243,10 @@ func TestDecodeUnreachablePastItsBudget(t *testing.T) {
 	probes.set(at, ProbeOK) // the link is back
 	dec.send(t, dec.info(late, lateDst, 1, 1))
 	s.start(t, roomSpec{id: late, src: seqPages(3, 2), chunks: []int{2}, aux: 1})
-	if rep := s.waitTerminal(t, late); rep.Status != room.Failed || rep.Reason != room.ReasonPeerLost {
+	if rep := s.waitTerminal(t, late); rep.Status != kv.StatusFailed || rep.Reason != kv.ReasonPeerLost {
 		t.Fatalf("room of a late transfer info: %v/%v", rep.Status, rep.Reason)
 	}
-	if st := dec.waitFrame(t, isStatus(late)).(*wire.KVStatus); st.Status != wire.KVPollFailed {
+	if st := dec.waitFrame(t, isStatus(late)).(*wire.KVStatus); st.Status != kv.StatusFailed {
 		t.Fatalf("decode told %+v", st)
 	}
 	if !dec.node.PagesZero(lateDst) || d.PoolStats().Posted != 0 {
@@ -262,7 +262,7 @@ func TestDecodeUnreachablePastItsBudget(t *testing.T) {
 	dec.checker.Expect(after, 1, false)
 	dec.send(t, dec.info(after, seqPages(20, 1), 2, 1))
 	s.start(t, roomSpec{id: after, src: seqPages(6, 1), chunks: []int{1}, aux: 2})
-	if rep := s.waitTerminal(t, after); rep.Status != room.Success {
+	if rep := s.waitTerminal(t, after); rep.Status != kv.StatusSuccess {
 		t.Fatalf("room after the decode came back: %v/%v", rep.Status, rep.Reason)
 	}
 	dec.verify(t, after, seqPages(20, 1), 2)
@@ -284,7 +284,7 @@ func TestFencedDecodeThatKeptItsRoomsIsLoadedAgain(t *testing.T) {
 	const fenced, served = 601, 602
 	dec.send(t, dec.info(fenced, seqPages(0, 1), 0, 1))
 	s.start(t, roomSpec{id: fenced, src: seqPages(0, 1), chunks: []int{1}, aux: 0})
-	if rep := s.waitTerminal(t, fenced); rep.Status != room.Failed || rep.Reason != room.ReasonPeerLost {
+	if rep := s.waitTerminal(t, fenced); rep.Status != kv.StatusFailed || rep.Reason != kv.ReasonPeerLost {
 		t.Fatalf("room inside the fence hold: %v/%v", rep.Status, rep.Reason)
 	}
 	advance(clk, 2) // answered since 5 s: 6 s at 11 s
@@ -295,7 +295,7 @@ func TestFencedDecodeThatKeptItsRoomsIsLoadedAgain(t *testing.T) {
 	dec.checker.Expect(served, 1, false)
 	dec.send(t, dec.info(served, seqPages(4, 1), 1, 1))
 	s.start(t, roomSpec{id: served, src: seqPages(2, 1), chunks: []int{1}, aux: 1})
-	if rep := s.waitTerminal(t, served); rep.Status != room.Success {
+	if rep := s.waitTerminal(t, served); rep.Status != kv.StatusSuccess {
 		t.Fatalf("room after the fence: %v/%v", rep.Status, rep.Reason)
 	}
 	dec.verify(t, served, seqPages(4, 1), 1)
@@ -311,10 +311,10 @@ func TestDecodeGoneIsDroppedAtTheNextProbe(t *testing.T) {
 	const id = 701
 	dec.send(t, dec.info(id, seqPages(0, 1), 0, 1))
 	s.cli.Open(id, "")
-	waitRoomStatus(t, s, id, room.WaitingForInput)
+	waitRoomStatus(t, s, id, kv.StatusWaitingForInput)
 	probes.set(at, ProbeRefused)
 	advance(clk, 1)
-	if rep := s.waitTerminal(t, id); rep.Status != room.Failed || rep.Reason != room.ReasonPeerLost {
+	if rep := s.waitTerminal(t, id); rep.Status != kv.StatusFailed || rep.Reason != kv.ReasonPeerLost {
 		t.Fatalf("room of the gone decode: %v/%v", rep.Status, rep.Reason)
 	}
 	if c := d.Counters(); c["peers_fenced"] != 0 || c["peers_lost"] != 1 {
@@ -322,7 +322,7 @@ func TestDecodeGoneIsDroppedAtTheNextProbe(t *testing.T) {
 	}
 }
 
-func (l *liveness) heldCount(at room.Endpoint) int {
+func (l *liveness) heldCount(at kv.Endpoint) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if e, ok := l.eps[at]; ok {
@@ -336,7 +336,7 @@ func (l *liveness) heldCount(at room.Endpoint) int {
 func TestLivenessShortOutageReleasesHeldTransfersInOrder(t *testing.T) {
 	r := newLivenessRig(LivenessConfig{Interval: time.Second, Budget: 10 * time.Second, SafeAfter: 5 * time.Second})
 	defer r.l.close()
-	at := room.Endpoint{IP: "192.0.2.2", Port: 5003}
+	at := kv.Endpoint{IP: "192.0.2.2", Port: 5003}
 	r.l.watch(at)
 	var order []int
 	post := func(i int) func() { return func() { order = append(order, i) } }
@@ -370,7 +370,7 @@ func TestLivenessShortOutageReleasesHeldTransfersInOrder(t *testing.T) {
 func TestLivenessOutagePastSafeAfterEndsInLoss(t *testing.T) {
 	r := newLivenessRig(LivenessConfig{Interval: time.Second, Budget: 10 * time.Second, SafeAfter: 5 * time.Second})
 	defer r.l.close()
-	at := room.Endpoint{IP: "192.0.2.2", Port: 5004}
+	at := kv.Endpoint{IP: "192.0.2.2", Port: 5004}
 	r.l.watch(at)
 	r.probes.set(at, ProbeUnreachable)
 	r.step(4)
@@ -400,8 +400,8 @@ func TestTransfersHeldWhileDecodeDoesNotAnswer(t *testing.T) {
 	dec.send(t, dec.info(long, seqPages(4, 2), 1, 1))
 	s.cli.Open(short, "")
 	s.cli.Open(long, "")
-	waitRoomStatus(t, s, short, room.WaitingForInput)
-	waitRoomStatus(t, s, long, room.WaitingForInput)
+	waitRoomStatus(t, s, short, kv.StatusWaitingForInput)
+	waitRoomStatus(t, s, long, kv.StatusWaitingForInput)
 
 	probes.set(at, ProbeUnreachable)
 	advance(clk, 1)
@@ -412,7 +412,7 @@ func TestTransfersHeldWhileDecodeDoesNotAnswer(t *testing.T) {
 	}
 	probes.set(at, ProbeOK)
 	advance(clk, 1) // 2 s since the last answer: under SafeAfter
-	if rep := s.waitTerminal(t, short); rep.Status != room.Success {
+	if rep := s.waitTerminal(t, short); rep.Status != kv.StatusSuccess {
 		t.Fatalf("room after a short outage: %v/%v", rep.Status, rep.Reason)
 	}
 	dec.verify(t, short, seqPages(0, 2), 0)
@@ -425,7 +425,7 @@ func TestTransfersHeldWhileDecodeDoesNotAnswer(t *testing.T) {
 	s.start(t, roomSpec{id: long, src: seqPages(12, 2), chunks: []int{2}, aux: 3})
 	waitFor(t, "chunk held", func() bool { return d.liveness.heldCount(at) == 1 })
 	advance(clk, 5) // 6 s since the last answer: the budget
-	if rep := s.waitTerminal(t, long); rep.Status != room.Failed || rep.Reason != room.ReasonPeerLost {
+	if rep := s.waitTerminal(t, long); rep.Status != kv.StatusFailed || rep.Reason != kv.ReasonPeerLost {
 		t.Fatalf("room after a long outage: %v/%v", rep.Status, rep.Reason)
 	}
 	if n := d.PoolStats().Posted; n != posted || !dec.node.PagesZero(dst) {
@@ -463,7 +463,7 @@ func TestIngestKeepAliveWindow(t *testing.T) {
 // gatedProbes answers each probe when the test says so.
 type gatedProbes struct{ calls chan chan ProbeResult }
 
-func (g *gatedProbes) probe(_ context.Context, _ room.Endpoint) ProbeResult {
+func (g *gatedProbes) probe(_ context.Context, _ kv.Endpoint) ProbeResult {
 	reply := make(chan ProbeResult)
 	g.calls <- reply
 	return <-reply
@@ -479,9 +479,9 @@ func TestConfirmWritesWaitForAProbeBegunAfterThem(t *testing.T) {
 	var posted []int
 	l := newLiveness(LivenessConfig{Interval: time.Second, Budget: 10 * time.Second, SafeAfter: 5 * time.Second,
 		ConfirmWrites: true, Clock: clk, Probe: g.probe}, nil,
-		func(room.Endpoint, string, bool) { t.Error("lost") }, func(room.Endpoint, bool) {})
+		func(kv.Endpoint, string, bool) { t.Error("lost") }, func(kv.Endpoint, bool) {})
 	defer l.close()
-	at := room.Endpoint{IP: "192.0.2.2", Port: 5005}
+	at := kv.Endpoint{IP: "192.0.2.2", Port: 5005}
 	post := func(i int) func() {
 		return func() { mu.Lock(); posted = append(posted, i); mu.Unlock() }
 	}
@@ -532,7 +532,7 @@ func TestConfirmWritesNothingPostedTowardACutDecode(t *testing.T) {
 	dec.checker.Expect(ok, 1, false)
 	dec.send(t, dec.info(ok, seqPages(0, 2), 0, 1))
 	s.start(t, roomSpec{id: ok, src: seqPages(10, 2), chunks: []int{1, 1}, aux: 0})
-	if rep := s.waitTerminal(t, ok); rep.Status != room.Success {
+	if rep := s.waitTerminal(t, ok); rep.Status != kv.StatusSuccess {
 		t.Fatalf("room toward a reachable decode: %v/%v", rep.Status, rep.Reason)
 	}
 	dec.verify(t, ok, seqPages(0, 2), 0)
@@ -542,12 +542,12 @@ func TestConfirmWritesNothingPostedTowardACutDecode(t *testing.T) {
 	dec.node.ZeroPages(dst)
 	dec.send(t, dec.info(cut, dst, 1, 1))
 	s.cli.Open(cut, "")
-	waitRoomStatus(t, s, cut, room.WaitingForInput)
+	waitRoomStatus(t, s, cut, kv.StatusWaitingForInput)
 	probes.set(at, ProbeUnreachable) // the cut, before any periodic probe saw it
 	s.start(t, roomSpec{id: cut, src: seqPages(12, 2), chunks: []int{2}, aux: 1})
 	waitFor(t, "chunk held", func() bool { return d.liveness.heldCount(at) == 1 })
 	advance(clk, 4)
-	if rep := s.waitTerminal(t, cut); rep.Status != room.Failed || rep.Reason != room.ReasonPeerLost {
+	if rep := s.waitTerminal(t, cut); rep.Status != kv.StatusFailed || rep.Reason != kv.ReasonPeerLost {
 		t.Fatalf("room toward a cut decode: %v/%v", rep.Status, rep.Reason)
 	}
 	if n := d.PoolStats().Posted; n != posted || !dec.node.PagesZero(dst) {
@@ -587,19 +587,19 @@ func TestLinkLossProbesAtOnce(t *testing.T) {
 	gone.send(t, gone.info(goneRoom, seqPages(0, 1), 0, 1))
 	s.cli.Open(keptRoom, "")
 	s.cli.Open(goneRoom, "")
-	waitRoomStatus(t, s, keptRoom, room.WaitingForInput)
-	waitRoomStatus(t, s, goneRoom, room.WaitingForInput)
+	waitRoomStatus(t, s, keptRoom, kv.StatusWaitingForInput)
+	waitRoomStatus(t, s, goneRoom, kv.StatusWaitingForInput)
 
 	// Both PULL sockets close; only gone's endpoint is refused.
 	probes.set(endpointOf(gone), ProbeRefused)
 	n := probes.n.Load()
 	kept.pull.Stop()
 	gone.pull.Stop()
-	if rep := s.waitTerminal(t, goneRoom); rep.Status != room.Failed || rep.Reason != room.ReasonPeerLost {
+	if rep := s.waitTerminal(t, goneRoom); rep.Status != kv.StatusFailed || rep.Reason != kv.ReasonPeerLost {
 		t.Fatalf("room of the refused decode: %v/%v", rep.Status, rep.Reason)
 	}
 	waitFor(t, "both probed", func() bool { return probes.n.Load() >= n+2 })
-	if reps, _ := s.cli.Poll([]uint64{keptRoom}, nil); reps[0].Status != room.WaitingForInput {
+	if reps, _ := s.cli.Poll([]uint64{keptRoom}, nil); reps[0].Status != kv.StatusWaitingForInput {
 		t.Fatalf("room of the decode that still answers: %v", reps[0].Status)
 	}
 	if c := d.Counters(); c["peers_lost"] != 1 {
