@@ -131,25 +131,29 @@ func Quick() Config {
 // Large-room geometries: a 8B-class model at TP 8 (32 layers, one KV head of
 // 128 fp16 per rank: 256 B per token and buffer) in 16-token pages, and a
 // 70B-class one at TP 8 (80 layers, same per-token size) in 32-token pages.
-// Pages come in runs of 4 on each side (a pool some way from fresh).
+// Pages come in runs of 4 on each side (a pool some way from fresh), or, in
+// the "fresh" variants, one run a room (one descriptor per buffer).
 var (
-	Large1MiB  = large.Geometry{Name: "32L p16 1MiB", Layers: 32, PageTokens: 16, TokenBytes: 256, RoomPages: 4, Run: 4}
-	Large16MiB = large.Geometry{Name: "32L p16 16MiB", Layers: 32, PageTokens: 16, TokenBytes: 256, RoomPages: 64, Run: 4}
-	Large64MiB = large.Geometry{Name: "80L p32 64MiB", Layers: 80, PageTokens: 32, TokenBytes: 256, RoomPages: 51, Run: 4}
+	Large1MiB       = large.Geometry{Name: "32L p16 1MiB", Layers: 32, PageTokens: 16, TokenBytes: 256, RoomPages: 4, Run: 4}
+	Large16MiB      = large.Geometry{Name: "32L p16 16MiB", Layers: 32, PageTokens: 16, TokenBytes: 256, RoomPages: 64, Run: 4}
+	Large16MiBFresh = large.Geometry{Name: "32L p16 16MiB fresh", Layers: 32, PageTokens: 16, TokenBytes: 256, RoomPages: 64, Run: 64}
+	Large64MiB      = large.Geometry{Name: "80L p32 64MiB", Layers: 80, PageTokens: 32, TokenBytes: 256, RoomPages: 51, Run: 4}
+	Large64MiBFresh = large.Geometry{Name: "80L p32 64MiB fresh", Layers: 80, PageTokens: 32, TokenBytes: 256, RoomPages: 51, Run: 51}
 )
 
-// QuickLarge is the quick suite's large-room scenario: 1 and 16 MiB rooms, 1
-// and 4 in flight, over UCX on one host (tcp for active messages, puts by
-// cma: single-copy shared memory).
+// QuickLarge is the quick suite's large-room scenario: 1 and 16 MiB rooms
+// (and 16 MiB from a fresh pool), 1 and 4 in flight, over UCX on one host
+// (tcp for active messages; puts by cma, a single-copy process_vm_writev).
+// UCX refuses shared memory alone (sm,self) under NIXL's peer error mode.
 func QuickLarge() *large.Config {
-	return &large.Config{Geometries: []large.Geometry{Large1MiB, Large16MiB}, InFlight: []int{1, 4},
-		Pairs: 5, Warm: 1, RoundBytes: 32 << 20, Seed: 1, Transport: "tcp,self,sm"}
+	return &large.Config{Geometries: []large.Geometry{Large1MiB, Large16MiB, Large16MiBFresh}, InFlight: []int{1, 4},
+		Pairs: 7, Warm: 1, RoundBytes: 32 << 20, Seed: 1, Transport: "tcp,self,sm"}
 }
 
 // FullLarge adds 64 MiB rooms of an 80-layer model and 16 rooms in flight.
 func FullLarge() *large.Config {
-	return &large.Config{Geometries: []large.Geometry{Large1MiB, Large16MiB, Large64MiB}, InFlight: []int{1, 4, 16},
-		Pairs: 9, Warm: 1, RoundBytes: 256 << 20, Seed: 1, Transport: "tcp,self,sm"}
+	return &large.Config{Geometries: []large.Geometry{Large1MiB, Large16MiB, Large64MiB, Large64MiBFresh}, InFlight: []int{1, 4, 16},
+		Pairs: 11, Warm: 1, RoundBytes: 256 << 20, Seed: 1, Transport: "tcp,self,sm"}
 }
 
 // Full is `make bench-full`: more rooms and repetitions, the paced
