@@ -134,3 +134,52 @@ func regionEnd(regs []nixl.Desc, x nixl.Desc) uint64 {
 	}
 	return uint64(x.Addr) + x.Len
 }
+
+// mergeable says whether kvRuns at least halves a chunk's descriptors on KV
+// run sg: decode's slot stride equals the prefill item length on every
+// buffer (else consecutive decode pages leave gaps) and the pages form at
+// most half as many runs consecutive on both sides as there are pages. Below
+// that, Make over the prepared lists costs less than Create.
+func mergeable(l *Local, sg *kvSeg, src, dst []int32) bool {
+	for k := 0; k < sg.end-sg.start; k++ {
+		if sg.dst.ItemLens[k] != l.KV.ItemLens[sg.start+k] {
+			return false
+		}
+	}
+	return 2*pageRuns(src, dst) <= len(src)
+}
+
+// pageRuns counts the runs of pages consecutive on both sides.
+func pageRuns(src, dst []int32) int {
+	n := 0
+	for i := range src {
+		if i == 0 || src[i] != src[i-1]+1 || dst[i] != dst[i-1]+1 {
+			n++
+		}
+	}
+	return n
+}
+
+// kvRuns appends KV run sg's merged descriptors for a chunk: for every
+// buffer (layer-major), one per run of pages consecutive on both sides. With
+// decode's stride equal to the item length (mergeable) this is exactly
+// MergedKV within per-buffer regions, without a region lookup and without
+// allocating beyond src and dst's capacity.
+func kvRuns(src, dst []nixl.Desc, l *Local, sg *kvSeg, sp, dp []int32) ([]nixl.Desc, []nixl.Desc) {
+	for k := 0; k < sg.end-sg.start; k++ {
+		b := sg.start + k
+		base, item := l.KV.Ptrs[b], l.KV.ItemLens[b]
+		dbase := sg.dst.Ptrs[k]
+		for i := 0; i < len(sp); {
+			j := i + 1
+			for j < len(sp) && sp[j] == sp[j-1]+1 && dp[j] == dp[j-1]+1 {
+				j++
+			}
+			n := uint64(j-i) * item
+			src = append(src, nixl.Desc{Addr: uintptr(base + uint64(sp[i])*item), Len: n, DevID: l.KV.DevID})
+			dst = append(dst, nixl.Desc{Addr: uintptr(dbase + uint64(dp[i])*item), Len: n, DevID: sg.dst.DevID})
+			i = j
+		}
+	}
+	return src, dst
+}

@@ -268,8 +268,9 @@ func TestMergedKV(t *testing.T) {
 }
 
 // TestMergedKVWritesSameBytes: over the loopback fabric, a chunk written
-// with the merged list leaves decode memory byte for byte as the same chunk
-// written with SGLang's prepared per-page request does.
+// with the merged list (planned with Local.MergeKV, made by MakeReq) leaves
+// decode memory byte for byte as the same chunk written with SGLang's
+// prepared per-page request does.
 func TestMergedKVWritesSameBytes(t *testing.T) {
 	pre := newNode(t, "prefill", small, 0)
 	fillKV(pre, small.Item)
@@ -298,8 +299,8 @@ func TestMergedKVWritesSameBytes(t *testing.T) {
 		peers, lists, names = append(peers, p), append(lists, list), append(names, name)
 	}
 	// Pages with runs on both sides, runs broken on one side, and singles.
-	src := []int32{5, 6, 7, 8, 20, 30, 31, 40, 41, 42, 63, 0}
-	dst := []int32{10, 11, 12, 13, 14, 2, 3, 50, 52, 53, 60, 61}
+	src := []int32{5, 6, 7, 8, 20, 30, 31, 40, 41, 42, 50, 51}
+	dst := []int32{10, 11, 12, 13, 14, 2, 3, 52, 53, 54, 60, 61}
 	// A: SGLang's prepared request.
 	var plan sglang.Plan
 	if err := pre.geo.Plan(&plan, peers[0], &sglang.Chunk{Room: 1, SrcPages: src, DstPages: dst}); err != nil {
@@ -312,10 +313,20 @@ func TestMergedKVWritesSameBytes(t *testing.T) {
 	// B: the merged explicit list.
 	sr, dr := sglang.KVRegions(&pre.geo, peers[1], 0)
 	ms, md := sglang.MergedKV(nil, nil, &pre.geo, peers[1], 0, src, dst, sr, dr)
-	if want := 2 * small.Layers * 7; len(ms) != want { // 7 runs per buffer
+	if want := 2 * small.Layers * 5; len(ms) != want { // 5 runs per buffer
 		t.Fatalf("%d merged descriptors, want %d", len(ms), want)
 	}
-	xb, err := pre.ag.Create(nixl.Write, pre.geo.KV.Kind, ms, names[1], pre.geo.KV.Kind, md, []byte("1_kv_0_0_0"))
+	// Planned with MergeKV, the request carries exactly that list.
+	merging := pre.geo
+	merging.MergeKV = true
+	var mplan sglang.Plan
+	if err := merging.Plan(&mplan, peers[1], &sglang.Chunk{Room: 1, SrcPages: src, DstPages: dst}); err != nil {
+		t.Fatal(err)
+	}
+	if r := mplan.Reqs[0]; r.Kind != sglang.ReqKV || len(r.SrcIdx) != 0 || !slices.Equal(r.Src, ms) || !slices.Equal(r.Dst, md) {
+		t.Fatalf("MergeKV plan: %+v", r)
+	}
+	xb, err := sglang.MakeReq(pre.ag, local, lists[1], names[1], &mplan.Reqs[0])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -338,4 +349,118 @@ func TestMergedKVWritesSameBytes(t *testing.T) {
 	if decB.kv[0][small.Item*1] != 0 {
 		t.Fatal("page 1 of decode written")
 	}
+}
+
+// TestPlanMergeKV: with Local.MergeKV, Plan sends the merged list when it at
+// least halves the descriptors, and SGLang's indices otherwise.
+func TestPlanMergeKV(t *testing.T) {
+	l := fakeLocal(4, 16, 256)
+	l.MergeKV = true
+	for _, c := range []struct {
+		name     string
+		ditem    uint64
+		src, dst []int32
+		merged   bool
+	}{
+		{"one run", 256, []int32{3, 4, 5, 6}, []int32{0, 1, 2, 3}, true},
+		{"half", 256, []int32{3, 4, 9, 10}, []int32{0, 1, 2, 3}, true},
+		{"scattered", 256, []int32{1, 3, 5}, []int32{0, 1, 2}, false},
+		{"three runs of four pages", 256, []int32{3, 4, 9, 10}, []int32{0, 1, 5, 6}, true},
+		{"single page", 256, []int32{3}, []int32{0}, false},
+		{"decode stride larger", 512, []int32{3, 4, 5, 6}, []int32{0, 1, 2, 3}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p := fakePeer(t, l, 4, 16, c.ditem)
+			var plan sglang.Plan
+			if err := l.Plan(&plan, p, &sglang.Chunk{Room: 3, SrcPages: c.src, DstPages: c.dst}); err != nil {
+				t.Fatal(err)
+			}
+			r := plan.Reqs[0]
+			if got := len(r.Src) > 0; got != c.merged {
+				t.Fatalf("merged %v, want %v: %+v", got, c.merged, r)
+			}
+			if !c.merged {
+				if len(r.SrcIdx) != 4*len(c.src) {
+					t.Fatalf("%d indices", len(r.SrcIdx))
+				}
+				return
+			}
+			sr, dr := sglang.KVRegions(l, p, 0)
+			ms, md := sglang.MergedKV(nil, nil, l, p, 0, c.src, c.dst, sr, dr)
+			if len(r.SrcIdx) != 0 || !slices.Equal(r.Src, ms) || !slices.Equal(r.Dst, md) {
+				t.Fatalf("plan %v → %v, MergedKV %v → %v", r.Src, r.Dst, ms, md)
+			}
+			if r.SrcKind != nixl.VRAM || r.DstKind != nixl.VRAM || string(r.Notif) != "3_kv_0_0_5" {
+				t.Fatalf("kinds %v/%v notif %q", r.SrcKind, r.DstKind, r.Notif)
+			}
+		})
+	}
+}
+
+// TestPlanMergeKVProperty: over random chunks, the MergeKV plan (when it
+// merges) is MergedKV's list and moves the bytes of SGLang's indices.
+func TestPlanMergeKVProperty(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	l := fakeLocal(3, 32, 64)
+	l.MergeKV = true
+	p := fakePeer(t, l, 3, 32, 64)
+	sl, dl := sglang.KVSrcDescs(l), sglang.KVDstDescs(l, p)
+	sr, dr := sglang.KVRegions(l, p, 0)
+	merged := 0
+	for range 300 {
+		n := 1 + rng.IntN(12)
+		src, dst := make([]int32, n), make([]int32, n)
+		s0, d0 := int32(rng.IntN(32-n+1)), int32(rng.IntN(32-n+1))
+		for i := range src {
+			src[i], dst[i] = s0+int32(i), d0+int32(i)
+			if rng.IntN(4) == 0 { // break a run now and then
+				src[i] = int32(rng.IntN(32))
+			}
+		}
+		if len(uniq(src)) != n || len(uniq(dst)) != n {
+			continue
+		}
+		var plan, ref sglang.Plan
+		plain := *l
+		plain.MergeKV = false
+		if err := l.Plan(&plan, p, &sglang.Chunk{Room: 1, SrcPages: src, DstPages: dst}); err != nil {
+			t.Fatal(err)
+		}
+		if err := plain.Plan(&ref, p, &sglang.Chunk{Room: 1, SrcPages: src, DstPages: dst}); err != nil {
+			t.Fatal(err)
+		}
+		r := plan.Reqs[0]
+		if len(r.Src) == 0 {
+			continue
+		}
+		merged++
+		ms, md := sglang.MergedKV(nil, nil, l, p, 0, src, dst, sr, dr)
+		if !slices.Equal(r.Src, ms) || !slices.Equal(r.Dst, md) {
+			t.Fatalf("pages %v → %v: plan %v, MergedKV %v", src, dst, r.Src, ms)
+		}
+		var ps, pd []nixl.Desc
+		for i, x := range ref.Reqs[0].SrcIdx {
+			ps, pd = append(ps, sl[x]), append(pd, dl[ref.Reqs[0].DstIdx[i]])
+		}
+		want, got := byteMap(t, ps, pd), byteMap(t, r.Src, r.Dst)
+		if len(got) != len(want) {
+			t.Fatalf("merged plan moves %d bytes, indices %d", len(got), len(want))
+		}
+		for k, v := range want {
+			if got[k] != v {
+				t.Fatalf("destination %#x from %#x, want %#x", k, got[k], v)
+			}
+		}
+	}
+	if merged == 0 {
+		t.Fatal("no chunk was merged")
+	}
+}
+
+func uniq(v []int32) map[int32]bool {
+	m := map[int32]bool{}
+	for _, x := range v {
+		m[x] = true
+	}
+	return m
 }
