@@ -78,7 +78,7 @@ def target(args):
 
 
 def initiator(args):
-    agent, buf, addr = new_agent(args.name, args.size, args.bufs, True)
+    agent, buf, addr = new_agent(args.name, args.size, args.bufs, not args.no_progress_thread)
     # Filled 4 MiB at a time: a whole-slab index array would take 8 bytes a byte.
     for start in range(0, args.size, 4 << 20):
         end = min(args.size, start + (4 << 20))
@@ -151,6 +151,7 @@ def main():
     p.add_argument("--name", default="large-peer")
     p.add_argument("--size", type=int, required=True)
     p.add_argument("--bufs", type=int, required=True)
+    p.add_argument("--no-progress-thread", action="store_true", help="initiator: no NIXL progress thread")
     args = p.parse_args()
     {"target": target, "initiator": initiator}[args.mode](args)
 

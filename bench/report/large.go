@@ -19,8 +19,12 @@ func largeSection(b *strings.Builder, r *large.Results) {
 		w("Skipped: %s.\n\n", r.Skipped)
 		return
 	}
-	w("Rooms of realistic size written into a decode stand-in (a NIXL Python agent with its KV slab registered one region per buffer) over UCX (`UCX_TLS=%s`%s), %s rooms in flight (posted at once, then waited for), a round moving at least %d MiB, %d measured rounds per engine after %d dropped, the engines' order rotating every round. ",
-		r.Config.Transport, wrapText(r.Config.TargetWrap), joinInts(r.Config.InFlight), r.Config.RoundBytes>>20, r.Config.Pairs, r.Config.Warm)
+	npt := "with NIXL's progress thread (kvxfer's 10 ms delay; Python's 0)"
+	if r.Config.NoProgressThread {
+		npt = "both without NIXL's progress thread"
+	}
+	w("Rooms of realistic size written into a decode stand-in (a NIXL Python agent with its KV slab registered one region per buffer) over UCX (`UCX_TLS=%s`%s), initiators %s, %s rooms in flight (posted at once, then waited for), a round moving at least %d MiB, %d measured rounds per engine after %d dropped, the engines' order rotating every round. ",
+		r.Config.Transport, wrapText(r.Config.TargetWrap), npt, joinInts(r.Config.InFlight), r.Config.RoundBytes>>20, r.Config.Pairs, r.Config.Warm)
 	w("**kvxfer**: the Go NIXL binding posting the room's merged list (`sglang.MergedKV`: runs of pages contiguous on both sides as one descriptor); **kvxfer-prepped**: the same binding over SGLang's per-page prepared indices; **nixl-py**: NIXL's own Python API posting the same merged list (`initialize_xfer`); **nixl-py-sglang**: as SGLang's prefill posts (`make_prepped_xfer`, one index per buffer and page); **memcpy**: a Go copy of the same pairs between two slabs of one process. GB/s = 10⁹ bytes/s, median of rounds; CPU: the initiating process (all threads) per GB; %% columns: median of per-round ratios of kvxfer's rate; *best* = the better of memcpy and nixl-py in that round. Load at the start %s, at the end %s.\n\n", r.LoadAvg[0], r.LoadAvg[1])
 	t := table{b}
 	t.head("room", "in flight", "kvxfer GB/s", "kvxfer-prepped", "nixl-py", "nixl-py-sglang", "memcpy", "% of memcpy", "% of nixl-py", "% of best", "descs/room merged (SGLang)", "CPU s/GB kvxfer / nixl-py / memcpy", "verified", "load")

@@ -45,6 +45,7 @@ func run(args []string) error {
 	only := fs.String("only", "", "comma-separated parts to run (throughput,paced,overhead,storm,pins,openloop,memory,poll,races,large) or throughput settings (instant,copies,rdma: throughput at those only); default all")
 	largeTLS := fs.String("large-tls", "", "UCX_TLS of the large-room scenario (default: the suite's, tcp,self,sm)")
 	largeWrap := fs.String("large-target-wrap", "", "command prefix for the large-room scenario's decode stand-in, e.g. 'ip netns exec NS' (a second host)")
+	largeNPT := fs.Bool("large-no-progress-thread", false, "large-room scenario: both initiators without NIXL's progress thread")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -69,6 +70,7 @@ func run(args []string) error {
 		if *largeTLS != "" {
 			cfg.Large.Transport = *largeTLS
 		}
+		cfg.Large.NoProgressThread = *largeNPT
 		if *largeWrap != "" {
 			cfg.Large.TargetWrap = strings.Fields(*largeWrap)
 		}
