@@ -14,7 +14,8 @@ One JSON object per line on stdout; requests on stdin.
              every buffer, both sides), then per {"rooms": [{"m": [so, do, n, ...],
              "si": [...], "di": [...]}, ...]} keeps those rooms, and per
              {"iters": k, "mode": "merged"|"sglang"} runs k rounds: one request
-             per room (initialize_xfer over the room's merged list, or
+             per room (initialize_xfer over the room's merged list, its NIXL
+             descriptor lists built per request as Go's Create does, or
              make_prepped_xfer over SGLang's per-page indices), all posted, then
              all waited for (check_xfer_state back to back), then released.
              Prints {"seconds", "cpu"} (process CPU of every thread).
@@ -111,8 +112,10 @@ def initiator(args):
                 dst = np.zeros((len(m), 3), dtype=np.uint64)
                 src[:, 0], src[:, 1] = addr + m[:, 0], m[:, 2]
                 dst[:, 0], dst[:, 1] = peer["addr"] + m[:, 1], m[:, 2]
-                rooms.append((agent.get_xfer_descs(src, "DRAM"), agent.get_xfer_descs(dst, "DRAM"),
-                              np.array(r["si"], dtype=np.int32), np.array(r["di"], dtype=np.int32)))
+                # The arrays are built once (as Go builds its []nixl.Desc once); the
+                # NIXL descriptor lists per request, inside the timed rounds, as Go's
+                # Create builds them per request.
+                rooms.append((src, dst, np.array(r["si"], dtype=np.int32), np.array(r["di"], dtype=np.int32)))
             say({"rooms": len(rooms)})
             continue
         if "iters" not in req:
@@ -124,7 +127,8 @@ def initiator(args):
             hs = []
             for src, dst, si, di in rooms:
                 if merged:
-                    h = agent.initialize_xfer("WRITE", src, dst, remote, b"r")
+                    h = agent.initialize_xfer("WRITE", agent.get_xfer_descs(src, "DRAM"),
+                                              agent.get_xfer_descs(dst, "DRAM"), remote, b"r")
                 else:
                     h = agent.make_prepped_xfer("WRITE", lh, si, rh, di, b"r")
                 if agent.transfer(h) == "ERR":
