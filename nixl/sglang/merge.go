@@ -91,13 +91,15 @@ func Coalesce(src, dst []nixl.Desc, srcRegs, dstRegs []nixl.Desc) ([]nixl.Desc, 
 	}
 	n := 0
 	var sEnd, dEnd uint64 // region ends of the run at n (0: not looked up yet)
+	var sLast, dLast int  // the regions found last: runs mostly share them
 	for i := 1; i < len(src); i++ {
 		s, d := &src[n], &dst[n]
 		a, b := src[i], dst[i]
 		if s.Len == d.Len && a.Len == b.Len && a.DevID == s.DevID && b.DevID == d.DevID &&
 			uint64(s.Addr)+s.Len == uint64(a.Addr) && uint64(d.Addr)+d.Len == uint64(b.Addr) {
 			if sEnd == 0 {
-				sEnd, dEnd = regionEnd(srcRegs, *s), regionEnd(dstRegs, *d)
+				sEnd, sLast = regionEnd(srcRegs, *s, sLast)
+				dEnd, dLast = regionEnd(dstRegs, *d, dLast)
 			}
 			if uint64(a.Addr)+a.Len <= sEnd && uint64(b.Addr)+b.Len <= dEnd {
 				s.Len += a.Len
@@ -114,10 +116,16 @@ func Coalesce(src, dst []nixl.Desc, srcRegs, dstRegs []nixl.Desc) ([]nixl.Desc, 
 
 // regionEnd is the end address of the region holding x (sorted regs), or
 // x's own end when none holds it (a run is never grown past it); unbounded for
-// nil regs.
-func regionEnd(regs []nixl.Desc, x nixl.Desc) uint64 {
+// nil regs. It tries region hint first and returns the index it found.
+func regionEnd(regs []nixl.Desc, x nixl.Desc, hint int) (uint64, int) {
 	if regs == nil {
-		return ^uint64(0)
+		return ^uint64(0), 0
+	}
+	holds := func(r nixl.Desc) bool {
+		return r.DevID == x.DevID && uint64(r.Addr) <= uint64(x.Addr) && uint64(x.Addr)+x.Len <= uint64(r.Addr)+r.Len
+	}
+	if hint < len(regs) && holds(regs[hint]) {
+		return uint64(regs[hint].Addr) + regs[hint].Len, hint
 	}
 	// The last region starting at or before x on x's device.
 	i, _ := slices.BinarySearchFunc(regs, x, func(r, x nixl.Desc) int {
@@ -126,13 +134,10 @@ func regionEnd(regs []nixl.Desc, x nixl.Desc) uint64 {
 		}
 		return cmpU64(uint64(r.Addr), uint64(x.Addr)+1)
 	})
-	if i > 0 {
-		r := regs[i-1]
-		if r.DevID == x.DevID && uint64(r.Addr) <= uint64(x.Addr) && uint64(x.Addr)+x.Len <= uint64(r.Addr)+r.Len {
-			return uint64(r.Addr) + r.Len
-		}
+	if i > 0 && holds(regs[i-1]) {
+		return uint64(regs[i-1].Addr) + regs[i-1].Len, i - 1
 	}
-	return uint64(x.Addr) + x.Len
+	return uint64(x.Addr) + x.Len, hint
 }
 
 // mergeable says whether kvRuns at least halves a chunk's descriptors on KV

@@ -464,3 +464,52 @@ func uniq(v []int32) map[int32]bool {
 	}
 	return m
 }
+
+// BenchmarkPlanLargeRoom: planning one 51-page chunk over 160 buffers (an
+// 80-layer model, pages in runs of 4), as SGLang's indices, as Plan with
+// MergeKV, and as MergedKV with region lookups.
+//
+//	go test -run '^$' -bench PlanLargeRoom ./nixl/sglang/
+func BenchmarkPlanLargeRoom(b *testing.B) {
+	l := fakeLocal(160, 1024, 8192)
+	g := sglang.PeerGeometry{Agent: "dec", DstKVItemLen: 8192, DstNumSlots: 1024, AuxPtrs: []uint64{0x900000, 0xa00000}}
+	for k := range 160 {
+		g.KVPtrs = append(g.KVPtrs, uint64(0x1000+k)<<32)
+	}
+	p, err := sglang.NewPeer(l, g)
+	if err != nil {
+		b.Fatal(err)
+	}
+	src, dst := make([]int32, 51), make([]int32, 51)
+	for i := range src {
+		src[i], dst[i] = int32(100+(i/4)*9+i%4), int32(500+(i/4)*7+i%4)
+	}
+	c := &sglang.Chunk{Room: 1, SrcPages: src, DstPages: dst}
+	for _, m := range []bool{false, true} {
+		name := "sglang-indices"
+		if m {
+			name = "merge-kv"
+		}
+		b.Run(name, func(b *testing.B) {
+			ll := *l
+			ll.MergeKV = m
+			var plan sglang.Plan
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := ll.Plan(&plan, p, c); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(max(len(plan.Reqs[0].SrcIdx), len(plan.Reqs[0].Src))), "descs")
+		})
+	}
+	b.Run("mergedkv-regions", func(b *testing.B) {
+		sr, dr := sglang.KVRegions(l, p, 0)
+		var s, d []nixl.Desc
+		b.ReportAllocs()
+		for b.Loop() {
+			s, d = sglang.MergedKV(s[:0], d[:0], l, p, 0, src, dst, sr, dr)
+		}
+		b.ReportMetric(float64(len(s)), "descs")
+	})
+}
