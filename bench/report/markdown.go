@@ -224,6 +224,9 @@ func Markdown(r *suite.Results) string {
 		}
 		w("\n")
 	}
+	if r.Large != nil {
+		largeSection(&b, r.Large)
+	}
 	if len(r.Races) > 0 {
 		w("## The seeds' race scenarios (`bench.Races`)\n\nEach scenario forces one interleaving deterministically (held writes, hooks); `check` is the scenario's own statement of what that engine does.\n\n")
 		raceTable(&b, r.Races)

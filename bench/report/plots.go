@@ -24,6 +24,9 @@ func Plots(r *suite.Results) map[string]string {
 	if len(r.Memory) > 0 {
 		out["memory.svg"] = memory(r).SVG()
 	}
+	if r.Large != nil && len(r.Large.Cells) > 0 {
+		out["large-rooms.svg"] = largePlot(r.Large).SVG()
+	}
 	return out
 }
 

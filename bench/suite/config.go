@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/kvxfer/kvxfer/bench"
+	"github.com/kvxfer/kvxfer/bench/large"
 	"github.com/kvxfer/kvxfer/bench/workload"
 )
 
@@ -94,6 +95,9 @@ type Config struct {
 	// PollRooms live rooms polled in one batch, PollRounds times.
 	PollRooms, PollRounds int
 	Races                 bool
+	// Large, if set: the large-room scenario over real NIXL (bench/large;
+	// skipped with the reason where NIXL is absent).
+	Large *large.Config
 	// Quiet overrides how long a run waits, with nothing changing, before it
 	// declares the workload quiesced (default: workload.Options' 400 ms).
 	Quiet time.Duration
@@ -120,7 +124,36 @@ func Quick() Config {
 		PollRooms:        1000,
 		PollRounds:       40,
 		Races:            true,
+		Large:            QuickLarge(),
 	}
+}
+
+// Large-room geometries: a 8B-class model at TP 8 (32 layers, one KV head of
+// 128 fp16 per rank: 256 B per token and buffer) in 16-token pages, and a
+// 70B-class one at TP 8 (80 layers, same per-token size) in 32-token pages.
+// Pages come in runs of 4 on each side (a pool some way from fresh), or, in
+// the "fresh" variants, one run a room (one descriptor per buffer).
+var (
+	Large1MiB       = large.Geometry{Name: "32L p16 1MiB", Layers: 32, PageTokens: 16, TokenBytes: 256, RoomPages: 4, Run: 4}
+	Large16MiB      = large.Geometry{Name: "32L p16 16MiB", Layers: 32, PageTokens: 16, TokenBytes: 256, RoomPages: 64, Run: 4}
+	Large16MiBFresh = large.Geometry{Name: "32L p16 16MiB fresh", Layers: 32, PageTokens: 16, TokenBytes: 256, RoomPages: 64, Run: 64}
+	Large64MiB      = large.Geometry{Name: "80L p32 64MiB", Layers: 80, PageTokens: 32, TokenBytes: 256, RoomPages: 51, Run: 4}
+	Large64MiBFresh = large.Geometry{Name: "80L p32 64MiB fresh", Layers: 80, PageTokens: 32, TokenBytes: 256, RoomPages: 51, Run: 51}
+)
+
+// QuickLarge is the quick suite's large-room scenario: 1 and 16 MiB rooms
+// (and 16 MiB from a fresh pool), 1 and 4 in flight, over UCX on one host
+// (tcp for active messages; puts by cma, a single-copy process_vm_writev).
+// UCX refuses shared memory alone (sm,self) under NIXL's peer error mode.
+func QuickLarge() *large.Config {
+	return &large.Config{Geometries: []large.Geometry{Large1MiB, Large16MiB, Large16MiBFresh}, InFlight: []int{1, 4},
+		Pairs: 7, Warm: 1, RoundBytes: 32 << 20, Seed: 1, Transport: "tcp,self,sm"}
+}
+
+// FullLarge adds 64 MiB rooms of an 80-layer model and 16 rooms in flight.
+func FullLarge() *large.Config {
+	return &large.Config{Geometries: []large.Geometry{Large1MiB, Large16MiB, Large64MiB, Large64MiBFresh}, InFlight: []int{1, 4, 16},
+		Pairs: 11, Warm: 1, RoundBytes: 256 << 20, Seed: 1, Transport: "tcp,self,sm"}
 }
 
 // Full is `make bench-full`: more rooms and repetitions, the paced
@@ -142,6 +175,7 @@ func Full() Config {
 	c.OpenLoopRate, c.OpenLoopRooms = 1500, 20000
 	c.Memory = []int{1000, 10000, 100000}
 	c.PollRounds = 200
+	c.Large = FullLarge()
 	return c
 }
 
@@ -157,14 +191,14 @@ func (c Config) WithReps(n int) Config {
 }
 
 // Only keeps the named parts of c (throughput, paced, overhead, storm, pins,
-// openloop, memory, poll, races) and drops the rest. Settings may also name
+// openloop, memory, poll, races, large) and drops the rest. Settings may also name
 // transfer settings (instant, copies, rdma) to keep only those.
 func (c Config) Only(parts ...string) (Config, error) {
 	keep := map[string]bool{}
 	var sets []Setting
 	for _, p := range parts {
 		switch p {
-		case "throughput", "paced", "overhead", "storm", "pins", "openloop", "memory", "poll", "races":
+		case "throughput", "paced", "overhead", "storm", "pins", "openloop", "memory", "poll", "races", "large":
 			keep[p] = true
 		default:
 			i := slices.IndexFunc(c.Settings, func(s Setting) bool { return s.Name == p })
@@ -204,6 +238,9 @@ func (c Config) Only(parts ...string) (Config, error) {
 		c.PollRooms = 0
 	}
 	c.Races = c.Races && keep["races"]
+	if !keep["large"] {
+		c.Large = nil
+	}
 	return c, nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/kvxfer/kvxfer/bench/dict"
+	"github.com/kvxfer/kvxfer/bench/large"
 	"github.com/kvxfer/kvxfer/bench/stats"
 	"github.com/kvxfer/kvxfer/bench/workload"
 )
@@ -34,6 +35,8 @@ type Results struct {
 	Memory         []MemoryPoint `json:"memory"`
 	Poll           []PollResult  `json:"poll"`
 	Races          []RaceRow     `json:"races"`
+	// Large is the large-room scenario (bench/large), if run.
+	Large *large.Results `json:"large,omitempty"`
 }
 
 // RunSet is one scenario run on every engine, Reps times, engines interleaved

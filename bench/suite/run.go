@@ -13,6 +13,7 @@ import (
 	"github.com/kvxfer/kvxfer/actors"
 	"github.com/kvxfer/kvxfer/bench"
 	"github.com/kvxfer/kvxfer/bench/dict"
+	"github.com/kvxfer/kvxfer/bench/large"
 	"github.com/kvxfer/kvxfer/bench/stats"
 	"github.com/kvxfer/kvxfer/bench/workload"
 	wl "github.com/kvxfer/kvxfer/emul/workload"
@@ -115,6 +116,12 @@ func Run(cfg Config, command string, progress io.Writer) (*Results, error) {
 	if cfg.Races {
 		r.setLabel("race scenarios", nil, 0)
 		res.Races = races()
+	}
+	if cfg.Large != nil {
+		r.setLabel("large rooms over real NIXL", nil, 0)
+		if res.Large, err = large.Run(*cfg.Large, nil); err != nil {
+			return nil, err
+		}
 	}
 	res.Duration = time.Since(res.Started)
 	res.LoadAvg[1] = loadavg()

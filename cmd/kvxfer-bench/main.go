@@ -42,7 +42,10 @@ func run(args []string) error {
 	reps := fs.Int("reps", 0, "repetitions of every throughput, overhead, storm and pin run (default: the suite's)")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file")
 	render := fs.String("render", "", "re-render the report and plots from this results.json instead of running")
-	only := fs.String("only", "", "comma-separated parts to run (throughput,paced,overhead,storm,pins,openloop,memory,poll,races) or throughput settings (instant,copies,rdma: throughput at those only); default all")
+	only := fs.String("only", "", "comma-separated parts to run (throughput,paced,overhead,storm,pins,openloop,memory,poll,races,large) or throughput settings (instant,copies,rdma: throughput at those only); default all")
+	largeTLS := fs.String("large-tls", "", "UCX_TLS of the large-room scenario (default: the suite's, tcp,self,sm)")
+	largeWrap := fs.String("large-target-wrap", "", "command prefix for the large-room scenario's decode stand-in, e.g. 'ip netns exec NS' (a second host)")
+	largeNPT := fs.Bool("large-no-progress-thread", false, "large-room scenario: both initiators without NIXL's progress thread")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -63,6 +66,15 @@ func run(args []string) error {
 		}
 	}
 	cfg.Races = cfg.Races && !*noRaces
+	if cfg.Large != nil {
+		if *largeTLS != "" {
+			cfg.Large.Transport = *largeTLS
+		}
+		cfg.Large.NoProgressThread = *largeNPT
+		if *largeWrap != "" {
+			cfg.Large.TargetWrap = strings.Fields(*largeWrap)
+		}
+	}
 	if *engines != "" {
 		cfg.Engines = nil
 		for _, e := range strings.Split(*engines, ",") {

@@ -46,6 +46,7 @@ func (a *Agent) Deregister(id nixl.RegID) (err error) {
 			return
 		}
 		delete(s.regs, id)
+		s.hitOK = false
 	})
 	return first(cerr, err)
 }

@@ -26,6 +26,13 @@ type state struct {
 	xfers    map[nixl.XferID]*xfer
 	inflight int
 	dead     bool
+	// hit is the registered descriptor that covered the last one checked
+	// (valid while hitOK): a room's descriptors mostly lie in the region of
+	// the one before, so most checks cost one comparison, not a scan of
+	// every registration. Deregister clears it.
+	hit     nixl.Desc
+	hitKind nixl.MemKind
+	hitOK   bool
 }
 
 type region struct {
@@ -104,12 +111,16 @@ func (s *state) registered(d nixl.Desc) bool {
 
 // covered reports whether d lies inside one registered local region of kind.
 func (s *state) covered(kind nixl.MemKind, d nixl.Desc) bool {
+	if s.hitOK && s.hitKind == kind && s.hit.Covers(d) {
+		return true
+	}
 	for _, r := range s.regs {
 		if r.kind != kind {
 			continue
 		}
 		for _, x := range r.descs {
 			if x.Covers(d) {
+				s.hit, s.hitKind, s.hitOK = x, kind, true
 				return true
 			}
 		}

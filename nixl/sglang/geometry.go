@@ -75,6 +75,11 @@ type Local struct {
 	// decode's ids from its registration they pair buffers by layer.
 	PPSize, StartLayer int
 	KVLayerIDs         []int
+	// MergeKV makes Plan send a whole-page KV request as explicit
+	// descriptors, one per buffer and run of pages consecutive on both sides
+	// (merge.go), instead of SGLang's one prepared index per buffer and page,
+	// whenever that at least halves the descriptors. Off: SGLang's indices.
+	MergeKV bool
 }
 
 // Validate checks the local geometry once, at startup.

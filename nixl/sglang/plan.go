@@ -62,7 +62,8 @@ type Req struct {
 	Kind      ReqKind
 	Component int // ReqState: the state component
 	// ReqKV: indices into the local prepared KV list and the peer's prepared
-	// list of KV run Seg (List, set when PrepPeerKV prepared the peer).
+	// list of KV run Seg (List, set when PrepPeerKV prepared the peer); or,
+	// planned with Local.MergeKV, the merged descriptors in Src and Dst.
 	SrcIdx, DstIdx []int32
 	Seg            int
 	List           nixl.ListID
@@ -140,8 +141,13 @@ func (l *Local) Plan(out *Plan, p *Peer, c *Chunk) error {
 				if i < len(p.lists) {
 					r.List, r.HasList = p.lists[i], true
 				}
-				r.SrcIdx = repeatOverLayersFrom(r.SrcIdx, src, sg.start, sg.end, l.KV.NumSlots)
-				r.DstIdx = repeatOverLayersFrom(r.DstIdx, dst, 0, sg.end-sg.start, sg.dst.NumSlots)
+				if l.MergeKV && mergeable(l, sg, src, dst) {
+					r.SrcKind, r.DstKind = l.KV.Kind, sg.dst.Kind
+					r.Src, r.Dst = kvRuns(r.Src, r.Dst, l, sg, src, dst)
+				} else {
+					r.SrcIdx = repeatOverLayersFrom(r.SrcIdx, src, sg.start, sg.end, l.KV.NumSlots)
+					r.DstIdx = repeatOverLayersFrom(r.DstIdx, dst, 0, sg.end-sg.start, sg.dst.NumSlots)
+				}
 				r.Notif = AppendKVNotif(r.Notif, c.Room, c.ChunkID, c.IsLast, l.Sender)
 				if p.mixed {
 					r.Notif = AppendPartSuffix(r.Notif, i, len(p.segs))
@@ -290,10 +296,10 @@ func stateDescs(src, dst []nixl.Desc, st *Buffers, dstPtrs []uint64, dstDev uint
 
 // MakeReq makes (does not post) the NIXL request for r: Make over the local
 // prepared KV list and the peer's list of r's KV run (r.List, or peerKV for a
-// single-run peer planned before PrepPeerKV) for ReqKV, Create with explicit
-// descriptors otherwise.
+// single-run peer planned before PrepPeerKV) for ReqKV by indices, Create with
+// explicit descriptors otherwise (a merged ReqKV included).
 func MakeReq(a nixl.Agent, localKV, peerKV nixl.ListID, peer string, r *Req) (nixl.XferID, error) {
-	if r.Kind == ReqKV {
+	if r.Kind == ReqKV && len(r.Src) == 0 {
 		dst := peerKV
 		if r.HasList {
 			dst = r.List

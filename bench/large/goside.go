@@ -1,0 +1,185 @@
+package large
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/kvxfer/kvxfer/nixl"
+	"github.com/kvxfer/kvxfer/nixl/libnixl"
+	"github.com/kvxfer/kvxfer/nixl/sglang"
+)
+
+// goSide is the Go initiator of one geometry: its slab (registered one
+// region per buffer, as SGLang registers KV), a second slab for memcpy, the
+// target loaded as a peer and SGLang's prepared lists on both sides.
+type goSide struct {
+	ag         *libnixl.Agent
+	src, mdst  []byte
+	reg        nixl.RegID
+	peer       string
+	lList      nixl.ListID
+	rList      nixl.ListID
+	srcBase    uintptr
+	tgtBase    uintptr
+	rooms      []Room
+	abs        [][2][]nixl.Desc // per room: merged list with absolute addresses
+	ids        []nixl.XferID
+	st         []nixl.Status
+	woke       chan struct{}
+	stopWaking func()
+}
+
+func (r *runner) goSide(g Geometry, slots, size int, md []byte, tgtAddr uint64) (*goSide, error) {
+	gs := &goSide{ag: r.ag, woke: make(chan struct{}, 1)}
+	var err error
+	if gs.src, err = r.ag.Alloc(size); err != nil {
+		return nil, err
+	}
+	if gs.mdst, err = r.ag.Alloc(size); err != nil {
+		r.ag.Free(gs.src)
+		return nil, err
+	}
+	for i := range gs.src {
+		gs.src[i] = byte(3 + 131*(i/4096) + 7*i)
+	}
+	gs.srcBase, gs.tgtBase = nixl.DescOf(gs.src, 0).Addr, uintptr(tgtAddr)
+	l, p, err := Geometries(g, slots, uint64(gs.srcBase), tgtAddr)
+	if err != nil {
+		gs.close()
+		return nil, err
+	}
+	fail := func(err error) (*goSide, error) { gs.close(); return nil, err }
+	if gs.reg, err = r.ag.Register(nixl.DRAM, l.KV.Regions()); err != nil {
+		return fail(err)
+	}
+	if gs.peer, err = r.ag.LoadPeer(md); err != nil {
+		return fail(err)
+	}
+	if gs.lList, err = sglang.PrepLocalKV(r.ag, l); err != nil {
+		return fail(err)
+	}
+	if gs.rList, err = r.ag.Prep(gs.peer, nixl.DRAM, sglang.KVDstDescs(l, p)); err != nil {
+		return fail(err)
+	}
+	gs.stopWaking = r.ag.OnProgress(func() {
+		select {
+		case gs.woke <- struct{}{}:
+		default:
+		}
+	})
+	return gs, nil
+}
+
+func (gs *goSide) close() {
+	if gs.stopWaking != nil {
+		gs.stopWaking()
+	}
+	if gs.lList != 0 {
+		gs.ag.ReleaseList(gs.lList)
+	}
+	if gs.rList != 0 {
+		gs.ag.ReleaseList(gs.rList)
+	}
+	if gs.peer != "" {
+		gs.ag.DropPeer(gs.peer)
+	}
+	if gs.reg != 0 {
+		gs.ag.Deregister(gs.reg)
+	}
+	gs.ag.Free(gs.src)
+	gs.ag.Free(gs.mdst)
+}
+
+func (gs *goSide) setRooms(rooms []Room) {
+	gs.rooms = rooms
+	gs.abs = make([][2][]nixl.Desc, len(rooms))
+	for i, rm := range rooms {
+		s, d := slices.Clone(rm.Src), slices.Clone(rm.Dst)
+		for k := range s {
+			s[k].Addr += gs.srcBase
+			d[k].Addr += gs.tgtBase
+		}
+		gs.abs[i] = [2][]nixl.Desc{s, d}
+	}
+}
+
+func (gs *goSide) memcpy(iters int) error {
+	for range iters {
+		for _, rm := range gs.rooms {
+			for k, s := range rm.Src {
+				d := rm.Dst[k]
+				copy(gs.mdst[d.Addr:uint64(d.Addr)+d.Len], gs.src[s.Addr:uint64(s.Addr)+s.Len])
+			}
+		}
+	}
+	return nil
+}
+
+var notif = []byte("r")
+
+func (gs *goSide) merged(iters int) error {
+	return gs.rounds(iters, func(i int) (nixl.XferID, error) {
+		return gs.ag.Create(nixl.Write, nixl.DRAM, gs.abs[i][0], gs.peer, nixl.DRAM, gs.abs[i][1], notif)
+	})
+}
+
+func (gs *goSide) prepped(iters int) error {
+	return gs.rounds(iters, func(i int) (nixl.XferID, error) {
+		return gs.ag.Make(nixl.Write, gs.lList, gs.rooms[i].SrcIdx, gs.rList, gs.rooms[i].DstIdx, notif)
+	})
+}
+
+// rounds makes and posts one request per room, waits for all of them as
+// actors/xfer's pool does (16 polls back to back, then park until the
+// owner goroutine sees one end) and releases them; iters times.
+func (gs *goSide) rounds(iters int, mk func(i int) (nixl.XferID, error)) error {
+	for range iters {
+		gs.ids = gs.ids[:0]
+		for i := range gs.rooms {
+			x, err := mk(i)
+			if err != nil {
+				return err
+			}
+			gs.ids = append(gs.ids, x)
+			if _, err := gs.ag.Post(x); err != nil {
+				return err
+			}
+		}
+		gs.st = append(gs.st[:0], make([]nixl.Status, len(gs.ids))...)
+		deadline := time.Now().Add(60 * time.Second)
+		for polls := 0; ; polls++ {
+			if err := gs.ag.Poll(gs.ids, gs.st); err != nil {
+				return err
+			}
+			busy := 0
+			for _, s := range gs.st {
+				switch s.State {
+				case nixl.Failed:
+					return s.Err
+				case nixl.Done:
+				default:
+					busy++
+				}
+			}
+			if busy == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("%d requests in flight after 60s", busy)
+			}
+			if polls >= 16 {
+				select {
+				case <-gs.woke:
+				case <-time.After(10 * time.Millisecond):
+				}
+			}
+		}
+		for _, x := range gs.ids {
+			if err := gs.ag.Release(x); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
