@@ -154,9 +154,9 @@ func Inert() *Pausepoint {
 	return pp
 }
 
-// Watch returns a channel closed when an event at p first matches; it never
+// watch returns a channel closed when an event at p first matches; it never
 // blocks the engine.
-func Watch(h *Hooks, p Point, match func(Event) bool) <-chan struct{} {
+func watch(h *Hooks, p Point, match func(Event) bool) <-chan struct{} {
 	ch := make(chan struct{})
 	var once sync.Once
 	var remove func()
