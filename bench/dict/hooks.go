@@ -178,10 +178,11 @@ func watch(h *Hooks, p Point, match func(Event) bool) <-chan struct{} {
 	return ch
 }
 
-// ForRoom matches events of one room; ForChunk of one chunk of one room.
+// ForRoom matches events of one room.
 func ForRoom(id uint64) func(Event) bool { return func(ev Event) bool { return ev.Room == id } }
 
-func ForChunk(id uint64, chunk int) func(Event) bool {
+// forChunk matches events of one chunk of one room.
+func forChunk(id uint64, chunk int) func(Event) bool {
 	return func(ev Event) bool { return ev.Room == id && ev.Chunk == chunk }
 }
 
