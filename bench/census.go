@@ -38,7 +38,7 @@ const (
 	numPlans
 )
 
-// Census drives rooms through one engine the way the two sides really run:
+// census drives rooms through one engine the way the two sides really run:
 // decode on its own goroutine (infos, ABORTs, late infos), the scheduler as
 // one loop that admits a few new requests, polls every live room and acts on
 // the answers (init and two chunks once WaitingForInput, clear once
@@ -46,7 +46,7 @@ const (
 // time. Unlike the race scenarios the
 // interleavings are not forced, so it measures how often the races hit under
 // a given mix; the seed fixes the mix, not the schedule.
-func Census(t *Target, rooms int, seed uint64) CensusResult {
+func census(t *Target, rooms int, seed uint64) CensusResult {
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	plans := make([]int, rooms)
 	ids := make([]uint64, rooms)

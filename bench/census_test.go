@@ -14,7 +14,7 @@ func TestCensus(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer tg.Close()
-			r := Census(tg, 200, 1)
+			r := census(tg, 200, 1)
 			t.Logf("%s: %+v", k, r)
 			if r.Succeeded+r.Failed+r.Pinned != r.Rooms {
 				t.Fatalf("rooms unaccounted for: %+v", r)

@@ -8,7 +8,7 @@ type Transfer struct {
 	Agent    string
 	Chunk    int // chunk id: counts the room's sent chunks from 0
 	Last     bool
-	SrcPages []int32
+	SrcPages []int32 // empty on a last chunk whose pages decode's prefix covered (SGLang's aux_nokv)
 	DstPages []int32
 	// Set on the last chunk only.
 	SrcAux, DstAux     int
@@ -33,10 +33,6 @@ type StagedRegion struct {
 	ChunkIdx int
 	Offset   int64
 }
-
-// NoKV reports whether this is a last chunk without pages (decode's prefix
-// covered everything), which SGLang signals with the aux_nokv notification.
-func (t *Transfer) NoKV() bool { return len(t.SrcPages) == 0 }
 
 // DoneFunc reports the end of one posted Transfer: fail is ReasonNone on
 // success; signal is the notifications held back from a HoldSignal transfer's

@@ -47,7 +47,7 @@ func (c *checker) outstanding() int { return len(c.posts) - len(c.done) }
 // step applies msg to m and checks every invariant that one step can break.
 func (c *checker) step(m *Machine, msg Msg) error {
 	before, _ := m.Status()
-	armedKind, _ := m.Armed()
+	armedKind, _ := m.armed()
 	live := !m.Retired()
 	hadAgent := false
 	if pl, ok := msg.(PeerLost); ok {
@@ -165,7 +165,7 @@ func (c *checker) step(m *Machine, msg Msg) error {
 	if fx.Arm.Kind != NoDeadline {
 		c.lastArmGen = fx.Arm.Gen
 	}
-	kind, gen := m.Armed()
+	kind, gen := m.armed()
 	if fx.Retire {
 		c.retired = true
 	}
@@ -186,7 +186,7 @@ func (c *checker) step(m *Machine, msg Msg) error {
 // passing would, and checks that it ends terminal and released.
 func (c *checker) quiesce(m *Machine) error {
 	for i := 0; i < 6 && !m.Retired(); i++ {
-		_, gen := m.Armed()
+		_, gen := m.armed()
 		if err := c.step(m, Deadline{Gen: gen}); err != nil {
 			return fmt.Errorf("at quiescence: %w", err)
 		}

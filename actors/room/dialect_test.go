@@ -84,7 +84,7 @@ func TestPoisonSurvivesTheTombstone(t *testing.T) {
 	for _, msg := range []Msg{Open{}, ti("a", epA, pages(1), 1), Init{NumPages: 1}, Send{Pages: pages(7)}, Abort{}} {
 		m.Step(msg)
 	}
-	_, gen := m.Armed()
+	_, gen := m.armed()
 	m.Step(Deadline{Gen: gen}) // the drain expires
 	m.Step(Clear{})
 	r := FromTombstone(&holdCfg, m.Tombstone())

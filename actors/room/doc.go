@@ -9,7 +9,7 @@
 // explorer_test.go walks every causally valid ordering of a bounded message set and
 // checks the room invariants of the architecture after every step.
 //
-// The published status is SGLang's KVPoll (Failed 0 … Success 4), because the
-// prefill scheduler all-reduces polls with MIN. Terminal statuses are absorbing.
-// The transition table is in machine.go.
+// The published status (kv.Status) is SGLang's KVPoll (Failed 0 … Success 4),
+// because the prefill scheduler all-reduces polls with MIN. Terminal statuses
+// are absorbing. The transition table is in machine.go.
 package room

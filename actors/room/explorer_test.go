@@ -61,7 +61,7 @@ func (e *explorer) visit(m *Machine, c *checker, remaining uint32) uint64 {
 		moves++
 		msg := f.msg
 		if msg == nil {
-			_, gen := m.Armed()
+			_, gen := m.armed()
 			msg = Deadline{Gen: gen}
 		}
 		total += e.try(m, c, remaining&^(1<<i), msg)
@@ -81,7 +81,7 @@ func (e *explorer) visit(m *Machine, c *checker, remaining uint32) uint64 {
 			// Only guarded messages are left (Clear before any terminal
 			// status): time passes, as it would in a real deployment.
 			mm, cc := m.clone(), c.clone()
-			_, gen := mm.Armed()
+			_, gen := mm.armed()
 			total = e.try(mm, &cc, remaining, Deadline{Gen: gen})
 		} else {
 			mm, cc := m.clone(), c.clone()

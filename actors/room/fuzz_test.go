@@ -80,7 +80,7 @@ func fuzzMsg(op byte, next func() byte, m *Machine, c *checker) Msg {
 		}
 		return XferDone{Seq: seq, Signal: signal}
 	case 12:
-		_, gen := m.Armed()
+		_, gen := m.armed()
 		return Deadline{Gen: gen - uint32(next()%2)} // current or stale
 	case 13:
 		return Clear{}

@@ -53,7 +53,7 @@ func summary(fx Effects) string {
 				if t.HoldSignal {
 					s += "h"
 				}
-				if t.NoKV() {
+				if len(t.SrcPages) == 0 { // decode's prefix covered everything (SGLang's aux_nokv)
 					s += "nokv"
 				}
 				if len(t.SrcState) > 0 {

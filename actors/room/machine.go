@@ -165,8 +165,8 @@ func (m *Machine) Status() (kv.Status, kv.Reason) { return m.status, m.reason }
 // Retired reports whether only a tombstone is left of the room.
 func (m *Machine) Retired() bool { return m.phase == retired }
 
-// Armed returns the deadline the room waits under (NoDeadline once retired).
-func (m *Machine) Armed() (DeadlineKind, uint32) { return m.armKind, m.armGen }
+// armed returns the deadline the room waits under (NoDeadline once retired).
+func (m *Machine) armed() (DeadlineKind, uint32) { return m.armKind, m.armGen }
 
 // Inflight returns the number of posted writes not yet reported done.
 func (m *Machine) Inflight() int { return len(m.inflight) }

@@ -109,7 +109,7 @@ func (e *msExplorer) visit(s *msState, remaining uint32) uint64 {
 		moves++
 		msg := ev.msg
 		if msg == nil {
-			_, gen := s.m[ev.rank].Armed()
+			_, gen := s.m[ev.rank].armed()
 			msg = Deadline{Gen: gen}
 		}
 		total += e.try(s, ev.rank, remaining&^(1<<i), msg)
@@ -132,7 +132,7 @@ func (e *msExplorer) visit(s *msState, remaining uint32) uint64 {
 			// Only Clears of non-terminal ranks are left: time passes.
 			for r := range ss.m {
 				if st, _ := ss.m[r].Status(); !st.Terminal() {
-					_, gen := ss.m[r].Armed()
+					_, gen := ss.m[r].armed()
 					total += e.try(ss, r, remaining, Deadline{Gen: gen})
 				}
 			}
@@ -203,7 +203,7 @@ func (e *msExplorer) quiesce(s *msState) {
 	var outs []string
 	for r := range s.m {
 		for i := 0; i < 6 && !s.m[r].Retired(); i++ {
-			_, gen := s.m[r].Armed()
+			_, gen := s.m[r].armed()
 			if err := e.step(s, r, Deadline{Gen: gen}); err != nil {
 				e.fail(fmt.Errorf("at quiescence: %w", err))
 			}

@@ -1,5 +1,5 @@
 // Package xfer is the NIXL transfer actor pool: N actors that turn a room's
-// Transfer into SGLang-exact NIXL requests, post them, poll their completion
+// kv.Transfer into SGLang-exact NIXL requests, post them, poll their completion
 // (NIXL has no completion callback), release them only once terminal, and
 // report one completion per Transfer back to the room.
 //

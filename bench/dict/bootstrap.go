@@ -95,8 +95,8 @@ func (e *Engine) DecodeAbort(id uint64, from kv.Endpoint) {
 	e.deliver(inbound{room: id, abort: &from})
 }
 
-// Register delivers a decode agent's registration frame (rule 4: first wins).
-func (e *Engine) Register(agent string) { e.deliver(inbound{register: agent}) }
+// register delivers a decode agent's registration frame (rule 4: first wins).
+func (e *Engine) register(agent string) { e.deliver(inbound{register: agent}) }
 
 func (e *Engine) deliver(m inbound) (ok bool) {
 	if e.stopped.Load() {

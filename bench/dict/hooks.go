@@ -154,9 +154,9 @@ func Inert() *Pausepoint {
 	return pp
 }
 
-// Watch returns a channel closed when an event at p first matches; it never
+// watch returns a channel closed when an event at p first matches; it never
 // blocks the engine.
-func Watch(h *Hooks, p Point, match func(Event) bool) <-chan struct{} {
+func watch(h *Hooks, p Point, match func(Event) bool) <-chan struct{} {
 	ch := make(chan struct{})
 	var once sync.Once
 	var remove func()
@@ -178,10 +178,11 @@ func Watch(h *Hooks, p Point, match func(Event) bool) <-chan struct{} {
 	return ch
 }
 
-// ForRoom matches events of one room; ForChunk of one chunk of one room.
+// ForRoom matches events of one room.
 func ForRoom(id uint64) func(Event) bool { return func(ev Event) bool { return ev.Room == id } }
 
-func ForChunk(id uint64, chunk int) func(Event) bool {
+// forChunk matches events of one chunk of one room.
+func forChunk(id uint64, chunk int) func(Event) bool {
 	return func(ev Event) bool { return ev.Room == id && ev.Chunk == chunk }
 }
 

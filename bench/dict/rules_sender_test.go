@@ -91,7 +91,7 @@ func TestRule08Worker(t *testing.T) {
 					during = h.poll(1).Status
 				}
 			})
-			next := Watch(h.hooks, WorkerDequeued, ForChunk(1, 1))
+			next := watch(h.hooks, WorkerDequeued, forChunk(1, 1))
 			h.e.Send(1, []int32{1}, nil)
 			h.e.Send(1, []int32{2}, nil)
 			if err := h.g.WaitHeld(1, 1); err != nil {

@@ -103,8 +103,8 @@ func TestRule04RegistrationFirstWins(t *testing.T) {
 	for _, v := range []Variant{Upstream, Fixed} {
 		t.Run(v.String(), func(t *testing.T) {
 			h := newHarness(t, v, func(c *Config) { c.RequireRegistration = true })
-			h.e.Register("a")
-			h.e.Register("a")
+			h.e.register("a")
+			h.e.register("a")
 			h.e.SettleBootstrap()
 			if n := h.e.peers.len(); n != 1 {
 				t.Fatalf("%d peers after a duplicate registration", n)

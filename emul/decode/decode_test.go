@@ -141,8 +141,8 @@ func TestWorkloadSucceedsWithBytesVerified(t *testing.T) {
 		if got := p.regs.Load(); got != 2 {
 			t.Errorf("prefill saw %d registrations, want 2", got)
 		}
-		if got := p.regFrames.Load(); got != int64(rel.RegistrationFrames()) {
-			t.Errorf("registration has %d frames after the guard, want %d", got, rel.RegistrationFrames())
+		if got := p.regFrames.Load(); got != int64(rel.registrationFrames()) {
+			t.Errorf("registration has %d frames after the guard, want %d", got, rel.registrationFrames())
 		}
 	})
 }
@@ -327,7 +327,7 @@ func TestZeroFiveTwentyThreeCompletesOnlyOnKVStatus(t *testing.T) {
 	// them and did not act.
 	eventually(t, 5*time.Second, "the unread notifications", func() bool { return e.c.unreadNotifs.Load() > 0 })
 	status := func(rank int) {
-		p0.sendTo(kv.Endpoint{IP: "127.0.0.1", Port: e.Port()},
+		p0.sendTo(kv.Endpoint{IP: "127.0.0.1", Port: e.port()},
 			(&wire.KVStatus{Room: pl.Room, Status: kv.StatusSuccess, PrefillRank: rank}).Encode())
 	}
 	status(0)
@@ -388,7 +388,7 @@ func TestGenerationlessAcksIgnored(t *testing.T) {
 				return
 			}
 			// A 4-frame ACK with another generation is ignored too.
-			p.sendTo(kv.Endpoint{IP: "127.0.0.1", Port: e.Port()},
+			p.sendTo(kv.Endpoint{IP: "127.0.0.1", Port: e.port()},
 				(&wire.AbortAck{Room: id, PrefillRank: 0, Generation: 99, HasGen: true}).Encode())
 			eventually(t, 5*time.Second, "the stale ACK", func() bool { return e.c.acksStale.Load() == 1 })
 			if n := e.c.acksNoGen.Load(); n != 1 {
@@ -605,7 +605,7 @@ func TestParseRelease(t *testing.T) {
 			t.Errorf("%s: %v %v", rel, got, err)
 		}
 	}
-	if got, _ := ParseRelease("v0.5.21"); got != Release0521 || got.Dialect() != wire.Dialect0520 {
+	if got, _ := ParseRelease("v0.5.21"); got != Release0521 || got.dialect() != wire.Dialect0520 {
 		t.Errorf("v0.5.21: %v", got)
 	}
 	for _, bad := range []string{"", "0.5.19", "auto", "baseline"} {

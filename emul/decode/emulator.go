@@ -118,8 +118,8 @@ func New(cfg Config) (*Emulator, error) {
 	return e, nil
 }
 
-// Port is the primary rank's PULL port (where KV_STATUS / ABORT_ACK arrive).
-func (e *Emulator) Port() int { return e.primary.pull.Port() }
+// port is the primary rank's PULL port (where KV_STATUS / ABORT_ACK arrive).
+func (e *Emulator) port() int { return e.primary.pull.Port() }
 
 // Info returns the topology read by Start, and the resolved mapping.
 func (e *Emulator) Info() (ServerInfo, Mapping) { return *e.info, e.mapping }

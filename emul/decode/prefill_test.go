@@ -320,7 +320,7 @@ func (p *prefill) serve(pl workload.Plan) kv.Reply {
 	var state [][]int32
 	if p.sendState {
 		slot := aux % p.node.Shape.StateSlots
-		FillState(p.node, pl.Room, slot)
+		fillState(p.node, pl.Room, slot)
 		state = [][]int32{{int32(slot)}}
 	}
 	p.eng.Open(pl.Room)

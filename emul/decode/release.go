@@ -71,8 +71,8 @@ func (r *Release) UnmarshalText(b []byte) error {
 	return nil
 }
 
-// Dialect is how a prefill sees this release on the wire.
-func (r Release) Dialect() wire.Dialect {
+// dialect is how a prefill sees this release on the wire.
+func (r Release) dialect() wire.Dialect {
 	switch r {
 	case Release0518:
 		return wire.Dialect0518
@@ -105,8 +105,8 @@ func (r Release) Defers() bool { return r >= Release0521 }
 // count (0.5.22+).
 func (r Release) Generations() bool { return r >= Release0522 }
 
-// RegistrationFrames is the registration's frame count after GUARD.
-func (r Release) RegistrationFrames() int {
+// registrationFrames is the registration's frame count after GUARD.
+func (r Release) registrationFrames() int {
 	if r >= Release0523 {
 		return wire.RegFrames0523
 	}

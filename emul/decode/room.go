@@ -486,10 +486,10 @@ func (e *Emulator) verify(room uint64, pages []int32, auxSlot int, stateSlots []
 	}
 }
 
-// FillState writes room r's state pattern into state slot of every state
+// fillState writes room r's state pattern into state slot of every state
 // buffer: byte k of buffer b is kvmem.Pattern(r, 100+b, 0, k), keyed by the
 // room only, so either side can check it without knowing the other's slots.
-func FillState(n *kvmem.Node, r uint64, slot int) {
+func fillState(n *kvmem.Node, r uint64, slot int) {
 	it := n.Shape.StateItem
 	for b, buf := range n.State {
 		kvmem.PatternRow(buf[slot*it:(slot+1)*it], r, 100+b, 0)

@@ -143,8 +143,8 @@ func (e *Emulator) stagingView() StagingView {
 	return NewStagingView(heads, ptp, max(e.cfg.TPSize, 1), e.cfg.TPRank, layers, page, hb)
 }
 
-// Staging returns the staging listener's counts (zero without a ring).
-func (e *Emulator) Staging() StagingCounts {
+// staging returns the staging listener's counts (zero without a ring).
+func (e *Emulator) staging() StagingCounts {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	s := e.stg

@@ -188,7 +188,7 @@ func (c emuTopo) run(t *testing.T) {
 			}
 			p.node.WriteAux(7, r)
 			if c.state {
-				FillState(p.node, r, 5)
+				fillState(p.node, r, 5)
 			}
 			if _, err := p.cli.Open(r, ""); err != nil {
 				t.Fatal(err)
@@ -238,7 +238,7 @@ func (c emuTopo) run(t *testing.T) {
 				if res.Outcome == OutcomeSuccess || !strings.Contains(res.Reason, c.wantReason) {
 					t.Fatalf("decode tp%d: %v %q, want a failure with %q", k, res.Outcome, res.Reason, c.wantReason)
 				}
-				if st := emus[k].Staging(); c.prefillStaging && (st.Oversized == 0 || st.Scattered != 0 || st.Late != 0) {
+				if st := emus[k].staging(); c.prefillStaging && (st.Oversized == 0 || st.Scattered != 0 || st.Late != 0) {
 					t.Fatalf("decode tp%d: %+v, want oversized regions and nothing staged", k, st)
 				}
 			}
@@ -354,7 +354,7 @@ func (c emuTopo) checkStagingHandshake(t *testing.T, pre []*emuPrefill, emus []*
 	for {
 		ok := true
 		for _, e := range emus {
-			s := e.Staging()
+			s := e.staging()
 			if s.Answered != int64(slots*rooms*len(pre)) || s.Scattered != int64(slots*rooms) || s.Regions != 0 {
 				ok = false
 			}
@@ -369,7 +369,7 @@ func (c emuTopo) checkStagingHandshake(t *testing.T, pre []*emuPrefill, emus []*
 		}
 		if time.Now().After(deadline) {
 			for k, e := range emus {
-				t.Logf("decode tp%d: %+v", k, e.Staging())
+				t.Logf("decode tp%d: %+v", k, e.staging())
 			}
 			for k, p := range pre {
 				t.Logf("prefill tp%d: %+v", k, p.d.StagingStats())
@@ -379,7 +379,7 @@ func (c emuTopo) checkStagingHandshake(t *testing.T, pre []*emuPrefill, emus []*
 		time.Sleep(time.Millisecond)
 	}
 	for k, e := range emus {
-		s := e.Staging()
+		s := e.staging()
 		e.mu.Lock()
 		want := int64(rooms) * (2*e.stg.view.ChunkBytes(2) + e.stg.view.ChunkBytes(1))
 		e.mu.Unlock()

@@ -149,8 +149,8 @@ func (k AbortKind) String() string {
 // AbortKinds lists the kinds the emulators' rule draws, in order, for reports.
 func AbortKinds() []AbortKind { return append([]AbortKind(nil), ruleKinds[:]...) }
 
-// ByDecode reports whether decode itself aborts the room.
-func (k AbortKind) ByDecode() bool { return k != AbortNone && k.From() == Decode }
+// byDecode reports whether decode itself aborts the room.
+func (k AbortKind) byDecode() bool { return k != AbortNone && k.From() == Decode }
 
 // ByPrefill reports whether the prefill scheduler aborts the room.
 func (k AbortKind) ByPrefill() bool { return k != AbortNone && k.From() == Client }

@@ -14,12 +14,12 @@ func TestAbortKindPacksPhaseAndSource(t *testing.T) {
 		for _, s := range []Source{Decode, Client} {
 			k := Abort(p, s)
 			if p == NoAbort {
-				if k != AbortNone || k.ByDecode() || k.ByPrefill() {
+				if k != AbortNone || k.byDecode() || k.ByPrefill() {
 					t.Fatalf("Abort(none, %v) = %v", s, k)
 				}
 				continue
 			}
-			if k.Phase() != p || k.From() != s || k.ByDecode() != (s == Decode) || k.ByPrefill() != (s == Client) {
+			if k.Phase() != p || k.From() != s || k.byDecode() != (s == Decode) || k.ByPrefill() != (s == Client) {
 				t.Fatalf("Abort(%v, %v) = %v: phase %v from %v", p, s, k, k.Phase(), k.From())
 			}
 			if seen[k] {

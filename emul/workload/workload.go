@@ -37,8 +37,8 @@ type Plan struct {
 	Arrival time.Duration
 }
 
-// FullPrefixHit reports whether decode already holds every page.
-func (p Plan) FullPrefixHit() bool { return p.Pages == 0 && p.PrefixPages > 0 }
+// fullPrefixHit reports whether decode already holds every page.
+func (p Plan) fullPrefixHit() bool { return p.Pages == 0 && p.PrefixPages > 0 }
 
 // Config holds the knobs of the rule. Both emulators must be given the same
 // values (RegisterFlags gives them the same flag names and defaults).
@@ -84,8 +84,8 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// PlanFor is room i of the default rule for seed: Default(seed).Plan(i).
-func PlanFor(seed uint64, i int) Plan { return Default(seed).Plan(i) }
+// planFor is room i of the default rule for seed: Default(seed).Plan(i).
+func planFor(seed uint64, i int) Plan { return Default(seed).Plan(i) }
 
 // Draw keys: each decision reads its own independent value.
 const (

@@ -58,7 +58,7 @@ func TestPlanDeterministicAndConsistent(t *testing.T) {
 		if p.AbortDelay < 0 || p.AbortDelay >= c.MaxAbortDelay || (p.AbortDelay != 0 && p.Abort != AbortDecodeAfterInfo) {
 			t.Fatalf("plan %d: delay %v for %v", i, p.AbortDelay, p.Abort)
 		}
-		if p.FullPrefixHit() {
+		if p.fullPrefixHit() {
 			full++
 		}
 		kinds[p.Abort]++
@@ -71,7 +71,7 @@ func TestPlanDeterministicAndConsistent(t *testing.T) {
 	if full == 0 {
 		t.Error("no full prefix hit")
 	}
-	if PlanFor(3, 9).Room != RoomID(3, 9) {
+	if planFor(3, 9).Room != RoomID(3, 9) {
 		t.Error("PlanFor room")
 	}
 }

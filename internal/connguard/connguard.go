@@ -111,8 +111,8 @@ func (l *Listener) Accept() (net.Conn, error) {
 	return gc, nil
 }
 
-// Stats returns the listener's counters.
-func (l *Listener) Stats() Stats {
+// stats returns the listener's counters.
+func (l *Listener) stats() Stats {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return Stats{Main: l.main, Reserve: len(l.res), Accepted: l.accepted.Load(),

@@ -48,7 +48,7 @@ func TestGuardPoolsAndEviction(t *testing.T) {
 		servers = append(servers, s)
 	}
 	// Main: 0, 1. Reserve: 2, 3, then 4 evicts 2.
-	st := ln.Stats()
+	st := ln.stats()
 	if st.Main != 2 || st.Reserve != 2 || st.Accepted != 5 || st.Overflowed != 3 || st.Evicted != 1 {
 		t.Fatalf("stats %+v", st)
 	}
@@ -65,13 +65,13 @@ func TestGuardPoolsAndEviction(t *testing.T) {
 	servers[0].Close() // twice: counted once
 	c, s := dialAccept(t, ln)
 	defer c.Close()
-	if st := ln.Stats(); st.Main != 2 || st.Reserve != 2 || st.Evicted != 1 {
+	if st := ln.stats(); st.Main != 2 || st.Reserve != 2 || st.Evicted != 1 {
 		t.Fatalf("after close: %+v", st)
 	}
 	// Closing an evicted connection again changes nothing.
 	servers[2].Close()
 	servers[3].Close()
-	if st := ln.Stats(); st.Main != 2 || st.Reserve != 1 {
+	if st := ln.stats(); st.Main != 2 || st.Reserve != 1 {
 		t.Fatalf("after reserve close: %+v", st)
 	}
 	if _, err := io.WriteString(s, "x"); err != nil {

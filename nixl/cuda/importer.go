@@ -156,13 +156,6 @@ func (im *Importer) Close(x *Import) error {
 	return im.closeLocked(x.h, o)
 }
 
-// Handles is the number of distinct handles open.
-func (im *Importer) Handles() int {
-	im.mu.Lock()
-	defer im.mu.Unlock()
-	return len(im.open)
-}
-
 // CloseAll closes every open handle; later Opens fail. Call it only once no
 // copy uses the memory (after the NIXL agent that registered it is closed).
 func (im *Importer) CloseAll() error {

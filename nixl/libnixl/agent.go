@@ -238,13 +238,6 @@ func (a *Agent) do(f func()) error {
 // Name is the agent's name.
 func (a *Agent) Name() string { return a.name }
 
-// RawStatus reports whether post and status results come from nixlAgent's own
-// postXferReq/getXferStatus (exact nixl_status_t, so REMOTE_DISCONNECT and
-// REPOST_ACTIVE are seen as such) rather than through the C API, which folds
-// them into BACKEND. It is true when libnixl.so exports those symbols and
-// $KVXFER_LIBNIXL_STATUS is not "capi".
-func RawStatus() bool { return rawStatus }
-
 // Close waits up to Options.CloseWait for requests in flight, releases what it
 // can, destroys the NIXL agent and only then unmaps the memory from Alloc.
 func (a *Agent) Close() error {

@@ -248,20 +248,6 @@ func (a *Agent) attachMapped(f *os.File, size uint64) ([]byte, error) {
 	return m.data, nil
 }
 
-// AllocRegistered is Alloc followed by Register of the whole buffer.
-func (a *Agent) AllocRegistered(kind nixl.MemKind, dev uint64, n int) ([]byte, nixl.RegID, error) {
-	b, err := a.Alloc(n)
-	if err != nil {
-		return nil, 0, err
-	}
-	id, err := a.Register(kind, []nixl.Desc{nixl.DescOf(b, dev)})
-	if err != nil {
-		a.Free(b)
-		return nil, 0, err
-	}
-	return b, id, nil
-}
-
 // Free unmaps and deletes a buffer returned by Alloc. It fails with ErrInvalid
 // while any registration lies inside it.
 func (a *Agent) Free(b []byte) error {

@@ -1,7 +1,6 @@
 package loopback
 
 import (
-	"math/rand/v2"
 	"time"
 
 	"github.com/kvxfer/kvxfer/nixl"
@@ -42,14 +41,6 @@ func (f Fault) delay(bytes uint64) time.Duration {
 
 // Fixed is a constant latency.
 func Fixed(d time.Duration) func() time.Duration { return func() time.Duration { return d } }
-
-// Uniform is a latency drawn uniformly from [min, max].
-func Uniform(min, max time.Duration) func() time.Duration {
-	if max <= min {
-		return Fixed(min)
-	}
-	return func() time.Duration { return min + rand.N(max-min+1) }
-}
 
 // SetFault sets the fault for transfers to peer (loaded or not yet).
 func (a *Agent) SetFault(peer string, f Fault) {

@@ -58,29 +58,6 @@ type slicePlan struct {
 	srcStart, dstStart int    // first head on each side (rank-local)
 }
 
-// HeadSlice describes a peer's head slicing (zero when whole pages move).
-type HeadSlice struct {
-	// HeadsToSend heads per token go from this rank to the peer.
-	HeadsToSend int
-	// SrcHeadStart and DstHeadStart are the first head on each side.
-	SrcHeadStart, DstHeadStart int
-	// BytesPerHead is bytes_per_head_slice (decode item len / page / decode heads).
-	BytesPerHead int
-}
-
-// Slice reports the peer's head slicing; ok is false for whole-page peers.
-func (p *Peer) Slice() (h HeadSlice, ok bool) {
-	s := p.slice
-	if s == nil {
-		return HeadSlice{}, false
-	}
-	return HeadSlice{HeadsToSend: s.heads, BytesPerHead: int(s.bph), SrcHeadStart: s.srcStart, DstHeadStart: s.dstStart}, true
-}
-
-// Parts is the number of KV requests per chunk to the peer: 1, or the number
-// of memory-kind runs for mixed destinations (each with "_part_i_n").
-func (p *Peer) Parts() int { return max(1, len(p.segs)) }
-
 func refuse(agent, format string, args ...any) error {
 	return nixl.Errorf(nixl.ErrInvalid, "sglang peer %s: %s", agent, fmt.Sprintf(format, args...))
 }

@@ -91,10 +91,10 @@ type RegisterOptions struct {
 // ErrRegisterRejected wraps a non-200 reply to PUT /route.
 var ErrRegisterRejected = errors.New("bootstrap server rejected the registration")
 
-// BootstrapURL is upstream's URL host rule for register_to_bootstrap: a wildcard bind
+// bootstrapURL is upstream's URL host rule for register_to_bootstrap: a wildcard bind
 // address is not connectable, so 0.0.0.0 becomes 127.0.0.1 and :: becomes ::1; IPv6
 // literals are bracketed.
-func BootstrapURL(host string, port int) string {
+func bootstrapURL(host string, port int) string {
 	switch host {
 	case "0.0.0.0":
 		host = "127.0.0.1"

@@ -37,7 +37,7 @@ func TestBootstrapURL(t *testing.T) {
 		"0.0.0.0": "http://127.0.0.1:8998", "::": "http://[::1]:8998",
 		"10.1.2.3": "http://10.1.2.3:8998", "fe80::1": "http://[fe80::1]:8998",
 	} {
-		if got := BootstrapURL(in, 8998); got != want {
+		if got := bootstrapURL(in, 8998); got != want {
 			t.Errorf("BootstrapURL(%q) = %q, want %q", in, got, want)
 		}
 	}
@@ -62,7 +62,7 @@ func TestRegisterRankAgainstServer(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if !bs.Ready() {
+	if !bs.ready() {
 		t.Fatal("server not ready after two registrations")
 	}
 	if lastBody.Load() != string(rankReg(1, 5001).JSON()) || lastAuth.Load() != "Bearer tok" {

@@ -194,8 +194,8 @@ func (s *BootstrapServer) fixOwner(reg RankRegistration) error {
 // X-Kvxfer-Owner-Key header ("" without an Owner).
 func (s *BootstrapServer) OwnerKey() string { return s.ownerKey }
 
-// Stats returns the refused-write counters.
-func (s *BootstrapServer) Stats() BootstrapStats {
+// refused returns the refused-write counters.
+func (s *BootstrapServer) refused() BootstrapStats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.stats
@@ -723,30 +723,30 @@ func (s *BootstrapServer) RunCleanup(ctx context.Context) {
 	}
 }
 
-// RegisteredCount is the number of PUT /route registrations, duplicates included.
-func (s *BootstrapServer) RegisteredCount() int {
+// registeredCount is the number of PUT /route registrations, duplicates included.
+func (s *BootstrapServer) registeredCount() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return int(s.registered)
 }
 
-// Ready reports whether dp*cp*tp*pp registrations have arrived (GET /route stops 503ing).
-func (s *BootstrapServer) Ready() bool {
+// ready reports whether dp*cp*tp*pp registrations have arrived (GET /route stops 503ing).
+func (s *BootstrapServer) ready() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.readyLocked()
 }
 
-// Rank returns the registered endpoint of one prefill rank.
-func (s *BootstrapServer) Rank(dp, cp, tp, pp int) (RankEndpoint, bool) {
+// rank returns the registered endpoint of one prefill rank.
+func (s *BootstrapServer) rank(dp, cp, tp, pp int) (RankEndpoint, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ep, ok := s.ranks[rankKey{int64(dp), int64(cp), int64(tp), int64(pp)}]
 	return ep, ok
 }
 
-// DPRank returns the dp rank registered for a room, if not yet purged.
-func (s *BootstrapServer) DPRank(room int64) (int, bool) {
+// dpRank returns the dp rank registered for a room, if not yet purged.
+func (s *BootstrapServer) dpRank(room int64) (int, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e, ok := s.roomToDP[room]

@@ -103,8 +103,8 @@ func TestBootstrapTopology(t *testing.T) {
 	do(t, h, "GET", "/route?prefill_dp_rank=0&prefill_cp_rank=0&target_tp_rank=0&target_pp_rank=0", "").
 		is(t, 503, "Prefill server not fully registered yet (1 workers registered).")
 	do(t, h, "PUT", "/route", string(rankReg(1, 5001).JSON())).is(t, 200, "OK")
-	if !s.Ready() || s.RegisteredCount() != 2 {
-		t.Fatalf("ready=%v count=%d", s.Ready(), s.RegisteredCount())
+	if !s.ready() || s.registeredCount() != 2 {
+		t.Fatalf("ready=%v count=%d", s.ready(), s.registeredCount())
 	}
 	r := do(t, h, "GET", topoQuery, "")
 	// json.dumps(dataclasses.asdict(PrefillServerInfo(...))), written by hand.
@@ -162,7 +162,7 @@ func TestBootstrapRegistrationSemantics(t *testing.T) {
 		"attn_dp_rank": 0, "pp_size": 1, "pp_rank": 0, "system_dp_size": 2, "system_dp_rank": 1,
 		"rank_ip": "10.0.0.9", "rank_port": "6001", "page_size": 32, "kv_cache_dtype": null}`
 	do(t, h, "PUT", "/route", body).is(t, 200, "OK")
-	if ep, ok := s.Rank(1, 0, 0, 0); !ok || ep != (RankEndpoint{"10.0.0.9", 6001}) {
+	if ep, ok := s.rank(1, 0, 0, 0); !ok || ep != (RankEndpoint{"10.0.0.9", 6001}) {
 		t.Fatalf("rank = %+v %v", ep, ok)
 	}
 	// Duplicates count towards readiness, as upstream (registered_count += 1 on every PUT).
@@ -184,8 +184,8 @@ func TestBootstrapRegistrationSemantics(t *testing.T) {
 			t.Fatalf("bad body %q: %d %q", bad, r.code, r.body)
 		}
 	}
-	if s.RegisteredCount() != 2 {
-		t.Fatalf("bad bodies must not count: %d", s.RegisteredCount())
+	if s.registeredCount() != 2 {
+		t.Fatalf("bad bodies must not count: %d", s.registeredCount())
 	}
 }
 
@@ -216,7 +216,7 @@ func TestBootstrapDPRanksAndCleanup(t *testing.T) {
 		t.Fatalf("swept %d at 121 s", n)
 	}
 	do(t, h, "POST", "/query_dp_ranks", `{"bootstrap_rooms": [7, 8, 9]}`).is(t, 200, `{"9": 3}`)
-	if dp, ok := s.DPRank(9); !ok || dp != 3 {
+	if dp, ok := s.dpRank(9); !ok || dp != 3 {
 		t.Fatalf("DPRank(9) = %d %v", dp, ok)
 	}
 }
@@ -230,7 +230,7 @@ func TestBootstrapAuth(t *testing.T) {
 		do(t, h, "PUT", "/route", body, "Authorization", hdr).is(t, 401, "Unauthorized")
 	}
 	do(t, h, "POST", "/register_dp_rank", `{"bootstrap_room": 1, "dp_rank": 0}`).is(t, 401, "Unauthorized")
-	if s.RegisteredCount() != 0 {
+	if s.registeredCount() != 0 {
 		t.Fatal("unauthorized PUT registered")
 	}
 	do(t, h, "GET", topoQuery, "").is(t, 503, "Prefill server not fully registered yet (0 workers registered).")
@@ -332,17 +332,17 @@ func TestBootstrapOwnerRankCannotBeHijacked(t *testing.T) {
 	hijack := rankReg(0, 6666)
 	hijack.RankIP = "10.6.6.6"
 	do(t, h, "PUT", "/route", string(hijack.JSON()), auth...).is(t, 403, "Forbidden: this rank is served by the bootstrap server's own process")
-	if ep, _ := s.Rank(0, 0, 0, 0); ep != (RankEndpoint{"10.0.0.1", 5000}) {
+	if ep, _ := s.rank(0, 0, 0, 0); ep != (RankEndpoint{"10.0.0.1", 5000}) {
 		t.Fatalf("owner rank = %+v", ep)
 	}
 	do(t, h, "GET", "/route?prefill_dp_rank=0&prefill_cp_rank=0&target_tp_rank=0&target_pp_rank=0", "").
 		is(t, 200, `{"rank_ip": "10.0.0.1", "rank_port": 5000}`)
 	// The owner re-registers (a new port).
 	do(t, h, "PUT", "/route", string(rankReg(0, 5002).JSON()), "Authorization", "Bearer tok", OwnerKeyHeader, s.OwnerKey()).is(t, 200, "OK")
-	if ep, _ := s.Rank(0, 0, 0, 0); ep.RankPort != 5002 {
+	if ep, _ := s.rank(0, 0, 0, 0); ep.RankPort != 5002 {
 		t.Fatalf("owner re-registration: %+v", ep)
 	}
-	if st := s.Stats(); st.OwnerRefused != 3 || st.Unauthorized != 1 {
+	if st := s.refused(); st.OwnerRefused != 3 || st.Unauthorized != 1 {
 		t.Fatalf("stats %+v", st)
 	}
 	// Without auth configured the owner key is still required for the owner's rank.
@@ -385,7 +385,7 @@ func TestBootstrapOwnerValuesCannotBePreempted(t *testing.T) {
 		info["follow_bootstrap_room"] != true || info["dp_size"] != 1.0 {
 		t.Fatalf("topology %v", info)
 	}
-	if st := s.Stats(); st.Conflicts != 4 {
+	if st := s.refused(); st.Conflicts != 4 {
 		t.Fatalf("stats %+v", st)
 	}
 }
@@ -402,10 +402,10 @@ func TestBootstrapTablesAreCapped(t *testing.T) {
 			t.Fatalf("fake tuple %d: %d %q", i, r.code, r.body)
 		}
 	}
-	if n := len(s.ranks); n != 0 || s.RegisteredCount() != 0 {
-		t.Fatalf("%d fake ranks stored, %d counted", n, s.RegisteredCount())
+	if n := len(s.ranks); n != 0 || s.registeredCount() != 0 {
+		t.Fatalf("%d fake ranks stored, %d counted", n, s.registeredCount())
 	}
-	if st := s.Stats(); st.OutOfTopology != 50_000 {
+	if st := s.refused(); st.OutOfTopology != 50_000 {
 		t.Fatalf("stats %+v", st)
 	}
 	// Without an owner: the first PUT's topology is the grid; one over MaxRanks is refused.
@@ -438,7 +438,7 @@ func TestBootstrapTablesAreCapped(t *testing.T) {
 		t.Fatalf("256-byte rank_ip: %d", r.code)
 	}
 	// The rank table holds at most the grid, which is at most MaxRanks.
-	if st := g.Stats(); st.TableFull != 1 || st.OutOfTopology != 4 || len(g.ranks) != 1 {
+	if st := g.refused(); st.TableFull != 1 || st.OutOfTopology != 4 || len(g.ranks) != 1 {
 		t.Fatalf("stats %+v", st)
 	}
 }

@@ -38,7 +38,7 @@ func TestServerIdlePollHasNoTimeout(t *testing.T) {
 	}
 	guard("Stop", srv.Stop)
 	select {
-	case <-srv.Done():
+	case <-srv.done:
 	default:
 		t.Fatal("Stop returned before the loop ended")
 	}

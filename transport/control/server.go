@@ -69,7 +69,7 @@ type Server struct {
 	ipc      *ipcFile
 
 	stop     chan struct{}
-	done     chan struct{}
+	done     chan struct{} // closed once the loop has exited, the socket is closed and the ipc file is gone
 	stopOnce sync.Once
 	waker    *zmqio.Waker // Stop wakes the loop's poll
 
@@ -124,10 +124,6 @@ func Start(cfg Config) (*Server, error) {
 // endpoint with the port that was picked.
 func (s *Server) Endpoint() string { return s.endpoint }
 
-// Done is closed once the loop has exited, the socket is closed and the ipc file is
-// gone.
-func (s *Server) Done() <-chan struct{} { return s.done }
-
 // Stop ends the loop and waits for it (its poll is woken; it stops after the
 // request being served). It is idempotent. Stop the server before closing the Engine,
 // so that clients lose the socket rather than see every room fail: a poll served while
@@ -141,8 +137,8 @@ func (s *Server) Stop() {
 	<-s.done
 }
 
-// Stats returns a snapshot of the counters.
-func (s *Server) Stats() Stats {
+// stats returns a snapshot of the counters.
+func (s *Server) stats() Stats {
 	return Stats{
 		Messages: s.messages.Load(), Errors: s.errors.Load(), Dropped: s.dropped.Load(),
 		SendErrors: s.sendErrors.Load(), RecvErrors: s.recvErrors.Load(), Panics: s.panics.Load(),

@@ -92,7 +92,7 @@ func TestRoomLifecycle(t *testing.T) {
 	if st := eng.Stats(); st.LiveRooms != 0 || st.Tombstones != 1 {
 		t.Fatalf("after clear: %+v", st)
 	}
-	if st := s.Stats(); st.Errors != 0 || st.SendErrors != 0 || st.Panics != 0 {
+	if st := s.stats(); st.Errors != 0 || st.SendErrors != 0 || st.Panics != 0 {
 		t.Fatalf("server stats: %+v", st)
 	}
 }
@@ -323,7 +323,7 @@ func TestBadRequests(t *testing.T) {
 	if rep, _ := rc.roundTrip([]byte{}, m("id", id, "op", "hello", "future", map[string]any{"x": []any{1.5}})); rep["ok"] != true {
 		t.Errorf("unknown field: %v", rep)
 	}
-	st := s.Stats()
+	st := s.stats()
 	if st.Errors != uint64(len(cases)+1) || st.Dropped != 0 || st.Panics != 0 {
 		t.Errorf("stats %+v", st)
 	}
@@ -413,7 +413,7 @@ func TestRegisterMemory(t *testing.T) {
 	if _, err := c.Hello(nil); err != nil {
 		t.Fatalf("server after a callback panic: %v", err)
 	}
-	if st := s.Stats(); st.Panics != 1 {
+	if st := s.stats(); st.Panics != 1 {
 		t.Fatalf("stats %+v", st)
 	}
 }
@@ -568,7 +568,7 @@ func TestStopNoLeak(t *testing.T) {
 		c.Close()
 		s.Stop()
 		s.Stop() // idempotent
-		<-s.Done()
+		<-s.done
 	}
 	// The loop goroutine closes Done as its last act; give the scheduler a moment
 	// to retire it (bounded spin on the condition, no sleeping).

@@ -158,7 +158,7 @@ type Ingest struct {
 	port     int
 
 	stop     chan struct{}
-	done     chan struct{}
+	done     chan struct{} // closed when the loop has exited and the socket is closed
 	stopOnce sync.Once
 	waker    *Waker // Stop wakes the loop's poll
 
@@ -223,9 +223,6 @@ func (in *Ingest) Endpoint() string { return in.endpoint }
 
 // Port is the bound TCP port: the rank_port to publish with PUT /route.
 func (in *Ingest) Port() int { return in.port }
-
-// Done is closed when the loop has exited and the socket is closed.
-func (in *Ingest) Done() <-chan struct{} { return in.done }
 
 // Stop ends the loop, closes the socket (in its owner goroutine) and waits for that. It is
 // idempotent and returns once the loop has seen the stop: its poll is woken, and it

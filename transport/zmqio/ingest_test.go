@@ -147,7 +147,7 @@ func TestIngestOverTCP(t *testing.T) {
 	in.Stop()
 	in.Stop() // idempotent
 	select {
-	case <-in.Done():
+	case <-in.done:
 	default:
 		t.Fatal("Done not closed after Stop")
 	}

@@ -1,0 +1,10 @@
+package libnixl
+
+// What this package's external tests use and production code does not.
+
+// RawStatus reports whether post and status results come from nixlAgent's own
+// postXferReq/getXferStatus (exact nixl_status_t, so REMOTE_DISCONNECT and
+// REPOST_ACTIVE are seen as such) rather than through the C API, which folds
+// them into BACKEND. It is true when libnixl.so exports those symbols and
+// $KVXFER_LIBNIXL_STATUS is not "capi".
+func RawStatus() bool { return rawStatus }
