@@ -61,6 +61,7 @@ func processesMain(args []string) error {
 	keep := fs.Bool("keep", false, "keep the run directory (logs, JSON summaries)")
 	spinMax := fs.Duration("spin-max", 0, "the scheduler's shm_attach spin_max_us: the most kvxferd's ring consumer keeps spinning while records keep coming (0: kvxferd's default)")
 	emulProcs := fs.Int("emulator-procs", 1, "GOMAXPROCS of the emulator processes, which stand in for single-threaded Python event loops (0: Go's default; a GOMAXPROCS in the environment wins)")
+	profDir := fs.String("profile", "", "write kvxferd's CPU, block, mutex and heap profiles of the whole run into this directory (kvxferd.{cpu,block,mutex,heap}.pprof)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -118,6 +119,14 @@ func processesMain(args []string) error {
 		"-decode-protocol", *proto, "-log-level", "warn", "-debug-addr", ""}
 	if *legacy != "" {
 		dargs = append(dargs, "-decode-protocol-legacy", *legacy)
+	}
+	if *profDir != "" {
+		if err := os.MkdirAll(*profDir, 0o755); err != nil {
+			return err
+		}
+		for _, k := range []string{"cpu", "block", "mutex", "heap"} {
+			dargs = append(dargs, "-"+k+"profile", filepath.Join(*profDir, "kvxferd."+k+".pprof"))
+		}
 	}
 	daemon := exec.Command(filepath.Join(bin, "kvxferd"), dargs...)
 	// Deadlines short enough that a demo run shows them working, long enough
