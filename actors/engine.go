@@ -15,6 +15,7 @@ import (
 
 	"github.com/kvxfer/kvxfer/actors/room"
 	"github.com/kvxfer/kvxfer/internal/clock"
+	"github.com/kvxfer/kvxfer/internal/dispatch"
 )
 
 // Transfers posts a room's writes. The NIXL transfer pool implements it; Post
@@ -150,6 +151,8 @@ type Engine struct {
 	// stopped is closed once the shards are stopped: a request still waiting
 	// for their answer then gets the shutdown answer instead of blocking.
 	stopped chan struct{}
+	// loops run the shards' mailboxes (one goroutine each), ended by Close.
+	loops []*dispatch.Loop
 }
 
 // New starts an engine.
@@ -168,9 +171,14 @@ func New(cfg Config) (*Engine, error) {
 	for i := 0; i < c.Shards; i++ {
 		dir := newDirectory()
 		e.dirs = append(e.dirs, dir)
+		// One long-lived goroutine per shard (dispatch.Loop): its rooms run
+		// on it, so its stack is grown once, not per burst of messages.
+		loop := dispatch.NewLoop(300)
+		e.loops = append(e.loops, loop)
 		props := actor.PropsFromProducer(func() actor.Actor { return newShard(e, capPerShard, lim, dir) },
 			actor.WithSupervisor(actor.NewOneForOneStrategy(0, 0, func(any) actor.Directive { return actor.StopDirective })),
-			actor.WithMailbox(actor.UnboundedLockfree())) // no mutex in a mailbox (the default's ring has one)
+			actor.WithMailbox(actor.UnboundedLockfree()), // no mutex in a mailbox (the default's ring has one)
+			actor.WithDispatcher(loop))
 		e.shards = append(e.shards, sys.Root.Spawn(props))
 	}
 	if w, ok := c.Observer.(EngineWatcher); ok {
@@ -669,6 +677,9 @@ func (e *Engine) Close(ctx context.Context) error {
 	}
 	close(e.stopped)
 	e.system.Shutdown()
+	for _, l := range e.loops {
+		l.Close()
+	}
 	return waitErr
 }
 
