@@ -187,6 +187,7 @@ func processesMain(args []string) error {
 	for _, l := range labels {
 		width = max(width, len(l))
 	}
+	loadStart := loadAvg1()
 	start := time.Now()
 	var wg sync.WaitGroup
 	errs := make([]error, len(cmds))
@@ -241,6 +242,11 @@ func processesMain(args []string) error {
 	fmt.Printf("prefill side: %d rooms, pinned %d, %.0f rooms/s, time-to-terminal p50 %.2f ms p99 %.2f ms\n\n",
 		s.Rooms, s.Pinned, s.RoomsPerS, s.P50Millis, s.P99Millis)
 	printCPU(os.Stdout, s.Rooms, daemonPS, schedCmd.ProcessState, fleet)
+	if s.Rooms > 0 {
+		fmt.Println(goalLine(*fleetFlag, *abortShare, s.RoomsPerS, s.P50Millis,
+			float64(cpuOf(daemonPS).Microseconds())/float64(s.Rooms), loadStart, loadAvg1()))
+		fmt.Println()
+	}
 	printFleet(os.Stdout, fleet)
 
 	var failed []string
