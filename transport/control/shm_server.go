@@ -15,6 +15,7 @@ import (
 	"unsafe"
 
 	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/internal/cores"
 )
 
 // Shared-memory ops (request/reply): a client asks for a region, then drives
@@ -78,6 +79,11 @@ const (
 // empty-ring wait is free, so a lone record is still answered by a spinning
 // consumer when the next follows at once.
 type spinCredit struct{ left time.Duration }
+
+// coreFree reports whether a processor is free (cores.Free): beyond shmSpin
+// the consumer spins only then, since with every core busy its spin takes
+// one from the scheduler or the engine (replaced in tests).
+var coreFree = cores.Free
 
 // earn adds n records' worth of spinning, up to window.
 func (c *spinCredit) earn(n int, window time.Duration) {
@@ -516,7 +522,7 @@ func (ss *shmSession) run() {
 			if !spinning {
 				spinning, charged, spinStart = true, false, time.Now()
 			}
-			if credit.allows(time.Since(spinStart), spin) {
+			if spun := time.Since(spinStart); credit.allows(spun, spin) && (spun < shmSpin || coreFree()) {
 				runtime.Gosched()
 				continue
 			}
