@@ -2,7 +2,6 @@ package workload
 
 import (
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/kvxfer/kvxfer/actors/room"
@@ -216,7 +215,7 @@ func (d *driver) loop() {
 			continue
 		}
 		if d.o.Pace <= 0 { // a paced loop sleeps at the top of the next iteration
-			pause(d.o.Idle)
+			time.Sleep(d.o.Idle)
 		}
 	}
 	d.res.Wall, d.res.CPU = lastEnd, cpuEnd-cpu0
@@ -379,17 +378,4 @@ func (d *driver) finish(r *live, rep room.Reply, now time.Duration) {
 		ph.A2T = append(ph.A2T, now-r.abortAt)
 	}
 	d.o.Progress.Terminal.Add(1)
-}
-
-// pause blocks the calling thread for about d. Not time.Sleep: Go's timers
-// fire no sooner than about 1.1 ms on this kernel whatever d is, so a 50 µs
-// idle pause became 1.1 ms, and every room that ended during one waited that
-// long to be seen (the c=100 time-to-terminal tail, for every engine). A
-// nanosleep sleeps d plus the kernel's timer slack (about 50 µs) and uses no
-// CPU meanwhile; the runtime hands the thread's processor to other
-// goroutines if it lasts.
-func pause(d time.Duration) {
-	ts := syscall.NsecToTimespec(int64(d))
-	for syscall.Nanosleep(&ts, &ts) == syscall.EINTR {
-	}
 }
