@@ -55,15 +55,10 @@ const (
 // client and the engine (the in-process abort storm's p50 went from 0.05 to
 // 2 ms), so that session keeps shmSpin.
 //
-// The spin is also paid for by work (spinCredit): every record consumed
-// earns shmSpinPerRecord of spinning, kept up to the window, and an empty
-// ring is spun on only while credit is left. So spinning costs at most
-// shmSpinPerRecord of CPU per record plus shmSpin per sleep, whatever the
-// client's pace: a client that submits a record every few hundred
-// microseconds no longer keeps a core spinning between them (the demo's
-// kvxferd spent about a fifth of its CPU per room there), while a burst of
-// records still buys the window that keeps the next burst from waiting for a
-// wake-up.
+// Beyond shmSpin the consumer spins only while a processor is free
+// (coreFree): with every core busy the spin takes one from the scheduler or
+// the engine, and a client that submits steadily (the demo's scheduler) kept
+// a core spinning for nothing, about a fifth of kvxferd's CPU per room.
 const (
 	shmSpin          = 50 * time.Microsecond
 	shmSpinMax       = time.Millisecond // the default; a session may ask for 0..MaxShmSpin
@@ -71,34 +66,12 @@ const (
 	shmSafetyWake    = 100 * time.Millisecond
 	shmSafetyWakeMax = 6400 * time.Millisecond
 	shmBatch         = 256 // records consumed between publications of head
-	shmSpinPerRecord = 2 * time.Microsecond
 )
-
-// spinCredit is the consumer's spin allowance (see shmSpinPerRecord): earned
-// by records, spent by spinning on an empty ring. The first shmSpin of each
-// empty-ring wait is free, so a lone record is still answered by a spinning
-// consumer when the next follows at once.
-type spinCredit struct{ left time.Duration }
 
 // coreFree reports whether a processor is free (cores.Free): beyond shmSpin
 // the consumer spins only then, since with every core busy its spin takes
 // one from the scheduler or the engine (replaced in tests).
 var coreFree = cores.Free
-
-// earn adds n records' worth of spinning, up to window.
-func (c *spinCredit) earn(n int, window time.Duration) {
-	c.left = min(c.left+time.Duration(n)*shmSpinPerRecord, window)
-}
-
-// allows reports whether a consumer that has spun for spun on the current
-// empty ring, with a window of window, may spin on: within shmSpin always,
-// beyond it while the credit lasts.
-func (c *spinCredit) allows(spun, window time.Duration) bool {
-	return spun < window && (spun < shmSpin || spun-shmSpin < c.left)
-}
-
-// spend charges a wait that spun for spun (its first shmSpin is free).
-func (c *spinCredit) spend(spun time.Duration) { c.left = max(c.left-max(spun-shmSpin, 0), 0) }
 
 // nextSpin is the spin window after a sleep that the client's doorbell ended
 // idle after the ring went empty (the gap the client left, plus the wake-up's
@@ -510,8 +483,6 @@ func (ss *shmSession) run() {
 		most = shmSpin // a client in this process: see shmSpinMax
 	}
 	var rec [RecordSize]byte
-	var credit spinCredit
-	charged := false // this empty-ring wait's spin is charged to credit
 	for {
 		if code := ss.closing.Load(); code != 0 {
 			ss.teardown(code, "")
@@ -520,15 +491,11 @@ func (ss *shmSession) run() {
 		t := tail.Load()
 		if t == ss.head {
 			if !spinning {
-				spinning, charged, spinStart = true, false, time.Now()
+				spinning, spinStart = true, time.Now()
 			}
-			if spun := time.Since(spinStart); credit.allows(spun, spin) && (spun < shmSpin || coreFree()) {
+			if spun := time.Since(spinStart); spun < spin && (spun < shmSpin || coreFree()) {
 				runtime.Gosched()
 				continue
-			}
-			if !charged {
-				credit.spend(time.Since(spinStart))
-				charged = true
 			}
 			sleeping.Store(1)
 			if tail.Load() != ss.head || ss.closing.Load() != 0 {
@@ -554,16 +521,12 @@ func (ss *shmSession) run() {
 			spinning = false
 			continue
 		}
-		if spinning && !charged { // the spin found records: charge it
-			credit.spend(time.Since(spinStart))
-		}
 		spinning, safety = false, shmSafetyWake
 		if t-ss.head > uint64(r.g.entries) {
 			ss.teardown(DropGarbage, fmt.Sprintf("tail %d is more than a ring ahead of head %d", t, ss.head))
 			return
 		}
-		n := 0
-		for ; ss.head != t && n < shmBatch; n++ {
+		for n := 0; ss.head != t && n < shmBatch; n++ {
 			off := r.g.ringOff() + int(ss.head&mask)*RecordSize
 			copy(rec[:], r.mem[off:off+RecordSize])
 			if err := ss.safeApply(rec[:]); err != nil {
@@ -573,7 +536,6 @@ func (ss *shmSession) run() {
 			ss.head++
 			ss.hub.records.Add(1)
 		}
-		credit.earn(n, spin)
 		r.u64(hdrIdxHead).Store(ss.cursor)
 		r.u64(hdrHead).Store(ss.head)
 		if len(ss.opened) > 0 {

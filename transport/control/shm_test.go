@@ -880,39 +880,3 @@ func TestShmSpinInProcessClient(t *testing.T) {
 		t.Fatalf("stats %+v sessions %+v", st, ss)
 	}
 }
-
-// TestSpinCredit: an empty ring is spun on for shmSpin free, beyond that only
-// while records consumed before paid for it, never beyond the window.
-func TestSpinCredit(t *testing.T) {
-	us := time.Microsecond
-	var c spinCredit
-	if !c.allows(shmSpin-us, shmSpinMax) || c.allows(shmSpin, shmSpinMax) {
-		t.Fatalf("no credit: want shmSpin free and no more")
-	}
-	c.earn(100, shmSpinMax) // 200 µs
-	if c.left != 100*shmSpinPerRecord {
-		t.Fatalf("credit %v after 100 records, want %v", c.left, 100*shmSpinPerRecord)
-	}
-	if !c.allows(shmSpin+199*us, shmSpinMax) || c.allows(shmSpin+200*us, shmSpinMax) {
-		t.Fatalf("credit %v: want shmSpin + credit", c.left)
-	}
-	if c.allows(shmSpin, shmSpin) {
-		t.Fatalf("the window caps the spin whatever the credit")
-	}
-	c.spend(shmSpin + 150*us)
-	if c.left != 50*us {
-		t.Fatalf("credit %v after spending 150 µs beyond the free part, want 50 µs", c.left)
-	}
-	c.spend(shmSpin + time.Millisecond)
-	if c.left != 0 {
-		t.Fatalf("credit %v, want 0 (never negative)", c.left)
-	}
-	c.earn(1e6, 300*us)
-	if c.left != 300*us {
-		t.Fatalf("credit %v, want capped at the window 300 µs", c.left)
-	}
-	c.spend(10 * us) // within the free part
-	if c.left != 300*us {
-		t.Fatalf("a spin within shmSpin is free; credit %v", c.left)
-	}
-}
