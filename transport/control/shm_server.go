@@ -70,7 +70,7 @@ const (
 
 // coreFree reports whether a processor is free (cores.Free): beyond shmSpin
 // the consumer spins only then, since with every core busy its spin takes
-// one from the scheduler or the engine (replaced in tests).
+// one from the scheduler or the engine.
 var coreFree = cores.Free
 
 // nextSpin is the spin window after a sleep that the client's doorbell ended
