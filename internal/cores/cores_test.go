@@ -1,6 +1,7 @@
 package cores
 
 import (
+	"bytes"
 	"errors"
 	"testing"
 	"time"
@@ -57,4 +58,18 @@ func TestProbe(t *testing.T) {
 	if !p.Free() {
 		t.Fatalf("unreadable: want free")
 	}
+}
+
+// FuzzParseRunnable: any bytes parse or fail without a panic, and a parse
+// that succeeds read the fourth field's numerator.
+func FuzzParseRunnable(f *testing.F) {
+	f.Add([]byte("0.18 1.76 2.97 3/812 12345\n"))
+	f.Add([]byte("1 2 3 /"))
+	f.Add([]byte(""))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		n, err := parseRunnable(b)
+		if err == nil && n < 0 && !bytes.Contains(b, []byte("-")) {
+			t.Fatalf("parseRunnable(%q) = %d without a minus sign", b, n)
+		}
+	})
 }
