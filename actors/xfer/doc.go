@@ -6,7 +6,10 @@
 // Waiting: a worker with requests in flight spins, polling through its own
 // mailbox (new jobs get in between), for a bounded number of polls without
 // progress, or while the agent reports a request due within a millisecond
-// (nixl.Dueer). Then it parks: nothing is queued until the agent's wake-up
+// (nixl.Dueer), and only while a processor is free (internal/cores): a poll
+// that found nothing yields first, and with every core busy the worker parks
+// at once, since its spin would take the core from the rooms' work. Then it
+// parks: nothing is queued until the agent's wake-up
 // (nixl.Waker) says a request changed state, or a timer of at least 1 ms
 // fires for the next due time. There is no sub-millisecond timer or sleep.
 //

@@ -29,3 +29,11 @@ func SetPace(c clock.Clock) (restore func()) {
 	pace = c
 	return func() { pace = old }
 }
+
+// SetCoreFree replaces the free-processor probe until the returned func is
+// called.
+func SetCoreFree(f func() bool) (restore func()) {
+	old := coreFree
+	coreFree = f
+	return func() { coreFree = old }
+}

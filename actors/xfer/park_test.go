@@ -133,3 +133,34 @@ func TestQuarantineOnInjectedClock(t *testing.T) {
 	}
 	r.abandon(c.id)
 }
+
+// With no processor free a worker does not spin on requests that made no
+// progress: it parks after its first empty poll (the spin is bounded by one
+// poll, not spinTicks), and work that arrives later still completes.
+func TestPoolParksAtOnceWithoutAFreeCore(t *testing.T) {
+	fakePace(t)
+	t.Cleanup(xfer.SetCoreFree(func() bool { return false }))
+	var ag *countingAgent
+	r := newRigOpts(t, rigOpts{actors: 1, wrap: func(a nixl.Agent) nixl.Agent { ag = &countingAgent{Agent: a}; return ag }})
+	r.pre.Agent.SetFault(r.dec[1].Agent.Name(), loopback.Fault{Hang: true})
+	hung := &roomCase{id: 721, chunks: []int{1}, srcBase: 0, dstBase: 0, aux: 1}
+	r.start(hung)
+	until(t, "the hung room's writes posted", func() bool { return r.pool.Stats().Requests >= 4 })
+	var last int64
+	until(t, "the worker parked", func() bool {
+		barrier(t, r.pool)
+		last = ag.polls.Load()
+		barrier(t, r.pool)
+		return ag.polls.Load() == last
+	})
+	// One job: its start, at most a couple of polls that still saw the
+	// healthy decode's writes complete, one empty poll, the park's own.
+	if last > 6 {
+		t.Fatalf("%d polls before parking with no core free; want a handful, not a spin", last)
+	}
+	ok := &roomCase{id: 722, chunks: []int{2}, srcBase: 10, dstBase: 10, aux: 2, dummyB: true}
+	r.start(ok)
+	r.wait(ok.id, room.Success)
+	r.verify(ok)
+	r.abandon(hung.id)
+}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/kvxfer/kvxfer/actors/room"
 	"github.com/kvxfer/kvxfer/internal/clock"
+	"github.com/kvxfer/kvxfer/internal/dispatch"
 	"github.com/kvxfer/kvxfer/kv"
 	"github.com/kvxfer/kvxfer/nixl"
 	"github.com/kvxfer/kvxfer/nixl/sglang"
@@ -55,6 +56,7 @@ type Pool struct {
 	cfg    Config
 	system *actor.ActorSystem
 	pids   []*actor.PID
+	loops  []*dispatch.Loop // the workers' mailbox goroutines, ended by Close
 	localL nixl.ListID
 
 	posted, requests, failed, inflight, quarantined atomic.Int64
@@ -90,7 +92,13 @@ func New(cfg Config) (*Pool, error) {
 	}))
 	p := &Pool{cfg: cfg, system: system, localL: l}
 	for range cfg.Actors {
-		p.pids = append(p.pids, system.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return newWorker(p) })))
+		// One long-lived goroutine per worker (dispatch.Loop): a worker
+		// goes idle and busy at every park, and a new goroutine per wake-up
+		// would grow its stack again each time.
+		loop := dispatch.NewLoop(300)
+		p.loops = append(p.loops, loop)
+		p.pids = append(p.pids, system.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return newWorker(p) },
+			actor.WithDispatcher(loop))))
 	}
 	return p, nil
 }
@@ -158,6 +166,9 @@ func (p *Pool) Stats() Stats {
 func (p *Pool) Close() {
 	for _, pid := range p.pids {
 		_ = p.system.Root.StopFuture(pid).Wait()
+	}
+	for _, l := range p.loops {
+		l.Close()
 	}
 }
 

@@ -2,12 +2,14 @@ package xfer
 
 import (
 	"fmt"
+	"runtime"
 	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/kvxfer/kvxfer/internal/clock"
+	"github.com/kvxfer/kvxfer/internal/cores"
 	"github.com/kvxfer/kvxfer/kv"
 	"github.com/kvxfer/kvxfer/nixl"
 	"github.com/kvxfer/kvxfer/nixl/sglang"
@@ -105,6 +107,10 @@ func newWorker(p *Pool) *worker { return &worker{p: p, peers: map[string]peerEnt
 // Config.Clock): a fake clock must not stop an agent's requests from being
 // polled.
 var pace clock.Clock = clock.Real{}
+
+// coreFree reports whether spinning is free: a processor has nothing else to
+// run (replaced in tests).
+var coreFree = cores.Free
 
 // Receive handles one message. A panic is recovered at three levels: starting
 // a job (start) and polling its requests (pollJobs) fail only the job whose
@@ -430,7 +436,21 @@ func (w *worker) schedule(ctx actor.Context) {
 		w.idle = 0
 		return
 	}
-	if len(w.active) > 0 && (w.idle < spinTicks || w.dueSoon()) {
+	// A poll that found nothing spins on only while a processor is free
+	// (cores.Free): where every core has a runnable task the spin takes
+	// one from work, and the worker parks until the agent's wake-up or the
+	// due time instead.
+	if len(w.active) > 0 && (w.idle < spinTicks || w.dueSoon()) && (w.idle == 0 || coreFree()) {
+		if w.idle > 0 {
+			// A poll that found nothing: give the processor to whoever
+			// waits for it (the scheduler's loop, a shard, another
+			// worker) before the next. The mailbox itself yields only
+			// every 300 messages, so without this a spinning worker held
+			// a processor for hundreds of empty polls at a time, and with
+			// four workers on two processors the rooms' own work queued
+			// behind them (the c=100 time-to-terminal tail).
+			runtime.Gosched()
+		}
 		w.pending = true
 		ctx.Send(w.self, tick{})
 		return

@@ -121,3 +121,53 @@ func TestDur(t *testing.T) {
 		}
 	}
 }
+
+// TestGoals: each goal is met or not by its own rule, and a goal whose
+// scenario the run lacks is "not measured".
+func TestGoals(t *testing.T) {
+	r := sample()
+	// sample: rdma c=1000 actors ÷ fixed 2.0× at CPU 3 vs 2 (more CPU: not
+	// met); c=10000 0.5×; no c=100, no instant sets.
+	r.Throughput[0].Engines[2].CPUPer1k = 1.5
+	c100 := r.Throughput[0]
+	c100.Spec.Concurrency = 100
+	c100.Engines = append([]suite.EngineRuns(nil), c100.Engines...)
+	c100.Engines[2].TTT = stats.Summarize([]time.Duration{10, 10, 10, 10, 10, 10, 10, 10, 10, 30}, 0)
+	r.Throughput = append(r.Throughput, c100)
+	inst := r.Throughput[0]
+	inst.Setting = "instant"
+	inst.RatioRate = map[string]float64{"actors/fixed": 0.99}
+	r.Throughput = append(r.Throughput, inst)
+	got := map[string]Goal{}
+	for _, g := range Goals(r) {
+		got[g.Name] = g
+	}
+	check := func(name string, known, met bool) {
+		t.Helper()
+		g, ok := got[name]
+		if !ok {
+			t.Fatalf("no goal %q in %v", name, got)
+		}
+		if g.Known != known || g.Met != met {
+			t.Errorf("%s: known %v met %v (%s), want known %v met %v", name, g.Known, g.Met, g.Figure, known, met)
+		}
+	}
+	check("RDMA model, c=1000: actors ≥ 1.5× fixed rooms/s at ≤ its CPU per room", true, true)
+	check("RDMA model, c=10000: actors ≥ 1.5× fixed rooms/s at ≤ its CPU per room", true, false)
+	check("RDMA model, c=100: actors ≥ 1.5× fixed rooms/s at ≤ its CPU per room", true, true)
+	check("bookkeeping only (instant), c=1000: actors ≥ 1.0× fixed rooms/s", true, false)
+	check("bookkeeping only (instant), c=100: actors ≥ 1.0× fixed rooms/s", false, false)
+	// sample's storm: the same A2T samples for every engine, no late posts.
+	check("abort storm 50 %: actors' abort-to-terminal p99 ≤ fixed's, no write after terminal (late posts 0)", true, true)
+	// p99 30 against p50 10: 3×.
+	check("RDMA model, c=100: actors' time-to-terminal p99 ≤ 2× p50", true, false)
+	r.Storm.Engines[2].Runs[0].LatePosts = 1
+	for _, g := range Goals(r) {
+		if strings.HasPrefix(g.Name, "abort storm") && g.Met {
+			t.Errorf("a late post must fail the storm goal: %+v", g)
+		}
+	}
+	if md := Markdown(r); !strings.Contains(md, "## Goals") || !strings.Contains(md, "**not met**") || !strings.Contains(md, "not measured") {
+		t.Errorf("the report lacks the goals table")
+	}
+}

@@ -104,7 +104,7 @@ func run(args []string) error {
 	if err := report.Write(*out, res); err != nil {
 		return err
 	}
-	fmt.Printf("\n%s\n", report.Headline(res))
+	fmt.Printf("\n%s\n%s\n", report.Headline(res), report.GoalsTable(res))
 	fmt.Printf("suite %s done in %v; report: %s\n", cfg.Name, res.Duration.Round(1e9), filepath.Join(*out, "report.md"))
 	return nil
 }

@@ -131,3 +131,28 @@ func TestSchedArgs(t *testing.T) {
 		t.Fatalf("spin 50µs: %v", a)
 	}
 }
+
+func TestGoalLine(t *testing.T) {
+	for _, c := range []struct {
+		fleet                        string
+		share, rps, p50, cpu, l0, l1 float64
+		want, not                    []string
+	}{
+		{"0.5.22,0.5.23", 0.2, 12000, 4.5, 30, 1, 2, []string{"rooms/s 12000 met", "p50 4.50 ms met", "kvxferd 30 µs met"}, []string{"NOT", "not the goal"}},
+		{"0.5.22,0.5.23", 0.2, 9000, 6, 90, 1, 2, []string{"rooms/s 9000 NOT met", "p50 6.00 ms NOT met", "kvxferd 90 µs NOT met"}, nil},
+		{"0.5.22,0.5.23", 0.2, 12000, 6, 30, 3, 5, []string{"not judged: load 5.00 > 4"}, nil},
+		{"0.5.23", 0.2, 12000, 4, 30, 1, 1, []string{"not the goal's setting"}, nil},
+	} {
+		got := goalLine(c.fleet, c.share, c.rps, c.p50, c.cpu, c.l0, c.l1)
+		for _, w := range c.want {
+			if !strings.Contains(got, w) {
+				t.Errorf("%q lacks %q", got, w)
+			}
+		}
+		for _, n := range c.not {
+			if strings.Contains(got, n) {
+				t.Errorf("%q has %q", got, n)
+			}
+		}
+	}
+}

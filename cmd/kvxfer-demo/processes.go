@@ -61,6 +61,7 @@ func processesMain(args []string) error {
 	keep := fs.Bool("keep", false, "keep the run directory (logs, JSON summaries)")
 	spinMax := fs.Duration("spin-max", 0, "the scheduler's shm_attach spin_max_us: the most kvxferd's ring consumer keeps spinning while records keep coming (0: kvxferd's default)")
 	emulProcs := fs.Int("emulator-procs", 1, "GOMAXPROCS of the emulator processes, which stand in for single-threaded Python event loops (0: Go's default; a GOMAXPROCS in the environment wins)")
+	profDir := fs.String("profile", "", "write kvxferd's CPU, block, mutex and heap profiles of the whole run into this directory (kvxferd.{cpu,block,mutex,heap}.pprof)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -118,6 +119,14 @@ func processesMain(args []string) error {
 		"-decode-protocol", *proto, "-log-level", "warn", "-debug-addr", ""}
 	if *legacy != "" {
 		dargs = append(dargs, "-decode-protocol-legacy", *legacy)
+	}
+	if *profDir != "" {
+		if err := os.MkdirAll(*profDir, 0o755); err != nil {
+			return err
+		}
+		for _, k := range []string{"cpu", "block", "mutex", "heap"} {
+			dargs = append(dargs, "-"+k+"profile", filepath.Join(*profDir, "kvxferd."+k+".pprof"))
+		}
 	}
 	daemon := exec.Command(filepath.Join(bin, "kvxferd"), dargs...)
 	// Deadlines short enough that a demo run shows them working, long enough
@@ -178,6 +187,7 @@ func processesMain(args []string) error {
 	for _, l := range labels {
 		width = max(width, len(l))
 	}
+	loadStart := loadAvg1()
 	start := time.Now()
 	var wg sync.WaitGroup
 	errs := make([]error, len(cmds))
@@ -232,6 +242,11 @@ func processesMain(args []string) error {
 	fmt.Printf("prefill side: %d rooms, pinned %d, %.0f rooms/s, time-to-terminal p50 %.2f ms p99 %.2f ms\n\n",
 		s.Rooms, s.Pinned, s.RoomsPerS, s.P50Millis, s.P99Millis)
 	printCPU(os.Stdout, s.Rooms, daemonPS, schedCmd.ProcessState, fleet)
+	if s.Rooms > 0 {
+		fmt.Println(goalLine(*fleetFlag, *abortShare, s.RoomsPerS, s.P50Millis,
+			float64(cpuOf(daemonPS).Microseconds())/float64(s.Rooms), loadStart, loadAvg1()))
+		fmt.Println()
+	}
 	printFleet(os.Stdout, fleet)
 
 	var failed []string

@@ -128,6 +128,11 @@ func runWithOutput(args []string, getenv func(string) string, usage io.Writer) e
 	bytesPerPage := fs.Int64("kv-bytes-per-page", 0, "KV bytes of one page over all layers of this rank, for kv_transfer.bytes and kvxfer_transfer_bytes_total (0: taken from the registered memory)")
 	memfds := fs.String("memfd", "", "memory files (sealed memfds) the parent passed at exec, by descriptor number (comma separated): the scheduler's host KV, state and aux pools; register_memory names them as {memfd: N}")
 	spare := fs.Int("spare-procs", 1, "Go processors added to the machine's GOMAXPROCS, unless the GOMAXPROCS environment sets it: the shared-memory ring's consumer spins on one while a scheduler submits fast, and while every processor is busy Go polls the network (decode frames: transfer infos, ABORTs) only from its 10 ms monitor (docs/benchmarks.md, the fourth engine)")
+	var prof profiles
+	fs.StringVar(&prof.cpu, "cpuprofile", "", "write a CPU profile of the whole run to this file (at shutdown)")
+	fs.StringVar(&prof.block, "blockprofile", "", "write a block profile (one sample per 10 µs blocked) to this file at shutdown")
+	fs.StringVar(&prof.mutex, "mutexprofile", "", "write a mutex contention profile (1 in 10 events) to this file at shutdown")
+	fs.StringVar(&prof.heap, "heapprofile", "", "write a heap profile to this file at shutdown")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -233,6 +238,11 @@ func runWithOutput(args []string, getenv func(string) string, usage io.Writer) e
 			c.Logger.Warn("telemetry shutdown", "err", err)
 		}
 	}()
+
+	if err := prof.start(); err != nil {
+		return err
+	}
+	defer prof.stop(c.Logger.Warn)
 
 	if addrs.Warning != "" {
 		c.Logger.Warn(addrs.Warning)

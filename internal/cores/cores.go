@@ -1,0 +1,95 @@
+// Package cores tells a spinning loop whether the machine has a processor to
+// spare, so that it spins only where spinning is free.
+//
+// A loop that spins instead of sleeping (the transfer pool waiting for a
+// write due in microseconds, the shared-memory ring's consumer waiting for
+// the scheduler's next record) buys latency with a core. Where a core is
+// idle that is a good trade; where every core has a runnable task (the
+// shared 2-core machine at load 8–12, a host whose scheduler and decodes keep
+// every core busy) the spin takes the core from work — often this process's
+// own — and CPU per room rises while throughput falls. The kernel's count of
+// runnable tasks right now is the fourth field of /proc/loadavg
+// ("running/total"); Free compares it with the processors this process may
+// run on, reading the file at most once per Probe.Every.
+package cores
+
+import (
+	"bytes"
+	"os"
+	"runtime"
+	"strconv"
+	"sync/atomic"
+	"time"
+)
+
+// Probe caches the answer. Read returns the runnable tasks now; Now is the
+// clock that spaces the reads. The zero Probe is not usable: see New.
+type Probe struct {
+	Read  func() (int, error)
+	Now   func() time.Time
+	CPUs  int
+	Every time.Duration
+
+	at   atomic.Int64 // UnixNano of the last read; 0: never
+	free atomic.Bool
+	busy atomic.Bool // a read is in progress
+}
+
+// New is a probe of this machine: /proc/loadavg, every 1 ms, runtime.NumCPU.
+func New() *Probe {
+	return &Probe{Read: readLoadavg, Now: time.Now, CPUs: runtime.NumCPU(), Every: time.Millisecond}
+}
+
+// Default is the process's probe.
+var Default = New()
+
+// Free is Default.Free.
+func Free() bool { return Default.Free() }
+
+// Free reports whether no more tasks are runnable than there are processors
+// (the caller, running, counts as one of them). Until the first read, and
+// when the file cannot be read, it answers true: spinning is what the
+// loops did before they asked.
+func (p *Probe) Free() bool {
+	now := p.Now().UnixNano()
+	last := p.at.Load()
+	if last != 0 && now-last < int64(p.Every) {
+		return p.free.Load()
+	}
+	if !p.busy.CompareAndSwap(false, true) {
+		return p.free.Load() || last == 0
+	}
+	defer p.busy.Store(false)
+	n, err := p.Read()
+	p.free.Store(err != nil || n <= p.CPUs)
+	p.at.Store(now)
+	return p.free.Load()
+}
+
+// readLoadavg parses the runnable count ("r" of "r/t") from /proc/loadavg.
+func readLoadavg() (int, error) {
+	f, err := os.Open("/proc/loadavg")
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	var buf [128]byte
+	n, err := f.Read(buf[:])
+	if err != nil {
+		return 0, err
+	}
+	return parseRunnable(buf[:n])
+}
+
+// parseRunnable reads the fourth field's numerator of a /proc/loadavg line.
+func parseRunnable(b []byte) (int, error) {
+	fields := bytes.Fields(b)
+	if len(fields) < 4 {
+		return 0, strconv.ErrSyntax
+	}
+	r, _, ok := bytes.Cut(fields[3], []byte("/"))
+	if !ok {
+		return 0, strconv.ErrSyntax
+	}
+	return strconv.Atoi(string(r))
+}
