@@ -160,7 +160,7 @@ func TestPoolParksAtOnceWithoutAFreeCore(t *testing.T) {
 	}
 	ok := &roomCase{id: 722, chunks: []int{2}, srcBase: 10, dstBase: 10, aux: 2, dummyB: true}
 	r.start(ok)
-	r.wait(ok.id, room.Success)
+	r.wait(ok.id, kv.StatusSuccess)
 	r.verify(ok)
 	r.abandon(hung.id)
 }
