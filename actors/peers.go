@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"sort"
 	"sync/atomic"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 
@@ -48,6 +49,9 @@ type PeerCtx struct {
 	Msg   peer.Msg
 	State peer.State
 	Inc   uint64
+	// WritesVia: a write to the peer must go through its actor now (held or
+	// confirmed; peer.Machine.WritesVia).
+	WritesVia bool
 	// Local is the executor's own state for this peer, kept by the actor
 	// between steps (only ever touched on the peer's actor).
 	Local any
@@ -62,6 +66,12 @@ type PeersConfig struct {
 	Clock clock.Clock // nil: the wall clock
 	// OnPanic, when set, hears of a panic on a peer's path (logs, counters).
 	OnPanic func(agent string, r any)
+	// Epoch, when set, numbers the incarnation a fence hold's restore starts
+	// (peer.Deadline.Epoch), from the same counter as registrations.
+	Epoch func() uint64
+	// Orphan, when set, takes a message for an agent that has no actor (it
+	// never registered), on the directory: a write must still end.
+	Orphan func(agent string, msg peer.Msg)
 }
 
 // NewPeers starts the directory.
@@ -140,6 +150,12 @@ type PeerState struct {
 	Endpoint peer.Endpoint
 	Held     int
 	Queued   int
+	// The probes: when the endpoint last answered, whether the last probe
+	// went unanswered and what it found, whether one is out now.
+	LastOK    time.Time
+	Failing   bool
+	LastProbe string
+	Probing   bool
 }
 
 // Describe returns agent's state (ok false: no actor), asking its actor.
@@ -212,6 +228,9 @@ func (d *peerDirectory) Receive(ctx actor.Context) {
 		pid, ok := d.by[msg.agent]
 		if !ok {
 			if _, reg := msg.msg.(peer.Register); !reg {
+				if d.cfg.Orphan != nil {
+					d.cfg.Orphan(msg.agent, msg.msg)
+				}
 				return // names a peer that never registered
 			}
 			pid = d.spawn(ctx, msg.agent)
@@ -314,7 +333,11 @@ func (a *peerActor) Receive(ctx actor.Context) {
 	case *toPeer:
 		a.step(msg.msg)
 	case *peerDeadline:
-		a.step(msg.d)
+		d := msg.d
+		if d.Kind == peer.FenceHoldUp && a.cfg.Epoch != nil {
+			d.Epoch = a.cfg.Epoch() // the restore it may start is numbered now
+		}
+		a.step(d)
 	case *atPeers:
 		if a.m.Endpoint() == msg.at {
 			a.step(msg.msg)
@@ -360,7 +383,8 @@ func (a *peerActor) step(msg peer.Msg) {
 // exec is the one place a step's effects are executed: the daemon's part,
 // then the timers.
 func (a *peerActor) exec(msg peer.Msg, fx peer.Effects) {
-	pc := PeerCtx{Agent: a.agent, Msg: msg, State: a.m.State(), Inc: a.m.Inc(), Local: a.local, Report: a.report}
+	pc := PeerCtx{Agent: a.agent, Msg: msg, State: a.m.State(), Inc: a.m.Inc(), WritesVia: a.m.WritesVia(),
+		Local: a.local, Report: a.report}
 	a.cfg.Exec.Exec(&pc, fx)
 	a.local = pc.Local
 	for _, arm := range fx.Arms {
@@ -378,7 +402,8 @@ func (a *peerActor) exec(msg peer.Msg, fx peer.Effects) {
 
 func (a *peerActor) describe() PeerState {
 	return PeerState{Agent: a.agent, State: a.m.State().String(), Inc: a.m.Inc(), Endpoint: a.m.Endpoint(),
-		Held: a.m.Held(), Queued: a.m.Queued()}
+		Held: a.m.Held(), Queued: a.m.Queued(), LastOK: a.m.LastOK(), Failing: a.m.Failing(),
+		LastProbe: a.m.LastProbe().String(), Probing: a.m.Probing()}
 }
 
 // settled answers the settle requests once no load is in flight.
