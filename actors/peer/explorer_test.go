@@ -219,7 +219,7 @@ func scenarios() []*scenario {
 				{msg: Drop{Why: "activation failed", KeepState: true}, after: []int{1}},
 				{msg: Shutdown{}, after: last},
 			}},
-		{name: "timed probes: outage from the last answer, confirmed writes, restore", cfg: exploreCfg, probes: 4, deadlines: 4,
+		{name: "timed probes: outage from the last answer, confirmed writes, restore", cfg: exploreCfg, probes: 3, deadlines: 3,
 			timed: true, restores: true, probeFences: true, want: []Note{NoteFenced, NoteReturned, NoteLost, NoteStale},
 			msgs: []fixed{
 				{msg: Register{From: ep1, Reg: "r1", Confirm: true}},
