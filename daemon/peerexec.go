@@ -292,11 +292,11 @@ func (p *peers) ready(agent string, l *peerLocal) {
 	d := p.d
 	r := l.cur.r
 	dialect := d.dialects.at(l.to)
-	d.counters.registrations.Add(1)
 	p.staging().add(r, !dialect.Notifs())
 	if l.cur.frames != nil && !l.restored {
 		d.state.put(r, l.cur.frames)
 	}
+	d.counters.registrations.Add(1) // once it is kept: a shutdown that follows the count keeps it
 	if _, err := d.links.get(l.to, true); err != nil {
 		if ok, suppressed := p.rejectLogs.allow(); ok {
 			d.log.Warn("link to decode; its loss will not be detected", "agent", agent, "err", err, "suppressed", suppressed)
