@@ -173,7 +173,9 @@ type Daemon struct {
 	debug    *http.Server
 	debugLn  net.Listener
 
-	mu       sync.Mutex // guards memory registration and activation
+	// mu guards memory registration and activation: an I/O boundary (control
+	// API requests, NIXL memory registration, the ZMQ bind, PUT /route).
+	mu       sync.Mutex
 	agent    Agent
 	mem      memory
 	pool     *xfer.Pool

@@ -27,10 +27,13 @@ import (
 //
 // kvxferd mirrors decode's rule from its side. Every registered decode's PULL
 // endpoint is probed with a TCP connect every Interval (on the injected
-// clock). The outage is measured from the last probe that succeeded:
+// clock) by its agent's peer machine (actors/peer), which owns the watch:
+// the probe runs off the actor (liveness.probe) and comes back as
+// peer.Probed with its time. The outage is measured from the last probe that
+// succeeded:
 //
 //   - a probe refused (nothing listens: decode's process is gone) drops the
-//     decode's agents at once: their rooms fail peer_lost;
+//     decode's agent at once: its rooms fail peer_lost;
 //   - once the outage reaches decode's own heartbeat budget (Budget:
 //     SGLANG_DISAGGREGATION_HEARTBEAT_INTERVAL × _MAX_FAILURE, read from the
 //     same variables with SGLang's defaults and minimums, 5 s × 2), the

@@ -38,10 +38,13 @@ const (
 // load, its queue of transfer infos and ABORTs while it loads, its fence and
 // its restore. Every event of a peer is a message to that actor: a
 // registration or a replayed one (from the ingest), a load's result (from
-// the goroutine that ran it), a loss, a fence or its end (from liveness), a
-// transfer that failed peer_lost (from the pool), a drop (rollback), shutdown.
+// the goroutine that ran it), a probe's result, a tick or an outage deadline
+// (its own timers), its link's loss (the link monitor), a write to hold or
+// confirm (the transfers), a transfer that failed peer_lost (from the pool),
+// a drop (rollback), shutdown. The machine watches its decode itself (probes,
+// outage, fence, held writes; liveness.go has the parameters and the probe).
 // The actor executes the machine's effects in one place (Exec, peerexec.go);
-// slow work (the NIXL load) runs off it and comes back as a message. So one
+// slow work (the NIXL load, a probe) runs off it and comes back as a message. So one
 // peer's state has one owner and its events one order: a restore and a
 // registration of the same agent can only follow each other, and a load
 // superseded while it ran is released before the next one starts.
