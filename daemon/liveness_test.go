@@ -397,3 +397,33 @@ func TestLinkLossProbesAtOnce(t *testing.T) {
 		t.Fatalf("counters %v", c)
 	}
 }
+
+// Another agent registering at a fenced agent's endpoint (its decode
+// restarted) ends the fence: the fenced agent goes for good (its endpoint
+// answering for the fence hold restores nothing), the new one is served,
+// and one link is left.
+func TestRegistrationAtAFencedEndpointEndsTheFence(t *testing.T) {
+	d, _, clk, probes := livenessDaemon(t, LivenessConfig{Interval: time.Second, Budget: 4 * time.Second, FenceHold: 6 * time.Second})
+	dec := newDecode(t, d)
+	at := endpointOf(dec)
+	waitWatched(t, d, at)
+	probes.set(at, ProbeUnreachable)
+	advance(t, d, clk, 4)
+	waitFor(t, "fenced", func() bool { return peerState(t, d, dec.reg.AgentName).State == "fenced" })
+	probes.set(at, ProbeOK)
+
+	next := newDecodeWith(t, decodeShape(false), func(r *wire.Registration) { r.DecodePort = at.Port }, d)
+	waitFor(t, "the new agent loaded, the fenced one gone", func() bool {
+		return peerState(t, d, next.reg.AgentName).State == "ready" && peerState(t, d, dec.reg.AgentName).State == "gone"
+	})
+	advance(t, d, clk, 7) // past the fence hold, answering all along
+	if st := peerState(t, d, dec.reg.AgentName).State; st != "gone" {
+		t.Fatalf("the fenced agent came back: %s", st)
+	}
+	if c := d.Counters(); c["peers_returned"] != 0 || c["registrations"] != 2 {
+		t.Fatalf("counters %v", c)
+	}
+	if n := d.links.len(); n != 1 {
+		t.Fatalf("%d links to one endpoint", n)
+	}
+}
