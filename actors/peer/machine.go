@@ -476,7 +476,7 @@ func (m *Machine) drop(fx *Effects, d Drop) {
 	fx.Forget = !d.KeepState
 }
 
-// lost: the watch outside says the decode is lost (fenced for an outage).
+// lost: the daemon says the decode is lost (fenced for an outage).
 func (m *Machine) lost(fx *Effects, l Lost) {
 	switch m.state {
 	case Ready, Suspect:
@@ -503,7 +503,8 @@ func (m *Machine) lost(fx *Effects, l Lost) {
 	}
 }
 
-// back: the watch outside ends the fence.
+// back: the daemon ends the fence (another agent took the endpoint, or a
+// restore it decided).
 func (m *Machine) back(fx *Effects, b Back) {
 	if m.state != Fenced {
 		fx.note(NoteStale)
