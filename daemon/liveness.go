@@ -316,6 +316,9 @@ func (l *liveness) probe(at room.Endpoint, last time.Time, report func(peer.Msg)
 			time.Sleep(wait)
 		}
 		res := l.cfg.Probe(l.ctx, at)
+		if l.ctx.Err() != nil {
+			return // shutting down: a probe cut short says nothing of the decode
+		}
 		report(peer.Probed{Result: peer.ProbeResult(res), At: l.clk.Now()})
 	}()
 	return now.Add(wait)

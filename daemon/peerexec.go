@@ -30,8 +30,9 @@ type peerLocal struct {
 // Exec implements actors.PeerExec: it is the one place a peer's effects are
 // executed, on that peer's actor, in the machine's order (effects.go). Work
 // that may block (the NIXL load, a probe) runs on a goroutine of its own and
-// comes back as peer.LoadDone or peer.Probed. At shutdown what the daemon closes wholesale next
-// (the pool, NIXL, the links, the state file) is not released peer by peer.
+// comes back as peer.LoadDone or peer.Probed. At shutdown what the daemon
+// closes wholesale next (the pool, NIXL, the links, the state file) is not
+// released peer by peer.
 func (p *peers) Exec(pc *actors.PeerCtx, fx peer.Effects) {
 	d := p.d
 	l, _ := pc.Local.(*peerLocal)
