@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"sort"
 	"sync/atomic"
 	"time"
@@ -33,6 +34,10 @@ type Peers struct {
 	sys  *actor.ActorSystem
 	dir  *actor.PID
 	stop chan struct{}
+	// pids is the directory's own map as it publishes it: an immutable
+	// copy, replaced (never changed) when an actor is spawned, so that a
+	// write can reach its peer without the directory's hop (SendWrite).
+	pids atomic.Pointer[map[string]*actor.PID]
 }
 
 // PeerExec executes one peer's effects for the peer actors. Exec runs on the
@@ -83,9 +88,10 @@ func NewPeers(cfg PeersConfig) *Peers {
 		return slog.New(slog.NewTextHandler(io.Discard, nil))
 	}))
 	p := &Peers{sys: sys, stop: make(chan struct{})}
+	p.pids.Store(&map[string]*actor.PID{})
 	rules := cfg.Rules
 	props := actor.PropsFromProducer(func() actor.Actor {
-		return &peerDirectory{cfg: &cfg, rules: &rules, by: map[string]*actor.PID{}, quiet: map[string]bool{}}
+		return &peerDirectory{cfg: &cfg, rules: &rules, by: map[string]*actor.PID{}, quiet: map[string]bool{}, pub: &p.pids}
 	}, actor.WithSupervisor(actor.NewOneForOneStrategy(0, 0, func(any) actor.Directive { return actor.StopDirective })))
 	p.dir = sys.Root.Spawn(props)
 	return p
@@ -96,6 +102,20 @@ func NewPeers(cfg PeersConfig) *Peers {
 // names a peer that never registered).
 func (p *Peers) Send(agent string, msg peer.Msg) {
 	p.sys.Root.Send(p.dir, &toPeer{agent: agent, msg: msg})
+}
+
+// SendWrite hands a write to agent's actor straight, without the
+// directory's hop, once the agent has an actor (else through the directory,
+// as Send). Writes only: another message sent this way could overtake one
+// the directory still holds for the agent; writes of one agent may be
+// stepped out of the order they were sent in only around its first
+// registration, when nothing is held.
+func (p *Peers) SendWrite(agent string, w peer.Write) {
+	if pid := (*p.pids.Load())[agent]; pid != nil {
+		p.sys.Root.Send(pid, &toPeer{agent: agent, msg: w})
+		return
+	}
+	p.Send(agent, w)
 }
 
 // SendAt hands msg to every peer whose current incarnation registered from
@@ -220,6 +240,7 @@ type peerDirectory struct {
 	quiet   map[string]bool
 	closing bool
 	waiters []chan struct{} // Close calls waiting for every peer to be quiet
+	pub     *atomic.Pointer[map[string]*actor.PID]
 }
 
 func (d *peerDirectory) Receive(ctx actor.Context) {
@@ -287,6 +308,8 @@ func (d *peerDirectory) spawn(ctx actor.Context, agent string) *actor.PID {
 	})
 	pid := ctx.Spawn(props)
 	d.by[agent] = pid
+	pub := maps.Clone(d.by) // published whole: readers never see it change
+	d.pub.Store(&pub)
 	if d.closing { // born after Close: ends at once
 		ctx.Send(pid, &toPeer{agent: agent, msg: peer.Shutdown{}})
 	}

@@ -384,7 +384,7 @@ func (d *Daemon) gateTransfer(t room.Transfer, epoch uint64, post, fail func()) 
 	if d.liveness == nil || d.liveness.cfg.Off || d.peers.gated.Load() == 0 {
 		return false
 	}
-	d.peers.actors.Send(t.Agent, peer.Write{ID: d.peers.writes.Add(1), Inc: epoch, Payload: &heldWrite{post: post, fail: fail}})
+	d.peers.actors.SendWrite(t.Agent, peer.Write{ID: d.peers.writes.Add(1), Inc: epoch, Payload: &heldWrite{post: post, fail: fail}})
 	return true
 }
 
