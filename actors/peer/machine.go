@@ -4,19 +4,22 @@ import "time"
 
 // The transition table. Rows are states, columns are messages.
 //
-//	state    Register            LoadDone(cur)      Probed ok/unreach/refused     Deadline                Write          Info       XferFailed(cur)  LinkLost  Drop   Shutdown
-//	absent   start               ·                  ·                             ·                       fail           apply      ·                ·         ·      close
-//	loading  duplicate           ready | gone       ·                             ·                       fail           queue      ·                ·         gone   close
-//	ready    comeback* | dup     ·                  post confirmed/suspect/lose   probe                   post|confirm   apply      lose             probe     gone   close
-//	suspect  comeback* | dup     ·                  back|fence / · / lose         probe; outage: fence    hold           apply      lose             probe     gone   close
-//	fenced   start (unfence)     ·                  hold-up / hold-down / gone    probe; hold: restore    fail           fail room  ·                probe     gone   close
-//	gone     start               ·                  ·                             ·                       fail           apply      ·                ·         ·      close
-//	closed   ·                   ·                  ·                             ·                       fail           refuse     ·                ·         ·      ·
+//	state    Register            LoadDone(cur)      Probed ok/unreach/refused       Deadline                Write          Info       XferFailed(cur)  LinkLost  Drop   Shutdown  Back
+//	absent   start               ·                  ·                               ·                       fail           apply      ·                ·         ·      close     ·
+//	loading  duplicate           ready | gone       ·                               ·                       fail           queue      ·                ·         gone   close     ·
+//	ready    comeback* | dup     ·                  post confirmed/suspect†/lose    probe                   post|confirm   apply      lose             probe     gone   close     ·
+//	suspect  comeback* | dup     ·                  back|fence† / ·|fence† / lose   probe; outage: fence    hold           apply      lose             probe     gone   close     ·
+//	fenced   start (unfence)     ·                  hold-up / hold-down / gone      probe; hold: restore    fail           fail room  ·                probe     gone   close     restore|gone
+//	gone     start               ·                  ·                               ·                       fail           apply      ·                ·         ·      close     ·
+//	closed   ·                   ·                  ·                               ·                       fail           refuse     ·                ·         ·      ·         ·
 //
-// "·" is absorbed (a stale message). comeback*: the same agent registering
-// again from the same endpoint (not a replay) ends the incarnation (its rooms
-// fail peer_lost) and starts the next; any other registration of a live or
-// loading agent is a duplicate (first wins). A replayed registration starts an
+// "·" is absorbed (a stale message). †: decided by the time since the last
+// answer (Probed.At): suspect's outage deadline is armed for what is left of
+// SafeAfter, an answer past SafeAfter or a miss past Budget fences.
+// comeback*: the same agent registering again from the same endpoint (not a
+// replay) ends the incarnation (its rooms fail peer_lost) and starts the next;
+// any other registration of a live or loading agent is a duplicate (first
+// wins). A replayed registration starts an
 // incarnation only from absent or gone. A LoadDone of a superseded incarnation
 // releases what it loaded, then starts the load that waited for it. Ending an
 // incarnation (lose, fence, comeback, drop) fails its rooms and its held writes
