@@ -297,18 +297,19 @@ func (l *liveness) confirms(at room.Endpoint) bool {
 	return !l.cfg.Off && (l.cfg.ConfirmWrites || l.cfg.ConfirmRemote && !isLoopbackIP(at.IP))
 }
 
-// minProbeGap bounds how often one decode is probed for confirmations
-// (wall clock: a rate bound, not a decision): continuous writes cost a
-// decode at most a thousand connects a second.
+// minProbeGap bounds how often one decode is probed back to back for
+// confirmations (wall clock: a rate bound, not a decision): continuous
+// writes cost a decode at most a thousand connects a second.
 const minProbeGap = time.Millisecond
 
 // probe runs one probe of a peer's endpoint off its actor and reports the
-// result with the time it came back. last is when the peer's previous probe
-// began (the rate bound); it returns when this one begins.
-func (l *liveness) probe(at room.Endpoint, last time.Time, report func(peer.Msg)) time.Time {
+// result with the time it came back. A probe that follows the answer of the
+// one before (back: writes came while it was out) starts at least
+// minProbeGap after that one began (last); it returns when this one begins.
+func (l *liveness) probe(at room.Endpoint, last time.Time, back bool, report func(peer.Msg)) time.Time {
 	now := time.Now()
 	wait := time.Duration(0)
-	if !last.IsZero() {
+	if back && !last.IsZero() {
 		wait = max(minProbeGap-now.Sub(last), 0)
 	}
 	go func() { // a connect may take up to the probe timeout: never on the actor

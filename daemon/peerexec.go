@@ -163,7 +163,8 @@ func (p *peers) Exec(pc *actors.PeerCtx, fx peer.Effects) {
 		}
 	}
 	if fx.Probe && !shutdown {
-		l.probed = d.liveness.probe(l.to, l.probed, pc.Report)
+		_, back := pc.Msg.(peer.Probed) // the next round of confirmations: rate-bound
+		l.probed = d.liveness.probe(l.to, l.probed, back, pc.Report)
 	}
 }
 
