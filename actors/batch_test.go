@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/kv"
 )
 
 // batchOp is one decode-side call of the script below.
@@ -13,7 +14,7 @@ type batchOp struct {
 	room  uint64
 	agent string
 	req   int
-	why   room.Reason
+	why   kv.Reason
 }
 
 // batchScript: more rooms than the cap, two agents (one over its share),
@@ -35,9 +36,9 @@ func batchScript() []batchOp {
 		id := uint64(500 + i)
 		switch i % 5 {
 		case 0: // fail, then an info
-			ops = append(ops, batchOp{kind: 'f', room: id, why: room.ReasonTransferError}, batchOp{kind: 't', room: id, agent: "c", req: 2})
+			ops = append(ops, batchOp{kind: 'f', room: id, why: kv.ReasonTransferError}, batchOp{kind: 't', room: id, agent: "c", req: 2})
 		case 1: // an info, then the fail
-			ops = append(ops, batchOp{kind: 't', room: id, agent: "c", req: 2}, batchOp{kind: 'f', room: id, why: room.ReasonPeerRejected})
+			ops = append(ops, batchOp{kind: 't', room: id, agent: "c", req: 2}, batchOp{kind: 'f', room: id, why: kv.ReasonPeerRejected})
 		case 2: // decode's abort
 			ops = append(ops, batchOp{kind: 'a', room: id})
 		case 3: // the second info a two-info room waits for
@@ -48,14 +49,14 @@ func batchScript() []batchOp {
 }
 
 type batchOutcome struct {
-	replies []room.Reply
+	replies []kv.Reply
 	notices map[uint64][]room.Notice
 	stats   Stats
 }
 
 func runBatchScript(t *testing.T, batched bool, flushEvery int) batchOutcome {
 	f := newFixture(t, &transfersDouble{}, func(c *Config) { c.Shards = 3; c.RoomCap = 24; c.PeerRoomCap = 9 })
-	from := room.Endpoint{IP: "127.0.0.1", Port: 9000}
+	from := kv.Endpoint{IP: "127.0.0.1", Port: 9000}
 	// Some rooms are the scheduler's before decode speaks.
 	for i := 0; i < 40; i += 4 {
 		f.eng.Open(uint64(500 + i))
@@ -121,23 +122,23 @@ func TestBatchMatchesPerCall(t *testing.T) {
 func TestBatchKeepsPerRoomOrder(t *testing.T) {
 	f := newFixture(t, &transfersDouble{}, nil)
 	b := f.eng.NewBatch()
-	b.Fail(1, room.ReasonTransferError)
+	b.Fail(1, kv.ReasonTransferError)
 	b.TransferInfo(1, info("d", 2, 1))
 	b.TransferInfo(2, info("d", 2, 1))
-	b.Fail(2, room.ReasonPeerRejected)
+	b.Fail(2, kv.ReasonPeerRejected)
 	if b.Len() != 4 { // below batchPart: nothing sent yet
 		t.Fatalf("Len = %d", b.Len())
 	}
 	b.Flush()
 	rs := f.eng.PollSync([]uint64{1, 2}, nil)
-	if rs[0].Status != room.Failed || rs[0].Reason != room.ReasonTransferError {
+	if rs[0].Status != kv.StatusFailed || rs[0].Reason != kv.ReasonTransferError {
 		t.Fatalf("room 1: %+v", rs[0])
 	}
-	if rs[1].Status != room.Failed || rs[1].Reason != room.ReasonPeerRejected {
+	if rs[1].Status != kv.StatusFailed || rs[1].Reason != kv.ReasonPeerRejected {
 		t.Fatalf("room 2: %+v", rs[1])
 	}
 	// Room 1 failed before its info: decode is told at once, on that info.
-	if ns := f.notices.Of(1); len(ns) == 0 || ns[0].Kind != room.FailureStatus || ns[0].Reason != room.ReasonTransferError {
+	if ns := f.notices.Of(1); len(ns) == 0 || ns[0].Kind != room.FailureStatus || ns[0].Reason != kv.ReasonTransferError {
 		t.Fatalf("room 1 notices %+v", ns)
 	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/kvxfer/kvxfer/actors/room"
 	"github.com/kvxfer/kvxfer/internal/clock"
+	"github.com/kvxfer/kvxfer/kv"
 )
 
 func benchEngine(b *testing.B) *Engine {
@@ -49,7 +50,7 @@ func BenchmarkRoomLifecycle(b *testing.B) {
 		for {
 			all := true
 			for _, r := range eng.Poll(ids, nil) {
-				all = all && r.Status == room.Success
+				all = all && r.Status == kv.StatusSuccess
 			}
 			if all {
 				break

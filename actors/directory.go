@@ -3,7 +3,7 @@ package actors
 import (
 	"sync/atomic"
 
-	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/kv"
 )
 
 // directory is one shard's live rooms as Engine.Poll reads them from any
@@ -159,7 +159,7 @@ func (d *directory) rebuild() {
 // read answers a poll of id from the directory if the answer follows every
 // call the caller made before (see directory); ok is false if it cannot
 // tell, or the room is not live.
-func (d *directory) read(id uint64) (r room.Reply, ok bool) {
+func (d *directory) read(id uint64) (r kv.Reply, ok bool) {
 	if t := d.enq.Load(); d.routed.Load() < t {
 		return r, false
 	}
@@ -170,12 +170,12 @@ func (d *directory) read(id uint64) (r room.Reply, ok bool) {
 	sent := lr.sent.Load()
 	seen, r, fits := lr.load()
 	if !fits || int32(seen-sent) < 0 {
-		return room.Reply{}, false
+		return kv.Reply{}, false
 	}
 	// After the entry: a room made live while envelopes were bouncing is
 	// read only once they are routed.
 	if d.bouncing.Load() != 0 {
-		return room.Reply{}, false
+		return kv.Reply{}, false
 	}
 	return r, true
 }

@@ -9,6 +9,7 @@ import (
 	"unsafe"
 
 	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/kv"
 )
 
 // TestDirectoryTable checks the table against a map through adds and
@@ -122,7 +123,7 @@ func TestDirectoryConcurrentReaders(t *testing.T) {
 func TestDirectoryReadRules(t *testing.T) {
 	d := newDirectory()
 	lr := &live{id: 5}
-	lr.store(2, room.Reply{Status: room.Transferring})
+	lr.store(2, kv.Reply{Status: kv.StatusTransferring})
 	lr.sent.Store(2)
 	d.add(lr)
 	d.enq.Store(10)
@@ -136,21 +137,21 @@ func TestDirectoryReadRules(t *testing.T) {
 		{"a counted message not routed", func() { d.enq.Store(11) }, false},
 		{"a message routed, not handled", func() { lr.sent.Store(3) }, false},
 		{"an envelope bouncing", func() { d.bouncing.Store(1) }, false},
-		{"a prefix the view cannot hold", func() { lr.store(2, room.Reply{Status: room.Transferring, PrefixLen: 1 << 40}) }, false},
+		{"a prefix the view cannot hold", func() { lr.store(2, kv.Reply{Status: kv.StatusTransferring, PrefixLen: 1 << 40}) }, false},
 		{"not live", func() { d.remove(lr) }, false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			c.mod()
 			r, ok := d.read(5)
-			if ok != c.ok || (ok && r.Status != room.Transferring) {
+			if ok != c.ok || (ok && r.Status != kv.StatusTransferring) {
 				t.Fatalf("read = %v, %v; want ok %v", r, ok, c.ok)
 			}
 			// Undo.
 			d.enq.Store(10)
 			lr.sent.Store(2)
 			d.bouncing.Store(0)
-			lr.store(2, room.Reply{Status: room.Transferring})
+			lr.store(2, kv.Reply{Status: kv.StatusTransferring})
 			if d.get(5) == nil {
 				d.add(lr)
 			}
@@ -166,7 +167,7 @@ func TestDirectoryReadRules(t *testing.T) {
 // answers itself; right after the caller's own Abort the directory either
 // cannot answer or answers Failed, never the status before the abort.
 func TestPollReadsDirectoryAfterOwnCalls(t *testing.T) {
-	f := newFixture(t, &transfersDouble{never: func(room.Transfer) bool { return true }}, nil)
+	f := newFixture(t, &transfersDouble{never: func(kv.Transfer) bool { return true }}, nil)
 	ids := make([]uint64, 200)
 	for i := range ids {
 		ids[i] = uint64(i + 1)
@@ -181,22 +182,22 @@ func TestPollReadsDirectoryAfterOwnCalls(t *testing.T) {
 		if !ok || r != sync[i] {
 			t.Fatalf("room %d: directory %v, %v; the room answers %v", id, r, ok, sync[i])
 		}
-		if r.Status != room.Transferring {
+		if r.Status != kv.StatusTransferring {
 			t.Fatalf("room %d: %v, want Transferring (its write never completes)", id, r.Status)
 		}
 	}
 	for _, id := range ids {
 		f.eng.Abort(id)
-		if r, ok := f.eng.dirs[f.eng.shardIndex(id)].read(id); ok && r.Status != room.Failed {
+		if r, ok := f.eng.dirs[f.eng.shardIndex(id)].read(id); ok && r.Status != kv.StatusFailed {
 			t.Fatalf("room %d: directory answered %v right after the caller's Abort", id, r.Status)
 		}
-		if r := f.poll(id); r.Status != room.Failed {
+		if r := f.poll(id); r.Status != kv.StatusFailed {
 			t.Fatalf("room %d: Poll answered %v right after the caller's Abort", id, r.Status)
 		}
 	}
 	f.settle(ids...)
 	for _, id := range ids {
-		if r, ok := f.eng.dirs[f.eng.shardIndex(id)].read(id); !ok || r.Status != room.Failed {
+		if r, ok := f.eng.dirs[f.eng.shardIndex(id)].read(id); !ok || r.Status != kv.StatusFailed {
 			t.Fatalf("room %d: directory %v, %v after settling, want Failed", id, r, ok)
 		}
 	}
@@ -207,26 +208,26 @@ func TestPollReadsDirectoryAfterOwnCalls(t *testing.T) {
 // rooms whose writes never complete and aborting them, never poll a status
 // from before their own Abort, whichever path answers.
 func TestPollOrderedAfterOwnCallsConcurrently(t *testing.T) {
-	f := newFixture(t, &transfersDouble{never: func(room.Transfer) bool { return true }}, nil)
+	f := newFixture(t, &transfersDouble{never: func(kv.Transfer) bool { return true }}, nil)
 	var wg sync.WaitGroup
 	errs := make(chan string, 8)
 	for g := range 8 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			out := make([]room.Reply, 0, 1)
+			out := make([]kv.Reply, 0, 1)
 			for i := range 300 {
 				id := uint64(g)<<32 | uint64(i+1)
 				f.eng.Open(id)
 				f.eng.TransferInfo(id, info("a", 2, 1))
 				f.eng.Init(id, 2, 0)
 				f.eng.Send(id, []int32{1, 2}, nil)
-				if r := f.eng.Poll([]uint64{id}, out)[0]; r.Status == room.Failed || r.Status == room.Success {
+				if r := f.eng.Poll([]uint64{id}, out)[0]; r.Status == kv.StatusFailed || r.Status == kv.StatusSuccess {
 					errs <- "a room ended before its abort"
 					return
 				}
 				f.eng.Abort(id)
-				if r := f.eng.Poll([]uint64{id}, out)[0]; r.Status != room.Failed {
+				if r := f.eng.Poll([]uint64{id}, out)[0]; r.Status != kv.StatusFailed {
 					errs <- "a poll after the caller's Abort answered " + r.Status.String()
 					return
 				}
@@ -261,8 +262,8 @@ func TestBouncedEnvelopesAreCounted(t *testing.T) {
 	}
 	b := f.eng.NewBatch()
 	b.TransferInfo(id, info("a", 2, 1))
-	b.Fail(id, room.ReasonPeerLost)
-	b.DecodeAbort(id, room.Endpoint{IP: "127.0.0.1", Port: 9000})
+	b.Fail(id, kv.ReasonPeerLost)
+	b.DecodeAbort(id, kv.Endpoint{IP: "127.0.0.1", Port: 9000})
 	b.Flush()
 	settled(f, id)
 	// The ABORT itself is still counted when it reaches the tombstone (the
@@ -273,7 +274,7 @@ func TestBouncedEnvelopesAreCounted(t *testing.T) {
 	if n := d.bouncing.Load(); n != 0 {
 		t.Fatalf("bouncing = %d after settling, want 0", n)
 	}
-	if r := f.poll(id); r.Status != room.Failed {
+	if r := f.poll(id); r.Status != kv.StatusFailed {
 		t.Fatalf("%v, want the tombstone's Failed", r.Status)
 	}
 }
@@ -291,14 +292,14 @@ func TestBouncesThenDirectory(t *testing.T) {
 		f.eng.Send(id, []int32{1, 2}, nil)
 	}
 	for id := uint64(1); id <= 300; id++ {
-		f.waitStatus(id, room.Success)
+		f.waitStatus(id, kv.StatusSuccess)
 		f.settle(id) // concluded: its Clear retires it
 	}
 	for id := uint64(1); id <= 300; id++ {
 		f.eng.Clear(id)
 		f.eng.Abort(id)
 		f.eng.Open(id)
-		if r := f.poll(id); r.Status != room.Bootstrapping {
+		if r := f.poll(id); r.Status != kv.StatusBootstrapping {
 			t.Fatalf("room %d: %v after Clear, Abort, Open; want the new incarnation's Bootstrapping", id, r.Status)
 		}
 	}

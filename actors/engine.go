@@ -15,18 +15,19 @@ import (
 
 	"github.com/kvxfer/kvxfer/actors/room"
 	"github.com/kvxfer/kvxfer/internal/clock"
+	"github.com/kvxfer/kvxfer/kv"
 )
 
 // Transfers posts a room's writes. The NIXL transfer pool implements it; Post
 // must not block, and done must be called exactly once per Post, from any
-// goroutine, with room.ReasonNone on success. signal is the notifications held
+// goroutine, with kv.ReasonNone on success. signal is the notifications held
 // back from a HoldSignal transfer's writes (nil otherwise). A done called
 // inside Post is stepped once the posting step is done; a later one may run
 // the room's handling of it on the calling goroutine (a room actor's mailbox
 // runs on its sender's goroutine when idle), so call done holding no lock
 // that Post, Notify or the Observer might take.
 type Transfers interface {
-	Post(t room.Transfer, done room.DoneFunc)
+	Post(t kv.Transfer, done kv.DoneFunc)
 }
 
 // Notifier carries a room's notices to decode (KV_STATUS failure, ABORT_ACK).
@@ -261,19 +262,19 @@ func (e *Engine) Clear(roomID uint64) { e.route(roomID, room.Clear{}) }
 // room has published it. out is reused when it has the capacity. Every room
 // is answered within Config.PollTimeout: one that has not answered by then
 // is answered Failed/internal_error.
-func (e *Engine) Poll(rooms []uint64, out []room.Reply) []room.Reply {
+func (e *Engine) Poll(rooms []uint64, out []kv.Reply) []kv.Reply {
 	return e.poll(rooms, out, false)
 }
 
 // PollSync is Poll answered by every room itself, after everything already in
 // its mailbox (completions and deadlines included): a barrier for tests and
 // shutdown, slower than Poll.
-func (e *Engine) PollSync(rooms []uint64, out []room.Reply) []room.Reply {
+func (e *Engine) PollSync(rooms []uint64, out []kv.Reply) []kv.Reply {
 	return e.poll(rooms, out, true)
 }
 
-func (e *Engine) poll(rooms []uint64, out []room.Reply, sync bool) []room.Reply {
-	out = append(out[:0], make([]room.Reply, len(rooms))...)
+func (e *Engine) poll(rooms []uint64, out []kv.Reply, sync bool) []kv.Reply {
+	out = append(out[:0], make([]kv.Reply, len(rooms))...)
 	if len(rooms) == 0 {
 		return out
 	}
@@ -299,7 +300,7 @@ func (e *Engine) poll(rooms []uint64, out []room.Reply, sync bool) []room.Reply 
 	for k, i := range rest {
 		ids[k] = rooms[i]
 	}
-	for k, r := range e.ask(ids, make([]room.Reply, len(ids)), false) {
+	for k, r := range e.ask(ids, make([]kv.Reply, len(ids)), false) {
 		out[rest[k]] = r
 	}
 	return out
@@ -315,7 +316,7 @@ func (e *Engine) isClosed() bool {
 }
 
 // ask has the shards answer a poll of rooms into out (len(rooms)).
-func (e *Engine) ask(rooms []uint64, out []room.Reply, sync bool) []room.Reply {
+func (e *Engine) ask(rooms []uint64, out []kv.Reply, sync bool) []kv.Reply {
 	answers := make(chan pollAnswer, len(rooms))
 	// Armed before the rooms are asked: a poll that reached a room is
 	// already under its deadline.
@@ -337,7 +338,7 @@ func (e *Engine) ask(rooms []uint64, out []room.Reply, sync bool) []room.Reply {
 		}
 	}
 	answered := make([]bool, len(rooms))
-	rest := func(r room.Reply) []room.Reply {
+	rest := func(r kv.Reply) []kv.Reply {
 		for i := range out {
 			if !answered[i] {
 				out[i] = r
@@ -350,10 +351,10 @@ func (e *Engine) ask(rooms []uint64, out []room.Reply, sync bool) []room.Reply {
 		case a := <-answers:
 			out[a.index], answered[a.index] = a.reply, true
 		case <-e.stopped:
-			return rest(room.Reply{Status: room.Failed, Reason: room.ReasonShutdown})
+			return rest(kv.Reply{Status: kv.StatusFailed, Reason: kv.ReasonShutdown})
 		case <-expired:
 			e.cfg.Logger.Error("rooms did not answer a poll in time; answered internal_error", "timeout", e.cfg.PollTimeout)
-			return rest(room.Reply{Status: room.Failed, Reason: room.ReasonInternalError})
+			return rest(kv.Reply{Status: kv.StatusFailed, Reason: kv.ReasonInternalError})
 		}
 	}
 	return out
@@ -431,10 +432,10 @@ func (b *Batch) Len() int {
 func (b *Batch) TransferInfo(roomID uint64, ti room.TransferInfo) { b.add(roomID, ti) }
 
 // Fail adds Engine.Fail(roomID, why).
-func (b *Batch) Fail(roomID uint64, why room.Reason) { b.add(roomID, room.Fail{Reason: why}) }
+func (b *Batch) Fail(roomID uint64, why kv.Reason) { b.add(roomID, room.Fail{Reason: why}) }
 
 // DecodeAbort adds Engine.DecodeAbort(roomID, from).
-func (b *Batch) DecodeAbort(roomID uint64, from room.Endpoint) {
+func (b *Batch) DecodeAbort(roomID uint64, from kv.Endpoint) {
 	b.add(roomID, room.DecodeAbort{From: from})
 }
 
@@ -449,19 +450,19 @@ func (b *Batch) Flush() {
 }
 
 // DecodeAbort delivers decode's ABORT for a room.
-func (e *Engine) DecodeAbort(roomID uint64, from room.Endpoint) {
+func (e *Engine) DecodeAbort(roomID uint64, from kv.Endpoint) {
 	e.route(roomID, room.DecodeAbort{From: from})
 }
 
 // DecodeAbortGen delivers an ABORT that carries SGLang 0.5.22+'s deferred-release
 // generation, which the ABORT_ACK echoes.
-func (e *Engine) DecodeAbortGen(roomID uint64, from room.Endpoint, gen uint64) {
+func (e *Engine) DecodeAbortGen(roomID uint64, from kv.Endpoint, gen uint64) {
 	e.route(roomID, room.DecodeAbort{From: from, Gen: gen, HasGen: true})
 }
 
 // Fail fails one room from outside its rules, e.g. a malformed frame that named
 // it. A room nobody opened yet is created failed, so its sender fails when opened.
-func (e *Engine) Fail(roomID uint64, why room.Reason) { e.route(roomID, room.Fail{Reason: why}) }
+func (e *Engine) Fail(roomID uint64, why kv.Reason) { e.route(roomID, room.Fail{Reason: why}) }
 
 // PeerLost fails every live room that has a transfer info from agent.
 func (e *Engine) PeerLost(agent string) {
@@ -566,7 +567,7 @@ type RoomInfo struct {
 func (e *Engine) Rooms(limit int) []RoomInfo {
 	var out []RoomInfo
 	for _, r := range e.describe(limit) {
-		if r.Status != room.Success.String() && r.Status != room.Failed.String() && len(out) < limit {
+		if r.Status != kv.StatusSuccess.String() && r.Status != kv.StatusFailed.String() && len(out) < limit {
 			out = append(out, r)
 		}
 	}
@@ -624,7 +625,7 @@ func (e *Engine) Close(ctx context.Context) error {
 	}
 	close(e.closed)
 	for s := range e.shards {
-		e.toShard(s, &broadcast{msg: room.Fail{Reason: room.ReasonShutdown}})
+		e.toShard(s, &broadcast{msg: room.Fail{Reason: kv.ReasonShutdown}})
 	}
 	var waitErr error
 	for {

@@ -14,20 +14,21 @@ import (
 	"github.com/kvxfer/kvxfer/actors/room"
 	"github.com/kvxfer/kvxfer/actors/xfer/xfertest"
 	"github.com/kvxfer/kvxfer/internal/clock"
+	"github.com/kvxfer/kvxfer/kv"
 )
 
 // transfersDouble completes every posted transfer through its outcome function.
 // It is a test double of the NIXL pool: never wired outside tests.
 type transfersDouble struct {
-	outcome func(t room.Transfer) room.Reason // ReasonNone: success
-	never   func(t room.Transfer) bool        // the write never completes
+	outcome func(t kv.Transfer) kv.Reason // ReasonNone: success
+	never   func(t kv.Transfer) bool      // the write never completes
 	async   bool
 	posted  atomic.Int64
-	panicOn func(t room.Transfer) bool
+	panicOn func(t kv.Transfer) bool
 	wg      sync.WaitGroup
 }
 
-func (d *transfersDouble) Post(t room.Transfer, done room.DoneFunc) {
+func (d *transfersDouble) Post(t kv.Transfer, done kv.DoneFunc) {
 	d.posted.Add(1)
 	if d.panicOn != nil && d.panicOn(t) {
 		panic("transfer layer bug")
@@ -35,7 +36,7 @@ func (d *transfersDouble) Post(t room.Transfer, done room.DoneFunc) {
 	if d.never != nil && d.never(t) {
 		return
 	}
-	fail := room.ReasonNone
+	fail := kv.ReasonNone
 	if d.outcome != nil {
 		fail = d.outcome(t)
 	}
@@ -53,31 +54,31 @@ func (d *transfersDouble) Post(t room.Transfer, done room.DoneFunc) {
 // nopCallbacks ignores every callback (test recorders embed it).
 type nopCallbacks struct{}
 
-func (nopCallbacks) RoomCreated(uint64)                             {}
-func (nopCallbacks) Traceparent(uint64, string)                     {}
-func (nopCallbacks) TransferInfo(uint64, string, int)               {}
-func (nopCallbacks) TransferDone(uint64, uint32, room.Reason)       {}
-func (nopCallbacks) StatusChanged(uint64, room.Status, room.Reason) {}
-func (nopCallbacks) Posted(*room.Transfer)                          {}
-func (nopCallbacks) RoomRetired(room.Tombstone)                     {}
-func (nopCallbacks) Ignored(uint64, room.Msg)                       {}
-func (nopCallbacks) TombstoneEvicted(uint64)                        {}
+func (nopCallbacks) RoomCreated(uint64)                         {}
+func (nopCallbacks) Traceparent(uint64, string)                 {}
+func (nopCallbacks) TransferInfo(uint64, string, int)           {}
+func (nopCallbacks) TransferDone(uint64, uint32, kv.Reason)     {}
+func (nopCallbacks) StatusChanged(uint64, kv.Status, kv.Reason) {}
+func (nopCallbacks) Posted(*kv.Transfer)                        {}
+func (nopCallbacks) RoomRetired(room.Tombstone)                 {}
+func (nopCallbacks) Ignored(uint64, room.Msg)                   {}
+func (nopCallbacks) TombstoneEvicted(uint64)                    {}
 
 // recorder is an Observer (through Flat) that keeps per-room terminal counts.
 type recorder struct {
 	nopCallbacks
 	mu        sync.Mutex
-	terminals map[uint64][]room.Status
-	reasons   map[uint64]room.Reason
+	terminals map[uint64][]kv.Status
+	reasons   map[uint64]kv.Reason
 	ignored   atomic.Int64
 	evicted   atomic.Int64
 }
 
 func newRecorder() *recorder {
-	return &recorder{terminals: map[uint64][]room.Status{}, reasons: map[uint64]room.Reason{}}
+	return &recorder{terminals: map[uint64][]kv.Status{}, reasons: map[uint64]kv.Reason{}}
 }
 
-func (r *recorder) StatusChanged(id uint64, s room.Status, why room.Reason) {
+func (r *recorder) StatusChanged(id uint64, s kv.Status, why kv.Reason) {
 	if !s.Terminal() {
 		return
 	}
@@ -88,10 +89,10 @@ func (r *recorder) StatusChanged(id uint64, s room.Status, why room.Reason) {
 }
 func (r *recorder) Ignored(uint64, room.Msg) { r.ignored.Add(1) }
 func (r *recorder) TombstoneEvicted(uint64)  { r.evicted.Add(1) }
-func (r *recorder) terminal(id uint64) []room.Status {
+func (r *recorder) terminal(id uint64) []kv.Status {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return append([]room.Status(nil), r.terminals[id]...)
+	return append([]kv.Status(nil), r.terminals[id]...)
 }
 
 type fixture struct {
@@ -123,11 +124,11 @@ func newFixture(t *testing.T, xfer *transfersDouble, mod func(*Config)) *fixture
 	return f
 }
 
-func (f *fixture) poll(id uint64) room.Reply { return f.eng.Poll([]uint64{id}, nil)[0] }
+func (f *fixture) poll(id uint64) kv.Reply { return f.eng.Poll([]uint64{id}, nil)[0] }
 
 // waitStatus polls until the room reports want. Polling is how the scheduler
 // observes the engine; the bound only turns a hang into a failure.
-func (f *fixture) waitStatus(id uint64, want room.Status) room.Reply {
+func (f *fixture) waitStatus(id uint64, want kv.Status) kv.Reply {
 	f.t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
@@ -151,7 +152,7 @@ func info(agent string, n int, required int) room.TransferInfo {
 	for i := range ps {
 		ps[i] = int32(100 + i)
 	}
-	return room.TransferInfo{Agent: agent, From: room.Endpoint{IP: "127.0.0.1", Port: 9000}, DstPages: ps, DstAux: 1, Required: required}
+	return room.TransferInfo{Agent: agent, From: kv.Endpoint{IP: "127.0.0.1", Port: 9000}, DstPages: ps, DstAux: 1, Required: required}
 }
 
 func TestEngineHappyPathTwoAgents(t *testing.T) {
@@ -159,19 +160,19 @@ func TestEngineHappyPathTwoAgents(t *testing.T) {
 	const id = 77
 	f.eng.Open(id)
 	f.eng.TransferInfo(id, info("a", 4, 2))
-	if r := f.poll(id); r.Status != room.Bootstrapping {
+	if r := f.poll(id); r.Status != kv.StatusBootstrapping {
 		t.Fatalf("one of two infos: %v", r.Status)
 	}
 	ti := info("b", 4, 2)
 	ti.PrefixLen = 16
 	f.eng.TransferInfo(id, ti)
-	if r := f.poll(id); r.Status != room.WaitingForInput || r.PrefixLen != 16 {
+	if r := f.poll(id); r.Status != kv.StatusWaitingForInput || r.PrefixLen != 16 {
 		t.Fatalf("all infos: %+v", r)
 	}
 	f.eng.Init(id, 4, 2)
 	f.eng.Send(id, []int32{1, 2}, nil)
 	f.eng.Send(id, []int32{3, 4}, nil)
-	f.waitStatus(id, room.Success)
+	f.waitStatus(id, kv.StatusSuccess)
 	if got := f.xfer.posted.Load(); got != 4 {
 		t.Fatalf("posted %d transfers, want 2 chunks × 2 agents", got)
 	}
@@ -180,7 +181,7 @@ func TestEngineHappyPathTwoAgents(t *testing.T) {
 	if st := f.eng.Stats(); st.LiveRooms != 0 || st.Tombstones != 1 {
 		t.Fatalf("after clear: %+v", st)
 	}
-	if got := f.obs.terminal(id); len(got) != 1 || got[0] != room.Success {
+	if got := f.obs.terminal(id); len(got) != 1 || got[0] != kv.StatusSuccess {
 		t.Fatalf("terminal answers %v", got)
 	}
 }
@@ -188,7 +189,7 @@ func TestEngineHappyPathTwoAgents(t *testing.T) {
 func TestEngineAbortBeforeSender(t *testing.T) {
 	f := newFixture(t, &transfersDouble{}, nil)
 	const id = 5
-	f.eng.DecodeAbort(id, room.Endpoint{IP: "10.1.1.1", Port: 4242})
+	f.eng.DecodeAbort(id, kv.Endpoint{IP: "10.1.1.1", Port: 4242})
 	f.settle(id)
 	if st := f.eng.Stats(); st.LiveRooms != 0 || st.Tombstones != 1 {
 		t.Fatalf("an abort for an unknown room should leave only a tombstone: %+v", st)
@@ -198,7 +199,7 @@ func TestEngineAbortBeforeSender(t *testing.T) {
 	}
 	f.eng.Open(id)
 	r := f.poll(id)
-	if r.Status != room.Failed || r.Reason != room.ReasonDecodeAbort {
+	if r.Status != kv.StatusFailed || r.Reason != kv.ReasonDecodeAbort {
 		t.Fatalf("sender opened after the abort polls %+v", r)
 	}
 	f.eng.TransferInfo(id, info("a", 1, 1)) // late: absorbed
@@ -211,7 +212,7 @@ func TestEngineAbortBeforeSender(t *testing.T) {
 
 func TestEnginePollUnknownRoomIsFailed(t *testing.T) {
 	f := newFixture(t, &transfersDouble{}, nil)
-	if r := f.poll(123); r.Status != room.Failed || r.Reason != room.ReasonInvalidRequest {
+	if r := f.poll(123); r.Status != kv.StatusFailed || r.Reason != kv.ReasonInvalidRequest {
 		t.Fatalf("unknown room polls %+v; upstream's WaitingForInput default is the bug", r)
 	}
 	f.eng.Send(123, []int32{1}, nil) // no room: counted, dropped
@@ -222,22 +223,22 @@ func TestEnginePollUnknownRoomIsFailed(t *testing.T) {
 }
 
 func TestEngineDeadlinesUseTheInjectedClock(t *testing.T) {
-	f := newFixture(t, &transfersDouble{never: func(room.Transfer) bool { return true }}, nil)
+	f := newFixture(t, &transfersDouble{never: func(kv.Transfer) bool { return true }}, nil)
 	const id = 9
 	f.eng.Open(id)
 	f.eng.TransferInfo(id, info("a", 1, 1))
 	f.eng.Init(id, 1, 0)
 	f.eng.Send(id, []int32{1}, nil)
-	if r := f.poll(id); r.Status != room.Transferring {
+	if r := f.poll(id); r.Status != kv.StatusTransferring {
 		t.Fatalf("status %v", r.Status)
 	}
 	f.clk.Advance(59 * time.Second)
-	if r := f.poll(id); r.Status != room.Transferring {
+	if r := f.poll(id); r.Status != kv.StatusTransferring {
 		t.Fatalf("failed before the transfer deadline: %v", r.Status)
 	}
 	f.clk.Advance(2 * time.Second)
-	r := f.waitStatus(id, room.Failed)
-	if r.Reason != room.ReasonTransferTimeout {
+	r := f.waitStatus(id, kv.StatusFailed)
+	if r.Reason != kv.ReasonTransferTimeout {
 		t.Fatalf("reason %v", r.Reason)
 	}
 	if n := f.notices.Of(id); len(n) != 0 {
@@ -253,13 +254,13 @@ func TestEngineDeadlinesUseTheInjectedClock(t *testing.T) {
 	if st := f.eng.Stats(); st.LiveRooms != 0 {
 		t.Fatalf("room still live after linger: %+v", st)
 	}
-	if r := f.poll(id); r.Status != room.Failed {
+	if r := f.poll(id); r.Status != kv.StatusFailed {
 		t.Fatalf("tombstone polls %v", r.Status)
 	}
 }
 
 func TestEnginePanicFailsOnlyThatRoom(t *testing.T) {
-	x := &transfersDouble{panicOn: func(t room.Transfer) bool { return t.Room == 13 }}
+	x := &transfersDouble{panicOn: func(t kv.Transfer) bool { return t.Room == 13 }}
 	f := newFixture(t, x, nil)
 	for _, id := range []uint64{12, 13, 14} {
 		f.eng.Open(id)
@@ -267,17 +268,17 @@ func TestEnginePanicFailsOnlyThatRoom(t *testing.T) {
 		f.eng.Init(id, 1, 0)
 		f.eng.Send(id, []int32{1}, nil)
 	}
-	f.waitStatus(12, room.Success)
-	f.waitStatus(14, room.Success)
-	r := f.waitStatus(13, room.Failed)
-	if r.Reason != room.ReasonInternalError {
+	f.waitStatus(12, kv.StatusSuccess)
+	f.waitStatus(14, kv.StatusSuccess)
+	r := f.waitStatus(13, kv.StatusFailed)
+	if r.Reason != kv.ReasonInternalError {
 		t.Fatalf("panicking room failed with %v", r.Reason)
 	}
 	// The write whose Post panicked never reports back: the drain deadline
 	// ends the wait, and decode hears about it with the reason.
 	f.clk.Advance(11 * time.Second)
 	f.settle(13)
-	if n := f.notices.Of(13); len(n) != 1 || n[0].Reason != room.ReasonInternalError || !n[0].DrainExpired {
+	if n := f.notices.Of(13); len(n) != 1 || n[0].Reason != kv.ReasonInternalError || !n[0].DrainExpired {
 		t.Fatalf("notices after the drain deadline: %+v", n)
 	}
 }
@@ -310,10 +311,10 @@ func TestEnginePeerLost(t *testing.T) {
 	f.eng.TransferInfo(2, info("b", 1, 1))
 	f.settle(1, 2)
 	f.eng.PeerLost("a")
-	if r := f.waitStatus(1, room.Failed); r.Reason != room.ReasonPeerLost {
+	if r := f.waitStatus(1, kv.StatusFailed); r.Reason != kv.ReasonPeerLost {
 		t.Fatalf("reason %v", r.Reason)
 	}
-	if r := f.poll(2); r.Status != room.WaitingForInput {
+	if r := f.poll(2); r.Status != kv.StatusWaitingForInput {
 		t.Fatalf("room of another agent: %v", r.Status)
 	}
 }
@@ -342,7 +343,7 @@ func TestEnginePollAfterCloseAnswersShutdown(t *testing.T) {
 	if err := f.eng.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if r := f.poll(1); r.Status != room.Failed || r.Reason != room.ReasonShutdown {
+	if r := f.poll(1); r.Status != kv.StatusFailed || r.Reason != kv.ReasonShutdown {
 		t.Fatalf("poll after close: %+v", r)
 	}
 	if st := f.eng.Stats(); st != (Stats{}) {
@@ -370,14 +371,14 @@ func TestEngineRegistryCompacted(t *testing.T) {
 	}
 	before := reg.LocalPIDs.LocalPIDs[0].Count()
 	f.eng.Open(1)
-	if r := f.poll(1); r.Status != room.Bootstrapping {
+	if r := f.poll(1); r.Status != kv.StatusBootstrapping {
 		t.Fatalf("poll: %+v", r)
 	}
 	if n := reg.LocalPIDs.LocalPIDs[0].Count(); n != before+1 {
 		t.Fatalf("registry entries with one live room: %d, want %d", n, before+1)
 	}
 	f.eng.Clear(1)
-	if r := f.poll(1); r.Status != room.Failed {
+	if r := f.poll(1); r.Status != kv.StatusFailed {
 		t.Fatalf("poll after clear: %+v", r)
 	}
 	for reg.LocalPIDs.LocalPIDs[0].Count() != before {

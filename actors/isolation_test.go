@@ -10,6 +10,7 @@ import (
 
 	"github.com/kvxfer/kvxfer/actors/room"
 	"github.com/kvxfer/kvxfer/internal/clock"
+	"github.com/kvxfer/kvxfer/kv"
 )
 
 // panicky is an Observer that panics in one callback for one room and
@@ -31,12 +32,12 @@ func (p *panicky) hit(name string, id uint64) {
 func (p *panicky) RoomCreated(id uint64)                   { p.hit("RoomCreated", id) }
 func (p *panicky) Traceparent(id uint64, _ string)         { p.hit("Traceparent", id) }
 func (p *panicky) TransferInfo(id uint64, _ string, _ int) { p.hit("TransferInfo", id) }
-func (p *panicky) Posted(t *room.Transfer)                 { p.hit("Posted", t.Room) }
+func (p *panicky) Posted(t *kv.Transfer)                   { p.hit("Posted", t.Room) }
 func (p *panicky) RoomRetired(t room.Tombstone)            { p.hit("RoomRetired", t.Room) }
-func (p *panicky) TransferDone(id uint64, _ uint32, _ room.Reason) {
+func (p *panicky) TransferDone(id uint64, _ uint32, _ kv.Reason) {
 	p.hit("TransferDone", id)
 }
-func (p *panicky) StatusChanged(id uint64, s room.Status, why room.Reason) {
+func (p *panicky) StatusChanged(id uint64, s kv.Status, why kv.Reason) {
 	p.hit("StatusChanged", id)
 	p.recorder.StatusChanged(id, s, why)
 }
@@ -73,7 +74,7 @@ func (r stepPanickyRoom) BindSteps(*StepClock) { r.p.hit("BindSteps", r.id) }
 // a posted and completed write, success, clear and retirement), and fails the
 // test unless every room but victim succeeds, victim ends terminal, every
 // poll returns and no room is left live. It returns victim's last answer.
-func runRooms(t *testing.T, f *fixture, ids []uint64, victim uint64) room.Reply {
+func runRooms(t *testing.T, f *fixture, ids []uint64, victim uint64) kv.Reply {
 	t.Helper()
 	for _, id := range ids {
 		f.eng.OpenTraced(id, "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
@@ -84,10 +85,10 @@ func runRooms(t *testing.T, f *fixture, ids []uint64, victim uint64) room.Reply 
 	}
 	for _, id := range ids {
 		if id != victim {
-			f.waitStatus(id, room.Success)
+			f.waitStatus(id, kv.StatusSuccess)
 		}
 	}
-	var last room.Reply
+	var last kv.Reply
 	deadline := time.Now().Add(20 * time.Second)
 	for last = f.poll(victim); !last.Status.Terminal(); last = f.poll(victim) {
 		if time.Now().After(deadline) {
@@ -105,7 +106,7 @@ func runRooms(t *testing.T, f *fixture, ids []uint64, victim uint64) room.Reply 
 		if id == victim {
 			continue
 		}
-		if got := f.obs.terminal(id); len(got) != 1 || got[0] != room.Success {
+		if got := f.obs.terminal(id); len(got) != 1 || got[0] != kv.StatusSuccess {
 			t.Fatalf("room %d: terminal answers %v, want one Success", id, got)
 		}
 	}
@@ -136,16 +137,16 @@ func TestObserverPanicAtEveryCallback(t *testing.T) {
 			// that concluded it (the record sees a step once the rules took
 			// it: the step's effects still run, and decode and the scheduler
 			// both hear Success). Any earlier one does.
-			want := room.Reply{Status: room.Failed, Reason: room.ReasonInternalError}
+			want := kv.Reply{Status: kv.StatusFailed, Reason: kv.ReasonInternalError}
 			if at == "RoomRetired" || at == "TombstoneEvicted" || at == "TransferDone" {
-				want = room.Reply{Status: room.Success}
+				want = kv.Reply{Status: kv.StatusSuccess}
 			}
 			if last.Status != want.Status || last.Reason != want.Reason {
 				t.Fatalf("victim ended %v/%v, want %v/%v", last.Status, last.Reason, want.Status, want.Reason)
 			}
 			// Decode hears what the scheduler does (invariant 10).
 			done, failed := f.notices.Count(victim, room.Completion), f.notices.Count(victim, room.FailureStatus)
-			if (want.Status == room.Success) != (done == 1 && failed == 0) || done > 1 {
+			if (want.Status == kv.StatusSuccess) != (done == 1 && failed == 0) || done > 1 {
 				t.Fatalf("victim ended %v; decode told done %d times, failure %d times", want.Status, done, failed)
 			}
 			// Evict every tombstone, the victim's among them.
@@ -158,7 +159,7 @@ func TestObserverPanicAtEveryCallback(t *testing.T) {
 			}
 			// The engine still serves: a new room, and the victim's id again.
 			runRooms(t, f, []uint64{200, 201}, 0)
-			if r := f.poll(victim); r.Status != room.Failed {
+			if r := f.poll(victim); r.Status != kv.StatusFailed {
 				t.Fatalf("victim's id after eviction polls %+v", r)
 			}
 		})
@@ -188,12 +189,12 @@ func TestShardStepPanicFailsOnlyThatRoom(t *testing.T) {
 	})
 	runRooms(t, f, []uint64{1, 2, retiredOK, 5}, 0)
 	f.eng.Open(victim)
-	if r := f.poll(victim); r.Status != room.Failed || r.Reason != room.ReasonInternalError {
+	if r := f.poll(victim); r.Status != kv.StatusFailed || r.Reason != kv.ReasonInternalError {
 		t.Fatalf("victim polls %+v, want Failed/internal_error", r)
 	}
 	close(armed)
 	f.eng.TransferInfo(retiredOK, info("a", 1, 1)) // late: steps the tombstone, which panics
-	if r := f.poll(retiredOK); r.Status != room.Success {
+	if r := f.poll(retiredOK); r.Status != kv.StatusSuccess {
 		t.Fatalf("retired room polls %+v after a panic on its tombstone, want Success", r)
 	}
 	runRooms(t, f, []uint64{6, 7, 8}, 0)
@@ -221,7 +222,7 @@ func TestDeadRoomActorBecomesFailedTombstone(t *testing.T) {
 	}
 	f.settle(1, 2, 4)
 	live := f.eng.Stats().LiveRooms
-	lost := make(chan room.Reply)
+	lost := make(chan kv.Reply)
 	go func() { lost <- f.eng.PollSync([]uint64{victim}, nil)[0] }()
 	deadline := time.Now().Add(20 * time.Second)
 	for f.eng.Stats().LiveRooms != live-1 {
@@ -230,7 +231,7 @@ func TestDeadRoomActorBecomesFailedTombstone(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	if r := f.poll(victim); r.Status != room.Failed || r.Reason != room.ReasonInternalError {
+	if r := f.poll(victim); r.Status != kv.StatusFailed || r.Reason != kv.ReasonInternalError {
 		t.Fatalf("dead room polls %+v, want Failed/internal_error", r)
 	}
 	select {
@@ -239,20 +240,20 @@ func TestDeadRoomActorBecomesFailedTombstone(t *testing.T) {
 	default:
 	}
 	f.clk.Advance(5 * time.Second)
-	if r := <-lost; r.Status != room.Failed || r.Reason != room.ReasonInternalError {
+	if r := <-lost; r.Status != kv.StatusFailed || r.Reason != kv.ReasonInternalError {
 		t.Fatalf("lost poll answered %+v at its deadline, want Failed/internal_error", r)
 	}
 	for _, id := range []uint64{1, 2, 4} {
 		f.eng.TransferInfo(id, info("a", 2, 1))
 		f.eng.Init(id, 2, 0)
 		f.eng.Send(id, []int32{1, 2}, nil)
-		f.waitStatus(id, room.Success)
+		f.waitStatus(id, kv.StatusSuccess)
 	}
 	f.eng.Open(victim) // opened again: a new incarnation, served
 	f.eng.TransferInfo(victim, info("a", 1, 1))
 	f.eng.Init(victim, 1, 0)
 	f.eng.Send(victim, []int32{1}, nil)
-	f.waitStatus(victim, room.Success)
+	f.waitStatus(victim, kv.StatusSuccess)
 }
 
 // recordPanics is an Observer whose victim room's record panics when it is
@@ -272,7 +273,7 @@ type recordPanicsRoom struct {
 }
 
 func (p *recordPanics) RoomCreated(id uint64) RoomObserver { return &recordPanicsRoom{p: p, id: id} }
-func (p *recordPanics) LateTransferDone(id uint64, _ uint32, _ room.Reason) {
+func (p *recordPanics) LateTransferDone(id uint64, _ uint32, _ kv.Reason) {
 	if id == p.victim {
 		p.hits.Add(1)
 		panic("observer bug in LateTransferDone")
@@ -290,19 +291,19 @@ func (r *recordPanicsRoom) Abandoned() {
 // heldTransfers keeps every done function until the test calls it.
 type heldTransfers struct {
 	mu   sync.Mutex
-	done map[uint64][]room.DoneFunc
+	done map[uint64][]kv.DoneFunc
 }
 
-func (h *heldTransfers) Post(t room.Transfer, done room.DoneFunc) {
+func (h *heldTransfers) Post(t kv.Transfer, done kv.DoneFunc) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.done == nil {
-		h.done = map[uint64][]room.DoneFunc{}
+		h.done = map[uint64][]kv.DoneFunc{}
 	}
 	h.done[t.Room] = append(h.done[t.Room], done)
 }
 
-func (h *heldTransfers) take(id uint64) []room.DoneFunc {
+func (h *heldTransfers) take(id uint64) []kv.DoneFunc {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	d := h.done[id]
@@ -346,11 +347,11 @@ func TestObserverPanicLateAndAbandoned(t *testing.T) {
 	// deadline, retires at the drain deadline, then the write completes.
 	for _, id := range []uint64{1, 2, 4} {
 		for _, d := range xf.take(id) {
-			d(room.ReasonNone, nil)
+			d(kv.ReasonNone, nil)
 		}
 	}
 	for _, id := range []uint64{1, 2, 4} {
-		if r := eng.PollSync([]uint64{id}, nil)[0]; r.Status != room.Success {
+		if r := eng.PollSync([]uint64{id}, nil)[0]; r.Status != kv.StatusSuccess {
 			t.Fatalf("room %d polls %+v, want Success", id, r)
 		}
 	}
@@ -359,14 +360,14 @@ func TestObserverPanicLateAndAbandoned(t *testing.T) {
 	clk.Advance(time.Minute) // transfer, then drain deadline
 	eng.PollSync([]uint64{victim}, nil)
 	clk.Advance(time.Minute)
-	if r := eng.PollSync([]uint64{victim}, nil)[0]; r.Status != room.Failed {
+	if r := eng.PollSync([]uint64{victim}, nil)[0]; r.Status != kv.StatusFailed {
 		t.Fatalf("victim polls %+v, want Failed", r)
 	}
 	if st := eng.Stats(); st.LiveRooms != 3 {
 		t.Fatalf("live rooms %+v, want the three successful ones", st)
 	}
 	for _, d := range xf.take(victim) {
-		d(room.ReasonNone, nil) // late: LateTransferDone panics
+		d(kv.ReasonNone, nil) // late: LateTransferDone panics
 	}
 	if obs.hits.Load() != 2 {
 		t.Fatalf("the observer panicked %d times, want 2 (Abandoned, LateTransferDone)", obs.hits.Load())
@@ -379,9 +380,9 @@ func TestObserverPanicLateAndAbandoned(t *testing.T) {
 		eng.Send(id, []int32{1}, nil)
 		eng.PollSync([]uint64{id}, nil)
 		for _, d := range xf.take(id) {
-			d(room.ReasonNone, nil)
+			d(kv.ReasonNone, nil)
 		}
-		if r := eng.PollSync([]uint64{id}, nil)[0]; r.Status != room.Success {
+		if r := eng.PollSync([]uint64{id}, nil)[0]; r.Status != kv.StatusSuccess {
 			t.Fatalf("room %d after the panics polls %+v, want Success", id, r)
 		}
 	}

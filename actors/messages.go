@@ -8,6 +8,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/kv"
 )
 
 // Messages between the Engine, the directory shards and the room actors.
@@ -35,7 +36,7 @@ type pollBatch struct {
 
 type pollAnswer struct {
 	index int
-	reply room.Reply
+	reply kv.Reply
 }
 
 // broadcast goes to every live room of a shard (PeerLost, shutdown).
@@ -54,10 +55,10 @@ type retired struct {
 // and the done function each try to move it from postInCall.
 type postDone struct {
 	seq    uint32
-	fail   room.Reason
+	fail   kv.Reason
 	signal [][]byte
 	state  atomic.Uint32
-	fn     room.DoneFunc
+	fn     kv.DoneFunc
 }
 
 const (
@@ -69,7 +70,7 @@ const (
 // xferDone is a completion the room steps.
 type xferDone struct {
 	seq    uint32
-	fail   room.Reason
+	fail   kv.Reason
 	signal [][]byte
 }
 
@@ -135,23 +136,23 @@ const (
 // hand reports whether the caller is the first to hand the record over.
 func (v *view) hand() bool { return v.flags.Or(viewHanded)&viewHanded == 0 }
 
-func packView(seen uint32, r room.Reply) uint64 {
+func packView(seen uint32, r kv.Reply) uint64 {
 	return uint64(seen)<<32 | uint64(r.Status)<<8 | uint64(r.Reason)
 }
 
 // load returns how many messages the room has handled and its reply; ok is
 // false when the reply's PrefixLen does not fit the view (a poll must then
 // ask the room).
-func (v *view) load() (seen uint32, r room.Reply, ok bool) {
+func (v *view) load() (seen uint32, r kv.Reply, ok bool) {
 	st := v.state.Load()
 	p := v.prefix.Load()
-	return uint32(st >> 32), room.Reply{Status: room.Status(st >> 8), Reason: room.Reason(st), PrefixLen: int(p)}, p != noPrefix
+	return uint32(st >> 32), kv.Reply{Status: kv.Status(st >> 8), Reason: kv.Reason(st), PrefixLen: int(p)}, p != noPrefix
 }
 
 // noPrefix marks a PrefixLen outside what the view holds.
 const noPrefix = math.MinInt32
 
-func (v *view) store(seen uint32, r room.Reply) {
+func (v *view) store(seen uint32, r kv.Reply) {
 	p := int32(noPrefix)
 	if r.PrefixLen > noPrefix && r.PrefixLen <= math.MaxInt32 {
 		p = int32(r.PrefixLen)
@@ -161,7 +162,7 @@ func (v *view) store(seen uint32, r room.Reply) {
 }
 
 // LiveRooms counts live rooms by the status a poll answers
-// (index room.Status), and gives the creation time of the oldest that is
+// (index kv.Status), and gives the creation time of the oldest that is
 // neither Success nor Failed (zero if none), on the engine's clock.
 type LiveRooms struct {
 	ByStatus          [5]int

@@ -5,6 +5,7 @@ import (
 
 	"github.com/kvxfer/kvxfer/actors/room"
 	"github.com/kvxfer/kvxfer/internal/clock"
+	"github.com/kvxfer/kvxfer/kv"
 )
 
 // Observer sees what rooms do, for metrics and tracing. Each room keeps its
@@ -29,7 +30,7 @@ type Observer interface {
 	// Ignored: a message absorbed by a tombstone, or for a room nobody named.
 	Ignored(roomID uint64, msg room.Msg)
 	// LateTransferDone: a write of a room that retired completed.
-	LateTransferDone(roomID uint64, seq uint32, fail room.Reason)
+	LateTransferDone(roomID uint64, seq uint32, fail kv.Reason)
 	TombstoneEvicted(roomID uint64)
 }
 
@@ -132,14 +133,14 @@ func (c *StepClock) Since0() (time.Duration, bool) { return c.since, c.sinceOK }
 // NopObserver ignores everything.
 type NopObserver struct{}
 
-func (NopObserver) RoomCreated(uint64) RoomObserver              { return nopRoom{} }
-func (NopObserver) Ignored(uint64, room.Msg)                     {}
-func (NopObserver) LateTransferDone(uint64, uint32, room.Reason) {}
-func (NopObserver) TombstoneEvicted(uint64)                      {}
-func (nopRoom) Traceparent(string)                               {}
-func (nopRoom) Step(room.Msg, room.Effects)                      {}
-func (nopRoom) Abandoned()                                       {}
-func (nopRoom) BindSteps(*StepClock)                             {}
+func (NopObserver) RoomCreated(uint64) RoomObserver            { return nopRoom{} }
+func (NopObserver) Ignored(uint64, room.Msg)                   {}
+func (NopObserver) LateTransferDone(uint64, uint32, kv.Reason) {}
+func (NopObserver) TombstoneEvicted(uint64)                    {}
+func (nopRoom) Traceparent(string)                             {}
+func (nopRoom) Step(room.Msg, room.Effects)                    {}
+func (nopRoom) Abandoned()                                     {}
+func (nopRoom) BindSteps(*StepClock)                           {}
 
 type nopRoom struct{}
 
@@ -152,11 +153,11 @@ type Callbacks interface {
 	RoomCreated(roomID uint64)
 	Traceparent(roomID uint64, traceparent string)
 	TransferInfo(roomID uint64, agent string, required int)
-	StatusChanged(roomID uint64, s room.Status, why room.Reason)
-	Posted(t *room.Transfer)
+	StatusChanged(roomID uint64, s kv.Status, why kv.Reason)
+	Posted(t *kv.Transfer)
 	// TransferDone is also called for a write that completed after its
 	// room retired.
-	TransferDone(roomID uint64, seq uint32, fail room.Reason)
+	TransferDone(roomID uint64, seq uint32, fail kv.Reason)
 	RoomRetired(t room.Tombstone)
 	Ignored(roomID uint64, msg room.Msg)
 	TombstoneEvicted(roomID uint64)
@@ -182,7 +183,7 @@ func (f flat) RoomCreated(id uint64) RoomObserver {
 	return &flatRoom{c: f.c, id: id}
 }
 func (f flat) Ignored(id uint64, msg room.Msg) { f.c.Ignored(id, msg) }
-func (f flat) LateTransferDone(id uint64, seq uint32, fail room.Reason) {
+func (f flat) LateTransferDone(id uint64, seq uint32, fail kv.Reason) {
 	f.c.TransferDone(id, seq, fail)
 }
 func (f flat) TombstoneEvicted(id uint64) { f.c.TombstoneEvicted(id) }
@@ -235,7 +236,7 @@ func observe(e *Engine, rec RoomObserver, id uint64, msg room.Msg, fx room.Effec
 // second: the room fails (t.Reason), then retires as t.
 func failedSteps(t room.Tombstone) (room.Msg, [2]room.Effects) {
 	return room.Fail{Reason: t.Reason}, [2]room.Effects{
-		{Published: true, Status: room.Failed, Reason: t.Reason, View: tombReply(t)},
+		{Published: true, Status: kv.StatusFailed, Reason: t.Reason, View: tombReply(t)},
 		{Retire: true, Tomb: t, View: tombReply(t)},
 	}
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/kvxfer/kvxfer/actors/room"
 	"github.com/kvxfer/kvxfer/internal/clock"
+	"github.com/kvxfer/kvxfer/kv"
 )
 
 // roomActor owns one room.Machine and executes its effects: it posts transfers,
@@ -106,7 +107,7 @@ func (a *roomActor) Receive(ctx actor.Context) {
 		traceOK := a.see(msg)
 		a.exec(ctx, msg, a.m.Step(msg.msg))
 		if !traceOK {
-			a.stepDirect(ctx, room.Fail{Reason: room.ReasonInternalError})
+			a.stepDirect(ctx, room.Fail{Reason: kv.ReasonInternalError})
 		}
 		a.drainSync(ctx)
 	case *postDone:
@@ -196,7 +197,7 @@ func (a *roomActor) out(msg room.Msg, fx *room.Effects) (recPanic any) {
 
 // view stores what a poll answers now (r), and how many routed messages the
 // room handled, for its shard (see view).
-func (a *roomActor) view(r room.Reply) {
+func (a *roomActor) view(r kv.Reply) {
 	if a.gone {
 		return
 	}
@@ -226,7 +227,7 @@ func (a *roomActor) complete(ctx actor.Context, d xferDone) {
 
 // lateDone tells the Observer of a completion that came after its room
 // retired; a panic there is logged (the room's story is over).
-func lateDone(e *Engine, id uint64, seq uint32, fail room.Reason) {
+func lateDone(e *Engine, id uint64, seq uint32, fail kv.Reason) {
 	if p := recoverFrom(func() { e.cfg.Observer.LateTransferDone(id, seq, fail) }); p != nil {
 		e.cfg.Logger.Error("observer panicked on a late completion", "room", id, "panic", fmt.Sprint(p))
 	}
@@ -277,7 +278,7 @@ func (a *roomActor) fault(ctx actor.Context, r any) {
 	}
 	if !a.gone {
 		if p := recoverFrom(func() {
-			a.exec(ctx, nil, a.m.Step(room.Fail{Reason: room.ReasonInternalError}))
+			a.exec(ctx, nil, a.m.Step(room.Fail{Reason: kv.ReasonInternalError}))
 			a.drainSync(ctx)
 			if a.m.Retired() && !a.gone {
 				a.retire(ctx) // it retired in the step that panicked
@@ -289,7 +290,7 @@ func (a *roomActor) fault(ctx actor.Context, r any) {
 				clear(p.syncDone)
 				p.syncDone, p.next = p.syncDone[:0], 0
 			}
-			a.m = room.FromTombstone(&a.eng.cfg.Room, room.Tombstone{Room: id, Status: room.Failed, Reason: room.ReasonInternalError, Opened: true})
+			a.m = room.FromTombstone(&a.eng.cfg.Room, room.Tombstone{Room: id, Status: kv.StatusFailed, Reason: kv.ReasonInternalError, Opened: true})
 			t := a.m.Tombstone()
 			a.view(tombReply(t))
 			a.slot.publish(a.eng, id, false, tombReply(t))
@@ -301,7 +302,7 @@ func (a *roomActor) fault(ctx actor.Context, r any) {
 	}
 	st, why := a.m.Status()
 	if env != nil && env.answers != nil {
-		answer(env, room.Reply{Status: st, Reason: why})
+		answer(env, kv.Reply{Status: st, Reason: why})
 	}
 	if d, ok := ctx.Message().(*describe); ok {
 		d.reply <- RoomInfo{Room: id, Status: st.String(), Reason: why.String(), Phase: "fault"}
@@ -365,7 +366,7 @@ func (a *roomActor) run(ctx actor.Context, env *envelope, fx *room.Effects) {
 
 // post hands one transfer to the transfer layer. A completion inside Post is
 // queued for drainSync; a later one arrives as the postDone message.
-func (a *roomActor) post(t *room.Transfer) {
+func (a *roomActor) post(t *kv.Transfer) {
 	if a.posts == nil {
 		a.posts = &posting{}
 	}
@@ -375,7 +376,7 @@ func (a *roomActor) post(t *room.Transfer) {
 		pd = &postDone{}
 		e, lr, id := a.eng, a.lr, a.m.Room()
 		self, root := a.self, a.eng.system.Root
-		pd.fn = func(fail room.Reason, signal [][]byte) {
+		pd.fn = func(fail kv.Reason, signal [][]byte) {
 			pd.fail, pd.signal = fail, signal
 			if pd.state.CompareAndSwap(postInCall, postSync) {
 				return
@@ -474,7 +475,7 @@ func execStateless(e *Engine, env *envelope, id uint64, fx room.Effects) {
 	}
 }
 
-func answer(env *envelope, r room.Reply) {
+func answer(env *envelope, r kv.Reply) {
 	if env.answers != nil {
 		env.answers <- pollAnswer{index: env.index, reply: r}
 	}

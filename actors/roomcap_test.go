@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/kv"
 )
 
 // The shard's admission rules: the live-room cap first, then the decode
@@ -57,12 +58,12 @@ func TestEngineRoomCapRefusesFloodThenServes(t *testing.T) {
 	var live, refused []uint64
 	for _, id := range ids {
 		switch r := f.poll(id); {
-		case r.Status == room.Failed && r.Reason == room.ReasonRoomCap:
+		case r.Status == kv.StatusFailed && r.Reason == kv.ReasonRoomCap:
 			refused = append(refused, id)
-			if ns := f.notices.Of(id); len(ns) != 1 || ns[0].Kind != room.FailureStatus || ns[0].Reason != room.ReasonRoomCap {
+			if ns := f.notices.Of(id); len(ns) != 1 || ns[0].Kind != room.FailureStatus || ns[0].Reason != kv.ReasonRoomCap {
 				t.Fatalf("refused room %d: notices %+v", id, ns)
 			}
-		case r.Status == room.WaitingForInput: // as upstream before the sender exists
+		case r.Status == kv.StatusWaitingForInput: // as upstream before the sender exists
 			live = append(live, id)
 		default:
 			t.Fatalf("room %d: %v/%v", id, r.Status, r.Reason)
@@ -75,7 +76,7 @@ func TestEngineRoomCapRefusesFloodThenServes(t *testing.T) {
 	// While full, an honest Open is refused too: its polls say why.
 	const honest = 5000
 	f.eng.Open(honest)
-	if r := f.poll(honest); r.Status != room.Failed || r.Reason != room.ReasonRoomCap {
+	if r := f.poll(honest); r.Status != kv.StatusFailed || r.Reason != kv.ReasonRoomCap {
 		t.Fatalf("open at the cap: %v/%v", r.Status, r.Reason)
 	}
 	if f.eng.Stats().RefusedRoomCap != n-roomCap+1 {
@@ -93,7 +94,7 @@ func TestEngineRoomCapRefusesFloodThenServes(t *testing.T) {
 	// The scheduler opening a room whose info was refused fails it at once:
 	// decode was told.
 	f.eng.Open(refused[0])
-	if r := f.poll(refused[0]); r.Status != room.Failed || r.Reason != room.ReasonRoomCap {
+	if r := f.poll(refused[0]); r.Status != kv.StatusFailed || r.Reason != kv.ReasonRoomCap {
 		t.Fatalf("open of a refused decode room: %v/%v", r.Status, r.Reason)
 	}
 	f.eng.Clear(refused[0])
@@ -103,7 +104,7 @@ func TestEngineRoomCapRefusesFloodThenServes(t *testing.T) {
 		f.eng.TransferInfo(id, info("d", 2, 1))
 		f.eng.Init(id, 2, 0)
 		f.eng.Send(id, []int32{1, 2}, nil)
-		f.waitStatus(id, room.Success)
+		f.waitStatus(id, kv.StatusSuccess)
 	}
 }
 
@@ -124,10 +125,10 @@ func TestEnginePeerShare(t *testing.T) {
 	if st.LiveRooms != 4+2 || st.RefusedPeerShare != 16 || st.RefusedRoomCap != 0 {
 		t.Fatalf("share 4: %+v", st)
 	}
-	if r := f.poll(100); r.Status != room.WaitingForInput {
+	if r := f.poll(100); r.Status != kv.StatusWaitingForInput {
 		t.Fatalf("honest agent's room: %v/%v", r.Status, r.Reason)
 	}
-	if r := f.poll(5); r.Status != room.Failed || r.Reason != room.ReasonRoomCap {
+	if r := f.poll(5); r.Status != kv.StatusFailed || r.Reason != kv.ReasonRoomCap {
 		t.Fatalf("room beyond the share: %v/%v", r.Status, r.Reason)
 	}
 	// Rooms the scheduler opened first are charged to nobody: the agent's
@@ -142,7 +143,7 @@ func TestEnginePeerShare(t *testing.T) {
 	}
 	f.eng.TransferInfo(54, info("flood", 2, 1))
 	f.settle(50, 51, 52, 53, 54, 200)
-	if r := f.poll(200); r.Status != room.WaitingForInput {
+	if r := f.poll(200); r.Status != kv.StatusWaitingForInput {
 		t.Fatalf("opened room with the agent's info: %v/%v", r.Status, r.Reason)
 	}
 	if st := f.eng.Stats(); st.LiveRooms != 4+2 || st.RefusedPeerShare != 17 {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/kvxfer/kvxfer/actors/room"
 	"github.com/kvxfer/kvxfer/internal/clock"
+	"github.com/kvxfer/kvxfer/kv"
 )
 
 // shard is one directory actor: it routes room messages to room actors, spawns
@@ -310,7 +311,7 @@ func (s *shard) routeFault(ctx actor.Context, env *envelope, r any) {
 	s.eng.cfg.Logger.Error("routing a room message panicked; failing the room", "room", env.room, "panic", fmt.Sprint(r))
 	if lr, ok := s.rooms[env.room]; ok {
 		lr.sent.Add(1)
-		ctx.Send(lr.pid, &envelope{room: env.room, msg: room.Fail{Reason: room.ReasonInternalError}})
+		ctx.Send(lr.pid, &envelope{room: env.room, msg: room.Fail{Reason: kv.ReasonInternalError}})
 		if env.answers != nil {
 			lr.sent.Add(1)
 			env.sync = true
@@ -323,7 +324,7 @@ func (s *shard) routeFault(ctx actor.Context, env *envelope, r any) {
 		return
 	}
 	_, open := env.msg.(room.Open)
-	t := room.Tombstone{Room: env.room, Status: room.Failed, Reason: room.ReasonInternalError, Opened: open}
+	t := room.Tombstone{Room: env.room, Status: kv.StatusFailed, Reason: kv.ReasonInternalError, Opened: open}
 	if te, ok := s.tombs[env.room]; ok {
 		t.Opened = t.Opened || te.t.Opened
 	}
@@ -355,7 +356,7 @@ func (s *shard) onTerminated(who *actor.PID) {
 	}
 	s.eng.cfg.Logger.Error("room actor died; keeping a Failed tombstone", "room", id)
 	s.forget(id, lr)
-	t := room.Tombstone{Room: id, Status: room.Failed, Reason: room.ReasonInternalError, Opened: lr.opened}
+	t := room.Tombstone{Room: id, Status: kv.StatusFailed, Reason: kv.ReasonInternalError, Opened: lr.opened}
 	if lr.hand() { // the dead actor's record is the shard's now
 		failedStory(lr.rec, t)
 	}
@@ -475,7 +476,7 @@ func (s *shard) routeOne(ctx actor.Context, env *envelope) {
 		s.dir.add(lr)
 		if failTrace {
 			lr.sent.Add(1)
-			ctx.Send(lr.pid, &envelope{room: env.room, msg: room.Fail{Reason: room.ReasonInternalError}})
+			ctx.Send(lr.pid, &envelope{room: env.room, msg: room.Fail{Reason: kv.ReasonInternalError}})
 		}
 		return
 	}
@@ -514,7 +515,7 @@ func (s *shard) refuse(env *envelope, why refusal) {
 	if ro, ok := obs.(RefusalObserver); ok {
 		ro.RoomRefused(env.room, why == peerShare)
 	}
-	t := room.Tombstone{Room: env.room, Status: room.Failed, Reason: room.ReasonRoomCap}
+	t := room.Tombstone{Room: env.room, Status: kv.StatusFailed, Reason: kv.ReasonRoomCap}
 	if _, open := env.msg.(room.Open); open {
 		// The scheduler's room: it gets a (short) story of its own.
 		t.Opened = true
@@ -657,4 +658,4 @@ func (s *shard) armSweep() {
 	s.timer = s.eng.cfg.Clock.AfterFunc(every, func() { root.Send(self, sweep{}) })
 }
 
-func tombReply(t room.Tombstone) room.Reply { return room.Reply{Status: t.Status, Reason: t.Reason} }
+func tombReply(t room.Tombstone) kv.Reply { return kv.Reply{Status: t.Status, Reason: t.Reason} }

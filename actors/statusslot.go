@@ -3,7 +3,7 @@ package actors
 import (
 	"sync/atomic"
 
-	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/kv"
 )
 
 // StatusSink is where room actors publish what a poll of their room answers,
@@ -21,7 +21,7 @@ type StatusSink interface {
 // them, from the room actor's goroutine. Publish must be cheap and must not
 // block on anything a room waits for.
 type StatusSlot interface {
-	Publish(r room.Reply)
+	Publish(r kv.Reply)
 }
 
 // sinks maps engines to their sink, copied on write (an engine sets its sink
@@ -66,7 +66,7 @@ type statusSlot struct{ s StatusSlot }
 // Open (open; a room revived by an Open starts with that step), and only
 // then: a slot deposited for a later open of the same room id can never
 // receive what the room answered before that open (a stale status).
-func (p *statusSlot) publish(e *Engine, id uint64, open bool, r room.Reply) {
+func (p *statusSlot) publish(e *Engine, id uint64, open bool, r kv.Reply) {
 	if open {
 		if sink := sinkOf(e); sink != nil {
 			if s := sink.Claim(id); s != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/kvxfer/kvxfer/actors/room"
 	"github.com/kvxfer/kvxfer/actors/xfer/xfertest"
 	"github.com/kvxfer/kvxfer/internal/clock"
+	"github.com/kvxfer/kvxfer/kv"
 )
 
 type abortPlan uint8
@@ -88,13 +89,13 @@ func TestEngineTenThousandRoomsConcurrently(t *testing.T) {
 	}
 
 	x := &transfersDouble{async: true}
-	x.outcome = func(tr room.Transfer) room.Reason {
+	x.outcome = func(tr kv.Transfer) kv.Reason {
 		if byRoom[tr.Room].failing {
-			return room.ReasonTransferError
+			return kv.ReasonTransferError
 		}
-		return room.ReasonNone
+		return kv.ReasonNone
 	}
-	x.never = func(tr room.Transfer) bool { return byRoom[tr.Room].stuck }
+	x.never = func(tr kv.Transfer) bool { return byRoom[tr.Room].stuck }
 	clk := clock.NewFake(time.Unix(0, 0))
 	obs := newRecorder()
 	// The room cap is not under test here: 10,000 rooms, most from one agent.
@@ -131,7 +132,7 @@ func TestEngineTenThousandRoomsConcurrently(t *testing.T) {
 			r := rand.New(rand.NewPCG(uint64(w), 11))
 			for _, p := range pick(plans, w, workers) {
 				if p.abort == decodeAbortFirst {
-					eng.DecodeAbort(p.id, room.Endpoint{IP: "127.0.0.1", Port: 1})
+					eng.DecodeAbort(p.id, kv.Endpoint{IP: "127.0.0.1", Port: 1})
 					continue
 				}
 				for a := 0; a < p.agents; a++ {
@@ -144,7 +145,7 @@ func TestEngineTenThousandRoomsConcurrently(t *testing.T) {
 					if r.IntN(2) == 0 {
 						runtime.Gosched()
 					}
-					eng.DecodeAbort(p.id, room.Endpoint{IP: "127.0.0.1", Port: 2})
+					eng.DecodeAbort(p.id, kv.Endpoint{IP: "127.0.0.1", Port: 2})
 				}
 			}
 		}(w)
@@ -167,7 +168,7 @@ func TestEngineTenThousandRoomsConcurrently(t *testing.T) {
 	}
 	replies := eng.PollSync(ids, nil)
 	for i, p := range plans {
-		if p.clean() && replies[i].Status != room.Success {
+		if p.clean() && replies[i].Status != kv.StatusSuccess {
 			t.Fatalf("clean room %d is %v/%v before any deadline", p.id, replies[i].Status, replies[i].Reason)
 		}
 	}
@@ -191,11 +192,11 @@ func TestEngineTenThousandRoomsConcurrently(t *testing.T) {
 		switch {
 		case !r.Status.Terminal():
 			t.Fatalf("room %d pinned at %v", p.id, r.Status)
-		case (p.abort == clientAbort || p.abort == decodeAbortFirst) && r.Status != room.Failed:
+		case (p.abort == clientAbort || p.abort == decodeAbortFirst) && r.Status != kv.StatusFailed:
 			// A decode abort races the scheduler and may land after Success,
 			// which it must not change; these two always come first.
 			t.Fatalf("aborted room %d (plan %d) ended %v", p.id, p.abort, r.Status)
-		case (p.failing || p.stuck) && p.abort == noAbort && r.Status != room.Failed:
+		case (p.failing || p.stuck) && p.abort == noAbort && r.Status != kv.StatusFailed:
 			t.Fatalf("room %d with failing writes ended %v", p.id, r.Status)
 		}
 		if got := obs.terminal(p.id); len(got) != 1 || got[0] != r.Status {

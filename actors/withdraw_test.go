@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvxfer/kvxfer/actors/room"
 	"github.com/kvxfer/kvxfer/internal/clock"
+	"github.com/kvxfer/kvxfer/kv"
 )
 
 // withdrawTransfers holds every transfer and records Withdraw calls.
@@ -53,13 +53,13 @@ func TestEngineWithdrawsAFailedRoomsTransfers(t *testing.T) {
 		t.Fatalf("withdrawn %v, want [1]", got)
 	}
 	for _, d := range xf.take(1) {
-		d(room.ReasonTransferError, nil)
+		d(kv.ReasonTransferError, nil)
 	}
 	for _, d := range xf.take(2) {
-		d(room.ReasonNone, nil)
+		d(kv.ReasonNone, nil)
 	}
 	reps := eng.PollSync([]uint64{1, 2}, nil)
-	if reps[0].Status != room.Failed || reps[0].Reason != room.ReasonClientAbort || reps[1].Status != room.Success {
+	if reps[0].Status != kv.StatusFailed || reps[0].Reason != kv.ReasonClientAbort || reps[1].Status != kv.StatusSuccess {
 		t.Fatalf("replies %+v", reps)
 	}
 }

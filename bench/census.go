@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/kv"
 )
 
 // CensusResult counts what a mixed workload left behind on one engine.
@@ -18,7 +18,7 @@ type CensusResult struct {
 	// of fake time, polled once per simulated second).
 	Pinned int
 	// PinnedAt counts the pinned rooms by the status they are stuck in.
-	PinnedAt map[room.Status]int
+	PinnedAt map[kv.Status]int
 	// LiveBeforeGrace and Leaked: Target.Live when the loop ended, and after
 	// a further Grace of fake time (sweeps, tombstone expiry).
 	LiveBeforeGrace int
@@ -98,7 +98,7 @@ func Census(t *Target, rooms int, seed uint64) CensusResult {
 		index[id] = i
 	}
 	var live []uint64
-	var out []room.Reply
+	var out []kv.Reply
 	opened := 0
 	for elapsed := time.Duration(0); (len(live) > 0 || opened < rooms) && elapsed < Grace; elapsed += time.Second {
 		// Requests reach the prefill over time, so decode (which does not
@@ -117,7 +117,7 @@ func Census(t *Target, rooms int, seed uint64) CensusResult {
 			i, r := index[id], out[j]
 			switch {
 			case r.Status.Terminal():
-				if r.Status == room.Success {
+				if r.Status == kv.StatusSuccess {
 					res.Succeeded++
 				} else {
 					res.Failed++
@@ -126,7 +126,7 @@ func Census(t *Target, rooms int, seed uint64) CensusResult {
 				phase[i] = 3
 				close(cleared[i])
 				continue
-			case phase[i] == 0 && r.Status == room.WaitingForInput:
+			case phase[i] == 0 && r.Status == kv.StatusWaitingForInput:
 				t.Engine.Init(id, 2, 0)
 				t.Engine.Send(id, []int32{1}, nil)
 				phase[i] = 1
@@ -145,7 +145,7 @@ func Census(t *Target, rooms int, seed uint64) CensusResult {
 	}
 	res.Pinned = len(live)
 	if len(live) > 0 {
-		res.PinnedAt = map[room.Status]int{}
+		res.PinnedAt = map[kv.Status]int{}
 		for _, r := range t.Engine.Poll(live, nil) {
 			res.PinnedAt[r.Status]++
 		}

@@ -6,6 +6,7 @@ import (
 	"github.com/kvxfer/kvxfer/actors"
 	"github.com/kvxfer/kvxfer/actors/room"
 	"github.com/kvxfer/kvxfer/bench/dict"
+	"github.com/kvxfer/kvxfer/kv"
 )
 
 // Engine is what the prefill scheduler and the decode ingest call: SGLang's
@@ -19,7 +20,7 @@ type Engine interface {
 	// Send: sender.send(pages, state), one chunk.
 	Send(room uint64, pages []int32, state [][]int32)
 	// Poll: sender.poll() for a batch of rooms; out is reused.
-	Poll(rooms []uint64, out []room.Reply) []room.Reply
+	Poll(rooms []uint64, out []kv.Reply) []kv.Reply
 	// Abort: sender.abort(), a client abort.
 	Abort(room uint64)
 	// Clear: the scheduler is done with a terminal room.
@@ -27,7 +28,7 @@ type Engine interface {
 	// TransferInfo: one decode agent's transfer-info frame.
 	TransferInfo(room uint64, ti room.TransferInfo)
 	// DecodeAbort: decode's ABORT frame.
-	DecodeAbort(room uint64, from room.Endpoint)
+	DecodeAbort(room uint64, from kv.Endpoint)
 	// Close stops the engine.
 	Close(ctx context.Context) error
 }

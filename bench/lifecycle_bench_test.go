@@ -4,7 +4,7 @@ import (
 	"runtime"
 	"testing"
 
-	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/kv"
 )
 
 // BenchmarkRoomLifecycle runs the same room life (sender, one transfer info,
@@ -20,7 +20,7 @@ func BenchmarkRoomLifecycle(b *testing.B) {
 			}
 			defer t.Close()
 			ti := info(2, 1)
-			out := make([]room.Reply, 0, 1)
+			out := make([]kv.Reply, 0, 1)
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
@@ -31,24 +31,24 @@ func BenchmarkRoomLifecycle(b *testing.B) {
 				// As SGLang's scheduler: init and send once the room polls
 				// WaitingForInput (the dict engines, like upstream, fail a
 				// chunk that reaches a worker before its transfer info).
-				out = waitFor(b, t, ids, out, room.WaitingForInput)
+				out = waitFor(b, t, ids, out, kv.StatusWaitingForInput)
 				t.Engine.Init(id, 2, 0)
 				t.Engine.Send(id, []int32{1}, nil)
 				t.Engine.Send(id, []int32{2}, nil)
-				out = waitFor(b, t, ids, out, room.Success)
+				out = waitFor(b, t, ids, out, kv.StatusSuccess)
 				t.Engine.Clear(id)
 			}
 		})
 	}
 }
 
-func waitFor(b *testing.B, t *Target, ids []uint64, out []room.Reply, st room.Status) []room.Reply {
+func waitFor(b *testing.B, t *Target, ids []uint64, out []kv.Reply, st kv.Status) []kv.Reply {
 	for {
 		out = t.Engine.Poll(ids, out)
 		if out[0].Status >= st {
 			return out
 		}
-		if out[0].Status == room.Failed {
+		if out[0].Status == kv.StatusFailed {
 			b.Fatalf("room %d failed: %v", ids[0], out[0].Reason)
 		}
 		runtime.Gosched()

@@ -3,6 +3,7 @@ package bench
 import (
 	"github.com/kvxfer/kvxfer/actors/room"
 	"github.com/kvxfer/kvxfer/bench/dict"
+	"github.com/kvxfer/kvxfer/kv"
 )
 
 // The abort races: (a) an ABORT before the sender, (b) an abort inside a
@@ -29,12 +30,12 @@ func abortBeforeSender() Scenario {
 			if o.Kind == Upstream {
 				// Dropped (no tombstone), and nothing else ever moves the
 				// sender: no bootstrap timeout. It holds its entries forever.
-				x.that(o.Pinned && o.Final.Status == room.Bootstrapping, "upstream should pin the room in Bootstrapping")
+				x.that(o.Pinned && o.Final.Status == kv.StatusBootstrapping, "upstream should pin the room in Bootstrapping")
 				x.that(o.Leaks.RequestStatus == 1 && o.Leaks.Senders == 1, "upstream should hold the status and the sender")
 				x.that(len(o.Notices) == 0, "upstream never tells decode")
 				return x.err()
 			}
-			x.that(!o.Pinned && o.Final.Status == room.Failed && o.Final.Reason == room.ReasonDecodeAbort,
+			x.that(!o.Pinned && o.Final.Status == kv.StatusFailed && o.Final.Reason == kv.ReasonDecodeAbort,
 				"the sender opened after the ABORT should poll Failed/decode_abort")
 			x.that(o.Leaked == 0, "nothing should be left after the clear")
 			x.that(notices(o, room.AbortAck) == 1, "decode should get one ABORT_ACK")
@@ -62,7 +63,7 @@ func windowRun(t *Target, abort func()) (Outcome, error) {
 	t.Engine.Send(raceRoom, []int32{2}, nil)
 	t.SettleBootstrap(raceRoom)
 	o.NoticesInWindow = len(t.Notices.Of(raceRoom))
-	t.Gate.Release(raceRoom, room.ReasonNone)
+	t.Gate.Release(raceRoom, kv.ReasonNone)
 	t.SettleWorkers(raceRoom)
 	o.view(t, "after-chunk-0-landed")
 	o.LateWrites = t.Gate.LandedAfter(raceRoom, tick)
@@ -86,7 +87,7 @@ func abortInChunkWindow() Scenario {
 			// Every engine: the posted write cannot be cancelled, so it lands
 			// after the ABORT, and nothing new is posted (Failed is sticky).
 			x.that(o.LateWrites == 1 && o.PostsAfterAbort == 0, "chunk 0 lands late, chunk 1 is never posted")
-			x.that(!o.Pinned && o.Final.Status == room.Failed, "the room ends Failed")
+			x.that(!o.Pinned && o.Final.Status == kv.StatusFailed, "the room ends Failed")
 			x.that(o.Leaked == 0, "nothing left after the clear")
 			if o.Kind == Upstream {
 				// The worker's Transferring write after chunk 0 is a no-op on
@@ -123,17 +124,17 @@ func clientAbortInChunkWindow() Scenario {
 				// the room, chunk 1 passes the Failed check, and the aborted
 				// request reports Success.
 				v, _ := o.At("after-chunk-0-landed")
-				x.that(v.Status == room.Success, "pre-#30352 the abort is lost: Success, got %v", v.Status)
+				x.that(v.Status == kv.StatusSuccess, "pre-#30352 the abort is lost: Success, got %v", v.Status)
 				x.that(o.PostsAfterAbort == 1, "chunk 1 is posted after the abort")
-				x.that(o.Final.Status == room.Success, "final Success")
+				x.that(o.Final.Status == kv.StatusSuccess, "final Success")
 				// The abort's failure record outlives the room: the scheduler
 				// saw Success and called clear(), which does not pop it.
 				x.that(o.Leaks.FailureRecords == 1 && o.Leaked == 1, "the abort's failure record leaks")
 			case Upstream:
-				x.that(o.Final.Status == room.Failed && o.PostsAfterAbort == 0, "sticky Failed holds; chunk 1 skipped")
+				x.that(o.Final.Status == kv.StatusFailed && o.PostsAfterAbort == 0, "sticky Failed holds; chunk 1 skipped")
 				x.that(len(o.Notices) == 0, "upstream never tells decode")
 			default:
-				x.that(o.Final.Status == room.Failed && o.PostsAfterAbort == 0, "Failed, chunk 1 never posted")
+				x.that(o.Final.Status == kv.StatusFailed && o.PostsAfterAbort == 0, "Failed, chunk 1 never posted")
 				x.that(o.NoticesInWindow == 0 && notices(o, room.FailureStatus) == 1,
 					"decode hears of the failure once, after chunk 0 drained")
 			}
@@ -160,10 +161,10 @@ func abortLostInUpdateWindow() Scenario {
 				return o, err
 			}
 			pp := t.Pause(dict.UpdateBetweenReadAndWrite, func(ev dict.Event) bool {
-				return ev.Room == raceRoom && ev.Status == room.Transferring
+				return ev.Room == raceRoom && ev.Status == kv.StatusTransferring
 			})
 			defer pp.Release()
-			t.Gate.Release(raceRoom, room.ReasonNone)
+			t.Gate.Release(raceRoom, kv.ReasonNone)
 			if err := reach(pp); err != nil {
 				return o, err
 			}
@@ -185,20 +186,20 @@ func abortLostInUpdateWindow() Scenario {
 		Check: func(o Outcome) error {
 			var x expect
 			v, _ := o.At("after-abort")
-			x.that(v.Status == room.Failed, "the ABORT is seen: Failed, got %v", v.Status)
+			x.that(v.Status == kv.StatusFailed, "the ABORT is seen: Failed, got %v", v.Status)
 			x.that(!o.Pinned, "not pinned")
 			if o.Kind == Upstream {
 				// The abort is lost: the last chunk goes out to pages decode
 				// already freed, the prefill reports Success, and the ABORT's
 				// failure record leaks (clear() after Success does not pop it).
-				x.that(o.Final.Status == room.Success, "upstream loses the abort: Success, got %v", o.Final.Status)
+				x.that(o.Final.Status == kv.StatusSuccess, "upstream loses the abort: Success, got %v", o.Final.Status)
 				x.that(o.PostsAfterAbort == 1, "the last chunk is posted after the ABORT")
 				x.that(len(o.Notices) == 0, "upstream never tells decode")
 				x.that(o.Leaks.FailureRecords == 1 && o.Leaked == 1, "the ABORT's failure record leaks")
 				return x.err()
 			}
 			x.that(o.Leaked == 0, "nothing left")
-			x.that(o.Final.Status == room.Failed && o.PostsAfterAbort == 0, "Failed stays; nothing posted after it")
+			x.that(o.Final.Status == kv.StatusFailed && o.PostsAfterAbort == 0, "Failed stays; nothing posted after it")
 			x.that(notices(o, room.AbortAck) == 1, "decode gets its ABORT_ACK")
 			return x.err()
 		},
@@ -237,7 +238,7 @@ func abortAfterWorkerCheck() Scenario {
 			}
 			o.NoticesInWindow = len(t.Notices.Of(raceRoom))
 			o.PostsAfterAbort = t.Gate.PostedAfter(raceRoom, tick)
-			t.Gate.Release(raceRoom, room.ReasonNone)
+			t.Gate.Release(raceRoom, kv.ReasonNone)
 			t.SettleWorkers(raceRoom)
 			finish(t, &o, raceRoom)
 			return o, nil
@@ -250,11 +251,11 @@ func abortAfterWorkerCheck() Scenario {
 				// The write goes to pages decode freed at its ABORT, and decode
 				// is never told when it landed.
 				x.that(o.PostsAfterAbort == 1 && len(o.Notices) == 0, "posted after the ABORT, decode never told")
-				x.that(o.Final.Status == room.Failed, "Failed (sticky), got %v", o.Final.Status)
+				x.that(o.Final.Status == kv.StatusFailed, "Failed (sticky), got %v", o.Final.Status)
 			case Fixed:
 				x.that(o.PostsAfterAbort == 1, "the window is still there: posted after the ABORT")
 				x.that(o.NoticesInWindow == 0 && notices(o, room.AbortAck) == 1, "but decode gets its ACK only after the write drained")
-				x.that(o.Final.Status == room.Failed, "Failed, got %v", o.Final.Status)
+				x.that(o.Final.Status == kv.StatusFailed, "Failed, got %v", o.Final.Status)
 			default:
 				x.that(o.PostsAfterAbort == 0, "a room posts nothing once it processed the ABORT")
 				x.that(o.NoticesInWindow == 0 && notices(o, room.AbortAck) == 1, "ACK after the drain")

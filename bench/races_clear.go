@@ -3,6 +3,7 @@ package bench
 import (
 	"github.com/kvxfer/kvxfer/actors/room"
 	"github.com/kvxfer/kvxfer/bench/dict"
+	"github.com/kvxfer/kvxfer/kv"
 )
 
 // The (c) races: updates that reach a room after the scheduler cleared it.
@@ -19,7 +20,7 @@ func lateInfoAfterClear() Scenario {
 			readyRoom(t, 1)
 			t.Engine.Send(raceRoom, []int32{1}, nil)
 			t.SettleWorkers(raceRoom)
-			if r := t.WaitTerminal(raceRoom, Grace); r.Status != room.Success {
+			if r := t.WaitTerminal(raceRoom, Grace); r.Status != kv.StatusSuccess {
 				o.view(t, "before-clear")
 				return o, nil
 			}
@@ -36,13 +37,13 @@ func lateInfoAfterClear() Scenario {
 				// request_status, transfer_infos and the prefix length are
 				// back, for good; a request reusing the id starts at
 				// WaitingForInput with a stale transfer info.
-				x.that(o.Final.Status == room.WaitingForInput, "the cleared room looks live: %v", o.Final.Status)
+				x.that(o.Final.Status == kv.StatusWaitingForInput, "the cleared room looks live: %v", o.Final.Status)
 				x.that(o.Leaks.RequestStatus == 1 && o.Leaks.TransferInfos == 1 && o.Leaks.PrefixLen == 1 && o.Leaked == 3,
 					"three entries leak")
 				return x.err()
 			}
 			x.that(o.Leaked == 0, "the late info is absorbed")
-			x.that(o.Final.Status == room.Success, "the id still answers its outcome, got %v", o.Final.Status)
+			x.that(o.Final.Status == kv.StatusSuccess, "the id still answers its outcome, got %v", o.Final.Status)
 			return x.err()
 		},
 	}
@@ -68,7 +69,7 @@ func lateWorkerWriteAfterClear() Scenario {
 			t.Engine.Clear(raceRoom)
 			t.SettleBootstrap(raceRoom)
 			o.NoticesInWindow = len(t.Notices.Of(raceRoom))
-			t.Gate.Release(raceRoom, room.ReasonNone)
+			t.Gate.Release(raceRoom, kv.ReasonNone)
 			t.SettleWorkers(raceRoom)
 			o.view(t, "after-landing")
 			finish(t, &o)
@@ -79,12 +80,12 @@ func lateWorkerWriteAfterClear() Scenario {
 			if o.Kind == Upstream {
 				// update(Success) on an absent room inserts it: a leaked
 				// entry, and a false Success for the aborted id.
-				x.that(o.Final.Status == room.Success, "the aborted, cleared room reads Success: %v", o.Final.Status)
+				x.that(o.Final.Status == kv.StatusSuccess, "the aborted, cleared room reads Success: %v", o.Final.Status)
 				x.that(o.Leaks.RequestStatus == 1 && o.Leaked == 1, "request_status leaks")
 				return x.err()
 			}
 			x.that(o.Leaked == 0, "nothing left")
-			x.that(o.Final.Status == room.Failed, "the id answers Failed, got %v", o.Final.Status)
+			x.that(o.Final.Status == kv.StatusFailed, "the id answers Failed, got %v", o.Final.Status)
 			x.that(o.NoticesInWindow == 0 && notices(o, room.FailureStatus) == 1, "decode hears of the failure after the drain")
 			return x.err()
 		},
@@ -124,7 +125,7 @@ func chunkDequeuedAfterClear() Scenario {
 				// for a room nobody will clear again.
 				x.that(o.Leaks.Exceptions == 1 && o.Leaks.FailureRecords == 1 && o.Leaked == 2,
 					"exceptions and failure_records leak")
-				x.that(o.Final.Status == room.WaitingForInput, "the cleared id reads WaitingForInput: %v", o.Final.Status)
+				x.that(o.Final.Status == kv.StatusWaitingForInput, "the cleared id reads WaitingForInput: %v", o.Final.Status)
 				return x.err()
 			}
 			x.that(o.Leaked == 0, "nothing left")

@@ -7,6 +7,7 @@ import (
 
 	"github.com/kvxfer/kvxfer/actors/room"
 	"github.com/kvxfer/kvxfer/bench/dict"
+	"github.com/kvxfer/kvxfer/kv"
 )
 
 // Scenario is one deterministic reproduction of a race, runnable against any
@@ -31,7 +32,7 @@ type Outcome struct {
 	// period passed; for a room the scheduler already cleared, what a poll of
 	// that id answers once the workload quiesced (the view a request reusing
 	// the id would start from).
-	Final room.Reply
+	Final kv.Reply
 	// Pinned: the scheduler still holds the room and it is not terminal.
 	Pinned bool
 	// Leaked: entries (dict engines) or live rooms (actor engine) left once
@@ -54,23 +55,23 @@ type Outcome struct {
 // View is one named poll.
 type View struct {
 	At    string
-	Reply room.Reply
+	Reply kv.Reply
 }
 
-func (o *Outcome) view(t *Target, at string) room.Reply {
+func (o *Outcome) view(t *Target, at string) kv.Reply {
 	r := t.Poll(o.Room)
 	o.Views = append(o.Views, View{At: at, Reply: r})
 	return r
 }
 
 // At returns the named view.
-func (o *Outcome) At(name string) (room.Reply, bool) {
+func (o *Outcome) At(name string) (kv.Reply, bool) {
 	for _, v := range o.Views {
 		if v.At == name {
 			return v.Reply, true
 		}
 	}
-	return room.Reply{}, false
+	return kv.Reply{}, false
 }
 
 func (o Outcome) String() string {
@@ -147,7 +148,7 @@ func (s Scenario) RunOn(k Kind) (Outcome, error) {
 	return o, err
 }
 
-var decodeEP = room.Endpoint{IP: "10.0.0.9", Port: 17001}
+var decodeEP = kv.Endpoint{IP: "10.0.0.9", Port: 17001}
 
 // readyRoom opens raceRoom, hands it one decode transfer info for pages
 // pages, waits until the engine took it, and inits the room: the prelude of
@@ -167,8 +168,8 @@ func info(n, required int) room.TransferInfo {
 	return room.TransferInfo{Agent: "decode-0", From: decodeEP, DstPages: ps, DstAux: 5, Required: required}
 }
 
-func chunkOf(id uint64, c int) func(room.Transfer) bool {
-	return func(t room.Transfer) bool { return t.Room == id && t.Chunk == c }
+func chunkOf(id uint64, c int) func(kv.Transfer) bool {
+	return func(t kv.Transfer) bool { return t.Room == id && t.Chunk == c }
 }
 
 // expect collects the failed expectations of a Check.

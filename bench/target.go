@@ -7,10 +7,10 @@ import (
 	"time"
 
 	"github.com/kvxfer/kvxfer/actors"
-	"github.com/kvxfer/kvxfer/actors/room"
 	"github.com/kvxfer/kvxfer/actors/xfer/xfertest"
 	"github.com/kvxfer/kvxfer/bench/dict"
 	"github.com/kvxfer/kvxfer/internal/clock"
+	"github.com/kvxfer/kvxfer/kv"
 )
 
 // Kind names an engine under test.
@@ -120,7 +120,7 @@ func (t *Target) Settle(rooms ...uint64) {
 // (completions included): the actor engine's PollSync, else a poll.
 func (t *Target) barrier(rooms []uint64) {
 	if s, ok := t.Engine.(interface {
-		PollSync([]uint64, []room.Reply) []room.Reply
+		PollSync([]uint64, []kv.Reply) []kv.Reply
 	}); ok {
 		s.PollSync(rooms, nil)
 		return
@@ -129,13 +129,13 @@ func (t *Target) barrier(rooms []uint64) {
 }
 
 // Poll polls one room.
-func (t *Target) Poll(id uint64) room.Reply { return t.Engine.Poll([]uint64{id}, nil)[0] }
+func (t *Target) Poll(id uint64) kv.Reply { return t.Engine.Poll([]uint64{id}, nil)[0] }
 
 // WaitTerminal polls until the room is terminal or bound passes, and returns
 // the last answer. Dict engines answer from their maps, so a settled dict
 // engine needs one poll; the actor engine may still be passing messages
 // between a room and its timers.
-func (t *Target) WaitTerminal(id uint64, bound time.Duration) room.Reply {
+func (t *Target) WaitTerminal(id uint64, bound time.Duration) kv.Reply {
 	r := t.Poll(id)
 	if t.dict != nil {
 		return r
@@ -152,7 +152,7 @@ func (t *Target) WaitTerminal(id uint64, bound time.Duration) room.Reply {
 // rooms after each step as the scheduler does every loop (Fixed enforces its
 // bootstrap timeout in poll; the actor engine's deadlines chain), then
 // returns the final answers and the rooms still non-terminal: pinned.
-func (t *Target) Quiesce(rooms []uint64, grace, step time.Duration) (final []room.Reply, pinned []uint64) {
+func (t *Target) Quiesce(rooms []uint64, grace, step time.Duration) (final []kv.Reply, pinned []uint64) {
 	for d := time.Duration(0); d < grace; d += step {
 		t.Clock.Advance(step)
 		t.barrier(rooms)

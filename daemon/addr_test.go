@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/kv"
 )
 
 // fakeHost is a Detector over a made-up host.
@@ -248,7 +248,7 @@ func TestDaemonWildcardListenAdvertisesAndRegistersReachably(t *testing.T) {
 			dec.checker.Expect(id, 1, false)
 			dec.send(t, dec.info(id, dst, 3, 1))
 			s.start(t, roomSpec{id: id, src: []int32{1, 2}, chunks: []int{2}, aux: 3})
-			if rep := s.waitTerminal(t, id); rep.Status != room.Success {
+			if rep := s.waitTerminal(t, id); rep.Status != kv.StatusSuccess {
 				t.Fatalf("room ended %v/%v", rep.Status, rep.Reason)
 			}
 			dec.verify(t, id, dst, 3)

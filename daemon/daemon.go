@@ -19,6 +19,7 @@ import (
 	"github.com/kvxfer/kvxfer/actors/peer"
 	"github.com/kvxfer/kvxfer/actors/room"
 	"github.com/kvxfer/kvxfer/actors/xfer"
+	"github.com/kvxfer/kvxfer/kv"
 	"github.com/kvxfer/kvxfer/nixl"
 	"github.com/kvxfer/kvxfer/nixl/sglang"
 	"github.com/kvxfer/kvxfer/transport/bootstrap"
@@ -516,13 +517,13 @@ func (d *Daemon) Notify(roomID uint64, n room.Notice) {
 		if !dl.CompletesOnStatus() || n.To.Port <= 0 {
 			return
 		}
-		frames = (&wire.KVStatus{Room: roomID, Status: wire.KVPollSuccess, PrefillRank: d.cfg.Rank.Unique()}).Encode()
+		frames = (&wire.KVStatus{Room: roomID, Status: kv.StatusSuccess, PrefillRank: d.cfg.Rank.Unique()}).Encode()
 	case room.FailureStatus:
 		if !dl.ReadsStatus() || n.To.Port <= 0 {
 			return
 		}
 		reason := n.Reason.String()
-		if n.Reason == room.ReasonPeerRejected {
+		if n.Reason == kv.ReasonPeerRejected {
 			if why := d.dialects.rejectionAt(n.To); why != "" {
 				reason += ": " + why
 			}
@@ -530,7 +531,7 @@ func (d *Daemon) Notify(roomID uint64, n room.Notice) {
 		if n.DrainExpired {
 			reason += " (writes still in flight after the drain deadline)"
 		}
-		frames = (&wire.KVStatus{Room: roomID, Status: wire.KVPollFailed, PrefillRank: d.cfg.Rank.Unique(), Reason: reason}).Encode()
+		frames = (&wire.KVStatus{Room: roomID, Status: kv.StatusFailed, PrefillRank: d.cfg.Rank.Unique(), Reason: reason}).Encode()
 	case room.AbortAck:
 		if n.To.Port <= 0 || !n.HasGen && !dl.AcksWithoutGen() {
 			return
@@ -573,12 +574,12 @@ type lazyTransfers struct {
 	pool     atomic.Pointer[xfer.Pool]
 	peerLost func(agent string, epoch uint64)
 	epoch    func() uint64 // the peer table's epoch: a loss is of the agent loaded by then
-	gate     func(t room.Transfer, epoch uint64, post, fail func()) bool
+	gate     func(t kv.Transfer, epoch uint64, post, fail func()) bool
 	gated    *atomic.Int64 // peers whose writes go through their actor now; 0: gate is not asked
 	// stage, when set (-staging), takes the chunks of staging decodes: it
 	// holds each until its staging region is writable and posts it, with
 	// the region, through post (staging.go).
-	stage func(t room.Transfer, done room.DoneFunc, post func(room.Transfer, room.DoneFunc)) bool
+	stage func(t kv.Transfer, done kv.DoneFunc, post func(kv.Transfer, kv.DoneFunc)) bool
 	// withdraw drops the chunks stage holds for a room that failed.
 	withdraw func(roomID uint64)
 }
@@ -591,25 +592,25 @@ func (l *lazyTransfers) Withdraw(roomID uint64) {
 	}
 }
 
-func (l *lazyTransfers) Post(t room.Transfer, done room.DoneFunc) {
+func (l *lazyTransfers) Post(t kv.Transfer, done kv.DoneFunc) {
 	if l.stage != nil && l.stage(t, done, l.post) {
 		return
 	}
 	l.post(t, done)
 }
 
-func (l *lazyTransfers) post(t room.Transfer, done room.DoneFunc) {
+func (l *lazyTransfers) post(t kv.Transfer, done kv.DoneFunc) {
 	p := l.pool.Load()
 	if p == nil {
-		done(room.ReasonInvalidRequest, nil)
+		done(kv.ReasonInvalidRequest, nil)
 		return
 	}
 	var epoch uint64
 	if l.peerLost != nil {
 		inner := done
 		epoch = l.epoch()
-		done = func(fail room.Reason, signal [][]byte) {
-			if fail == room.ReasonPeerLost {
+		done = func(fail kv.Reason, signal [][]byte) {
+			if fail == kv.ReasonPeerLost {
 				l.peerLost(t.Agent, epoch)
 			}
 			inner(fail, signal)
@@ -620,7 +621,7 @@ func (l *lazyTransfers) post(t room.Transfer, done room.DoneFunc) {
 		return
 	}
 	post := func() { p.Post(t, done) }
-	if l.gate(t, epoch, post, func() { done(room.ReasonPeerLost, nil) }) {
+	if l.gate(t, epoch, post, func() { done(kv.ReasonPeerLost, nil) }) {
 		return
 	}
 	post()

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvxfer/kvxfer/actors/room"
 	"github.com/kvxfer/kvxfer/internal/testrig/schedmem"
+	"github.com/kvxfer/kvxfer/kv"
 	"github.com/kvxfer/kvxfer/nixl"
 	"github.com/kvxfer/kvxfer/nixl/kvmem"
 	"github.com/kvxfer/kvxfer/nixl/loopback"
@@ -149,7 +149,7 @@ func (s *scheduler) writeAux(slot int, r uint64) {
 	}
 }
 
-func (s *scheduler) waitTerminal(t testing.TB, id uint64) room.Reply {
+func (s *scheduler) waitTerminal(t testing.TB, id uint64) kv.Reply {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
@@ -362,7 +362,7 @@ func TestDaemonMovesARoomEndToEnd(t *testing.T) {
 	dec.checker.Expect(id, 1, false)
 	dec.send(t, dec.info(id, dst, 5, 1))
 	s.start(t, roomSpec{id: id, src: src, chunks: []int{3, 2}, aux: 2})
-	if rep := s.waitTerminal(t, id); rep.Status != room.Success {
+	if rep := s.waitTerminal(t, id); rep.Status != kv.StatusSuccess {
 		t.Fatalf("room ended %v/%v", rep.Status, rep.Reason)
 	}
 	dec.verify(t, id, dst, 5)
@@ -383,11 +383,11 @@ func TestDaemonDecodeAbortIsAckedAfterDrainAndBadFramesTouchNothingElse(t *testi
 	dec.send(t, dec.info(id, []int32{1, 2}, 1, 1))
 	s.cli.Open(id, "")
 	s.cli.Open(7, "")
-	if rep := s.waitTerminal(t, 7); rep.Status != room.Failed || rep.Reason != room.ReasonInvalidRequest {
+	if rep := s.waitTerminal(t, 7); rep.Status != kv.StatusFailed || rep.Reason != kv.ReasonInvalidRequest {
 		t.Fatalf("room named by a malformed frame: %v/%v", rep.Status, rep.Reason)
 	}
 	dec.send(t, (&wire.Abort{Room: id, DecodeIP: "127.0.0.1", DecodePort: dec.pull.Port(), HasEndpoint: true}).Encode())
-	if rep := s.waitTerminal(t, id); rep.Status != room.Failed || rep.Reason != room.ReasonDecodeAbort {
+	if rep := s.waitTerminal(t, id); rep.Status != kv.StatusFailed || rep.Reason != kv.ReasonDecodeAbort {
 		t.Fatalf("aborted room: %v/%v", rep.Status, rep.Reason)
 	}
 	ack := dec.waitFrame(t, func(m wire.Outbound) bool {
@@ -398,7 +398,7 @@ func TestDaemonDecodeAbortIsAckedAfterDrainAndBadFramesTouchNothingElse(t *testi
 		t.Fatalf("ABORT_ACK from sender %d", a.PrefillRank)
 	}
 	fails, err := s.cli.Failure([]uint64{id}, true)
-	if err != nil || fails[0].Reason != room.ReasonDecodeAbort || fails[0].Message == "" {
+	if err != nil || fails[0].Reason != kv.ReasonDecodeAbort || fails[0].Message == "" {
 		t.Fatalf("failure_exception: %+v %v", fails, err)
 	}
 	// The loop survived both bad frames: another room still succeeds.
@@ -406,7 +406,7 @@ func TestDaemonDecodeAbortIsAckedAfterDrainAndBadFramesTouchNothingElse(t *testi
 	dec.checker.Expect(ok, 1, false)
 	dec.send(t, dec.info(ok, []int32{30, 31}, 3, 1))
 	s.start(t, roomSpec{id: ok, src: []int32{10, 11}, chunks: []int{2}, aux: 3})
-	if rep := s.waitTerminal(t, ok); rep.Status != room.Success {
+	if rep := s.waitTerminal(t, ok); rep.Status != kv.StatusSuccess {
 		t.Fatalf("room after bad frames: %v/%v", rep.Status, rep.Reason)
 	}
 	dec.verify(t, ok, []int32{30, 31}, 3)
@@ -438,7 +438,7 @@ func TestDaemonShutdownFailsLiveRoomsAndTellsDecode(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if reps[0].Status == room.WaitingForInput {
+		if reps[0].Status == kv.StatusWaitingForInput {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -454,7 +454,7 @@ func TestDaemonShutdownFailsLiveRoomsAndTellsDecode(t *testing.T) {
 		k, ok := m.(*wire.KVStatus)
 		return ok && k.Room == id
 	}).(*wire.KVStatus)
-	if st.Status != wire.KVPollFailed || st.Reason != "shutdown" {
+	if st.Status != kv.StatusFailed || st.Reason != "shutdown" {
 		t.Fatalf("decode heard %+v, want Failed/shutdown", st)
 	}
 }

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/kv"
 	"github.com/kvxfer/kvxfer/nixl/loopback"
 	"github.com/kvxfer/kvxfer/transport/wire"
 )
@@ -28,7 +28,7 @@ func cpRank(c *Config) {
 func isSuccess(id uint64) func(wire.Outbound) bool {
 	return func(m wire.Outbound) bool {
 		k, ok := m.(*wire.KVStatus)
-		return ok && k.Room == id && k.Status == wire.KVPollSuccess
+		return ok && k.Room == id && k.Status == kv.StatusSuccess
 	}
 }
 
@@ -87,7 +87,7 @@ func TestDialect0523CompletesOnSuccessStatus(t *testing.T) {
 	if err := dec.node.CheckAux(5, 700); err != nil {
 		t.Fatal("the success status left before aux landed: ", err)
 	}
-	if rep := s.waitTerminal(t, 700); rep.Status != room.Success {
+	if rep := s.waitTerminal(t, 700); rep.Status != kv.StatusSuccess {
 		t.Fatalf("prefill: %v", rep.Status)
 	}
 	if ns, _ := dec.node.Agent.Notifs(nil); len(ns) != 0 {
@@ -131,7 +131,7 @@ func TestDialectLegacyNotificationsAndGenerationAck(t *testing.T) {
 	s.cli.Open(713, "")
 	s.cli.Abort(713)
 	st := dec.waitFrame(t, isStatus(713)).(*wire.KVStatus)
-	if st.Status != wire.KVPollFailed || st.PrefillRank != 3 || st.Reason != "client_abort" {
+	if st.Status != kv.StatusFailed || st.PrefillRank != 3 || st.Reason != "client_abort" {
 		t.Fatalf("failure status %+v", st)
 	}
 	if n := dec.count(isStatus(711)); n != 0 {
@@ -144,7 +144,7 @@ func TestDialectLegacyNotificationsAndGenerationAck(t *testing.T) {
 	// not arm) gets none.
 	s.cli.Open(712, "")
 	dec.abort(t, 712)
-	if rep := s.waitTerminal(t, 712); rep.Status != room.Failed {
+	if rep := s.waitTerminal(t, 712); rep.Status != kv.StatusFailed {
 		t.Fatal(rep.Status)
 	}
 	dec.abortGen(t, 712, 10) // a later armed ABORT of the same room: acked now
@@ -168,7 +168,7 @@ func TestDialect0518IsSentNothing(t *testing.T) {
 	dec.send(t, dec.info(721, seqPages(1, 1), 2, 1))
 	s.cli.Open(721, "")
 	dec.abort(t, 721)
-	if rep := s.waitTerminal(t, 721); rep.Status != room.Failed {
+	if rep := s.waitTerminal(t, 721); rep.Status != kv.StatusFailed {
 		t.Fatal(rep.Status)
 	}
 	// A witness: a room both decodes take part in fails; the 0.5.23 decode
@@ -215,7 +215,7 @@ func TestDialectMixedFleet(t *testing.T) {
 		} else {
 			legacy.waitDone(t, id)
 		}
-		if rep := s.waitTerminal(t, id); rep.Status != room.Success {
+		if rep := s.waitTerminal(t, id); rep.Status != kv.StatusSuccess {
 			t.Fatalf("room %d: %v", id, rep.Status)
 		}
 	}
@@ -235,7 +235,7 @@ func TestDialectRejectsUnknownRegistration(t *testing.T) {
 	bad := newDecodeWith(t, decodeShape(false), func(r *wire.Registration) { r.HasLayerInfo = false }, d) // 19 frames
 	s.cli.Open(730, "")
 	bad.send(t, bad.info(730, seqPages(0, 1), 0, 1))
-	if rep := s.waitTerminal(t, 730); rep.Status != room.Failed || rep.Reason != room.ReasonPeerRejected {
+	if rep := s.waitTerminal(t, 730); rep.Status != kv.StatusFailed || rep.Reason != kv.ReasonPeerRejected {
 		t.Fatalf("room of a rejected agent: %v/%v", rep.Status, rep.Reason)
 	}
 	st := bad.waitFrame(t, isStatus(730)).(*wire.KVStatus)

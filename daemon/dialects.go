@@ -4,7 +4,7 @@ import (
 	"sort"
 	"sync"
 
-	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/kv"
 	"github.com/kvxfer/kvxfer/transport/wire"
 )
 
@@ -27,7 +27,7 @@ type dialects struct {
 	legacy wire.Dialect // the 23-frame default
 
 	mu         sync.RWMutex
-	byEndpoint map[room.Endpoint]*peerInfo // the latest registration at each endpoint, while not dropped
+	byEndpoint map[kv.Endpoint]*peerInfo // the latest registration at each endpoint, while not dropped
 	byAgent    map[string]*peerInfo
 	rejected   []*peerInfo // oldest first, to forget past maxRejectedEntries
 	dropped    []*peerInfo // oldest first, to forget past maxDroppedEntries
@@ -44,14 +44,14 @@ type peerInfo struct {
 	Rejected string       `json:"rejected,omitempty"`
 	Lost     bool         `json:"lost,omitempty"`
 	Dropped  string       `json:"dropped,omitempty"` // why kvxferd forgot the peer
-	to       room.Endpoint
+	to       kv.Endpoint
 }
 
 func newDialects(fixed, legacy wire.Dialect) *dialects {
 	if legacy == wire.DialectUnknown || legacy == wire.Dialect0523 {
 		legacy = wire.Dialect0520
 	}
-	return &dialects{fixed: fixed, legacy: legacy, byEndpoint: map[room.Endpoint]*peerInfo{}, byAgent: map[string]*peerInfo{}}
+	return &dialects{fixed: fixed, legacy: legacy, byEndpoint: map[kv.Endpoint]*peerInfo{}, byAgent: map[string]*peerInfo{}}
 }
 
 // register records a registration's dialect, or why it was rejected.
@@ -81,7 +81,7 @@ func (t *dialects) registerOr(r *wire.Registration, why error) (wire.Dialect, er
 	if why != nil {
 		err = why
 	}
-	p := &peerInfo{Agent: r.AgentName, to: room.Endpoint{IP: r.DecodeIP, Port: r.DecodePort}, Frames: r.Frames, Detected: "registration"}
+	p := &peerInfo{Agent: r.AgentName, to: kv.Endpoint{IP: r.DecodeIP, Port: r.DecodePort}, Frames: r.Frames, Detected: "registration"}
 	p.Endpoint = p.to.String()
 	switch {
 	case err != nil:
@@ -126,7 +126,7 @@ func (t *dialects) forgetLocked(list []*peerInfo, n int) []*peerInfo {
 
 // known says whether a registered decode (accepted or rejected, not dropped)
 // is at this endpoint: only such endpoints get a link.
-func (t *dialects) known(to room.Endpoint) bool {
+func (t *dialects) known(to kv.Endpoint) bool {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	_, ok := t.byEndpoint[to]
@@ -134,7 +134,7 @@ func (t *dialects) known(to room.Endpoint) bool {
 }
 
 // acceptedAt is the accepted, live agent registered last at an endpoint ("" if none).
-func (t *dialects) acceptedAt(to room.Endpoint) string {
+func (t *dialects) acceptedAt(to kv.Endpoint) string {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	if p, ok := t.byEndpoint[to]; ok && p.Rejected == "" && p.Dropped == "" {
@@ -145,12 +145,12 @@ func (t *dialects) acceptedAt(to room.Endpoint) string {
 
 // drop marks an agent dropped (kept for /debug/peers, bounded) and forgets
 // its endpoint, so no link is dialled for it again; it returns the endpoint.
-func (t *dialects) drop(agent, why string, lost bool) (room.Endpoint, bool) {
+func (t *dialects) drop(agent, why string, lost bool) (kv.Endpoint, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	p, ok := t.byAgent[agent]
 	if !ok || p.Dropped != "" {
-		return room.Endpoint{}, false
+		return kv.Endpoint{}, false
 	}
 	p.Dropped, p.Lost = why, p.Lost || lost
 	if t.byEndpoint[p.to] == p {
@@ -162,7 +162,7 @@ func (t *dialects) drop(agent, why string, lost bool) (room.Endpoint, bool) {
 
 // sawGeneration upgrades the decode at this endpoint to 0.5.22: only 0.5.22+
 // put a generation on an ABORT.
-func (t *dialects) sawGeneration(from room.Endpoint) {
+func (t *dialects) sawGeneration(from kv.Endpoint) {
 	if t.fixed != wire.DialectUnknown {
 		return
 	}
@@ -174,7 +174,7 @@ func (t *dialects) sawGeneration(from room.Endpoint) {
 }
 
 // at is the dialect notices to this endpoint are written in.
-func (t *dialects) at(to room.Endpoint) wire.Dialect {
+func (t *dialects) at(to kv.Endpoint) wire.Dialect {
 	if t.fixed != wire.DialectUnknown {
 		return t.fixed
 	}
@@ -198,7 +198,7 @@ func (t *dialects) rejection(agent string) string {
 }
 
 // rejectionAt is rejection by endpoint.
-func (t *dialects) rejectionAt(to room.Endpoint) string {
+func (t *dialects) rejectionAt(to kv.Endpoint) string {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	if p, ok := t.byEndpoint[to]; ok {

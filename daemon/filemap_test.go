@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/kv"
 	"github.com/kvxfer/kvxfer/nixl"
 	"github.com/kvxfer/kvxfer/nixl/loopback"
 	"github.com/kvxfer/kvxfer/transport/control"
@@ -64,7 +64,7 @@ func TestTruncatedMemoryFailsTheRoomNotTheDaemon(t *testing.T) {
 			s.cli.Init(id, 2, 0)
 			s.cli.Send(id, seqPages(0, 2), nil)
 			rep := s.waitTerminal(t, id)
-			if rep.Status != room.Failed {
+			if rep.Status != kv.StatusFailed {
 				t.Fatalf("room over truncated memory ended %v/%v, want Failed", rep.Status, rep.Reason)
 			}
 			t.Logf("room failed: %v", rep.Reason)
@@ -81,7 +81,7 @@ func TestTruncatedMemoryFailsTheRoomNotTheDaemon(t *testing.T) {
 				good.checker.Expect(okID, 1, false)
 				good.send(t, good.info(okID, seqPages(10, 2), 1, 1))
 				s.start(t, roomSpec{id: okID, src: seqPages(4, 2), chunks: []int{2}, aux: 1})
-				if rep := s.waitTerminal(t, okID); rep.Status != room.Success {
+				if rep := s.waitTerminal(t, okID); rep.Status != kv.StatusSuccess {
 					t.Fatalf("healthy room: %v/%v", rep.Status, rep.Reason)
 				}
 				good.verify(t, okID, seqPages(10, 2), 1)
@@ -228,7 +228,7 @@ func TestHostileRegistrationTouchesNoFile(t *testing.T) {
 	const id = 800
 	dec.send(t, dec.info(id, seqPages(0, 2), 0, 1))
 	s.start(t, roomSpec{id: id, src: seqPages(0, 2), chunks: []int{2}, aux: 0})
-	if rep := s.waitTerminal(t, id); rep.Status != room.Failed {
+	if rep := s.waitTerminal(t, id); rep.Status != kv.StatusFailed {
 		t.Fatalf("room for the hostile decode ended %v/%v, want Failed", rep.Status, rep.Reason)
 	} else {
 		t.Logf("room failed: %v", rep.Reason)

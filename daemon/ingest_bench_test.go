@@ -12,7 +12,7 @@ import (
 	zmq "github.com/pebbe/zmq4"
 
 	"github.com/kvxfer/kvxfer/actors"
-	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/kv"
 	"github.com/kvxfer/kvxfer/transport/zmqio"
 )
 
@@ -112,7 +112,7 @@ func benchDaemonIngest(b *testing.B, perFrame, opened bool) {
 	el, cpu := time.Since(start), processCPU()-cpu0
 	b.StopTimer()
 	for i, r := range d.eng.PollSync(ids, nil) {
-		if r.Status != room.WaitingForInput {
+		if r.Status != kv.StatusWaitingForInput {
 			b.Fatalf("room %d: %v/%v", ids[i], r.Status, r.Reason)
 		}
 	}

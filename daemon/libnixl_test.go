@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/kv"
 	"github.com/kvxfer/kvxfer/nixl"
 	"github.com/kvxfer/kvxfer/nixl/kvmem"
 	"github.com/kvxfer/kvxfer/nixl/libnixl"
@@ -54,13 +54,13 @@ func TestDaemonOverRealNIXL(t *testing.T) {
 	t.Cleanup(func() { dag.Close() })
 	sh := decodeShape(false)
 	geo := sglang.Local{KV: sglang.Buffers{NumSlots: slots, Kind: nixl.DRAM}, Aux: sglang.Buffers{NumSlots: auxSlots, Kind: nixl.DRAM}}
-	var kv, aux [][]byte
+	var kvBufs, aux [][]byte
 	for range 2 * layers {
 		b, err := dag.Alloc(slots * item)
 		if err != nil {
 			t.Fatal(err)
 		}
-		kv = append(kv, b)
+		kvBufs = append(kvBufs, b)
 		geo.KV.Ptrs = append(geo.KV.Ptrs, uint64(nixl.DescOf(b, 0).Addr))
 		geo.KV.ItemLens = append(geo.KV.ItemLens, item)
 	}
@@ -110,7 +110,7 @@ func TestDaemonOverRealNIXL(t *testing.T) {
 	s.cli.Init(id, len(src), 6)
 	s.cli.Send(id, src[:2], nil)
 	s.cli.Send(id, src[2:], nil)
-	if rep := s.waitTerminal(t, id); rep.Status != room.Success {
+	if rep := s.waitTerminal(t, id); rep.Status != kv.StatusSuccess {
 		t.Fatalf("room over real NIXL: %v/%v", rep.Status, rep.Reason)
 	}
 	checker := sglang.NewChecker()
@@ -135,7 +135,7 @@ func TestDaemonOverRealNIXL(t *testing.T) {
 	}
 	for j, p := range dst {
 		for b := range 2 * layers {
-			page := kv[b][int(p)*item : (int(p)+1)*item]
+			page := kvBufs[b][int(p)*item : (int(p)+1)*item]
 			for k, v := range page {
 				if want := kvmem.Pattern(id, b, j, k); v != want {
 					t.Fatalf("decode buffer %d page %d byte %d = %d, want %d", b, p, k, v, want)

@@ -10,7 +10,7 @@ import (
 
 	zmq "github.com/pebbe/zmq4"
 
-	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/kv"
 	"github.com/kvxfer/kvxfer/transport/zmqio"
 )
 
@@ -60,15 +60,15 @@ func defaultMaxLinks() int {
 type links struct {
 	log   *slog.Logger
 	zctx  *zmq.Context
-	lost  func(room.Endpoint)
-	known func(room.Endpoint) bool
+	lost  func(kv.Endpoint)
+	known func(kv.Endpoint) bool
 	max   int
 
 	// mu guards the index of the ZMQ sockets, an I/O boundary: every room
 	// actor's notice looks its link up here (an owner actor would add a hop
 	// to every notice), and each socket is owned by its own goroutine.
 	mu     sync.Mutex
-	by     map[room.Endpoint]*linkEntry
+	by     map[kv.Endpoint]*linkEntry
 	tick   uint64
 	closed bool
 	bg     sync.WaitGroup // evicted and retired links closing
@@ -83,7 +83,7 @@ type linkEntry struct {
 	pinned bool
 }
 
-func newLinks(log *slog.Logger, maxLinks int, known func(room.Endpoint) bool, lost func(room.Endpoint)) (*links, error) {
+func newLinks(log *slog.Logger, maxLinks int, known func(kv.Endpoint) bool, lost func(kv.Endpoint)) (*links, error) {
 	if maxLinks <= 0 {
 		maxLinks = defaultMaxLinks()
 	}
@@ -97,13 +97,13 @@ func newLinks(log *slog.Logger, maxLinks int, known func(room.Endpoint) bool, lo
 		_ = zctx.Term()
 		return nil, err
 	}
-	return &links{log: log, zctx: zctx, lost: lost, known: known, max: maxLinks, by: map[room.Endpoint]*linkEntry{}}, nil
+	return &links{log: log, zctx: zctx, lost: lost, known: known, max: maxLinks, by: map[kv.Endpoint]*linkEntry{}}, nil
 }
 
 // get returns the link to an endpoint, dialling it first if needed. pin marks
 // it a registered decode's: never evicted, and dialled even when known says
 // no (registration dials before the table is written).
-func (l *links) get(to room.Endpoint, pin bool) (*zmqio.PushLink, error) {
+func (l *links) get(to kv.Endpoint, pin bool) (*zmqio.PushLink, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
@@ -146,7 +146,7 @@ func (l *links) get(to room.Endpoint, pin bool) (*zmqio.PushLink, error) {
 // evictLocked closes the least recently used unpinned link.
 func (l *links) evictLocked() bool {
 	var (
-		victim room.Endpoint
+		victim kv.Endpoint
 		best   *linkEntry
 	)
 	for ep, e := range l.by {
@@ -179,7 +179,7 @@ func (l *links) account(link *zmqio.PushLink) {
 	l.sendFailed.Add(int64(st.Failed + st.Discarded))
 }
 
-func (l *links) current(to room.Endpoint, e *linkEntry) bool {
+func (l *links) current(to kv.Endpoint, e *linkEntry) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.by[to] == e
@@ -188,7 +188,7 @@ func (l *links) current(to room.Endpoint, e *linkEntry) bool {
 // retire closes the link to an endpoint (in the background) so that the next
 // use dials a fresh one: a decode re-registered there, or the one there is
 // gone. Its monitor no longer reports anything.
-func (l *links) retire(to room.Endpoint) {
+func (l *links) retire(to kv.Endpoint) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if e, ok := l.by[to]; ok {
@@ -208,7 +208,7 @@ func (l *links) retireAll() {
 	}
 }
 
-func (l *links) send(to room.Endpoint, frames [][]byte) error {
+func (l *links) send(to kv.Endpoint, frames [][]byte) error {
 	link, err := l.get(to, false)
 	if err != nil {
 		return err

@@ -15,6 +15,7 @@ import (
 
 	"github.com/kvxfer/kvxfer/actors/room"
 	"github.com/kvxfer/kvxfer/internal/testrig"
+	"github.com/kvxfer/kvxfer/kv"
 	"github.com/kvxfer/kvxfer/nixl"
 	"github.com/kvxfer/kvxfer/transport/wire"
 	"github.com/kvxfer/kvxfer/transport/zmqio"
@@ -84,7 +85,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	testrig.Eventually(t, 30*time.Second, what, cond)
 }
 
-func waitRoomStatus(t *testing.T, s *scheduler, id uint64, st room.Status) {
+func waitRoomStatus(t *testing.T, s *scheduler, id uint64, st kv.Status) {
 	t.Helper()
 	waitFor(t, "room "+strconv.FormatUint(id, 10)+" "+st.String(), func() bool {
 		reps, err := s.cli.Poll([]uint64{id}, nil)
@@ -124,14 +125,14 @@ func TestAbortReturnAddressesOnlyForRegisteredPeers(t *testing.T) {
 	}
 	// The ABORT still failed its room: opened now, it is Failed decode_abort.
 	s.cli.Open(100007, "")
-	if rep := s.waitTerminal(t, 100007); rep.Status != room.Failed || rep.Reason != room.ReasonDecodeAbort {
+	if rep := s.waitTerminal(t, 100007); rep.Status != kv.StatusFailed || rep.Reason != kv.ReasonDecodeAbort {
 		t.Fatalf("room of a foreign ABORT: %v/%v", rep.Status, rep.Reason)
 	}
 	// The registered decode is answered as ever.
 	const id = 7001
 	dec.send(t, dec.info(id, []int32{1}, 1, 1))
 	s.cli.Open(id, "")
-	waitRoomStatus(t, s, id, room.WaitingForInput)
+	waitRoomStatus(t, s, id, kv.StatusWaitingForInput)
 	dec.send(t, (&wire.Abort{Room: id, DecodeIP: "127.0.0.1", DecodePort: dec.pull.Port(), HasEndpoint: true}).Encode())
 	dec.waitFrame(t, func(m wire.Outbound) bool {
 		a, ok := m.(*wire.AbortAck)
@@ -143,17 +144,17 @@ func TestAbortReturnAddressesOnlyForRegisteredPeers(t *testing.T) {
 // is evicted, a registered decode's (pinned) never; with every link pinned a
 // new endpoint gets none. Only endpoints known as registered are dialled.
 func TestLinksCapEvictsLeastRecentlyUsed(t *testing.T) {
-	known := map[room.Endpoint]bool{}
+	known := map[kv.Endpoint]bool{}
 	var mu sync.Mutex
-	l, err := newLinks(slog.New(slog.DiscardHandler), 4, func(to room.Endpoint) bool {
+	l, err := newLinks(slog.New(slog.DiscardHandler), 4, func(to kv.Endpoint) bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return known[to]
-	}, func(room.Endpoint) {})
+	}, func(kv.Endpoint) {})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ep := func(i int) room.Endpoint { return room.Endpoint{IP: "127.0.0.1", Port: 1 + i} }
+	ep := func(i int) kv.Endpoint { return kv.Endpoint{IP: "127.0.0.1", Port: 1 + i} }
 	frames := [][]byte{[]byte("KV_STATUS")}
 	if err := l.send(ep(0), frames); !errors.Is(err, errUnregistered) {
 		t.Fatalf("unregistered endpoint: %v", err)
@@ -216,11 +217,11 @@ func TestReRegistrationFromTheSameEndpointDropsTheOldAgent(t *testing.T) {
 	const id = 5001
 	dec.send(t, dec.info(id, []int32{1}, 1, 1))
 	s.cli.Open(id, "")
-	waitRoomStatus(t, s, id, room.WaitingForInput)
+	waitRoomStatus(t, s, id, kv.StatusWaitingForInput)
 
 	sameEndpoint := func(r *wire.Registration) { r.DecodePort = port }
 	next := newDecodeWith(t, decodeShape(false), sameEndpoint, d)
-	if rep := s.waitTerminal(t, id); rep.Status != room.Failed || rep.Reason != room.ReasonPeerLost {
+	if rep := s.waitTerminal(t, id); rep.Status != kv.StatusFailed || rep.Reason != kv.ReasonPeerLost {
 		t.Fatalf("old agent's room: %v/%v", rep.Status, rep.Reason)
 	}
 	waitFor(t, "the new registration", func() bool { return d.Counters()["registrations"] == 2 })
@@ -244,7 +245,7 @@ func TestReRegistrationFromTheSameEndpointDropsTheOldAgent(t *testing.T) {
 		DstKVIndices: []int32{9}, DstAuxIndex: 2, RequiredDstInfoNum: 1, HasDecodePrefixLen: true}
 	next.send(t, ti.Encode())
 	s.start(t, roomSpec{id: ok, src: []int32{4}, chunks: []int{1}, aux: 2})
-	if rep := s.waitTerminal(t, ok); rep.Status != room.Success {
+	if rep := s.waitTerminal(t, ok); rep.Status != kv.StatusSuccess {
 		t.Fatalf("new agent's room: %v/%v", rep.Status, rep.Reason)
 	}
 	next.verify(t, ok, []int32{9}, 2)
@@ -301,10 +302,10 @@ func TestDecodeLossDropsThePeer(t *testing.T) {
 	const id = 6001
 	dec.send(t, dec.info(id, []int32{1}, 1, 1))
 	s.cli.Open(id, "")
-	waitRoomStatus(t, s, id, room.WaitingForInput)
+	waitRoomStatus(t, s, id, kv.StatusWaitingForInput)
 	waitFor(t, "the link connected", func() bool { return d.links.len() == 1 })
 	dec.pull.Stop()
-	if rep := s.waitTerminal(t, id); rep.Status != room.Failed || rep.Reason != room.ReasonPeerLost {
+	if rep := s.waitTerminal(t, id); rep.Status != kv.StatusFailed || rep.Reason != kv.ReasonPeerLost {
 		t.Fatalf("room of the lost decode: %v/%v", rep.Status, rep.Reason)
 	}
 	waitFor(t, "dropped and its link closed", func() bool {
@@ -330,9 +331,9 @@ func TestShutdownIsBoundedWithADeadDecodeOwedNotices(t *testing.T) {
 	dead := deadPort(t)
 	newDecodeWith(t, decodeShape(false), func(r *wire.Registration) { r.DecodePort = dead }, d)
 	waitFor(t, "registration", func() bool { return d.Counters()["registrations"] == 1 })
-	to := room.Endpoint{IP: "127.0.0.1", Port: dead}
+	to := kv.Endpoint{IP: "127.0.0.1", Port: dead}
 	for i := range 10000 {
-		d.Notify(uint64(i), room.Notice{Kind: room.FailureStatus, To: to, Reason: room.ReasonShutdown})
+		d.Notify(uint64(i), room.Notice{Kind: room.FailureStatus, To: to, Reason: kv.ReasonShutdown})
 	}
 	dropped := d.Counters()["notices_dropped"]
 	if dropped == 0 {
@@ -361,10 +362,10 @@ func TestDroppedNoticesAreRateLimited(t *testing.T) {
 	const n = 200000
 	var logs logBuf
 	d := startDaemonWith(t, func(c *Config) { c.Logger = logs.logger() })
-	to := room.Endpoint{IP: "127.0.0.1", Port: deadPort(t)}
+	to := kv.Endpoint{IP: "127.0.0.1", Port: deadPort(t)}
 	start := time.Now()
 	for i := range n {
-		d.Notify(uint64(i), room.Notice{Kind: room.FailureStatus, To: to, Reason: room.ReasonShutdown})
+		d.Notify(uint64(i), room.Notice{Kind: room.FailureStatus, To: to, Reason: kv.ReasonShutdown})
 	}
 	secs := int(time.Since(start)/time.Second) + 1
 	lines := logs.count("notice to decode dropped")

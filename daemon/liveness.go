@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/kvxfer/kvxfer/actors/peer"
-	"github.com/kvxfer/kvxfer/actors/room"
 	"github.com/kvxfer/kvxfer/internal/clock"
+	"github.com/kvxfer/kvxfer/kv"
 	"github.com/kvxfer/kvxfer/transport/zmqio"
 )
 
@@ -92,7 +92,7 @@ type LivenessConfig struct {
 	// NoConfirm keeps both off whatever the environment says (tests).
 	NoConfirm bool
 	// Probe replaces the TCP connect (tests).
-	Probe func(ctx context.Context, to room.Endpoint) ProbeResult
+	Probe func(ctx context.Context, to kv.Endpoint) ProbeResult
 	// Clock replaces the engine's clock (tests).
 	Clock clock.Clock
 }
@@ -242,8 +242,8 @@ func (l *liveness) ingestKeepAlive() *zmqio.KeepAlive {
 // drops a connection that closes before its greeting, and nothing reaches
 // the socket's reader). The close is a reset, so probes leave no TIME_WAIT
 // sockets behind however often they run.
-func tcpProbe(timeout time.Duration) func(context.Context, room.Endpoint) ProbeResult {
-	return func(ctx context.Context, to room.Endpoint) ProbeResult {
+func tcpProbe(timeout time.Duration) func(context.Context, kv.Endpoint) ProbeResult {
+	return func(ctx context.Context, to kv.Endpoint) ProbeResult {
 		dl := net.Dialer{Timeout: timeout}
 		c, err := dl.DialContext(ctx, "tcp", net.JoinHostPort(to.IP, strconv.Itoa(to.Port)))
 		if err == nil {
@@ -293,7 +293,7 @@ func (l *liveness) rules(r peer.Config) peer.Config {
 
 // confirms says whether writes to a decode at this endpoint wait for a
 // probe begun after them.
-func (l *liveness) confirms(at room.Endpoint) bool {
+func (l *liveness) confirms(at kv.Endpoint) bool {
 	return !l.cfg.Off && (l.cfg.ConfirmWrites || l.cfg.ConfirmRemote && !isLoopbackIP(at.IP))
 }
 
@@ -306,7 +306,7 @@ const minProbeGap = time.Millisecond
 // result with the time it came back. A probe that follows the answer of the
 // one before (back: writes came while it was out) starts at least
 // minProbeGap after that one began (last); it returns when this one begins.
-func (l *liveness) probe(at room.Endpoint, last time.Time, back bool, report func(peer.Msg)) time.Time {
+func (l *liveness) probe(at kv.Endpoint, last time.Time, back bool, report func(peer.Msg)) time.Time {
 	now := time.Now()
 	wait := time.Duration(0)
 	if back && !last.IsZero() {
@@ -359,7 +359,7 @@ func (d *Daemon) livenessOf(ctx context.Context) []EndpointLiveness {
 		default:
 			continue
 		}
-		v := EndpointLiveness{Endpoint: room.Endpoint(p.Endpoint).String(), LastProbe: p.LastProbe,
+		v := EndpointLiveness{Endpoint: kv.Endpoint(p.Endpoint).String(), LastProbe: p.LastProbe,
 			Fenced: p.State == peer.Fenced.String(), Held: p.Held}
 		if p.Failing {
 			v.UnreachableMs = now.Sub(p.LastOK).Milliseconds()
@@ -381,7 +381,7 @@ type heldWrite struct{ post, fail func() }
 // answered, or fails it. No new write is posted toward a decode that may be
 // behind a cut link, where it would land only when the link returns,
 // possibly after decode gave the room up.
-func (d *Daemon) gateTransfer(t room.Transfer, epoch uint64, post, fail func()) bool {
+func (d *Daemon) gateTransfer(t kv.Transfer, epoch uint64, post, fail func()) bool {
 	if d.liveness == nil || d.liveness.cfg.Off || d.peers.gated.Load() == 0 {
 		return false
 	}
@@ -392,12 +392,12 @@ func (d *Daemon) gateTransfer(t room.Transfer, epoch uint64, post, fail func()) 
 // linkAllowed says whether a link may be dialled to an endpoint: a
 // registered decode's (dialects.known). A fenced decode keeps the pinned
 // link it had, so that a room failed by the fence still tells decode.
-func (d *Daemon) linkAllowed(at room.Endpoint) bool { return d.dialects.known(at) }
+func (d *Daemon) linkAllowed(at kv.Endpoint) bool { return d.dialects.known(at) }
 
 // linkLost runs when the link's monitor sees its TCP connection to decode's
 // PULL socket close: each peer at the endpoint probes now (a dead process is
 // refused at once), or, without liveness, is dropped at once.
-func (d *Daemon) linkLost(at room.Endpoint) {
+func (d *Daemon) linkLost(at kv.Endpoint) {
 	d.peers.actors.SendAt(peer.Endpoint(at), peer.LinkLost{})
 }
 

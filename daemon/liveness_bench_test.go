@@ -3,7 +3,7 @@ package daemon
 import (
 	"testing"
 
-	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/kv"
 )
 
 // BenchmarkRoomConfirmWrites: one room of two chunks after another, from
@@ -26,7 +26,7 @@ func BenchmarkRoomConfirmWrites(b *testing.B) {
 				i := int(id)
 				dec.send(b, dec.info(id, seqPages(i%60, 2), i%16, 1))
 				s.start(b, roomSpec{id: id, src: seqPages(i%60, 2), chunks: []int{1, 1}, aux: i % 16})
-				if rep := s.waitTerminal(b, id); rep.Status != room.Success {
+				if rep := s.waitTerminal(b, id); rep.Status != kv.StatusSuccess {
 					b.Fatalf("room %d: %v/%v", id, rep.Status, rep.Reason)
 				}
 			}

@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/kvxfer/kvxfer/actors"
-	"github.com/kvxfer/kvxfer/actors/room"
 	"github.com/kvxfer/kvxfer/internal/clock"
 	"github.com/kvxfer/kvxfer/internal/testrig"
+	"github.com/kvxfer/kvxfer/kv"
 	"github.com/kvxfer/kvxfer/transport/wire"
 )
 
@@ -56,13 +56,13 @@ func livenessDaemon(t *testing.T, cfg LivenessConfig) (*Daemon, *scheduler, *clo
 
 // waitWatched waits until the peer at an endpoint is loaded (its probes
 // armed).
-func waitWatched(t *testing.T, d *Daemon, at room.Endpoint) {
+func waitWatched(t *testing.T, d *Daemon, at kv.Endpoint) {
 	t.Helper()
 	waitFor(t, "decode watched", func() bool { p, ok := peerAt(t, d, at); return ok && p.State == "ready" })
 }
 
 // peerAt is the peer whose current incarnation registered at an endpoint.
-func peerAt(t testing.TB, d *Daemon, at room.Endpoint) (actors.PeerState, bool) {
+func peerAt(t testing.TB, d *Daemon, at kv.Endpoint) (actors.PeerState, bool) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -71,7 +71,7 @@ func peerAt(t testing.TB, d *Daemon, at room.Endpoint) (actors.PeerState, bool) 
 		t.Fatal(err)
 	}
 	for _, p := range all {
-		if room.Endpoint(p.Endpoint) == at && p.State != "gone" {
+		if kv.Endpoint(p.Endpoint) == at && p.State != "gone" {
 			return p, true
 		}
 	}
@@ -79,13 +79,13 @@ func peerAt(t testing.TB, d *Daemon, at room.Endpoint) (actors.PeerState, bool) 
 }
 
 // heldCount is how many writes the peer at an endpoint holds.
-func heldCount(t testing.TB, d *Daemon, at room.Endpoint) int {
+func heldCount(t testing.TB, d *Daemon, at kv.Endpoint) int {
 	p, _ := peerAt(t, d, at)
 	return p.Held
 }
 
-func endpointOf(r *decodeRank) room.Endpoint {
-	return room.Endpoint{IP: "127.0.0.1", Port: r.pull.Port()}
+func endpointOf(r *decodeRank) kv.Endpoint {
+	return kv.Endpoint{IP: "127.0.0.1", Port: r.pull.Port()}
 }
 
 // advance moves the clock a second at a time; after each, every probe the
@@ -132,15 +132,15 @@ func TestDecodeUnreachablePastItsBudget(t *testing.T) {
 	const idle, late, after = 501, 502, 503
 	dec.send(t, dec.info(idle, seqPages(0, 1), 0, 1))
 	s.cli.Open(idle, "")
-	waitRoomStatus(t, s, idle, room.WaitingForInput)
+	waitRoomStatus(t, s, idle, kv.StatusWaitingForInput)
 
 	probes.set(at, ProbeUnreachable)
 	advance(t, d, clk, 9)
-	if reps, _ := s.cli.Poll([]uint64{idle}, nil); reps[0].Status != room.WaitingForInput {
+	if reps, _ := s.cli.Poll([]uint64{idle}, nil); reps[0].Status != kv.StatusWaitingForInput {
 		t.Fatalf("room failed before the budget: %v", reps[0].Status)
 	}
 	advance(t, d, clk, 1)
-	if rep := s.waitTerminal(t, idle); rep.Status != room.Failed || rep.Reason != room.ReasonPeerLost {
+	if rep := s.waitTerminal(t, idle); rep.Status != kv.StatusFailed || rep.Reason != kv.ReasonPeerLost {
 		t.Fatalf("idle room of the unreachable decode: %v/%v", rep.Status, rep.Reason)
 	}
 	if c := d.Counters(); c["peers_fenced"] != 1 || c["peers_lost"] != 1 {
@@ -156,10 +156,10 @@ func TestDecodeUnreachablePastItsBudget(t *testing.T) {
 	probes.set(at, ProbeOK) // the link is back
 	dec.send(t, dec.info(late, lateDst, 1, 1))
 	s.start(t, roomSpec{id: late, src: seqPages(3, 2), chunks: []int{2}, aux: 1})
-	if rep := s.waitTerminal(t, late); rep.Status != room.Failed || rep.Reason != room.ReasonPeerLost {
+	if rep := s.waitTerminal(t, late); rep.Status != kv.StatusFailed || rep.Reason != kv.ReasonPeerLost {
 		t.Fatalf("room of a late transfer info: %v/%v", rep.Status, rep.Reason)
 	}
-	if st := dec.waitFrame(t, isStatus(late)).(*wire.KVStatus); st.Status != wire.KVPollFailed {
+	if st := dec.waitFrame(t, isStatus(late)).(*wire.KVStatus); st.Status != kv.StatusFailed {
 		t.Fatalf("decode told %+v", st)
 	}
 	if !dec.node.PagesZero(lateDst) || d.PoolStats().Posted != 0 {
@@ -175,7 +175,7 @@ func TestDecodeUnreachablePastItsBudget(t *testing.T) {
 	dec.checker.Expect(after, 1, false)
 	dec.send(t, dec.info(after, seqPages(20, 1), 2, 1))
 	s.start(t, roomSpec{id: after, src: seqPages(6, 1), chunks: []int{1}, aux: 2})
-	if rep := s.waitTerminal(t, after); rep.Status != room.Success {
+	if rep := s.waitTerminal(t, after); rep.Status != kv.StatusSuccess {
 		t.Fatalf("room after the decode came back: %v/%v", rep.Status, rep.Reason)
 	}
 	dec.verify(t, after, seqPages(20, 1), 2)
@@ -197,7 +197,7 @@ func TestFencedDecodeThatKeptItsRoomsIsLoadedAgain(t *testing.T) {
 	const fenced, served = 601, 602
 	dec.send(t, dec.info(fenced, seqPages(0, 1), 0, 1))
 	s.start(t, roomSpec{id: fenced, src: seqPages(0, 1), chunks: []int{1}, aux: 0})
-	if rep := s.waitTerminal(t, fenced); rep.Status != room.Failed || rep.Reason != room.ReasonPeerLost {
+	if rep := s.waitTerminal(t, fenced); rep.Status != kv.StatusFailed || rep.Reason != kv.ReasonPeerLost {
 		t.Fatalf("room inside the fence hold: %v/%v", rep.Status, rep.Reason)
 	}
 	advance(t, d, clk, 2) // answered since 5 s: 6 s at 11 s
@@ -208,7 +208,7 @@ func TestFencedDecodeThatKeptItsRoomsIsLoadedAgain(t *testing.T) {
 	dec.checker.Expect(served, 1, false)
 	dec.send(t, dec.info(served, seqPages(4, 1), 1, 1))
 	s.start(t, roomSpec{id: served, src: seqPages(2, 1), chunks: []int{1}, aux: 1})
-	if rep := s.waitTerminal(t, served); rep.Status != room.Success {
+	if rep := s.waitTerminal(t, served); rep.Status != kv.StatusSuccess {
 		t.Fatalf("room after the fence: %v/%v", rep.Status, rep.Reason)
 	}
 	dec.verify(t, served, seqPages(4, 1), 1)
@@ -224,10 +224,10 @@ func TestDecodeGoneIsDroppedAtTheNextProbe(t *testing.T) {
 	const id = 701
 	dec.send(t, dec.info(id, seqPages(0, 1), 0, 1))
 	s.cli.Open(id, "")
-	waitRoomStatus(t, s, id, room.WaitingForInput)
+	waitRoomStatus(t, s, id, kv.StatusWaitingForInput)
 	probes.set(at, ProbeRefused)
 	advance(t, d, clk, 1)
-	if rep := s.waitTerminal(t, id); rep.Status != room.Failed || rep.Reason != room.ReasonPeerLost {
+	if rep := s.waitTerminal(t, id); rep.Status != kv.StatusFailed || rep.Reason != kv.ReasonPeerLost {
 		t.Fatalf("room of the gone decode: %v/%v", rep.Status, rep.Reason)
 	}
 	if c := d.Counters(); c["peers_fenced"] != 0 || c["peers_lost"] != 1 {
@@ -250,8 +250,8 @@ func TestTransfersHeldWhileDecodeDoesNotAnswer(t *testing.T) {
 	dec.send(t, dec.info(long, seqPages(4, 2), 1, 1))
 	s.cli.Open(short, "")
 	s.cli.Open(long, "")
-	waitRoomStatus(t, s, short, room.WaitingForInput)
-	waitRoomStatus(t, s, long, room.WaitingForInput)
+	waitRoomStatus(t, s, short, kv.StatusWaitingForInput)
+	waitRoomStatus(t, s, long, kv.StatusWaitingForInput)
 
 	probes.set(at, ProbeUnreachable)
 	advance(t, d, clk, 1)
@@ -262,7 +262,7 @@ func TestTransfersHeldWhileDecodeDoesNotAnswer(t *testing.T) {
 	}
 	probes.set(at, ProbeOK)
 	advance(t, d, clk, 1) // 2 s since the last answer: under SafeAfter
-	if rep := s.waitTerminal(t, short); rep.Status != room.Success {
+	if rep := s.waitTerminal(t, short); rep.Status != kv.StatusSuccess {
 		t.Fatalf("room after a short outage: %v/%v", rep.Status, rep.Reason)
 	}
 	dec.verify(t, short, seqPages(0, 2), 0)
@@ -275,7 +275,7 @@ func TestTransfersHeldWhileDecodeDoesNotAnswer(t *testing.T) {
 	s.start(t, roomSpec{id: long, src: seqPages(12, 2), chunks: []int{2}, aux: 3})
 	waitFor(t, "chunk held", func() bool { return heldCount(t, d, at) == 1 })
 	advance(t, d, clk, 5) // 6 s since the last answer: the budget
-	if rep := s.waitTerminal(t, long); rep.Status != room.Failed || rep.Reason != room.ReasonPeerLost {
+	if rep := s.waitTerminal(t, long); rep.Status != kv.StatusFailed || rep.Reason != kv.ReasonPeerLost {
 		t.Fatalf("room after a long outage: %v/%v", rep.Status, rep.Reason)
 	}
 	if n := d.PoolStats().Posted; n != posted || !dec.node.PagesZero(dst) {
@@ -323,7 +323,7 @@ func TestConfirmWritesNothingPostedTowardACutDecode(t *testing.T) {
 	dec.checker.Expect(ok, 1, false)
 	dec.send(t, dec.info(ok, seqPages(0, 2), 0, 1))
 	s.start(t, roomSpec{id: ok, src: seqPages(10, 2), chunks: []int{1, 1}, aux: 0})
-	if rep := s.waitTerminal(t, ok); rep.Status != room.Success {
+	if rep := s.waitTerminal(t, ok); rep.Status != kv.StatusSuccess {
 		t.Fatalf("room toward a reachable decode: %v/%v", rep.Status, rep.Reason)
 	}
 	dec.verify(t, ok, seqPages(0, 2), 0)
@@ -333,12 +333,12 @@ func TestConfirmWritesNothingPostedTowardACutDecode(t *testing.T) {
 	dec.node.ZeroPages(dst)
 	dec.send(t, dec.info(cut, dst, 1, 1))
 	s.cli.Open(cut, "")
-	waitRoomStatus(t, s, cut, room.WaitingForInput)
+	waitRoomStatus(t, s, cut, kv.StatusWaitingForInput)
 	probes.set(at, ProbeUnreachable) // the cut, before any periodic probe saw it
 	s.start(t, roomSpec{id: cut, src: seqPages(12, 2), chunks: []int{2}, aux: 1})
 	waitFor(t, "chunk held", func() bool { return heldCount(t, d, at) == 1 })
 	advance(t, d, clk, 4)
-	if rep := s.waitTerminal(t, cut); rep.Status != room.Failed || rep.Reason != room.ReasonPeerLost {
+	if rep := s.waitTerminal(t, cut); rep.Status != kv.StatusFailed || rep.Reason != kv.ReasonPeerLost {
 		t.Fatalf("room toward a cut decode: %v/%v", rep.Status, rep.Reason)
 	}
 	if n := d.PoolStats().Posted; n != posted || !dec.node.PagesZero(dst) {
@@ -378,19 +378,19 @@ func TestLinkLossProbesAtOnce(t *testing.T) {
 	gone.send(t, gone.info(goneRoom, seqPages(0, 1), 0, 1))
 	s.cli.Open(keptRoom, "")
 	s.cli.Open(goneRoom, "")
-	waitRoomStatus(t, s, keptRoom, room.WaitingForInput)
-	waitRoomStatus(t, s, goneRoom, room.WaitingForInput)
+	waitRoomStatus(t, s, keptRoom, kv.StatusWaitingForInput)
+	waitRoomStatus(t, s, goneRoom, kv.StatusWaitingForInput)
 
 	// Both PULL sockets close; only gone's endpoint is refused.
 	probes.set(endpointOf(gone), ProbeRefused)
 	n := probes.n.Load()
 	kept.pull.Stop()
 	gone.pull.Stop()
-	if rep := s.waitTerminal(t, goneRoom); rep.Status != room.Failed || rep.Reason != room.ReasonPeerLost {
+	if rep := s.waitTerminal(t, goneRoom); rep.Status != kv.StatusFailed || rep.Reason != kv.ReasonPeerLost {
 		t.Fatalf("room of the refused decode: %v/%v", rep.Status, rep.Reason)
 	}
 	waitFor(t, "both probed", func() bool { return probes.n.Load() >= n+2 })
-	if reps, _ := s.cli.Poll([]uint64{keptRoom}, nil); reps[0].Status != room.WaitingForInput {
+	if reps, _ := s.cli.Poll([]uint64{keptRoom}, nil); reps[0].Status != kv.StatusWaitingForInput {
 		t.Fatalf("room of the decode that still answers: %v", reps[0].Status)
 	}
 	if c := d.Counters(); c["peers_lost"] != 1 {

@@ -1,7 +1,7 @@
 package daemon
 
 import (
-	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/kv"
 	"github.com/kvxfer/kvxfer/transport/wire"
 )
 
@@ -19,7 +19,7 @@ import (
 // lostTarget is a decode endpoint known before any frame is read: from the
 // registrations the state file replays.
 type lostTarget struct {
-	to      room.Endpoint
+	to      kv.Endpoint
 	dialect wire.Dialect
 }
 
@@ -27,14 +27,14 @@ type lostTarget struct {
 // registrations (the replay itself runs later, on the ingest goroutine).
 func (d *Daemon) replayTargets(msgs [][][]byte) []lostTarget {
 	var out []lostTarget
-	seen := map[room.Endpoint]bool{}
+	seen := map[kv.Endpoint]bool{}
 	for _, frames := range msgs {
 		m, err := wire.DecodeInbound(frames)
 		r, ok := m.(*wire.Registration)
 		if err != nil || !ok {
 			continue
 		}
-		to := room.Endpoint{IP: r.DecodeIP, Port: r.DecodePort}
+		to := kv.Endpoint{IP: r.DecodeIP, Port: r.DecodePort}
 		if seen[to] {
 			continue
 		}
@@ -48,7 +48,7 @@ func (d *Daemon) replayTargets(msgs [][][]byte) []lostTarget {
 // registrations and those accepted since, each in the dialect it reads.
 func (d *Daemon) lostTargets() []lostTarget {
 	out := append([]lostTarget(nil), d.replayTo...)
-	seen := map[room.Endpoint]bool{}
+	seen := map[kv.Endpoint]bool{}
 	for _, t := range out {
 		seen[t.to] = true
 	}
@@ -66,7 +66,7 @@ func (d *Daemon) lostTargets() []lostTarget {
 // endpoint that reads KV_STATUS; it returns how many endpoints took every
 // status. It runs on the control goroutine: the sends only queue on the links.
 func (d *Daemon) failLost(rooms []uint64) int {
-	why := room.ReasonTransferProcessLost
+	why := kv.ReasonTransferProcessLost
 	for _, r := range rooms {
 		d.eng.Fail(r, why)
 	}
@@ -78,7 +78,7 @@ func (d *Daemon) failLost(rooms []uint64) int {
 		}
 		sent := true
 		for _, r := range rooms {
-			frames := (&wire.KVStatus{Room: r, Status: wire.KVPollFailed, PrefillRank: d.cfg.Rank.Unique(), Reason: why.String()}).Encode()
+			frames := (&wire.KVStatus{Room: r, Status: kv.StatusFailed, PrefillRank: d.cfg.Rank.Unique(), Reason: why.String()}).Encode()
 			if err := d.links.send(t.to, frames); err != nil {
 				d.counters.noticeDropped.Add(1)
 				d.log.Warn("telling a decode of a lost kvxferd's rooms failed", "to", t.to.String(), "err", err)

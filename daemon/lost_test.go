@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/kv"
 	"github.com/kvxfer/kvxfer/transport/control"
 	"github.com/kvxfer/kvxfer/transport/wire"
 )
@@ -15,7 +15,7 @@ import (
 func lostStatus(dec *decodeRank, id uint64) func(wire.Outbound) bool {
 	return func(m wire.Outbound) bool {
 		k, ok := m.(*wire.KVStatus)
-		return ok && k.Room == id && k.Status == wire.KVPollFailed && k.Reason == "transfer_process_lost"
+		return ok && k.Room == id && k.Status == kv.StatusFailed && k.Reason == "transfer_process_lost"
 	}
 }
 
@@ -48,7 +48,7 @@ func TestLostRoomsOfAPredecessorReachTheDecodesItKnew(t *testing.T) {
 	}
 	dec.waitFrame(t, lostStatus(dec, a))
 	dec.waitFrame(t, lostStatus(dec, b))
-	if rep := s2.waitTerminal(t, a); rep.Status != room.Failed || rep.Reason != room.ReasonTransferProcessLost {
+	if rep := s2.waitTerminal(t, a); rep.Status != kv.StatusFailed || rep.Reason != kv.ReasonTransferProcessLost {
 		t.Fatalf("lost room polls %v/%v", rep.Status, rep.Reason)
 	}
 	dec.send(t, (&wire.Abort{Room: a, DecodeIP: "127.0.0.1", DecodePort: dec.pull.Port(), HasEndpoint: true,
@@ -89,7 +89,7 @@ func TestLostRoomsTellOnlyDecodesThatReadStatuses(t *testing.T) {
 			if tc.told > 0 {
 				dec.waitFrame(t, lostStatus(dec, 9001))
 			}
-			if rep := s.waitTerminal(t, 9001); rep.Reason != room.ReasonTransferProcessLost {
+			if rep := s.waitTerminal(t, 9001); rep.Reason != kv.ReasonTransferProcessLost {
 				t.Fatalf("lost room polls %v/%v", rep.Status, rep.Reason)
 			}
 			many := make([]uint64, control.MaxLost+1)

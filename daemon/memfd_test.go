@@ -9,7 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/kv"
 	"github.com/kvxfer/kvxfer/nixl"
 	"github.com/kvxfer/kvxfer/transport/control"
 	"github.com/kvxfer/kvxfer/transport/wire"
@@ -130,7 +130,7 @@ func TestRoomFromMemfdPools(t *testing.T) {
 	dec.checker.Expect(id, 1, false)
 	dec.send(t, dec.info(id, dst, 4, 1))
 	s.start(t, roomSpec{id: id, src: src, chunks: []int{2, 1}, aux: 4})
-	if rep := s.waitTerminal(t, id); rep.Status != room.Success {
+	if rep := s.waitTerminal(t, id); rep.Status != kv.StatusSuccess {
 		t.Fatalf("room ended %v/%v", rep.Status, rep.Reason)
 	}
 	dec.verify(t, id, dst, 4)

@@ -14,8 +14,8 @@ import (
 
 	"github.com/kvxfer/kvxfer/actors"
 	"github.com/kvxfer/kvxfer/actors/peer"
-	"github.com/kvxfer/kvxfer/actors/room"
 	"github.com/kvxfer/kvxfer/internal/clock"
+	"github.com/kvxfer/kvxfer/kv"
 	"github.com/kvxfer/kvxfer/nixl"
 	"github.com/kvxfer/kvxfer/nixl/kvmem"
 	"github.com/kvxfer/kvxfer/nixl/loopback"
@@ -125,7 +125,7 @@ func TestIngestNeverBlocksWhileARegistrationLoads(t *testing.T) {
 	fast.checker.Expect(201, 1, false)
 	fast.send(t, fast.info(201, seqPages(10, 2), 2, 1))
 	s.start(t, roomSpec{id: 201, src: seqPages(10, 2), chunks: []int{2}, aux: 2})
-	if rep := s.waitTerminal(t, 201); rep.Status != room.Success {
+	if rep := s.waitTerminal(t, 201); rep.Status != kv.StatusSuccess {
 		t.Fatalf("other decode's room while a load is held: %v/%v", rep.Status, rep.Reason)
 	}
 	fast.verify(t, 201, seqPages(10, 2), 2)
@@ -137,7 +137,7 @@ func TestIngestNeverBlocksWhileARegistrationLoads(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if st := reps[0].Status; st != room.Bootstrapping {
+		if st := reps[0].Status; st != kv.StatusBootstrapping {
 			t.Fatalf("room %d is %v before its decode's registration loaded", id, st)
 		}
 	}
@@ -147,14 +147,14 @@ func TestIngestNeverBlocksWhileARegistrationLoads(t *testing.T) {
 
 	release()
 	released = true
-	if rep := s.waitTerminal(t, 101); rep.Status != room.Success {
+	if rep := s.waitTerminal(t, 101); rep.Status != kv.StatusSuccess {
 		t.Fatalf("queued room: %v/%v", rep.Status, rep.Reason)
 	}
 	slow.verify(t, 101, seqPages(0, 2), 0)
 	// The ABORT came after 102's info: the room fails decode_abort and the ACK
 	// echoes the generation (an ABORT applied first would have found no
 	// decode endpoint to answer).
-	if rep := s.waitTerminal(t, 102); rep.Status != room.Failed || rep.Reason != room.ReasonDecodeAbort {
+	if rep := s.waitTerminal(t, 102); rep.Status != kv.StatusFailed || rep.Reason != kv.ReasonDecodeAbort {
 		t.Fatalf("queued ABORT: %v/%v", rep.Status, rep.Reason)
 	}
 	if ack := slow.waitFrame(t, isAck(102)).(*wire.AbortAck); !ack.HasGen || ack.Generation != 7 {
@@ -177,11 +177,11 @@ func TestSameAgentRegisteringAgainIsTheDecodeComingBack(t *testing.T) {
 	const old = 301
 	dec.send(t, dec.info(old, seqPages(0, 1), 0, 1))
 	s.cli.Open(old, "")
-	waitRoomStatus(t, s, old, room.WaitingForInput)
+	waitRoomStatus(t, s, old, kv.StatusWaitingForInput)
 	waitFor(t, "registered", func() bool { return d.Counters()["registrations"] == 1 })
 
 	dec.send(t, dec.reg.Encode())
-	if rep := s.waitTerminal(t, old); rep.Status != room.Failed || rep.Reason != room.ReasonPeerLost {
+	if rep := s.waitTerminal(t, old); rep.Status != kv.StatusFailed || rep.Reason != kv.ReasonPeerLost {
 		t.Fatalf("room from before the decode came back: %v/%v", rep.Status, rep.Reason)
 	}
 	waitFor(t, "loaded again", func() bool { return d.Counters()["registrations"] == 2 })
@@ -201,7 +201,7 @@ func TestSameAgentRegisteringAgainIsTheDecodeComingBack(t *testing.T) {
 	dec.checker.Expect(fresh, 1, false)
 	dec.send(t, dec.info(fresh, seqPages(5, 2), 1, 1))
 	s.start(t, roomSpec{id: fresh, src: seqPages(3, 2), chunks: []int{2}, aux: 1})
-	if rep := s.waitTerminal(t, fresh); rep.Status != room.Success {
+	if rep := s.waitTerminal(t, fresh); rep.Status != kv.StatusSuccess {
 		t.Fatalf("room after the decode came back: %v/%v", rep.Status, rep.Reason)
 	}
 	dec.verify(t, fresh, seqPages(5, 2), 1)
@@ -284,7 +284,7 @@ func TestFailedActivationRollsBack(t *testing.T) {
 	dec.checker.Expect(id, 1, false)
 	dec.send(t, dec.info(id, seqPages(7, 1), 2, 1))
 	s2.start(t, roomSpec{id: id, src: seqPages(1, 1), chunks: []int{1}, aux: 2})
-	if rep := s2.waitTerminal(t, id); rep.Status != room.Success {
+	if rep := s2.waitTerminal(t, id); rep.Status != kv.StatusSuccess {
 		t.Fatalf("room after the second activation: %v/%v", rep.Status, rep.Reason)
 	}
 	dec.verify(t, id, seqPages(7, 1), 2)
@@ -350,20 +350,20 @@ func registerSchedulerMemory(t *testing.T, d *Daemon) *memRig {
 // fakeProbes answers liveness probes per endpoint (default ProbeOK).
 type fakeProbes struct {
 	mu  sync.Mutex
-	res map[room.Endpoint]ProbeResult
+	res map[kv.Endpoint]ProbeResult
 	n   atomic.Int64
 }
 
-func (f *fakeProbes) set(at room.Endpoint, r ProbeResult) {
+func (f *fakeProbes) set(at kv.Endpoint, r ProbeResult) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.res == nil {
-		f.res = map[room.Endpoint]ProbeResult{}
+		f.res = map[kv.Endpoint]ProbeResult{}
 	}
 	f.res[at] = r
 }
 
-func (f *fakeProbes) probe(_ context.Context, at room.Endpoint) ProbeResult {
+func (f *fakeProbes) probe(_ context.Context, at kv.Endpoint) ProbeResult {
 	f.n.Add(1)
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvxfer/kvxfer/actors/room"
 	"github.com/kvxfer/kvxfer/internal/clock"
+	"github.com/kvxfer/kvxfer/kv"
 	"github.com/kvxfer/kvxfer/transport/wire"
 )
 
@@ -84,7 +84,7 @@ func TestRegisterAndRestoreOfOneAgentLeaveOneWorkingRegistration(t *testing.T) {
 	dec.checker.Expect(id, 1, false)
 	dec.send(t, dec.info(id, seqPages(0, 1), 0, 1))
 	s.start(t, roomSpec{id: id, src: seqPages(0, 1), chunks: []int{1}, aux: 0})
-	if rep := s.waitTerminal(t, id); rep.Status != room.Success {
+	if rep := s.waitTerminal(t, id); rep.Status != kv.StatusSuccess {
 		t.Fatalf("room of the registered decode: %v/%v", rep.Status, rep.Reason)
 	}
 	dec.verify(t, id, seqPages(0, 1), 0)

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/kv"
 	"github.com/kvxfer/kvxfer/transport/wire"
 )
 
@@ -20,7 +20,7 @@ func TestRegistrationSlotCap(t *testing.T) {
 	}, d)
 	s.cli.Open(760, "")
 	bad.send(t, bad.info(760, seqPages(0, 1), 0, 1))
-	if rep := s.waitTerminal(t, 760); rep.Status != room.Failed || rep.Reason != room.ReasonPeerRejected {
+	if rep := s.waitTerminal(t, 760); rep.Status != kv.StatusFailed || rep.Reason != kv.ReasonPeerRejected {
 		t.Fatalf("room of the hostile agent: %v/%v", rep.Status, rep.Reason)
 	}
 	st := bad.waitFrame(t, isStatus(760)).(*wire.KVStatus)

@@ -7,7 +7,7 @@ import (
 
 	"github.com/kvxfer/kvxfer/actors"
 	"github.com/kvxfer/kvxfer/actors/peer"
-	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/kv"
 )
 
 // peerLocal is the daemon's own state of one peer, kept by its actor and
@@ -15,7 +15,7 @@ import (
 type peerLocal struct {
 	view     *peerView   // what the ingest reads (peers.views)
 	cur      *regPayload // the registration of the incarnation loading or loaded
-	to       room.Endpoint
+	to       kv.Endpoint
 	started  time.Time // on the daemon's clock, when its load began
 	restored bool
 	holding  bool // counted in peers.slots
@@ -94,7 +94,7 @@ func (p *peers) Exec(pc *actors.PeerCtx, fx peer.Effects) {
 			d.counters.duplicateRegistrations.Add(1)
 			if ok, suppressed := p.dupLogs.allow(); ok {
 				r := pc.Msg.(peer.Register)
-				d.log.Info("duplicate registration ignored (first wins)", "agent", agent, "endpoint", room.Endpoint(r.From).String(),
+				d.log.Info("duplicate registration ignored (first wins)", "agent", agent, "endpoint", kv.Endpoint(r.From).String(),
 					"loading", pc.State == peer.Loading, "suppressed", suppressed)
 			}
 		case peer.NoteReturned:
@@ -147,14 +147,14 @@ func (p *peers) Exec(pc *actors.PeerCtx, fx peer.Effects) {
 		// written for it; the info after the failure tells decode (where
 		// its release reads KV_STATUS) that the room failed.
 		if ip, ok := i.Payload.(*infoPayload); ok && ip.t != nil {
-			d.eng.Fail(ip.t.Room, room.ReasonPeerLost)
+			d.eng.Fail(ip.t.Room, kv.ReasonPeerLost)
 			p.applyInfo(ip.t)
 		}
 	}
 	for _, i := range fx.Refuse {
 		p.letGo(i)
 		if !shutdown { // else the engine's close fails it (shutdown)
-			d.eng.Fail(i.Room, room.ReasonTransferError)
+			d.eng.Fail(i.Room, kv.ReasonTransferError)
 		}
 	}
 	for _, id := range fx.Post { // in the machine's order: held ones before those confirmed after
@@ -214,7 +214,7 @@ func (p *peers) forget(agent, why string, lost, fenced bool) {
 
 // retire closes the link to an ended peer's endpoint unless another agent
 // registered there since.
-func (p *peers) retire(agent string, to room.Endpoint) {
+func (p *peers) retire(agent string, to kv.Endpoint) {
 	if cur := p.d.dialects.acceptedAt(to); cur == "" || cur == agent {
 		p.d.links.retire(to)
 	}
@@ -228,7 +228,7 @@ func (p *peers) startLoad(pc *actors.PeerCtx, l *peerLocal, ld *peer.Load) {
 	d := p.d
 	rp := ld.Reg.(*regPayload)
 	r := rp.r
-	to := room.Endpoint{IP: r.DecodeIP, Port: r.DecodePort}
+	to := kv.Endpoint{IP: r.DecodeIP, Port: r.DecodePort}
 	l.cur, l.to, l.started, l.restored = rp, to, d.now(), ld.Restored
 	inc, report := ld.Inc, pc.Report
 	if ld.Restored {

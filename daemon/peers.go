@@ -11,6 +11,7 @@ import (
 	"github.com/kvxfer/kvxfer/actors"
 	"github.com/kvxfer/kvxfer/actors/peer"
 	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/kv"
 	"github.com/kvxfer/kvxfer/nixl"
 	"github.com/kvxfer/kvxfer/nixl/sglang"
 	"github.com/kvxfer/kvxfer/transport/wire"
@@ -84,7 +85,7 @@ type peers struct {
 	// registered last at each endpoint (where an ABORT from there waits),
 	// the engine batch, the run's routes and rejection answers per agent.
 	views      map[string]*peerView
-	at         map[room.Endpoint]string
+	at         map[kv.Endpoint]string
 	batch      *actors.Batch
 	routes     []*peerView
 	rejectedOf map[string]bool
@@ -130,7 +131,7 @@ type infoPayload struct {
 
 func newPeers(d *Daemon, maxPeers int, live *liveness) *peers {
 	s := &d.counters.logsSuppressed
-	p := &peers{d: d, max: maxPeers, views: map[string]*peerView{}, at: map[room.Endpoint]string{},
+	p := &peers{d: d, max: maxPeers, views: map[string]*peerView{}, at: map[kv.Endpoint]string{},
 		rejectedOf: map[string]bool{},
 		dupLogs:    newLogLimiter(time.Second, s), rejectLogs: newLogLimiter(time.Second, s),
 		// Honest registrations come in bursts at start-up: 20 lines a second.
@@ -204,7 +205,7 @@ var afterRegisterCheck func(agent string)
 // comeback, dialect, load). It reports whether it handed it over.
 func (p *peers) register(r *wire.Registration, frames [][]byte, replay bool) bool {
 	d := p.d
-	to := room.Endpoint{IP: r.DecodeIP, Port: r.DecodePort}
+	to := kv.Endpoint{IP: r.DecodeIP, Port: r.DecodePort}
 	v := p.views[r.AgentName]
 	if v == nil {
 		v = &peerView{}
@@ -256,7 +257,7 @@ func (p *peers) forgetViews() {
 // (*actors.Engine) or a batch of the ingest's (*actors.Batch).
 type infoSink interface {
 	TransferInfo(roomID uint64, ti room.TransferInfo)
-	Fail(roomID uint64, why room.Reason)
+	Fail(roomID uint64, why kv.Reason)
 }
 
 // toActor hands a transfer info to its agent's actor; false when the bound
@@ -278,7 +279,7 @@ func (p *peers) routeInfo(t *wire.TransferInfo, v *peerView, to infoSink, reject
 	if v != nil {
 		if !p.toActor(t, v) {
 			p.d.counters.queueRefused.Add(1)
-			to.Fail(t.Room, room.ReasonTransferError)
+			to.Fail(t.Room, kv.ReasonTransferError)
 		}
 		return
 	}
@@ -354,7 +355,7 @@ func (p *peers) applyInfoTo(t *wire.TransferInfo, to infoSink, rejected func(str
 		p.staging().info(t, p.d.cfg.PageSize)
 	}
 	info := room.TransferInfo{
-		Agent: t.AgentName, From: room.Endpoint{IP: t.DecodeIP, Port: t.DecodePort},
+		Agent: t.AgentName, From: kv.Endpoint{IP: t.DecodeIP, Port: t.DecodePort},
 		DstPages: t.DstKVIndices, DstAux: t.DstAuxIndex, Required: t.RequiredDstInfoNum,
 		DstState: t.DstStateIndices, PrefixLen: t.DecodePrefixLen, Dummy: t.IsDummy(),
 	}
@@ -362,11 +363,11 @@ func (p *peers) applyInfoTo(t *wire.TransferInfo, to infoSink, rejected func(str
 		// The room fails with the info in one step (it learns where to send
 		// the failure, and posts nothing for it); the Fail after it covers a
 		// room past collecting, which absorbs a second agent's info.
-		info.Refused = room.ReasonPeerRejected
+		info.Refused = kv.ReasonPeerRejected
 	}
 	to.TransferInfo(t.Room, info)
 	if isRejected {
-		to.Fail(t.Room, room.ReasonPeerRejected)
+		to.Fail(t.Room, kv.ReasonPeerRejected)
 	}
 }
 
@@ -377,7 +378,7 @@ func (p *peers) applyInfoTo(t *wire.TransferInfo, to infoSink, rejected func(str
 // transfer infos (in its actor), so it cannot overtake them.
 func (p *peers) Abort(a *wire.Abort) {
 	if a.HasEndpoint {
-		from := room.Endpoint{IP: a.DecodeIP, Port: a.DecodePort}
+		from := kv.Endpoint{IP: a.DecodeIP, Port: a.DecodePort}
 		if agent, ok := p.at[from]; ok {
 			v := p.views[agent]
 			if v != nil && (v.pending.Load() > 0 || peer.State(v.state.Load()) == peer.Loading) {
@@ -391,12 +392,12 @@ func (p *peers) Abort(a *wire.Abort) {
 }
 
 func (p *peers) applyAbort(a *wire.Abort) {
-	var from room.Endpoint
+	var from kv.Endpoint
 	if a.HasEndpoint {
-		from = room.Endpoint{IP: a.DecodeIP, Port: a.DecodePort}
+		from = kv.Endpoint{IP: a.DecodeIP, Port: a.DecodePort}
 		if !p.d.dialects.known(from) {
 			p.d.counters.abortsRefused.Add(1)
-			from = room.Endpoint{}
+			from = kv.Endpoint{}
 		}
 	}
 	if a.HasGen {
@@ -423,7 +424,7 @@ func (p *peers) BadFrame(err error) {
 	p.d.counters.badFrames.Add(1)
 	var fe *wire.FrameError
 	if errors.As(err, &fe) && fe.HasRoom {
-		p.d.eng.Fail(fe.Room, room.ReasonInvalidRequest)
+		p.d.eng.Fail(fe.Room, kv.ReasonInvalidRequest)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 
 	"github.com/kvxfer/kvxfer/actors/peer"
 	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/kv"
 	"github.com/kvxfer/kvxfer/nixl/kvmem"
 	"github.com/kvxfer/kvxfer/nixl/loopback"
 )
@@ -19,7 +20,7 @@ import (
 // same rooms, queue and counters.
 func TestTransferInfosMatchesPerInfo(t *testing.T) {
 	type outcome struct {
-		replies []room.Reply
+		replies []kv.Reply
 		queued  int
 		fenced  int64
 	}
@@ -72,11 +73,11 @@ func TestTransferInfosMatchesPerInfo(t *testing.T) {
 				t.Fatalf("room %d (queued): %+v", id, r)
 			}
 		case 1:
-			if r.Status != room.Failed || r.Reason != room.ReasonPeerLost {
+			if r.Status != kv.StatusFailed || r.Reason != kv.ReasonPeerLost {
 				t.Fatalf("room %d (fenced): %+v", id, r)
 			}
 		case 2:
-			if r.Status != room.WaitingForInput {
+			if r.Status != kv.StatusWaitingForInput {
 				t.Fatalf("room %d (applied): %+v", id, r)
 			}
 		}

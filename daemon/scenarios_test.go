@@ -4,8 +4,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvxfer/kvxfer/actors/room"
 	"github.com/kvxfer/kvxfer/internal/clock"
+	"github.com/kvxfer/kvxfer/kv"
 	"github.com/kvxfer/kvxfer/nixl/loopback"
 	"github.com/kvxfer/kvxfer/transport/wire"
 )
@@ -79,7 +79,7 @@ func TestScenarioSingleAndMultiChunk(t *testing.T) {
 		dec.checker.Expect(r.id, 1, false)
 		dec.send(t, dec.info(r.id, dst, 8+i, 1))
 		s.start(t, r)
-		if rep := s.waitTerminal(t, r.id); rep.Status != room.Success {
+		if rep := s.waitTerminal(t, r.id); rep.Status != kv.StatusSuccess {
 			t.Fatalf("chunks %v: %v/%v", chunks, rep.Status, rep.Reason)
 		}
 		dec.verify(t, r.id, dst, 8+i)
@@ -98,7 +98,7 @@ func TestScenarioTwoDecodeRanksAndDummyInfo(t *testing.T) {
 		dec.send(t, dec.info(r.id, seqPages(10, 3), 2, 2))
 	}
 	s.start(t, r)
-	if rep := s.waitTerminal(t, r.id); rep.Status != room.Success {
+	if rep := s.waitTerminal(t, r.id); rep.Status != kv.StatusSuccess {
 		t.Fatalf("fan-out: %v/%v", rep.Status, rep.Reason)
 	}
 	a.verify(t, r.id, seqPages(10, 3), 2)
@@ -112,7 +112,7 @@ func TestScenarioTwoDecodeRanksAndDummyInfo(t *testing.T) {
 		DstAuxIndex: 4, RequiredDstInfoNum: 2, HasIsDummy: true, DummyFlag: true}
 	b.send(t, dummy.Encode())
 	s.start(t, r)
-	if rep := s.waitTerminal(t, r.id); rep.Status != room.Success {
+	if rep := s.waitTerminal(t, r.id); rep.Status != kv.StatusSuccess {
 		t.Fatalf("dummy: %v/%v", rep.Status, rep.Reason)
 	}
 	a.verify(t, r.id, seqPages(20, 2), 4)
@@ -135,7 +135,7 @@ func TestScenarioTwoPrefillRanksDistinctSenders(t *testing.T) {
 	dec.checker.Expect(r.id, 2, false)
 	dec.send(t, dec.info(r.id, seqPages(40, 2), 1, 1))
 	s0.start(t, r)
-	if rep := s0.waitTerminal(t, r.id); rep.Status != room.Success {
+	if rep := s0.waitTerminal(t, r.id); rep.Status != kv.StatusSuccess {
 		t.Fatalf("stage 0: %v", rep.Status)
 	}
 	// Decode must not be done with one sender only.
@@ -149,7 +149,7 @@ func TestScenarioTwoPrefillRanksDistinctSenders(t *testing.T) {
 		t.Fatal("decode completed with one of two prefill senders")
 	}
 	s1.start(t, r)
-	if rep := s1.waitTerminal(t, r.id); rep.Status != room.Success {
+	if rep := s1.waitTerminal(t, r.id); rep.Status != kv.StatusSuccess {
 		t.Fatalf("stage 1: %v", rep.Status)
 	}
 	dec.verify(t, r.id, seqPages(40, 2), 1)
@@ -165,7 +165,7 @@ func TestScenarioPrefixHits(t *testing.T) {
 	dec.checker.Expect(400, 1, false)
 	dec.send(t, full.Encode())
 	s.start(t, roomSpec{id: 400, aux: 5})
-	if rep := s.waitTerminal(t, 400); rep.Status != room.Success || rep.PrefixLen != 64 {
+	if rep := s.waitTerminal(t, 400); rep.Status != kv.StatusSuccess || rep.PrefixLen != 64 {
 		t.Fatalf("full prefix hit: %+v", rep)
 	}
 	dec.verify(t, 400, nil, 6)
@@ -175,7 +175,7 @@ func TestScenarioPrefixHits(t *testing.T) {
 	dec.checker.Expect(401, 1, false)
 	dec.send(t, part.Encode())
 	s.start(t, roomSpec{id: 401, src: seqPages(8, 2), chunks: []int{2}, aux: 6})
-	if rep := s.waitTerminal(t, 401); rep.Status != room.Success || rep.PrefixLen != 16 {
+	if rep := s.waitTerminal(t, 401); rep.Status != kv.StatusSuccess || rep.PrefixLen != 16 {
 		t.Fatalf("partial prefix hit: %+v", rep)
 	}
 	dec.verify(t, 401, seqPages(50, 2), 7)
@@ -193,7 +193,7 @@ func TestScenarioHybridState(t *testing.T) {
 	dec.checker.Expect(500, 1, true)
 	dec.send(t, ti.Encode())
 	s.start(t, roomSpec{id: 500, src: seqPages(0, 2), chunks: []int{1, 1}, aux: 2, state: [][]int32{{3}}})
-	if rep := s.waitTerminal(t, 500); rep.Status != room.Success {
+	if rep := s.waitTerminal(t, 500); rep.Status != kv.StatusSuccess {
 		t.Fatalf("state room: %v/%v", rep.Status, rep.Reason)
 	}
 	dec.verify(t, 500, seqPages(0, 2), 1)
@@ -229,9 +229,9 @@ func isStatus(id uint64) func(wire.Outbound) bool {
 
 func TestScenarioAbortOrderings(t *testing.T) {
 	d, s, dec, clk := abortRig(t)
-	expectFailed := func(id uint64, why room.Reason) {
+	expectFailed := func(id uint64, why kv.Reason) {
 		t.Helper()
-		if rep := s.waitTerminal(t, id); rep.Status != room.Failed || rep.Reason != why {
+		if rep := s.waitTerminal(t, id); rep.Status != kv.StatusFailed || rep.Reason != why {
 			t.Fatalf("room %d: %v/%v, want Failed/%v", id, rep.Status, rep.Reason, why)
 		}
 	}
@@ -239,19 +239,19 @@ func TestScenarioAbortOrderings(t *testing.T) {
 	dec.abort(t, 600)
 	dec.waitFrame(t, isAck(600))
 	s.cli.Open(600, "")
-	expectFailed(600, room.ReasonDecodeAbort)
+	expectFailed(600, kv.ReasonDecodeAbort)
 
 	// After the sender, before the transfer info.
 	s.cli.Open(601, "")
 	dec.abort(t, 601)
-	expectFailed(601, room.ReasonDecodeAbort)
+	expectFailed(601, kv.ReasonDecodeAbort)
 	dec.waitFrame(t, isAck(601))
 
 	// After the transfer info.
 	dec.send(t, dec.info(602, seqPages(0, 1), 0, 1))
 	s.cli.Open(602, "")
 	dec.abort(t, 602)
-	expectFailed(602, room.ReasonDecodeAbort)
+	expectFailed(602, kv.ReasonDecodeAbort)
 	dec.waitFrame(t, isAck(602))
 
 	// During a transfer that never completes: Failed at once; after the
@@ -262,7 +262,7 @@ func TestScenarioAbortOrderings(t *testing.T) {
 	s.start(t, roomSpec{id: 603, src: seqPages(0, 2), chunks: []int{1, 1}, aux: 1})
 	waitFor(t, "room 603's two writes in flight", func() bool { return d.PoolStats().InFlight >= 2 })
 	s.cli.Abort(603) // the client gives up
-	expectFailed(603, room.ReasonClientAbort)
+	expectFailed(603, kv.ReasonClientAbort)
 	s.cli.Poll([]uint64{603}, nil)
 	if n := dec.count(isStatus(603)); n != 0 {
 		t.Fatalf("decode told with writes in flight")
@@ -283,12 +283,12 @@ func TestScenarioAbortOrderings(t *testing.T) {
 	dec.checker.Expect(604, 1, false)
 	dec.send(t, dec.info(604, seqPages(10, 1), 2, 1))
 	s.start(t, roomSpec{id: 604, src: seqPages(4, 1), chunks: []int{1}, aux: 2})
-	if rep := s.waitTerminal(t, 604); rep.Status != room.Success {
+	if rep := s.waitTerminal(t, 604); rep.Status != kv.StatusSuccess {
 		t.Fatalf("room 604: %v", rep.Status)
 	}
 	dec.abort(t, 604)
 	dec.waitFrame(t, isAck(604))
-	if rep := s.waitTerminal(t, 604); rep.Status != room.Success {
+	if rep := s.waitTerminal(t, 604); rep.Status != kv.StatusSuccess {
 		t.Fatalf("an abort after Success changed it to %v", rep.Status)
 	}
 
@@ -296,7 +296,7 @@ func TestScenarioAbortOrderings(t *testing.T) {
 	s.cli.Open(605, "")
 	dec.abort(t, 605)
 	dec.abort(t, 605)
-	expectFailed(605, room.ReasonDecodeAbort)
+	expectFailed(605, kv.ReasonDecodeAbort)
 	waitFor(t, "an ABORT_ACK for each of room 605's two ABORTs", func() bool { return dec.acks(605) >= 2 })
 }
 
@@ -304,13 +304,13 @@ func TestScenarioLateInfoAfterClearIsToldTheFailure(t *testing.T) {
 	_, s, dec, _ := abortRig(t)
 	s.cli.Open(700, "")
 	s.cli.Abort(700)
-	if rep := s.waitTerminal(t, 700); rep.Status != room.Failed {
+	if rep := s.waitTerminal(t, 700); rep.Status != kv.StatusFailed {
 		t.Fatal(rep.Status)
 	}
 	s.cli.Failure([]uint64{700}, true) // failure_exception clears
 	dec.send(t, dec.info(700, seqPages(0, 1), 0, 1))
 	st := dec.waitFrame(t, isStatus(700)).(*wire.KVStatus)
-	if st.Status != wire.KVPollFailed || st.Reason != "client_abort" {
+	if st.Status != kv.StatusFailed || st.Reason != "client_abort" {
 		t.Fatalf("late transfer info answered %+v", st)
 	}
 }
@@ -328,13 +328,13 @@ func TestScenarioDuplicateRegistrationAndUnknownAgent(t *testing.T) {
 		DstKVIndices: seqPages(0, 1), DstAuxIndex: 0, RequiredDstInfoNum: 1, HasDecodePrefixLen: true}
 	dec.send(t, ghost.Encode())
 	s.start(t, roomSpec{id: 800, src: seqPages(0, 1), chunks: []int{1}, aux: 0})
-	if rep := s.waitTerminal(t, 800); rep.Status != room.Failed || rep.Reason != room.ReasonInvalidRequest {
+	if rep := s.waitTerminal(t, 800); rep.Status != kv.StatusFailed || rep.Reason != kv.ReasonInvalidRequest {
 		t.Fatalf("unknown agent: %v/%v", rep.Status, rep.Reason)
 	}
 	dec.checker.Expect(801, 1, false)
 	dec.send(t, dec.info(801, seqPages(5, 1), 3, 1))
 	s.start(t, roomSpec{id: 801, src: seqPages(1, 1), chunks: []int{1}, aux: 1})
-	if rep := s.waitTerminal(t, 801); rep.Status != room.Success {
+	if rep := s.waitTerminal(t, 801); rep.Status != kv.StatusSuccess {
 		t.Fatalf("registered agent after the bad room: %v", rep.Status)
 	}
 	dec.verify(t, 801, seqPages(5, 1), 3)
@@ -353,10 +353,10 @@ func TestScenarioDecodeVanishesMidTransfer(t *testing.T) {
 	ok.send(t, ok.info(901, seqPages(0, 2), 0, 1))
 	s.start(t, roomSpec{id: 900, src: seqPages(0, 2), chunks: []int{1, 1}, aux: 0})
 	s.start(t, roomSpec{id: 901, src: seqPages(2, 2), chunks: []int{2}, aux: 1})
-	if rep := s.waitTerminal(t, 900); rep.Status != room.Failed || rep.Reason != room.ReasonPeerLost {
+	if rep := s.waitTerminal(t, 900); rep.Status != kv.StatusFailed || rep.Reason != kv.ReasonPeerLost {
 		t.Fatalf("room on the vanished decode: %v/%v", rep.Status, rep.Reason)
 	}
-	if rep := s.waitTerminal(t, 901); rep.Status != room.Success {
+	if rep := s.waitTerminal(t, 901); rep.Status != kv.StatusSuccess {
 		t.Fatalf("room on the healthy decode: %v/%v", rep.Status, rep.Reason)
 	}
 	ok.verify(t, 901, seqPages(0, 2), 0)

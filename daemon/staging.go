@@ -4,7 +4,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/kv"
 	"github.com/kvxfer/kvxfer/nixl/sglang"
 	"github.com/kvxfer/kvxfer/transport/wire"
 )
@@ -33,7 +33,7 @@ import (
 //   - holds each chunk to such a decode (stage) until its slot's region is
 //     answered and the watermark allows the write (re-checked on every
 //     STAGING_RSP and WATERMARK of the agent), then posts it with the
-//     region (room.Transfer.Staged): the pool writes its KV into decode's
+//     region (kv.Transfer.Staged): the pool writes its KV into decode's
 //     ring (sglang.Chunk.Staged, the "stg" notification up to 0.5.22) and,
 //     for 0.5.23, kvxferd sends CHUNK_READY once the write is done.
 //
@@ -62,9 +62,9 @@ const (
 
 // heldChunk is a transfer waiting for its staging region.
 type heldChunk struct {
-	t        room.Transfer
-	done     room.DoneFunc
-	post     func(room.Transfer, room.DoneFunc)
+	t        kv.Transfer
+	done     kv.DoneFunc
+	post     func(kv.Transfer, kv.DoneFunc)
 	chunkIdx int64
 }
 
@@ -83,7 +83,7 @@ type StagingRegion struct {
 
 // stagingPeer is one decode agent with a staging ring.
 type stagingPeer struct {
-	to             room.Endpoint
+	to             kv.Endpoint
 	chunkReady     bool // 0.5.23: CHUNK_READY after the write, no notification on it
 	held           []heldChunk
 	base           uint64
@@ -121,7 +121,7 @@ type stagingTable struct {
 	mla      bool
 	pageSize int
 	rank     int // _prefill_unique_rank, CHUNK_READY's prefill_rank
-	send     func(to room.Endpoint, frames [][]byte) error
+	send     func(to kv.Endpoint, frames [][]byte) error
 
 	mu    sync.Mutex
 	peers map[string]*stagingPeer
@@ -130,7 +130,7 @@ type stagingTable struct {
 	held, staged, refused, chunkReady, withdrawn                               atomic.Int64
 }
 
-func newStagingTable(cfg StagingConfig, tpSize int, mla bool, send func(room.Endpoint, [][]byte) error) *stagingTable {
+func newStagingTable(cfg StagingConfig, tpSize int, mla bool, send func(kv.Endpoint, [][]byte) error) *stagingTable {
 	return &stagingTable{cfg: cfg, tpSize: max(tpSize, 1), mla: mla, send: send, peers: map[string]*stagingPeer{}}
 }
 
@@ -162,7 +162,7 @@ func (s *stagingTable) add(r *wire.Registration, chunkReady bool) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.peers[r.AgentName] = &stagingPeer{to: room.Endpoint{IP: r.DecodeIP, Port: r.DecodePort}, chunkReady: chunkReady,
+	s.peers[r.AgentName] = &stagingPeer{to: kv.Endpoint{IP: r.DecodeIP, Port: r.DecodePort}, chunkReady: chunkReady,
 		base: r.StagingBasePtr, size: r.StagingTotalSize, regions: map[stagingKey]*StagingRegion{}}
 }
 
@@ -177,7 +177,7 @@ func (s *stagingTable) drop(agent string) {
 	}
 	s.mu.Unlock()
 	for _, h := range held {
-		h.done(room.ReasonPeerLost, nil)
+		h.done(kv.ReasonPeerLost, nil)
 	}
 }
 
@@ -390,7 +390,7 @@ func (s *stagingTable) writableLocked(p *stagingPeer, r *StagingRegion) bool {
 // WATERMARK of the agent makes it so (wake). A chunk across two slots, for a
 // slot kvxferd never asked for, or past maxStagingHeld fails
 // invalid_request / transfer_error. post is the transfers' own path.
-func (s *stagingTable) stage(t room.Transfer, done room.DoneFunc, post func(room.Transfer, room.DoneFunc)) bool {
+func (s *stagingTable) stage(t kv.Transfer, done kv.DoneFunc, post func(kv.Transfer, kv.DoneFunc)) bool {
 	if !s.cfg.Enabled || t.Staged != nil {
 		return false
 	}
@@ -412,7 +412,7 @@ func (s *stagingTable) stage(t room.Transfer, done room.DoneFunc, post func(room
 	case (t.PageStart+n-1)/grid != ci, r == nil:
 		s.mu.Unlock()
 		s.refused.Add(1)
-		done(room.ReasonInvalidRequest, nil)
+		done(kv.ReasonInvalidRequest, nil)
 		return true
 	case s.writableLocked(p, r):
 		rg := *r
@@ -422,7 +422,7 @@ func (s *stagingTable) stage(t room.Transfer, done room.DoneFunc, post func(room
 	case len(p.held) >= maxStagingHeld:
 		s.mu.Unlock()
 		s.refused.Add(1)
-		done(room.ReasonTransferError, nil)
+		done(kv.ReasonTransferError, nil)
 		return true
 	}
 	p.held = append(p.held, h)
@@ -453,7 +453,7 @@ func (s *stagingTable) withdraw(roomID uint64) {
 	s.mu.Unlock()
 	for _, h := range out {
 		s.withdrawn.Add(1)
-		h.done(room.ReasonTransferError, nil)
+		h.done(kv.ReasonTransferError, nil)
 	}
 }
 
@@ -488,7 +488,7 @@ func (s *stagingTable) wake(agent string) {
 	for _, x := range out {
 		if !x.rg.Known {
 			s.refused.Add(1)
-			x.h.done(room.ReasonInvalidRequest, nil)
+			x.h.done(kv.ReasonInvalidRequest, nil)
 			continue
 		}
 		s.postStaged(x.h, x.rg, to, cr)
@@ -498,23 +498,23 @@ func (s *stagingTable) wake(agent string) {
 // postStaged posts a chunk into its region; once its writes are done the
 // slot is forgotten (decode frees it) and, for a CHUNK_READY release, the
 // signal goes to decode first.
-func (s *stagingTable) postStaged(h heldChunk, rg StagingRegion, to room.Endpoint, chunkReady bool) {
+func (s *stagingTable) postStaged(h heldChunk, rg StagingRegion, to kv.Endpoint, chunkReady bool) {
 	t := h.t
-	t.Staged = &room.StagedRegion{ChunkIdx: int(h.chunkIdx), Offset: rg.Offset}
+	t.Staged = &kv.StagedRegion{ChunkIdx: int(h.chunkIdx), Offset: rg.Offset}
 	inner := h.done
 	s.staged.Add(1)
-	h.post(t, func(fail room.Reason, signal [][]byte) {
+	h.post(t, func(fail kv.Reason, signal [][]byte) {
 		s.mu.Lock()
 		if p := s.peers[t.Agent]; p != nil {
 			delete(p.regions, stagingKey{room: t.Room, chunkIdx: h.chunkIdx})
 		}
 		s.mu.Unlock()
-		if fail == room.ReasonNone && chunkReady {
+		if fail == kv.ReasonNone && chunkReady {
 			n := min(len(t.SrcPages), len(t.DstPages))
 			m := &wire.ChunkReady{Room: t.Room, ChunkIdx: int(h.chunkIdx), PageStart: t.PageStart, NumPages: n,
 				WriterID: t.Agent, PrefillRank: s.rank}
 			if err := s.send(to, m.Encode()); err != nil {
-				fail = room.ReasonTransferError // decode would wait for it forever
+				fail = kv.ReasonTransferError // decode would wait for it forever
 			} else {
 				s.chunkReady.Add(1)
 			}
@@ -531,7 +531,7 @@ func (d *Daemon) StagingStats() StagingStats { return d.peers.staging().stats() 
 func (p *peers) staging() *stagingTable {
 	p.stgOnce.Do(func() {
 		d := p.d
-		p.stg = newStagingTable(d.cfg.Staging, d.cfg.Rank.TPSize, d.cfg.MLA, func(to room.Endpoint, f [][]byte) error {
+		p.stg = newStagingTable(d.cfg.Staging, d.cfg.Rank.TPSize, d.cfg.MLA, func(to kv.Endpoint, f [][]byte) error {
 			return d.links.send(to, f)
 		})
 		p.stg.pageSize, p.stg.rank = d.cfg.PageSize, d.cfg.Rank.Unique()

@@ -4,7 +4,7 @@ import (
 	"encoding/binary"
 	"testing"
 
-	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/kv"
 	"github.com/kvxfer/kvxfer/transport/wire"
 )
 
@@ -22,7 +22,7 @@ func FuzzStagingTable(f *testing.F) {
 	f.Add([]byte{0, 1, 0, 0, 0, 0, 0, 0, 2, 1, 0, 0, 0, 0, 0, 3, 2, 1, 0, 0, 0, 0, 0, 0, 0})
 	f.Fuzz(func(t *testing.T, in []byte) {
 		var sent int
-		s := newStagingTable(StagingConfig{Enabled: true, ChunkedPrefillSize: 3}, 2, false, func(room.Endpoint, [][]byte) error {
+		s := newStagingTable(StagingConfig{Enabled: true, ChunkedPrefillSize: 3}, 2, false, func(kv.Endpoint, [][]byte) error {
 			sent++
 			return nil
 		})
@@ -30,8 +30,8 @@ func FuzzStagingTable(f *testing.F) {
 		s.add(&wire.Registration{AgentName: "a", DecodeTPSize: 1, StagingBasePtr: stgBase, StagingTotalSize: 1 << 12}, true)
 		s.info(&wire.TransferInfo{Room: 1, AgentName: "a", DstKVIndices: seqPages(0, 9), HasDecodePrefixLen: true}, 1)
 		ends := map[int]int{}
-		var posts []room.Transfer
-		var dones []room.DoneFunc
+		var posts []kv.Transfer
+		var dones []kv.DoneFunc
 		next := 0
 		for len(in) >= 5 {
 			op, a, b := in[0]%4, int64(int8(in[1])), int64(binary.LittleEndian.Uint16(in[2:4]))
@@ -49,9 +49,9 @@ func FuzzStagingTable(f *testing.F) {
 			case 2:
 				id, start, n := next, int(uint8(a)%10), int(uint8(c)%4)
 				next++
-				d := func(room.Reason, [][]byte) { ends[id]++ }
-				s.stage(room.Transfer{Room: 1, Agent: "a", PageStart: start, SrcPages: seqPages(start, n), DstPages: seqPages(start, n)}, d,
-					func(t room.Transfer, done room.DoneFunc) {
+				d := func(kv.Reason, [][]byte) { ends[id]++ }
+				s.stage(kv.Transfer{Room: 1, Agent: "a", PageStart: start, SrcPages: seqPages(start, n), DstPages: seqPages(start, n)}, d,
+					func(t kv.Transfer, done kv.DoneFunc) {
 						if t.Staged == nil {
 							panic("posted without a region")
 						}
@@ -68,7 +68,7 @@ func FuzzStagingTable(f *testing.F) {
 			case 3:
 				if len(dones) > 0 {
 					before := sent
-					dones[0](room.Reason(uint8(a)%2), nil)
+					dones[0](kv.Reason(uint8(a)%2), nil)
 					if sent > before+1 {
 						t.Fatal("more than one CHUNK_READY for a write")
 					}
@@ -83,7 +83,7 @@ func FuzzStagingTable(f *testing.F) {
 		}
 		s.drop("a")
 		for _, d := range dones {
-			d(room.ReasonNone, nil)
+			d(kv.ReasonNone, nil)
 		}
 		for id := range next {
 			if ends[id] != 1 {

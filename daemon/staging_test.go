@@ -5,7 +5,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/kv"
 	"github.com/kvxfer/kvxfer/nixl/sglang"
 	"github.com/kvxfer/kvxfer/transport/wire"
 )
@@ -197,7 +197,7 @@ func TestStagingPeerRule(t *testing.T) {
 // nothing; an unsent request is forgotten, so the next info asks again.
 func TestStagingCaps(t *testing.T) {
 	sent, fail := 0, false
-	s := newStagingTable(StagingConfig{Enabled: true, ChunkedPrefillSize: 1}, 2, false, func(room.Endpoint, [][]byte) error {
+	s := newStagingTable(StagingConfig{Enabled: true, ChunkedPrefillSize: 1}, 2, false, func(kv.Endpoint, [][]byte) error {
 		if fail {
 			return errSendTest
 		}
@@ -261,7 +261,7 @@ func TestStagingCaps(t *testing.T) {
 // peer_lost; empty chunks and other peers pass through.
 func TestStagingGateHoldsUntilWritable(t *testing.T) {
 	var sent [][][]byte
-	s := newStagingTable(StagingConfig{Enabled: true, ChunkedPrefillSize: 3}, 2, false, func(_ room.Endpoint, f [][]byte) error {
+	s := newStagingTable(StagingConfig{Enabled: true, ChunkedPrefillSize: 3}, 2, false, func(_ kv.Endpoint, f [][]byte) error {
 		sent = append(sent, f)
 		return nil
 	})
@@ -270,15 +270,15 @@ func TestStagingGateHoldsUntilWritable(t *testing.T) {
 	s.info(&wire.TransferInfo{Room: 1, AgentName: "a", DstKVIndices: seqPages(0, 7), HasDecodePrefixLen: true}, 1)
 	sent = sent[:0] // the three STAGING_REQs
 	type posted struct {
-		t    room.Transfer
-		done room.DoneFunc
+		t    kv.Transfer
+		done kv.DoneFunc
 	}
 	var posts []posted
-	post := func(t room.Transfer, d room.DoneFunc) { posts = append(posts, posted{t, d}) }
-	var results []room.Reason
-	done := func(f room.Reason, _ [][]byte) { results = append(results, f) }
-	chunk := func(start, n int) room.Transfer {
-		return room.Transfer{Room: 1, Agent: "a", PageStart: start, SrcPages: seqPages(start, n), DstPages: seqPages(start, n)}
+	post := func(t kv.Transfer, d kv.DoneFunc) { posts = append(posts, posted{t, d}) }
+	var results []kv.Reason
+	done := func(f kv.Reason, _ [][]byte) { results = append(results, f) }
+	chunk := func(start, n int) kv.Transfer {
+		return kv.Transfer{Room: 1, Agent: "a", PageStart: start, SrcPages: seqPages(start, n), DstPages: seqPages(start, n)}
 	}
 	if !s.stage(chunk(0, 3), done, post) || !s.stage(chunk(3, 3), done, post) || len(posts) != 0 {
 		t.Fatalf("posted before any region: %d", len(posts))
@@ -287,19 +287,19 @@ func TestStagingGateHoldsUntilWritable(t *testing.T) {
 		t.Fatal("slot 1 (round 1) posted without a watermark past it")
 	}
 	s.frame(&wire.StagingRsp{Room: 1, ChunkIdx: 0, Offset: 0, Round: 0, End: 4096, SessionID: "a"})
-	if len(posts) != 1 || *posts[0].t.Staged != (room.StagedRegion{ChunkIdx: 0, Offset: 0}) {
+	if len(posts) != 1 || *posts[0].t.Staged != (kv.StagedRegion{ChunkIdx: 0, Offset: 0}) {
 		t.Fatalf("slot 0 not posted with its region: %+v", posts)
 	}
 	s.frame(&wire.Watermark{Round: 0, Tail: 8192, SessionID: "a"})
-	if len(posts) != 2 || *posts[1].t.Staged != (room.StagedRegion{ChunkIdx: 1, Offset: 4096}) {
+	if len(posts) != 2 || *posts[1].t.Staged != (kv.StagedRegion{ChunkIdx: 1, Offset: 4096}) {
 		t.Fatalf("slot 1 not posted once the watermark passed it: %+v", posts)
 	}
 	if len(sent) != 0 || len(results) != 0 {
 		t.Fatal("CHUNK_READY or done before the write was done")
 	}
-	posts[1].done(room.ReasonNone, nil)
-	posts[0].done(room.ReasonTransferError, nil)
-	if !slices.Equal(results, []room.Reason{room.ReasonNone, room.ReasonTransferError}) || len(sent) != 1 {
+	posts[1].done(kv.ReasonNone, nil)
+	posts[0].done(kv.ReasonTransferError, nil)
+	if !slices.Equal(results, []kv.Reason{kv.ReasonNone, kv.ReasonTransferError}) || len(sent) != 1 {
 		t.Fatalf("results %v, %d frames sent", results, len(sent))
 	}
 	m, err := wire.DecodeOutbound(sent[0])
@@ -310,9 +310,9 @@ func TestStagingGateHoldsUntilWritable(t *testing.T) {
 		t.Fatal("a written slot was kept")
 	}
 	results = results[:0]
-	s.stage(chunk(2, 2), done, post)                                                                                          // pages 2 and 3: slots 0 and 1
-	s.stage(room.Transfer{Room: 2, Agent: "a", PageStart: 0, SrcPages: seqPages(0, 1), DstPages: seqPages(0, 1)}, done, post) // never asked
-	if !slices.Equal(results, []room.Reason{room.ReasonInvalidRequest, room.ReasonInvalidRequest}) {
+	s.stage(chunk(2, 2), done, post)                                                                                        // pages 2 and 3: slots 0 and 1
+	s.stage(kv.Transfer{Room: 2, Agent: "a", PageStart: 0, SrcPages: seqPages(0, 1), DstPages: seqPages(0, 1)}, done, post) // never asked
+	if !slices.Equal(results, []kv.Reason{kv.ReasonInvalidRequest, kv.ReasonInvalidRequest}) {
 		t.Fatalf("refusals %v", results)
 	}
 	s.frame(&wire.StagingRsp{Room: 1, ChunkIdx: 2, Offset: wire.AllocOversized, Round: 0, End: -1, SessionID: "a"})
@@ -321,17 +321,17 @@ func TestStagingGateHoldsUntilWritable(t *testing.T) {
 	if len(posts) != n+1 || posts[n].t.Staged.Offset != wire.AllocOversized {
 		t.Fatal("an oversized slot was not handed to the plan")
 	}
-	if s.stage(room.Transfer{Room: 1, Agent: "a", Last: true}, done, post) || s.stage(room.Transfer{Room: 1, Agent: "b", SrcPages: seqPages(0, 1), DstPages: seqPages(0, 1)}, done, post) {
+	if s.stage(kv.Transfer{Room: 1, Agent: "a", Last: true}, done, post) || s.stage(kv.Transfer{Room: 1, Agent: "b", SrcPages: seqPages(0, 1), DstPages: seqPages(0, 1)}, done, post) {
 		t.Fatal("an empty last chunk or another peer's chunk was staged")
 	}
 	s.info(&wire.TransferInfo{Room: 3, AgentName: "a", DstKVIndices: seqPages(0, 3), HasDecodePrefixLen: true}, 1)
 	results = results[:0]
-	s.stage(room.Transfer{Room: 3, Agent: "a", SrcPages: seqPages(0, 3), DstPages: seqPages(0, 3)}, done, post)
+	s.stage(kv.Transfer{Room: 3, Agent: "a", SrcPages: seqPages(0, 3), DstPages: seqPages(0, 3)}, done, post)
 	if st := s.stats(); st.HeldNow != 1 {
 		t.Fatalf("held %d", st.HeldNow)
 	}
 	s.drop("a")
-	if !slices.Equal(results, []room.Reason{room.ReasonPeerLost}) {
+	if !slices.Equal(results, []kv.Reason{kv.ReasonPeerLost}) {
 		t.Fatalf("held chunk of a dropped agent: %v", results)
 	}
 	if st := s.stats(); st.Held != 3 || st.Staged != 3 || st.Refused != 2 || st.ChunkReady != 1 || st.HeldNow != 0 {
@@ -343,21 +343,21 @@ func TestStagingGateHoldsUntilWritable(t *testing.T) {
 // transfer_error and are never written, even when their region becomes
 // writable later; another room's held chunk stays and is posted.
 func TestStagingWithdrawFailedRoom(t *testing.T) {
-	s := newStagingTable(StagingConfig{Enabled: true, ChunkedPrefillSize: 2}, 2, false, func(room.Endpoint, [][]byte) error { return nil })
+	s := newStagingTable(StagingConfig{Enabled: true, ChunkedPrefillSize: 2}, 2, false, func(kv.Endpoint, [][]byte) error { return nil })
 	s.pageSize = 1
 	s.add(&wire.Registration{AgentName: "a", DecodeTPSize: 1, StagingBasePtr: stgBase, StagingTotalSize: stgSize}, false)
 	for _, id := range []uint64{1, 2} {
 		s.info(&wire.TransferInfo{Room: id, AgentName: "a", DstKVIndices: seqPages(0, 2), HasDecodePrefixLen: true}, 1)
 	}
 	var posted []uint64
-	post := func(t room.Transfer, _ room.DoneFunc) { posted = append(posted, t.Room) }
-	ends := map[uint64][]room.Reason{}
+	post := func(t kv.Transfer, _ kv.DoneFunc) { posted = append(posted, t.Room) }
+	ends := map[uint64][]kv.Reason{}
 	for _, id := range []uint64{1, 2} {
-		s.stage(room.Transfer{Room: id, Agent: "a", SrcPages: seqPages(0, 2), DstPages: seqPages(0, 2)},
-			func(f room.Reason, _ [][]byte) { ends[id] = append(ends[id], f) }, post)
+		s.stage(kv.Transfer{Room: id, Agent: "a", SrcPages: seqPages(0, 2), DstPages: seqPages(0, 2)},
+			func(f kv.Reason, _ [][]byte) { ends[id] = append(ends[id], f) }, post)
 	}
 	s.withdraw(1)
-	if !slices.Equal(ends[1], []room.Reason{room.ReasonTransferError}) || len(ends[2]) != 0 {
+	if !slices.Equal(ends[1], []kv.Reason{kv.ReasonTransferError}) || len(ends[2]) != 0 {
 		t.Fatalf("ends %v", ends)
 	}
 	for _, id := range []uint64{1, 2} {

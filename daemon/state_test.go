@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/kv"
 	"github.com/kvxfer/kvxfer/transport/wire"
 )
 
@@ -44,7 +44,7 @@ func TestStateDirReplaysRegistrationsAfterRestart(t *testing.T) {
 		dec.checker.Expect(id, 1, false)
 		dec.send(t, dec.info(id, dst, int(id%8), 1))
 		s.start(t, roomSpec{id: id, src: seqPages(0, 3), chunks: []int{2, 1}, aux: int(id % 8)})
-		if rep := s.waitTerminal(t, id); rep.Status != room.Success {
+		if rep := s.waitTerminal(t, id); rep.Status != kv.StatusSuccess {
 			t.Fatalf("room %d ended %v/%v", id, rep.Status, rep.Reason)
 		}
 		dec.verify(t, id, dst, int(id%8))

@@ -15,8 +15,8 @@ import (
 	coltrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/kvxfer/kvxfer/actors/room"
 	"github.com/kvxfer/kvxfer/internal/clock"
+	"github.com/kvxfer/kvxfer/kv"
 	"github.com/kvxfer/kvxfer/telemetry"
 	"github.com/kvxfer/kvxfer/transport/wire"
 )
@@ -178,14 +178,14 @@ func TestDaemonExportsRoomSpansOverOTLPHTTP(t *testing.T) {
 	dec.send(t, dec.info(id, dst, 5, 1))
 	// Decode's transfer info creates the room first (it is WaitingForInput
 	// before the sender exists, as upstream); the traced Open joins it.
-	waitStatus(t, s, id, room.WaitingForInput)
+	waitStatus(t, s, id, kv.StatusWaitingForInput)
 	if traced, err := s.cli.Open(id, schedTraceparent); err != nil || !traced {
 		t.Fatalf("open: traced=%v err=%v", traced, err)
 	}
 	s.cli.Init(id, len(src), 2)
 	s.cli.Send(id, src[:3], nil)
 	s.cli.Send(id, src[3:], nil)
-	if rep := s.waitTerminal(t, id); rep.Status != room.Success {
+	if rep := s.waitTerminal(t, id); rep.Status != kv.StatusSuccess {
 		t.Fatalf("room ended %v/%v", rep.Status, rep.Reason)
 	}
 	dec.waitDone(t, id)
@@ -237,7 +237,7 @@ func TestDaemonExportsRoomSpansOverOTLPHTTP(t *testing.T) {
 // waitStatus polls over the control API until the room reports want; frames
 // from decode arrive asynchronously, and the bound only turns a hang into a
 // failure.
-func waitStatus(t *testing.T, s *scheduler, id uint64, want room.Status) {
+func waitStatus(t *testing.T, s *scheduler, id uint64, want kv.Status) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -320,7 +320,7 @@ func TestDaemonMetricsDuringWorkload(t *testing.T) {
 	dec.checker.Expect(ok, 1, false)
 	dec.send(t, dec.info(ok, []int32{30, 31}, 3, 1))
 	s.start(t, roomSpec{id: ok, src: []int32{10, 11}, chunks: []int{2}, aux: 3})
-	if rep := s.waitTerminal(t, ok); rep.Status != room.Success {
+	if rep := s.waitTerminal(t, ok); rep.Status != kv.StatusSuccess {
 		t.Fatalf("room %v/%v", rep.Status, rep.Reason)
 	}
 	dec.verify(t, ok, []int32{30, 31}, 3)

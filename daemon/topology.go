@@ -98,7 +98,7 @@ func (d *Daemon) dummyCP() bool {
 // nothing sent), every room the scheduler opens gets a dummy transfer info of
 // its own: the room needs no decode, transfers nothing, and succeeds when its
 // last chunk is sent. Everything else is the engine's.
-type cpDummyEngine struct{ *actors.Engine }
+type cpDummyEngine struct{ ctlEngine }
 
 func (e cpDummyEngine) Open(roomID uint64) {
 	e.Engine.Open(roomID)
@@ -117,7 +117,7 @@ func (e cpDummyEngine) dummyInfo(roomID uint64) {
 // controlEngine is the engine the control API drives.
 func (d *Daemon) controlEngine(eng *actors.Engine) control.Engine {
 	if d.dummyCP() {
-		return cpDummyEngine{eng}
+		return cpDummyEngine{ctlEngine{eng}}
 	}
-	return eng
+	return ctlEngine{eng}
 }

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/kv"
 	"github.com/kvxfer/kvxfer/nixl"
 	"github.com/kvxfer/kvxfer/nixl/cuda"
 	"github.com/kvxfer/kvxfer/nixl/cuda/cudafake"
@@ -328,12 +328,12 @@ func gpuSchedulerRun(drv cuda.Driver, sh gpuShape, endpoint, dir string, in io.R
 		return err
 	}
 	defer cli.Close()
-	kv := &control.MemoryRegistration{Kind: control.KindKV}
+	kvReg := &control.MemoryRegistration{Kind: control.KindKV}
 	for b := range sh.bufs() {
-		kv.Buffers = append(kv.Buffers, control.Region{CUDAIPC: h[:], Offset: uint64(b) * sh.srcBufLen(), Length: sh.srcBufLen(),
+		kvReg.Buffers = append(kvReg.Buffers, control.Region{CUDAIPC: h[:], Offset: uint64(b) * sh.srcBufLen(), Length: sh.srcBufLen(),
 			ItemLen: uint64(sh.Item), Mem: nixl.VRAM, Dev: 0})
 	}
-	if _, err := cli.RegisterMemory(kv); err != nil {
+	if _, err := cli.RegisterMemory(kvReg); err != nil {
 		return fmt.Errorf("register_memory of the GPU KV: %w", err)
 	}
 	auxPath := filepath.Join(dir, "aux")
@@ -362,7 +362,7 @@ func gpuSchedulerRun(drv cuda.Driver, sh gpuShape, endpoint, dir string, in io.R
 	for j := range pages {
 		pages[j] = int32(j)
 	}
-	reps := make([]room.Reply, 0, 1)
+	reps := make([]kv.Reply, 0, 1)
 	for r := range sh.Rooms {
 		id := gpuRoomID(r)
 		if err := fillRoom(drv, sh, base, id); err != nil {
@@ -384,7 +384,7 @@ func gpuSchedulerRun(drv cuda.Driver, sh gpuShape, endpoint, dir string, in io.R
 				return err
 			}
 			if reps[0].Status.Terminal() {
-				if reps[0].Status != room.Success {
+				if reps[0].Status != kv.StatusSuccess {
 					res.Failed = append(res.Failed, fmt.Sprintf("%d: %v/%v", id, reps[0].Status, reps[0].Reason))
 				}
 				break

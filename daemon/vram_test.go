@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/kv"
 	"github.com/kvxfer/kvxfer/nixl"
 	"github.com/kvxfer/kvxfer/nixl/cuda"
 	"github.com/kvxfer/kvxfer/nixl/cuda/cudafake"
@@ -241,7 +241,7 @@ func TestDaemonMovesARoomFromSchedulerGPUToDecodeGPU(t *testing.T) {
 	s.cli.Send(id, src[:3], nil)
 	s.cli.Send(id, src[3:], nil)
 	sched := &scheduler{cli: s.cli}
-	if rep := sched.waitTerminal(t, id); rep.Status != room.Success {
+	if rep := sched.waitTerminal(t, id); rep.Status != kv.StatusSuccess {
 		t.Fatalf("room ended %v/%v", rep.Status, rep.Reason)
 	}
 	dec.waitDone(t, id)

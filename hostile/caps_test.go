@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/kv"
 	"github.com/kvxfer/kvxfer/transport/control"
 )
 
@@ -255,7 +255,7 @@ func TestF8ControlFairness(t *testing.T) {
 	timePolls := func(n int) ([]time.Duration, int) {
 		var lat []time.Duration
 		errs := 0
-		var out []room.Reply
+		var out []kv.Reply
 		for range n {
 			t0 := time.Now()
 			var err error
@@ -285,7 +285,7 @@ func TestF8ControlFairness(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		var out []room.Reply
+		var out []kv.Reply
 		for {
 			select {
 			case <-stop:

@@ -13,7 +13,7 @@ import (
 
 	zmq "github.com/pebbe/zmq4"
 
-	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/kv"
 	"github.com/kvxfer/kvxfer/nixl"
 	"github.com/kvxfer/kvxfer/nixl/kvmem"
 	"github.com/kvxfer/kvxfer/nixl/loopback"
@@ -249,14 +249,14 @@ func dialControl(t *testing.T, d *kvxferd) *control.Client {
 }
 
 // pollUntil polls one room until cond or the time limit; it returns the last reply.
-func pollUntil(c *control.Client, id uint64, limit time.Duration, cond func(room.Reply) bool) (room.Reply, error) {
+func pollUntil(c *control.Client, id uint64, limit time.Duration, cond func(kv.Reply) bool) (kv.Reply, error) {
 	deadline := time.Now().Add(limit)
-	var out []room.Reply
+	var out []kv.Reply
 	for {
 		var err error
 		out, err = c.Poll([]uint64{id}, out)
 		if err != nil {
-			return room.Reply{}, err
+			return kv.Reply{}, err
 		}
 		if cond(out[0]) {
 			return out[0], nil
@@ -271,9 +271,9 @@ func pollUntil(c *control.Client, id uint64, limit time.Duration, cond func(room
 // serveRoom plays the scheduler for an attack room whose transfer info was
 // sent: it waits for WaitingForInput, inits and sends the given prefill pages
 // (aux slot aux), and waits for a terminal status.
-func serveRoom(c *control.Client, id uint64, pages []int32, aux int) (room.Reply, error) {
-	rep, err := pollUntil(c, id, 10*time.Second, func(r room.Reply) bool {
-		return r.Status == room.WaitingForInput || r.Status.Terminal()
+func serveRoom(c *control.Client, id uint64, pages []int32, aux int) (kv.Reply, error) {
+	rep, err := pollUntil(c, id, 10*time.Second, func(r kv.Reply) bool {
+		return r.Status == kv.StatusWaitingForInput || r.Status.Terminal()
 	})
 	if err != nil || rep.Status.Terminal() {
 		return rep, err
@@ -284,10 +284,10 @@ func serveRoom(c *control.Client, id uint64, pages []int32, aux int) (room.Reply
 	if err := c.Send(id, pages, nil); err != nil {
 		return rep, fmt.Errorf("send: %w", err)
 	}
-	return pollUntil(c, id, 20*time.Second, func(r room.Reply) bool { return r.Status.Terminal() })
+	return pollUntil(c, id, 20*time.Second, func(r kv.Reply) bool { return r.Status.Terminal() })
 }
 
-func replyString(r room.Reply) string {
+func replyString(r kv.Reply) string {
 	if r.Reason.String() != "" {
 		return r.Status.String() + "/" + r.Reason.String()
 	}

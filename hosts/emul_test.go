@@ -16,11 +16,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvxfer/kvxfer/actors/room"
 	"github.com/kvxfer/kvxfer/emul/decode"
 	"github.com/kvxfer/kvxfer/emul/sched"
 	"github.com/kvxfer/kvxfer/emul/workload"
 	"github.com/kvxfer/kvxfer/internal/testrig"
+	"github.com/kvxfer/kvxfer/kv"
 	"github.com/kvxfer/kvxfer/transport/control"
 )
 
@@ -217,7 +217,7 @@ func emulatorScenarios(t *testing.T, release string) {
 			at := time.Now()
 			r.dec.Process.Kill()
 			<-r.decDone
-			var reps []room.Reply
+			var reps []kv.Reply
 			for {
 				if reps, err = cli.Poll(inflight, nil); err != nil {
 					t.Fatal(err)
@@ -239,9 +239,9 @@ func emulatorScenarios(t *testing.T, release string) {
 			lost := 0
 			for i, rep := range reps {
 				switch {
-				case rep.Status == room.Failed && rep.Reason.String() == "peer_lost":
+				case rep.Status == kv.StatusFailed && rep.Reason.String() == "peer_lost":
 					lost++
-				case rep.Status == room.Success: // completed before the kill reached kvxferd
+				case rep.Status == kv.StatusSuccess: // completed before the kill reached kvxferd
 				default:
 					t.Fatalf("room %d ended %v/%v after decode's SIGKILL, want Failed/peer_lost", inflight[i], rep.Status, rep.Reason)
 				}

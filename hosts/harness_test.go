@@ -17,9 +17,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvxfer/kvxfer/actors/room"
 	"github.com/kvxfer/kvxfer/internal/testrig"
 	"github.com/kvxfer/kvxfer/internal/testrig/schedmem"
+	"github.com/kvxfer/kvxfer/kv"
 	"github.com/kvxfer/kvxfer/nixl/kvmem"
 	"github.com/kvxfer/kvxfer/nixl/libnixl"
 	"github.com/kvxfer/kvxfer/sgltest"
@@ -257,7 +257,7 @@ func (s *scheduler) start(t *testing.T, r hroom) {
 	}
 }
 
-func (s *scheduler) poll(t *testing.T, ids []uint64) []room.Reply {
+func (s *scheduler) poll(t *testing.T, ids []uint64) []kv.Reply {
 	t.Helper()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -279,7 +279,7 @@ func (s *scheduler) abort(t *testing.T, ids ...uint64) {
 
 // waitTerminal polls until every room is terminal, returning the replies and
 // when each room was first seen terminal; it fails at the deadline.
-func (s *scheduler) waitTerminal(t *testing.T, ids []uint64, within time.Duration) ([]room.Reply, []time.Time) {
+func (s *scheduler) waitTerminal(t *testing.T, ids []uint64, within time.Duration) ([]kv.Reply, []time.Time) {
 	t.Helper()
 	at := make([]time.Time, len(ids))
 	deadline := time.Now().Add(within)
@@ -319,7 +319,7 @@ func (s *scheduler) waitBootstrapped(t *testing.T, ids []uint64, within time.Dur
 	for {
 		done := true
 		for _, r := range s.poll(t, ids) {
-			done = done && r.Status != room.Bootstrapping
+			done = done && r.Status != kv.StatusBootstrapping
 		}
 		if done {
 			return

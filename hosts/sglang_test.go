@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvxfer/kvxfer/actors/room"
 	"github.com/kvxfer/kvxfer/internal/testrig"
+	"github.com/kvxfer/kvxfer/kv"
 	"github.com/kvxfer/kvxfer/nixl/kvmem"
 	"github.com/kvxfer/kvxfer/sgltest"
 )
@@ -31,7 +31,7 @@ func newSGL(t *testing.T, v sgltest.Venv, args []string, env ...string) *sgl {
 	return e
 }
 
-func reasonOf(r room.Reply) string { return r.Reason.String() }
+func reasonOf(r kv.Reply) string { return r.Reason.String() }
 
 // moveRooms runs rooms to the end on both hosts and verifies every byte.
 func (e *sgl) moveRooms(t *testing.T, rs []hroom) time.Duration {
@@ -54,7 +54,7 @@ func (e *sgl) moveRooms(t *testing.T, rs []hroom) time.Duration {
 		t.Fatalf("decode wait: timed out %v, %v", timedOut, err)
 	}
 	for i, r := range reps {
-		if r.Status != room.Success {
+		if r.Status != kv.StatusSuccess {
 			t.Fatalf("room %d ended %v/%s on prefill", rs[i].id, r.Status, reasonOf(r))
 		}
 	}
@@ -108,7 +108,7 @@ func TestHostsSGLang(t *testing.T) {
 				if err != nil || timedOut {
 					t.Fatalf("decode never concluded: %v %v", timedOut, err)
 				}
-				if reps[0].Status != room.Failed || views[0].Phase != "failed" {
+				if reps[0].Status != kv.StatusFailed || views[0].Phase != "failed" {
 					t.Fatalf("prefill %v/%s, decode %s: want both failed", reps[0].Status, reasonOf(reps[0]), views[0].Phase)
 				}
 				note("both failed: prefill %s, decode %s after %.2f s", reasonOf(reps[0]), views[0].ReasonText(), sgltest.At(views[0].TTerminal).Sub(at).Seconds())
@@ -125,7 +125,7 @@ func TestHostsSGLang(t *testing.T) {
 					t.Fatal(err)
 				}
 				reps, when := e.s.waitTerminal(t, []uint64{r.id}, 30*time.Second)
-				if reps[0].Status != room.Failed {
+				if reps[0].Status != kv.StatusFailed {
 					t.Fatalf("prefill room %v/%s after decode's abort", reps[0].Status, reasonOf(reps[0]))
 				}
 				note("prefill failed %s %.0f ms after decode's abort", reasonOf(reps[0]), ms(when[0].Sub(at)))
@@ -153,7 +153,7 @@ func TestHostsSGLang(t *testing.T) {
 				reps, when := e.s.waitTerminal(t, ids(rs), 30*time.Second)
 				var last time.Duration
 				for i, r := range reps {
-					if r.Status != room.Failed || reasonOf(r) != "peer_lost" {
+					if r.Status != kv.StatusFailed || reasonOf(r) != "peer_lost" {
 						t.Fatalf("room %d ended %v/%s after decode's SIGKILL, want Failed/peer_lost", rs[i].id, r.Status, reasonOf(r))
 					}
 					last = max(last, when[i].Sub(at))
@@ -276,7 +276,7 @@ func linkCut(t *testing.T, e *sgl, note func(string, ...any)) {
 		}
 		decodeBy[strings.TrimSpace(v.Phase+" "+reason)]++
 		preLast = max(preLast, when[i].Sub(t0))
-		if (rep.Status == room.Success) != (v.Phase == "success") {
+		if (rep.Status == kv.StatusSuccess) != (v.Phase == "success") {
 			problems = append(problems, fmt.Sprintf("room %d: prefill %v/%s, decode %s (%s)", r.id, rep.Status, reasonOf(rep), v.Phase, v.ReasonText()))
 		}
 		if _, ok := gaveUp[r.id]; ok {

@@ -14,9 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvxfer/kvxfer/actors/room"
 	"github.com/kvxfer/kvxfer/daemon"
 	"github.com/kvxfer/kvxfer/internal/testrig/schedmem"
+	"github.com/kvxfer/kvxfer/kv"
 	"github.com/kvxfer/kvxfer/nixl/kvmem"
 	"github.com/kvxfer/kvxfer/nixl/libnixl"
 	"github.com/kvxfer/kvxfer/nixl/loopback"
@@ -400,7 +400,7 @@ func (s *scheduler) start(t testing.TB, r prefillRoom) {
 	}
 }
 
-func (s *scheduler) poll(t testing.TB, ids []uint64) []room.Reply {
+func (s *scheduler) poll(t testing.TB, ids []uint64) []kv.Reply {
 	t.Helper()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -452,10 +452,10 @@ func (s *scheduler) clearRooms(ids ...uint64) {
 
 // waitPrefill polls until every room is terminal (or until cond holds for
 // every room when cond is set), failing at the deadline.
-func (s *scheduler) waitPrefill(t testing.TB, ids []uint64, within time.Duration, cond func(room.Reply) bool) []room.Reply {
+func (s *scheduler) waitPrefill(t testing.TB, ids []uint64, within time.Duration, cond func(kv.Reply) bool) []kv.Reply {
 	t.Helper()
 	if cond == nil {
-		cond = func(r room.Reply) bool { return r.Status.Terminal() }
+		cond = func(r kv.Reply) bool { return r.Status.Terminal() }
 	}
 	deadline := time.Now().Add(within)
 	for {

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvxfer/kvxfer/actors/room"
 	"github.com/kvxfer/kvxfer/daemon"
+	"github.com/kvxfer/kvxfer/kv"
 	"github.com/kvxfer/kvxfer/nixl/kvmem"
 )
 
@@ -162,7 +162,7 @@ func runToSuccess(t *testing.T, e *env, p *Peer, rs []xroom) string {
 	}
 	reps := e.sched.waitPrefill(t, ids(rs), 60*time.Second, nil)
 	for i, rep := range reps {
-		if rep.Status != room.Success {
+		if rep.Status != kv.StatusSuccess {
 			t.Fatalf("prefill room %d ended %v/%v", rs[i].pre.id, rep.Status, rep.Reason)
 		}
 	}
@@ -352,7 +352,7 @@ func testPrefillAbort(t *testing.T, e *env, v string, p *Peer, note func(string)
 	t0 := time.Now()
 	e.sched.abort(t, r.pre.id)
 	rep := e.sched.waitPrefill(t, []uint64{r.pre.id}, 5*time.Second, nil)[0]
-	if rep.Status != room.Failed || rep.Reason != room.ReasonClientAbort {
+	if rep.Status != kv.StatusFailed || rep.Reason != kv.ReasonClientAbort {
 		t.Fatalf("prefill room after abort: %v/%v", rep.Status, rep.Reason)
 	}
 	prefillLag := time.Since(t0)
@@ -415,8 +415,8 @@ func testDecodeAbort(t *testing.T, e *env, v string, p *Peer, note func(string),
 	switch at {
 	case afterTransferInfo:
 		e.sched.open(t, r.pre)
-		e.sched.waitPrefill(t, []uint64{r.pre.id}, 10*time.Second, func(rep room.Reply) bool {
-			return rep.Status == room.WaitingForInput || rep.Status.Terminal()
+		e.sched.waitPrefill(t, []uint64{r.pre.id}, 10*time.Second, func(rep kv.Reply) bool {
+			return rep.Status == kv.StatusWaitingForInput || rep.Status.Terminal()
 		})
 	case midTransfer:
 		e.sched.open(t, r.pre)
@@ -445,7 +445,7 @@ func testDecodeAbort(t *testing.T, e *env, v string, p *Peer, note func(string),
 		// comes after kvxferd knew. It must fail and write nothing. (A room
 		// kvxferd has not heard of yet also polls Failed, with
 		// invalid_request: that is not the abort.)
-		e.sched.waitPrefill(t, []uint64{r.pre.id}, 5*time.Second, func(rep room.Reply) bool { return rep.Reason == room.ReasonDecodeAbort })
+		e.sched.waitPrefill(t, []uint64{r.pre.id}, 5*time.Second, func(rep kv.Reply) bool { return rep.Reason == kv.ReasonDecodeAbort })
 		quiet(t, e, p, r, 300*time.Millisecond, func() { e.sched.open(t, r.pre); send(0); send(1); send(2) })
 	} else {
 		if !p.Info.DeferredRelease {
@@ -468,7 +468,7 @@ func testDecodeAbort(t *testing.T, e *env, v string, p *Peer, note func(string),
 		quiet(t, e, p, r, 300*time.Millisecond, func() { send(2) })
 	}
 	rep := e.sched.waitPrefill(t, []uint64{r.pre.id}, 5*time.Second, nil)[0]
-	if rep.Status != room.Failed || rep.Reason != room.ReasonDecodeAbort {
+	if rep.Status != kv.StatusFailed || rep.Reason != kv.ReasonDecodeAbort {
 		t.Errorf("prefill room after the decode abort: %v/%v, want Failed/decode_abort", rep.Status, rep.Reason)
 	}
 	// Still nothing after the prefill concluded.
@@ -501,7 +501,7 @@ func testDecodeKill(t *testing.T, e *env, v string, p *Peer, note func(string)) 
 		e.sched.sendChunk(t, r.pre, 0)
 		waitLanded(t, p, r, 2)
 	}
-	e.sched.waitPrefill(t, ids(idle), 10*time.Second, func(rep room.Reply) bool { return rep.Status == room.WaitingForInput })
+	e.sched.waitPrefill(t, ids(idle), 10*time.Second, func(rep kv.Reply) bool { return rep.Status == kv.StatusWaitingForInput })
 	t0 := time.Now()
 	p.Kill()
 	for _, r := range mid {
@@ -509,7 +509,7 @@ func testDecodeKill(t *testing.T, e *env, v string, p *Peer, note func(string)) 
 	}
 	// Poll until 1 s after the kill, then keep watching (up to 10 s) only to
 	// report what happened.
-	var at1s []room.Reply
+	var at1s []kv.Reply
 	var all1s bool
 	var lastTerm time.Duration
 	for {
@@ -543,7 +543,7 @@ func testDecodeKill(t *testing.T, e *env, v string, p *Peer, note func(string)) 
 				t.Errorf("1 s after the decode SIGKILL: %s; at the end (%v): %s", strings.Join(desc1, " "), el.Round(time.Millisecond), strings.Join(desc, " "))
 			}
 			for i, rep := range reps {
-				if rep.Status != room.Failed || rep.Reason != room.ReasonPeerLost {
+				if rep.Status != kv.StatusFailed || rep.Reason != kv.ReasonPeerLost {
 					t.Errorf("prefill room %d after decode death: %v/%v, want Failed/peer_lost", all[i].pre.id, rep.Status, rep.Reason)
 				}
 			}
@@ -552,7 +552,7 @@ func testDecodeKill(t *testing.T, e *env, v string, p *Peer, note func(string)) 
 		time.Sleep(time.Millisecond)
 	}
 	// The room that finished before the kill (and was cleared) must not turn Failed.
-	if rep := e.sched.poll(t, []uint64{done.pre.id})[0]; rep.Status == room.Failed {
+	if rep := e.sched.poll(t, []uint64{done.pre.id})[0]; rep.Status == kv.StatusFailed {
 		t.Errorf("the finished room turned %v/%v", rep.Status, rep.Reason)
 	}
 	if lastTerm >= 0 {
@@ -605,7 +605,7 @@ func testMixedFleet(t *testing.T, versions []string, note func(string)) {
 	}
 	reps := e.sched.waitPrefill(t, all, 60*time.Second, nil)
 	for i, rep := range reps {
-		if rep.Status != room.Success {
+		if rep.Status != kv.StatusSuccess {
 			t.Errorf("prefill room %d ended %v/%v", all[i], rep.Status, rep.Reason)
 		}
 	}
@@ -668,7 +668,7 @@ func testAbortStorm(t *testing.T, v string, hold bool, note func(string)) {
 	}
 	var preOK, decOK, failedButDone, doneButFailed int
 	for i, rep := range reps {
-		pOK, dOK := rep.Status == room.Success, views[i].Phase == "success"
+		pOK, dOK := rep.Status == kv.StatusSuccess, views[i].Phase == "success"
 		if pOK {
 			preOK++
 		}

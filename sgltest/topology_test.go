@@ -14,9 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvxfer/kvxfer/actors/room"
 	"github.com/kvxfer/kvxfer/daemon"
 	"github.com/kvxfer/kvxfer/internal/testrig/schedmem"
+	"github.com/kvxfer/kvxfer/kv"
 	"github.com/kvxfer/kvxfer/nixl"
 	"github.com/kvxfer/kvxfer/nixl/loopback"
 	"github.com/kvxfer/kvxfer/transport/control"
@@ -440,7 +440,7 @@ func (c *topoCase) run(t *testing.T, v Venv, note func(string)) {
 		}
 		for _, p := range group {
 			reps := waitPrefillRooms(t, p.cli, []uint64{r}, 10*time.Second)
-			if reps[0].Status != room.Success {
+			if reps[0].Status != kv.StatusSuccess {
 				t.Fatalf("prefill tp%d pp%d dp%d room %d: %v %v", p.tp, p.pp, p.dp, r, reps[0].Status, reps[0].Reason)
 			}
 			_ = p.cli.Clear(r)
@@ -456,7 +456,7 @@ func (c *topoCase) checkRefused(t *testing.T, v Venv, r uint64, group []*prefill
 	t.Helper()
 	for _, p := range group {
 		reps := waitPrefillRooms(t, p.cli, []uint64{r}, 10*time.Second)
-		if reps[0].Status != room.Failed || reps[0].Reason != room.ReasonPeerRejected {
+		if reps[0].Status != kv.StatusFailed || reps[0].Reason != kv.ReasonPeerRejected {
 			t.Fatalf("prefill tp%d room %d: %v %v, want failed peer_rejected", p.tp, r, reps[0].Status, reps[0].Reason)
 		}
 		rej := debugRejections(t, p.d)
@@ -478,7 +478,7 @@ func (c *topoCase) checkRefused(t *testing.T, v Venv, r uint64, group []*prefill
 	}
 }
 
-func waitPrefillRooms(t *testing.T, cli *control.Client, ids []uint64, within time.Duration) []room.Reply {
+func waitPrefillRooms(t *testing.T, cli *control.Client, ids []uint64, within time.Duration) []kv.Reply {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for {

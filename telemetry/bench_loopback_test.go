@@ -12,6 +12,7 @@ import (
 	"github.com/kvxfer/kvxfer/actors"
 	"github.com/kvxfer/kvxfer/actors/room"
 	"github.com/kvxfer/kvxfer/actors/xfer"
+	"github.com/kvxfer/kvxfer/kv"
 	"github.com/kvxfer/kvxfer/nixl/kvmem"
 	"github.com/kvxfer/kvxfer/nixl/loopback"
 )
@@ -87,15 +88,15 @@ func loopbackEngines(b *testing.B, obs *Observer, rdma bool) (off, on *actors.En
 			eng.Send(ids[i], []int32{5, 6}, nil)
 			eng.Send(ids[i], []int32{7, 8}, nil)
 		}
-		out := make([]room.Reply, len(ids))
+		out := make([]kv.Reply, len(ids))
 		for {
 			all := true
 			out = eng.Poll(ids, out)
 			for _, r := range out {
-				if r.Status == room.Failed {
+				if r.Status == kv.StatusFailed {
 					b.Fatalf("room failed: %v", r.Reason)
 				}
-				all = all && r.Status == room.Success
+				all = all && r.Status == kv.StatusSuccess
 			}
 			if all {
 				break

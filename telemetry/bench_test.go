@@ -16,6 +16,7 @@ import (
 	"github.com/kvxfer/kvxfer/actors"
 	"github.com/kvxfer/kvxfer/actors/room"
 	"github.com/kvxfer/kvxfer/internal/clock"
+	"github.com/kvxfer/kvxfer/kv"
 )
 
 // benchEngine is an engine whose writes complete at once (async: from
@@ -105,12 +106,12 @@ func benchMetricsOnly(b *testing.B) *Observer {
 // Success, Clear) through eng, starting at room next.
 func lifecycle(eng *actors.Engine, ids []uint64, next uint64) {
 	startRooms(eng, ids, next)
-	out := make([]room.Reply, len(ids))
+	out := make([]kv.Reply, len(ids))
 	for {
 		all := true
 		out = eng.Poll(ids, out)
 		for _, r := range out {
-			all = all && r.Status == room.Success
+			all = all && r.Status == kv.StatusSuccess
 		}
 		if all {
 			break
@@ -203,15 +204,15 @@ func BenchmarkTelemetryOverhead(b *testing.B) {
 // of a room with two chunks, as the room actor hands them over.
 func BenchmarkObserverCalls(b *testing.B) {
 	obs := benchTelemetry(b, Sampling{Ratio: 0}, false)
-	t1 := room.Transfer{Agent: "a", Chunk: 0, Seq: 1, SrcPages: []int32{1, 2}}
-	t2 := room.Transfer{Agent: "a", Chunk: 1, Seq: 2, Last: true, SrcPages: []int32{3, 4}}
+	t1 := kv.Transfer{Agent: "a", Chunk: 0, Seq: 1, SrcPages: []int32{1, 2}}
+	t2 := kv.Transfer{Agent: "a", Chunk: 1, Seq: 2, Last: true, SrcPages: []int32{3, 4}}
 	info := room.TransferInfo{Agent: "a", Required: 1}
 	fx := []room.Effects{
-		{Info: room.InfoSeen{Seen: true, Agent: "a", Required: 1}, Published: true, Status: room.WaitingForInput},
-		{Posts: []room.Transfer{t1}, Published: true, Status: room.Transferring},
+		{Info: room.InfoSeen{Seen: true, Agent: "a", Required: 1}, Published: true, Status: kv.StatusWaitingForInput},
+		{Posts: []kv.Transfer{t1}, Published: true, Status: kv.StatusTransferring},
 		{Done: room.DoneSeen{Seen: true, Seq: 1}},
-		{Posts: []room.Transfer{t2}},
-		{Done: room.DoneSeen{Seen: true, Seq: 2}, Published: true, Status: room.Success},
+		{Posts: []kv.Transfer{t2}},
+		{Done: room.DoneSeen{Seen: true, Seq: 2}, Published: true, Status: kv.StatusSuccess},
 		{Retire: true},
 	}
 	msgs := []room.Msg{info, room.Send{}, room.XferDone{Seq: 1}, room.Send{}, room.XferDone{Seq: 2}, room.Clear{}}
@@ -220,7 +221,7 @@ func BenchmarkObserverCalls(b *testing.B) {
 	for b.Loop() {
 		id++
 		fx[1].Posts[0].Room, fx[3].Posts[0].Room = id, id
-		fx[5].Tomb = room.Tombstone{Room: id, Status: room.Success, Opened: true}
+		fx[5].Tomb = room.Tombstone{Room: id, Status: kv.StatusSuccess, Opened: true}
 		r := obs.RoomCreated(id)
 		for i := range fx {
 			r.Step(msgs[i], fx[i])
@@ -251,11 +252,11 @@ func BenchmarkEmit(b *testing.B) {
 			if err := obs.Close(context.Background()); err != nil { // stop the emitter: emit runs here
 				b.Fatal(err)
 			}
-			r := &roomRec{roomState: roomState{id: 5, created: 0, retiredAt: 5e6, status: room.Success, retired: true,
+			r := &roomRec{roomState: roomState{id: 5, created: 0, retiredAt: 5e6, status: kv.StatusSuccess, retired: true,
 				chunks: 2, transfers: 2, pages: 4, bytes: 4096, keep: keepSampled}}
-			r.putEvent(1e6, room.WaitingForInput, 0)
-			r.putEvent(2e6, room.Transferring, 0)
-			r.putEvent(4e6, room.Success, 0)
+			r.putEvent(1e6, kv.StatusWaitingForInput, 0)
+			r.putEvent(2e6, kv.StatusTransferring, 0)
+			r.putEvent(4e6, kv.StatusSuccess, 0)
 			r.putSpan(xferRec{seq: 1, chunk: 0, pages: 2, start: 2e6, end: 3e6, flags: xDone}, "a")
 			r.putSpan(xferRec{seq: 2, chunk: 1, pages: 2, start: 3e6, end: 4e6, flags: xDone | xLast}, "a")
 			b.ReportAllocs()
@@ -336,7 +337,7 @@ func BenchmarkRoomsCounted(b *testing.B) {
 			if obs != nil {
 				eng = benchEngine(b, obs, false)
 			}
-			var out []room.Reply
+			var out []kv.Reply
 			cpu := runBatches(b, obs, func(ids []uint64, next uint64) { out = syncLifecycle(b, eng, ids, out, next) })
 			b.ReportMetric(float64(cpu.Nanoseconds()), "cpu-ns/room")
 		})
@@ -347,11 +348,11 @@ func BenchmarkRoomsCounted(b *testing.B) {
 // writes complete inside Post, so once the shards handled every Send the
 // rooms have succeeded, and once they handled every Clear they retired.
 // It returns out, grown to len(ids) if it was shorter, for the next batch.
-func syncLifecycle(b *testing.B, eng *actors.Engine, ids []uint64, out []room.Reply, next uint64) []room.Reply {
+func syncLifecycle(b *testing.B, eng *actors.Engine, ids []uint64, out []kv.Reply, next uint64) []kv.Reply {
 	startRooms(eng, ids, next)
 	out = eng.PollSync(ids, out)
 	for i, r := range out {
-		if r.Status != room.Success {
+		if r.Status != kv.StatusSuccess {
 			b.Fatalf("room %d: %v/%v after its Sends, want Success", ids[i], r.Status, r.Reason)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/kv"
 )
 
 // TestEmitAgentAttrCached: the direct path makes a one-agent room's
@@ -26,7 +27,7 @@ func TestEmitAgentAttrCached(t *testing.T) {
 		t.Fatal(err)
 	}
 	mk := func(id uint64, agents ...string) *roomRec {
-		r := &roomRec{roomState: roomState{id: id, retiredAt: 5e6, status: room.Success, retired: true, keep: keepSampled}}
+		r := &roomRec{roomState: roomState{id: id, retiredAt: 5e6, status: kv.StatusSuccess, retired: true, keep: keepSampled}}
 		for i, a := range agents {
 			r.putSpan(xferRec{seq: uint32(i + 1), start: 1e6, end: 2e6, flags: xDone}, a)
 		}
@@ -84,8 +85,8 @@ func TestEmitterWakesBeforeTick(t *testing.T) {
 	deadline := time.Now().Add(30 * time.Second)
 	for id := uint64(1); id <= rooms; id++ {
 		r := byFact{obs.RoomCreated(id)}
-		r.StatusChanged(room.Success, room.ReasonNone)
-		r.Retired(room.Tombstone{Room: id, Status: room.Success, Opened: true})
+		r.StatusChanged(kv.StatusSuccess, kv.ReasonNone)
+		r.Retired(room.Tombstone{Room: id, Status: kv.StatusSuccess, Opened: true})
 		// Let the emitter catch up: this test is about waking it, not
 		// about the queue's bound.
 		for len(obs.kept) >= obs.cfg.QueueSize {

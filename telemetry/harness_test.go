@@ -15,6 +15,7 @@ import (
 	"github.com/kvxfer/kvxfer/actors"
 	"github.com/kvxfer/kvxfer/actors/room"
 	"github.com/kvxfer/kvxfer/internal/clock"
+	"github.com/kvxfer/kvxfer/kv"
 )
 
 // manualXfers is a test double of the NIXL transfer pool: posted transfers
@@ -25,24 +26,24 @@ type manualXfers struct {
 	pending []pendingXfer
 	auto    bool // complete at once, inside Post
 	async   bool // with auto: complete from another goroutine, as the pool does
-	panicOn func(room.Transfer) bool
+	panicOn func(kv.Transfer) bool
 }
 
 type pendingXfer struct {
-	t    room.Transfer
-	done room.DoneFunc
+	t    kv.Transfer
+	done kv.DoneFunc
 }
 
-func (m *manualXfers) Post(t room.Transfer, done room.DoneFunc) {
+func (m *manualXfers) Post(t kv.Transfer, done kv.DoneFunc) {
 	if m.panicOn != nil && m.panicOn(t) {
 		panic("transfer layer bug")
 	}
 	if m.auto && m.async {
-		go done(room.ReasonNone, nil)
+		go done(kv.ReasonNone, nil)
 		return
 	}
 	if m.auto {
-		done(room.ReasonNone, nil)
+		done(kv.ReasonNone, nil)
 		return
 	}
 	m.mu.Lock()
@@ -51,7 +52,7 @@ func (m *manualXfers) Post(t room.Transfer, done room.DoneFunc) {
 }
 
 // complete finishes every pending transfer with fail and returns how many.
-func (m *manualXfers) complete(fail room.Reason) int {
+func (m *manualXfers) complete(fail kv.Reason) int {
 	m.mu.Lock()
 	p := m.pending
 	m.pending = nil
@@ -116,12 +117,12 @@ func newHarness(t *testing.T, xf *manualXfers, mod func(*Config)) *harness {
 	return h
 }
 
-func (h *harness) poll(id uint64) room.Reply { return h.eng.PollSync([]uint64{id}, nil)[0] }
+func (h *harness) poll(id uint64) kv.Reply { return h.eng.PollSync([]uint64{id}, nil)[0] }
 
 // expect polls once: every message sent before has been handled by then (a
 // poll travels the same shard and room mailboxes), except completions and
 // deadlines, which the test sends itself before calling expect.
-func (h *harness) expect(id uint64, want room.Status) {
+func (h *harness) expect(id uint64, want kv.Status) {
 	h.t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -213,7 +214,7 @@ func info(agent string, n, required int) room.TransferInfo {
 	for i := range ps {
 		ps[i] = int32(100 + i)
 	}
-	return room.TransferInfo{Agent: agent, From: room.Endpoint{IP: "127.0.0.1", Port: 9000}, DstPages: ps, DstAux: 1, Required: required}
+	return room.TransferInfo{Agent: agent, From: kv.Endpoint{IP: "127.0.0.1", Port: 9000}, DstPages: ps, DstAux: 1, Required: required}
 }
 
 type metricdataHistogram = metricdata.Histogram[float64]
@@ -226,11 +227,11 @@ func (f byFact) TransferInfo(agent string, required int) {
 	f.Step(room.TransferInfo{Agent: agent, Required: required},
 		room.Effects{Info: room.InfoSeen{Seen: true, Agent: agent, Required: required}})
 }
-func (f byFact) StatusChanged(s room.Status, why room.Reason) {
+func (f byFact) StatusChanged(s kv.Status, why kv.Reason) {
 	f.Step(nil, room.Effects{Published: true, Status: s, Reason: why})
 }
-func (f byFact) Posted(t *room.Transfer) { f.Step(nil, room.Effects{Posts: []room.Transfer{*t}}) }
-func (f byFact) TransferDone(seq uint32, fail room.Reason) {
+func (f byFact) Posted(t *kv.Transfer) { f.Step(nil, room.Effects{Posts: []kv.Transfer{*t}}) }
+func (f byFact) TransferDone(seq uint32, fail kv.Reason) {
 	f.Step(room.XferDone{Seq: seq, Fail: fail}, room.Effects{Done: room.DoneSeen{Seen: true, Seq: seq, Fail: fail}})
 }
 func (f byFact) Ignored(msg room.Msg)     { f.Step(msg, room.Effects{Ignored: true}) }

@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/kv"
 )
 
 // Scope is the instrumentation scope of kvxfer's spans and metrics.
@@ -26,7 +27,7 @@ var (
 
 const (
 	numStatuses = 5
-	numReasons  = 16 // room.Reason values fit; larger ones are counted as the last
+	numReasons  = 16 // kv.Reason values fit; larger ones are counted as the last
 	numMsgKinds = 13
 )
 
@@ -63,14 +64,14 @@ func msgIndex(m room.Msg) int {
 	return 0
 }
 
-func statusIndex(s room.Status) int {
+func statusIndex(s kv.Status) int {
 	if int(s) < numStatuses {
 		return int(s)
 	}
-	return int(room.Failed)
+	return int(kv.StatusFailed)
 }
 
-func reasonIndex(r room.Reason) int {
+func reasonIndex(r kv.Reason) int {
 	if int(r) < numReasons {
 		return int(r)
 	}
@@ -168,10 +169,10 @@ var (
 
 func init() {
 	for s := range statusSets {
-		statusSets[s] = attribute.NewSet(attribute.String("status", room.Status(s).String()))
+		statusSets[s] = attribute.NewSet(attribute.String("status", kv.Status(s).String()))
 	}
 	for r := range reasonSets {
-		name := room.Reason(r).String()
+		name := kv.Reason(r).String()
 		if r == 0 {
 			name = "none"
 		}
@@ -279,7 +280,7 @@ func (o *Observer) Produce(context.Context) ([]metricdata.ScopeMetrics, error) {
 		Data:        metricdata.Histogram[float64]{DataPoints: durs, Temporality: metricdata.CumulativeTemporality}})
 
 	var fails []metricdata.DataPoint[int64]
-	for _, r := range room.Reasons() {
+	for _, r := range kv.Reasons() {
 		fails = append(fails, pt(reasonSets[reasonIndex(r)], c.failures[reasonIndex(r)]))
 	}
 	sum("kvxfer_room_failures", "{room}", "Rooms that became Failed, by reason (error.type).", fails...)

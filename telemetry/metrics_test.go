@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"github.com/kvxfer/kvxfer/actors"
-	"github.com/kvxfer/kvxfer/actors/room"
 	"github.com/kvxfer/kvxfer/actors/xfer"
 	"github.com/kvxfer/kvxfer/internal/clock"
+	"github.com/kvxfer/kvxfer/kv"
 )
 
 // Scrape fetches a Prometheus text exposition and returns its samples keyed
@@ -108,7 +108,7 @@ func TestMetricsEndpoint(t *testing.T) {
 	eng.Init(1, 4, 0)
 	eng.Send(1, []int32{1, 2}, nil)
 	eng.Send(1, []int32{3, 4}, nil)
-	waitStatus(t, eng, 1, room.Success)
+	waitStatus(t, eng, 1, kv.StatusSuccess)
 	// Five rooms stuck in Bootstrapping (no transfer info) for 100 s.
 	stuck := []uint64{11, 12, 13, 14, 15}
 	for _, id := range stuck {
@@ -139,8 +139,8 @@ func TestMetricsEndpoint(t *testing.T) {
 	eng.PollSync(stuck, nil)
 	eng.Clear(1)
 	eng.PollSync([]uint64{1}, nil)
-	eng.Fail(99, room.ReasonInvalidRequest) // a frame that named an unknown room
-	eng.Init(98, 1, 0)                      // for no room: absorbed
+	eng.Fail(99, kv.ReasonInvalidRequest) // a frame that named an unknown room
+	eng.Init(98, 1, 0)                    // for no room: absorbed
 	eng.PollSync([]uint64{99}, nil)
 	m = Scrape(t, srv.URL)
 	for k, v := range map[string]float64{
@@ -160,7 +160,7 @@ func TestMetricsEndpoint(t *testing.T) {
 	}
 }
 
-func waitStatus(t *testing.T, eng *actors.Engine, id uint64, want room.Status) {
+func waitStatus(t *testing.T, eng *actors.Engine, id uint64, want kv.Status) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for eng.PollSync([]uint64{id}, nil)[0].Status != want {

@@ -20,6 +20,7 @@ import (
 	"github.com/kvxfer/kvxfer/actors/room"
 	"github.com/kvxfer/kvxfer/actors/xfer"
 	"github.com/kvxfer/kvxfer/internal/clock"
+	"github.com/kvxfer/kvxfer/kv"
 )
 
 // Limits and defaults.
@@ -285,8 +286,8 @@ type roomState struct {
 	nSpans    uint16 // of which the first nSpans are child spans (tracing)
 	nAg       uint16 // len(agents())
 	nEv       uint8  // len(events())
-	status    room.Status
-	reason    room.Reason
+	status    kv.Status
+	reason    kv.Reason
 	keep      keepReason
 	terminal  bool // it became terminal (at statusAt)
 	retired   bool // false: emitted at Close while still live
@@ -331,14 +332,14 @@ type statusEvent uint64
 
 const maxEventAge = 1<<48 - 1
 
-func newEvent(created, at tick, s room.Status, why room.Reason) statusEvent {
+func newEvent(created, at tick, s kv.Status, why kv.Reason) statusEvent {
 	age := uint64(min(max(at-created, 0), maxEventAge))
 	return statusEvent(age<<16 | uint64(s)<<8 | uint64(why))
 }
 
 func (e statusEvent) at(created tick) tick { return created + tick(e>>16) }
-func (e statusEvent) status() room.Status  { return room.Status(e >> 8) }
-func (e statusEvent) reason() room.Reason  { return room.Reason(e) }
+func (e statusEvent) status() kv.Status    { return kv.Status(e >> 8) }
+func (e statusEvent) reason() kv.Reason    { return kv.Reason(e) }
 
 // sat is a+n, saturating at math.MaxInt32 (a count of a room's).
 func sat(a int32, n int) int32 { return int32(min(int64(a)+int64(n), math.MaxInt32)) }
@@ -353,7 +354,7 @@ type xferRec struct {
 	chunk      int32
 	pages      int32
 	agent      uint16 // index into agents()
-	fail       room.Reason
+	fail       kv.Reason
 	flags      uint8 // xLast | xDone
 }
 
@@ -670,7 +671,7 @@ func (o *Observer) RoomCreated(id uint64) actors.RoomObserver {
 	}
 	st.created.Add(1)
 	now := o.now()
-	r.st, r.id, r.created, r.statusAt, r.status = st, id, now, now, room.Bootstrapping
+	r.st, r.id, r.created, r.statusAt, r.status = st, id, now, now, kv.StatusBootstrapping
 	return r
 }
 
@@ -726,9 +727,9 @@ func (o *Observer) Ignored(id uint64, msg room.Msg) {
 
 // LateTransferDone implements actors.Observer: a write that completed after
 // its room retired is counted.
-func (o *Observer) LateTransferDone(id uint64, _ uint32, fail room.Reason) {
+func (o *Observer) LateTransferDone(id uint64, _ uint32, fail kv.Reason) {
 	st := o.stripe(id)
-	if fail == room.ReasonNone {
+	if fail == kv.ReasonNone {
 		st.xferOK.Add(1)
 	} else {
 		st.xferFailed.Add(1)
@@ -825,12 +826,12 @@ func (r *roomRec) transferInfo(required int) {
 }
 
 // statusChanged records a published status change.
-func (r *roomRec) statusChanged(s room.Status, why room.Reason) {
+func (r *roomRec) statusChanged(s kv.Status, why kv.Reason) {
 	o := r.o
 	now := r.now()
 	ri, si := reasonIndex(why), statusIndex(r.status)
 	st := r.st
-	if s == room.Failed {
+	if s == kv.StatusFailed {
 		st.failures[ri].Add(1)
 	}
 	st.statusDur[si].observe(time.Duration(now-r.statusAt), statusBoundsNs)
@@ -849,7 +850,7 @@ func (r *roomRec) statusChanged(s room.Status, why room.Reason) {
 }
 
 // posted records a transfer posted.
-func (r *roomRec) posted(t *room.Transfer) {
+func (r *roomRec) posted(t *kv.Transfer) {
 	o := r.o
 	now := r.now()
 	pages := len(t.SrcPages)
@@ -878,7 +879,7 @@ func (r *roomRec) posted(t *room.Transfer) {
 // (the spans are the first entries: entries past them are only made once
 // the spans are full, or without tracing). The room's agents are recorded
 // either way.
-func (r *roomRec) addSpan(x *xferRec, t *room.Transfer) {
+func (r *roomRec) addSpan(x *xferRec, t *kv.Transfer) {
 	span := int(r.nSpans) < r.o.cfg.MaxTransferSpans
 	agent := r.agentIndex(t.Agent, span)
 	if !span {
@@ -894,9 +895,9 @@ func (r *roomRec) addSpan(x *xferRec, t *room.Transfer) {
 }
 
 // transferDone records a transfer's completion.
-func (r *roomRec) transferDone(seq uint32, fail room.Reason) {
+func (r *roomRec) transferDone(seq uint32, fail kv.Reason) {
 	now := r.now()
-	ok := fail == room.ReasonNone
+	ok := fail == kv.ReasonNone
 	if !ok {
 		r.rare = true
 		r.failedX++
@@ -1030,7 +1031,7 @@ func (u *untracked) Traceparent(string) {}
 // Step implements actors.RoomObserver.
 func (u *untracked) Step(msg room.Msg, fx room.Effects) {
 	if fx.Done.Seen {
-		if fx.Done.Fail == room.ReasonNone {
+		if fx.Done.Fail == kv.ReasonNone {
 			u.count(func(st *stripe) *atomic.Int64 { return &st.xferOK })
 		} else {
 			u.count(func(st *stripe) *atomic.Int64 { return &st.xferFailed })
@@ -1039,7 +1040,7 @@ func (u *untracked) Step(msg room.Msg, fx room.Effects) {
 	for range fx.Posts {
 		u.count(func(st *stripe) *atomic.Int64 { return &st.posted })
 	}
-	if fx.Published && fx.Status == room.Failed {
+	if fx.Published && fx.Status == kv.StatusFailed {
 		ri := reasonIndex(fx.Reason)
 		u.count(func(st *stripe) *atomic.Int64 { return &st.failures[ri] })
 	}

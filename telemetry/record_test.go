@@ -11,6 +11,7 @@ import (
 	"github.com/kvxfer/kvxfer/actors"
 	"github.com/kvxfer/kvxfer/actors/room"
 	"github.com/kvxfer/kvxfer/internal/clock"
+	"github.com/kvxfer/kvxfer/kv"
 )
 
 // putSpan appends x as a child span to agent a (tests that build records).
@@ -23,7 +24,7 @@ func (r *roomRec) putSpan(x xferRec, a string) {
 }
 
 // putEvent appends a status event at time at (tests that build records).
-func (r *roomRec) putEvent(at tick, s room.Status, why room.Reason) {
+func (r *roomRec) putEvent(at tick, s kv.Status, why kv.Reason) {
 	r.addEvent(newEvent(r.created, at, s, why))
 }
 
@@ -36,7 +37,7 @@ func TestMaxRoomsCountsRoomsInUse(t *testing.T) {
 	}
 	defer o.Close(context.Background())
 	retire := func(r actors.RoomObserver, id uint64) {
-		byFact{r}.Retired(room.Tombstone{Room: id, Status: room.Success, Opened: true})
+		byFact{r}.Retired(room.Tombstone{Room: id, Status: kv.StatusSuccess, Opened: true})
 	}
 	r1, r2 := o.RoomCreated(1), o.RoomCreated(2)
 	if _, ok := r2.(*roomRec); !ok {
@@ -109,12 +110,12 @@ func TestRecordSpillsAndResets(t *testing.T) {
 	rr := byFact{o.RoomCreated(1)}
 	r := rr.RoomObserver.(*roomRec)
 	rr.TransferInfo("a0", 3)
-	rr.StatusChanged(room.WaitingForInput, room.ReasonNone)
-	rr.StatusChanged(room.Transferring, room.ReasonNone)
+	rr.StatusChanged(kv.StatusWaitingForInput, kv.ReasonNone)
+	rr.StatusChanged(kv.StatusTransferring, kv.ReasonNone)
 	const n = 9 // three agents, three chunks each, all in flight at once
 	for i := range n {
 		clk.Advance(time.Millisecond)
-		rr.Posted(&room.Transfer{Room: 1, Agent: fmt.Sprintf("a%d", i%3), Chunk: i / 3, Seq: uint32(i + 1),
+		rr.Posted(&kv.Transfer{Room: 1, Agent: fmt.Sprintf("a%d", i%3), Chunk: i / 3, Seq: uint32(i + 1),
 			Last: i/3 == 2, SrcPages: make([]int32, i+1)})
 	}
 	if r.spill&spillX == 0 || r.spill&spillA == 0 {
@@ -122,18 +123,18 @@ func TestRecordSpillsAndResets(t *testing.T) {
 	}
 	for i := n - 1; i >= 0; i-- { // newest first; the fifth fails
 		clk.Advance(time.Millisecond)
-		fail := room.ReasonNone
+		fail := kv.ReasonNone
 		if i == 4 {
-			fail = room.ReasonTransferError
+			fail = kv.ReasonTransferError
 		}
 		rr.TransferDone(uint32(i+1), fail)
 	}
-	rr.TransferDone(3, room.ReasonNone) // a second completion of one write changes no span
-	for _, s := range []room.Status{room.Transferring, room.WaitingForInput, room.Transferring, room.WaitingForInput,
-		room.Transferring, room.Failed} {
-		rr.StatusChanged(s, room.ReasonTransferError)
+	rr.TransferDone(3, kv.ReasonNone) // a second completion of one write changes no span
+	for _, s := range []kv.Status{kv.StatusTransferring, kv.StatusWaitingForInput, kv.StatusTransferring, kv.StatusWaitingForInput,
+		kv.StatusTransferring, kv.StatusFailed} {
+		rr.StatusChanged(s, kv.ReasonTransferError)
 	}
-	rr.Retired(room.Tombstone{Room: 1, Status: room.Failed, Reason: room.ReasonTransferError})
+	rr.Retired(room.Tombstone{Room: 1, Status: kv.StatusFailed, Reason: kv.ReasonTransferError})
 	if r.nEv != 8 || r.spill&spillE == 0 {
 		t.Fatalf("%d events, spill %b; want 8, spilled", r.nEv, r.spill)
 	}
@@ -197,11 +198,11 @@ func TestRecordSpillsAndResets(t *testing.T) {
 	drive := func(rec *roomRec) {
 		rec.id, rec.st = 2, o2.stripe(2)
 		f := byFact{rec}
-		f.StatusChanged(room.WaitingForInput, room.ReasonNone)
-		f.Posted(&room.Transfer{Room: 2, Agent: "b", Seq: 1, Last: true, SrcPages: []int32{1}})
-		f.TransferDone(1, room.ReasonNone)
-		f.StatusChanged(room.Success, room.ReasonNone)
-		f.Retired(room.Tombstone{Room: 2, Status: room.Success})
+		f.StatusChanged(kv.StatusWaitingForInput, kv.ReasonNone)
+		f.Posted(&kv.Transfer{Room: 2, Agent: "b", Seq: 1, Last: true, SrcPages: []int32{1}})
+		f.TransferDone(1, kv.ReasonNone)
+		f.StatusChanged(kv.StatusSuccess, kv.ReasonNone)
+		f.Retired(room.Tombstone{Room: 2, Status: kv.StatusSuccess})
 	}
 	drive(&recycled)
 	if recycled.spill != 0 || recycled.nX != 1 || recycled.agents()[0] != "b" || recycled.nEv != 2 {
@@ -233,11 +234,11 @@ func TestRecordInflightOnly(t *testing.T) {
 	}
 	r := o.RoomCreated(1).(*roomRec)
 	for i := range 6 {
-		byFact{r}.Posted(&room.Transfer{Room: 1, Agent: "a", Seq: uint32(i + 1), SrcPages: make([]int32, 2)})
+		byFact{r}.Posted(&kv.Transfer{Room: 1, Agent: "a", Seq: uint32(i + 1), SrcPages: make([]int32, 2)})
 	}
 	clk.Advance(time.Millisecond)
 	for _, seq := range []uint32{2, 6, 1, 5, 3, 4} {
-		byFact{r}.TransferDone(seq, room.ReasonNone)
+		byFact{r}.TransferDone(seq, kv.ReasonNone)
 	}
 	if r.nX != 0 || len(r.xfers()) != 0 || r.nSpans != 0 || r.nAg != 0 || r.bytes != 12 {
 		t.Fatalf("%d entries, %d spans, %d agents, %d bytes; want 0, 0, 0, 12", r.nX, r.nSpans, r.nAg, r.bytes)
@@ -258,10 +259,10 @@ func TestRecordManyAgents(t *testing.T) {
 	o, _, exp := recordObserver(t, Config{MaxTransferSpans: 20})
 	r := byFact{o.RoomCreated(1)}
 	for i := range 24 {
-		r.Posted(&room.Transfer{Room: 1, Agent: fmt.Sprintf("a%02d", i), Seq: uint32(i + 1), SrcPages: []int32{1}})
-		r.TransferDone(uint32(i+1), room.ReasonNone)
+		r.Posted(&kv.Transfer{Room: 1, Agent: fmt.Sprintf("a%02d", i), Seq: uint32(i + 1), SrcPages: []int32{1}})
+		r.TransferDone(uint32(i+1), kv.ReasonNone)
 	}
-	r.Retired(room.Tombstone{Room: 1, Status: room.Failed, Reason: room.ReasonClientAbort})
+	r.Retired(room.Tombstone{Room: 1, Status: kv.StatusFailed, Reason: kv.ReasonClientAbort})
 	if err := o.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -304,8 +305,8 @@ func TestStatusEventEncoding(t *testing.T) {
 		{created + maxEventAge, created + maxEventAge},
 		{created + maxEventAge + 1e9, created + maxEventAge},
 	} {
-		for _, s := range []room.Status{room.Bootstrapping, room.Transferring, room.Failed} {
-			for _, why := range []room.Reason{room.ReasonNone, room.ReasonClientLost} {
+		for _, s := range []kv.Status{kv.StatusBootstrapping, kv.StatusTransferring, kv.StatusFailed} {
+			for _, why := range []kv.Reason{kv.ReasonNone, kv.ReasonClientLost} {
 				e := newEvent(created, c.at, s, why)
 				if e.at(created) != c.want || e.status() != s || e.reason() != why {
 					t.Fatalf("event(%d, %v, %v) reads %d, %v, %v", c.at, s, why, e.at(created), e.status(), e.reason())
@@ -335,14 +336,14 @@ func TestRecordCaps(t *testing.T) {
 	r := o.RoomCreated(1).(*roomRec)
 	const n = maxXfers + 10
 	for i := range n {
-		byFact{r}.Posted(&room.Transfer{Room: 1, Agent: "a", Seq: uint32(i + 1), SrcPages: []int32{1}})
+		byFact{r}.Posted(&kv.Transfer{Room: 1, Agent: "a", Seq: uint32(i + 1), SrcPages: []int32{1}})
 	}
 	if r.nX != maxXfers || r.transfers != n {
 		t.Fatalf("%d entries, %d transfers; want %d, %d", r.nX, r.transfers, maxXfers, n)
 	}
 	clk.Advance(time.Millisecond)
 	for i := n - 1; i >= 0; i-- { // newest first: each is found at the end
-		byFact{r}.TransferDone(uint32(i+1), room.ReasonNone)
+		byFact{r}.TransferDone(uint32(i+1), kv.ReasonNone)
 	}
 	got := o.totals()
 	if r.nX != 0 || r.bytes != maxXfers || got.bytesOK != maxXfers || got.xferOK != n {

@@ -12,7 +12,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/kv"
 )
 
 // copyingExporter keeps a deep copy of every batch, taken inside ExportSpans,
@@ -68,11 +68,11 @@ func reuseRooms() []*roomRec {
 	var out []*roomRec
 	for i := range 400 {
 		id := uint64(1000 + i)
-		r := &roomRec{roomState: roomState{id: id, created: tick(i), retiredAt: tick(9e6 + i), status: room.Success, retired: true,
+		r := &roomRec{roomState: roomState{id: id, created: tick(i), retiredAt: tick(9e6 + i), status: kv.StatusSuccess, retired: true,
 			keep: keepSampled, chunks: 2, transfers: 2, pages: 4, bytes: 4096, required: 1}}
-		r.putEvent(1e6, room.WaitingForInput, 0)
-		r.putEvent(2e6, room.Transferring, 0)
-		r.putEvent(4e6, room.Success, 0)
+		r.putEvent(1e6, kv.StatusWaitingForInput, 0)
+		r.putEvent(2e6, kv.StatusTransferring, 0)
+		r.putEvent(4e6, kv.StatusSuccess, 0)
 		nx := 2
 		if i%37 == 0 {
 			nx = 40 // many transfers
@@ -87,10 +87,10 @@ func reuseRooms() []*roomRec {
 		}
 		switch i % 7 {
 		case 1: // failed, with a failed and an abandoned transfer
-			r.status, r.reason, r.failedX = room.Failed, room.ReasonTransferError, 1
+			r.status, r.reason, r.failedX = kv.StatusFailed, kv.ReasonTransferError, 1
 			r.rare = true
-			r.putEvent(5e6, room.Failed, room.ReasonTransferError)
-			r.spans()[0].fail = room.ReasonTransferError
+			r.putEvent(5e6, kv.StatusFailed, kv.ReasonTransferError)
+			r.spans()[0].fail = kv.ReasonTransferError
 			r.spans()[1].flags &^= xDone
 			r.keep = keepFailed
 		case 2:

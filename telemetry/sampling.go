@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/kv"
 )
 
 // Sampling is the tail-sampling policy, applied when a room retires. Failed
@@ -52,7 +52,7 @@ var decisionNames = [numDecisions]string{"dropped_by_ratio", "kept_failed", "kep
 func (k keepReason) String() string { return decisionNames[k] }
 
 func (s *Sampling) decide(r *roomRec) keepReason {
-	if r.status == room.Failed {
+	if r.status == kv.StatusFailed {
 		return keepFailed
 	}
 	slow := s.Slow

@@ -12,7 +12,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/kvxfer/kvxfer/actors"
-	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/kv"
 )
 
 type grpcCollector struct {
@@ -74,7 +74,7 @@ func TestSetupOTLPGRPC(t *testing.T) {
 		eng.Init(id, 2, 0)
 		if id == 1 {
 			eng.Send(id, []int32{1, 2}, nil) // succeeds: sampled away
-			waitStatus(t, eng, id, room.Success)
+			waitStatus(t, eng, id, kv.StatusSuccess)
 		} else {
 			eng.Abort(id) // fails: kept
 		}

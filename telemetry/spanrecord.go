@@ -10,7 +10,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/kv"
 )
 
 // spanRecord is a finished span handed straight to the exporter (the direct path
@@ -37,9 +37,9 @@ type spanRecord struct {
 	kind           uint8 // a trace.SpanKind
 	parentFlags    trace.TraceFlags
 	parentRemote   bool
-	failed         bool        // status Error, described by reason or abandonedMsg
-	abandoned      bool        // in flight when the room retired
-	reason         room.Reason // why it failed
+	failed         bool      // status Error, described by reason or abandonedMsg
+	abandoned      bool      // in flight when the room retired
+	reason         kv.Reason // why it failed
 }
 
 type spanName uint8

@@ -12,7 +12,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/kv"
 )
 
 // Span and event names.
@@ -62,17 +62,17 @@ var (
 
 func init() {
 	for s := range statusAttrs {
-		statusAttrs[s] = AttrStatus.String(room.Status(s).String())
+		statusAttrs[s] = AttrStatus.String(kv.Status(s).String())
 	}
 	for r := range errAttrs {
-		errAttrs[r] = AttrErrorType.String(room.Reason(r).String())
+		errAttrs[r] = AttrErrorType.String(kv.Reason(r).String())
 	}
 	for d := range decideAttrs {
 		decideAttrs[d] = AttrSampled.String(keepReason(d).String())
 	}
 }
 
-func errAttr(r room.Reason) attribute.KeyValue {
+func errAttr(r kv.Reason) attribute.KeyValue {
 	if int(r) < len(errAttrs) {
 		return errAttrs[r]
 	}
@@ -82,7 +82,7 @@ func errAttr(r room.Reason) attribute.KeyValue {
 // roomAttrCount is len(roomAttrs(r)).
 func roomAttrCount(r *roomRec) int {
 	return 9 + b2i(r.required > 0) + b2i(r.nAg > 0) + b2i(r.failedX > 0) + b2i(r.ignored > 0) + b2i(r.droppedSpans > 0) +
-		b2i(r.droppedEvents > 0) + b2i(!r.retired) + b2i(r.status == room.Failed)
+		b2i(r.droppedEvents > 0) + b2i(!r.retired) + b2i(r.status == kv.StatusFailed)
 }
 
 // xferAttrMax bounds len(xferAttrs(...)).
@@ -118,14 +118,14 @@ func roomAttrs(a []attribute.KeyValue, r *roomRec, agents attribute.KeyValue) []
 	if !r.retired {
 		a = append(a, notRetired)
 	}
-	if r.status == room.Failed {
+	if r.status == kv.StatusFailed {
 		a = append(a, errAttr(r.reason))
 	}
 	return a
 }
 
 func roomStatus(r *roomRec) sdktrace.Status {
-	if r.status == room.Failed {
+	if r.status == kv.StatusFailed {
 		return sdktrace.Status{Code: codes.Error, Description: r.reason.String()}
 	}
 	return sdktrace.Status{}
@@ -139,7 +139,7 @@ func xferAttrs(a []attribute.KeyValue, r *roomRec, x *xferRec, bytesPerPage int6
 	switch {
 	case !x.done(): // still in flight when the room retired (drain deadline expired)
 		return append(a, abandonAttr), r.retiredAt, sdktrace.Status{Code: codes.Error, Description: abandonedMsg}
-	case x.fail != room.ReasonNone:
+	case x.fail != kv.ReasonNone:
 		return append(a, errAttr(x.fail)), x.end, sdktrace.Status{Code: codes.Error, Description: x.fail.String()}
 	}
 	return a, x.end, sdktrace.Status{}
@@ -154,7 +154,7 @@ func b2i(b bool) int {
 
 func statusEventAttrs(e statusEvent) []attribute.KeyValue {
 	s := statusIndex(e.status())
-	if e.status() == room.Failed {
+	if e.status() == kv.StatusFailed {
 		return []attribute.KeyValue{statusAttrs[s], errAttr(e.reason())}
 	}
 	return statusAttrs[s : s+1 : s+1]
@@ -299,7 +299,7 @@ func (o *Observer) build(r *roomRec) {
 	for i := range revents {
 		e := revents[i]
 		var ea []attribute.KeyValue
-		if e.status() == room.Failed && o.reuse {
+		if e.status() == kv.StatusFailed && o.reuse {
 			ea = take(&o.arena.attrs, 2)
 			ea[0], ea[1] = statusAttrs[statusIndex(e.status())], errAttr(e.reason())
 		} else {
@@ -313,7 +313,7 @@ func (o *Observer) build(r *roomRec) {
 		name: roomSpanName, traceID: tid, id: roomID, state: state, kind: uint8(trace.SpanKindInternal),
 		parentID: parentID, parentFlags: parentFlags, parentRemote: r.parent.IsRemote(),
 		start: r.created, end: r.retiredAt, attrs: ra, events: events,
-		failed: r.status == room.Failed, reason: r.reason, droppedEvents: r.droppedEvents, childSpanCount: int32(len(spans)),
+		failed: r.status == kv.StatusFailed, reason: r.reason, droppedEvents: r.droppedEvents, childSpanCount: int32(len(spans)),
 		common: &o.common,
 	}
 	o.batch = append(o.batch, &recs[0])
@@ -325,7 +325,7 @@ func (o *Observer) build(r *roomRec) {
 			name: transferSpanName, traceID: tid, id: o.ids.span(), state: state, kind: uint8(trace.SpanKindClient),
 			parentID: roomID, parentFlags: trace.FlagsSampled,
 			start: x.start, end: end, attrs: attrs,
-			failed: !x.done() || x.fail != room.ReasonNone, abandoned: !x.done(), reason: x.fail,
+			failed: !x.done() || x.fail != kv.ReasonNone, abandoned: !x.done(), reason: x.fail,
 			common: &o.common,
 		}
 		o.batch = append(o.batch, &recs[1+i])

@@ -9,17 +9,17 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/kvxfer/kvxfer/actors"
-	"github.com/kvxfer/kvxfer/actors/room"
 	"github.com/kvxfer/kvxfer/internal/clock"
+	"github.com/kvxfer/kvxfer/kv"
 )
 
 // slowPost is a transfer layer whose Post takes 3 ms of the fake clock and
 // completes the write inside Post.
 type slowPost struct{ clk *clock.Fake }
 
-func (s slowPost) Post(_ room.Transfer, done room.DoneFunc) {
+func (s slowPost) Post(_ kv.Transfer, done kv.DoneFunc) {
 	s.clk.Advance(3 * time.Millisecond)
-	done(room.ReasonNone, nil)
+	done(kv.ReasonNone, nil)
 }
 
 // readyToSend opens room id, gives it one transfer info for 2 pages and
@@ -50,7 +50,7 @@ func TestStepSharesOneClockReading(t *testing.T) {
 	readyToSend(eng, id)
 	clk.Advance(10 * time.Millisecond)
 	eng.Send(id, []int32{0, 1}, nil) // posted at +10 ms; the clock reads +13 ms when it completes
-	if r := eng.PollSync([]uint64{id}, nil)[0]; r.Status != room.Success {
+	if r := eng.PollSync([]uint64{id}, nil)[0]; r.Status != kv.StatusSuccess {
 		t.Fatalf("room %v/%v, want Success", r.Status, r.Reason)
 	}
 	eng.Clear(id) // at +13 ms
@@ -167,7 +167,7 @@ func TestStepReadsTheClockOnce(t *testing.T) {
 			readyToSend(eng, id)
 			engBefore, obsBefore := engClk.reads.Load(), obsClk.reads.Load()
 			eng.Send(id, []int32{0, 1}, nil)
-			if r := eng.PollSync([]uint64{id}, nil)[0]; r.Status != room.Success {
+			if r := eng.PollSync([]uint64{id}, nil)[0]; r.Status != kv.StatusSuccess {
 				t.Fatalf("room %v/%v, want Success", r.Status, r.Reason)
 			}
 			engReads, obsReads := engClk.reads.Load()-engBefore, obsClk.reads.Load()-obsBefore

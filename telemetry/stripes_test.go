@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/kv"
 )
 
 // The metric stripes count exactly when many goroutines report at once, and
@@ -38,21 +39,21 @@ func TestStripesCountExactly(t *testing.T) {
 			defer wg.Done()
 			for i := range rooms {
 				id := uint64(g*rooms + i + 1)
-				t1 := room.Transfer{Room: id, Agent: "a", Seq: 1, SrcPages: []int32{1, 2}}
-				t2 := room.Transfer{Room: id, Agent: "a", Seq: 2, Chunk: 1, Last: true, SrcPages: []int32{3}}
+				t1 := kv.Transfer{Room: id, Agent: "a", Seq: 1, SrcPages: []int32{1, 2}}
+				t2 := kv.Transfer{Room: id, Agent: "a", Seq: 2, Chunk: 1, Last: true, SrcPages: []int32{3}}
 				r := byFact{o.RoomCreated(id)}
-				r.StatusChanged(room.WaitingForInput, room.ReasonNone)
+				r.StatusChanged(kv.StatusWaitingForInput, kv.ReasonNone)
 				runtime.Gosched()
 				r.Posted(&t1)
-				r.StatusChanged(room.Transferring, room.ReasonNone)
-				r.TransferDone(1, room.ReasonNone)
+				r.StatusChanged(kv.StatusTransferring, kv.ReasonNone)
+				r.TransferDone(1, kv.ReasonNone)
 				runtime.Gosched()
 				r.Posted(&t2)
 				r.Ignored(room.Poll{})
-				r.TransferDone(2, room.ReasonTransferError)
-				r.StatusChanged(room.Failed, room.ReasonTransferError)
-				r.Retired(room.Tombstone{Room: id, Status: room.Failed, Reason: room.ReasonTransferError, Opened: true})
-				o.LateTransferDone(id, 3, room.ReasonNone)
+				r.TransferDone(2, kv.ReasonTransferError)
+				r.StatusChanged(kv.StatusFailed, kv.ReasonTransferError)
+				r.Retired(room.Tombstone{Room: id, Status: kv.StatusFailed, Reason: kv.ReasonTransferError, Opened: true})
+				o.LateTransferDone(id, 3, kv.ReasonNone)
 				o.TombstoneEvicted(id)
 				o.Ignored(id, room.Poll{})
 			}
@@ -71,8 +72,8 @@ func TestStripesCountExactly(t *testing.T) {
 		"xferFailed":          {tt.xferFailed, n},
 		"bytesOK":             {tt.bytesOK, 20 * n},
 		"bytesFailed":         {tt.bytesFailed, 10 * n},
-		"retired Failed":      {tt.retired[room.Failed], n},
-		"failures":            {tt.failures[reasonIndex(room.ReasonTransferError)], n},
+		"retired Failed":      {tt.retired[kv.StatusFailed], n},
+		"failures":            {tt.failures[reasonIndex(kv.ReasonTransferError)], n},
 		"absorbed live Poll":  {tt.absorbed[msgIndex(room.Poll{})][0], n},
 		"absorbed other Poll": {tt.absorbed[msgIndex(room.Poll{})][1], n},
 	}

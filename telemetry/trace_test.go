@@ -13,6 +13,7 @@ import (
 
 	"github.com/kvxfer/kvxfer/actors"
 	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/kv"
 )
 
 func attrOf(kvs []attribute.KeyValue, k attribute.Key) (attribute.Value, bool) {
@@ -79,23 +80,23 @@ func testSuccessfulMultiChunkRoom(t *testing.T, mod func(*Config)) {
 	step := 10 * time.Millisecond
 	h.eng.Open(id)
 	h.eng.TransferInfo(id, info("agent-a", 6, 2))
-	h.expect(id, room.Bootstrapping) // one of two infos; created at +0
+	h.expect(id, kv.StatusBootstrapping) // one of two infos; created at +0
 	h.clk.Advance(step)
 	h.eng.TransferInfo(id, info("agent-b", 6, 2))
-	h.expect(id, room.WaitingForInput) // at +10ms
+	h.expect(id, kv.StatusWaitingForInput) // at +10ms
 	h.eng.Init(id, 6, 3)
 	for c := range 3 {
 		h.clk.Advance(step)
 		h.eng.Send(id, []int32{int32(2 * c), int32(2*c + 1)}, nil)
-		h.expect(id, room.Transferring)
+		h.expect(id, kv.StatusTransferring)
 		if n := xf.count(); n != 2 {
 			t.Fatalf("chunk %d: %d transfers posted, want one per agent", c, n)
 		}
 		h.clk.Advance(step)
-		xf.complete(room.ReasonNone)
+		xf.complete(kv.ReasonNone)
 		h.poll(id) // the completions reached the room first (same mailbox, sent before)
 	}
-	h.expect(id, room.Success) // at +70ms
+	h.expect(id, kv.StatusSuccess) // at +70ms
 	h.clk.Advance(step)
 	h.retire(id) // at +80ms
 
@@ -184,79 +185,79 @@ func testSuccessfulMultiChunkRoom(t *testing.T, mod func(*Config)) {
 // event and in the failures counter.
 func TestEveryFailureReasonIsErrorType(t *testing.T) {
 	cfg := room.DefaultConfig()
-	drive := map[room.Reason]func(h *harness, id uint64){
-		room.ReasonDecodeAbort: func(h *harness, id uint64) {
+	drive := map[kv.Reason]func(h *harness, id uint64){
+		kv.ReasonDecodeAbort: func(h *harness, id uint64) {
 			h.eng.Open(id)
-			h.eng.DecodeAbort(id, room.Endpoint{IP: "127.0.0.1", Port: 1})
+			h.eng.DecodeAbort(id, kv.Endpoint{IP: "127.0.0.1", Port: 1})
 		},
-		room.ReasonClientAbort: func(h *harness, id uint64) { h.eng.Open(id); h.eng.Abort(id) },
-		room.ReasonBootstrapTimeout: func(h *harness, id uint64) {
+		kv.ReasonClientAbort: func(h *harness, id uint64) { h.eng.Open(id); h.eng.Abort(id) },
+		kv.ReasonBootstrapTimeout: func(h *harness, id uint64) {
 			h.eng.Open(id)
-			h.expect(id, room.Bootstrapping)
+			h.expect(id, kv.StatusBootstrapping)
 			h.clk.Advance(cfg.Bootstrap)
 		},
-		room.ReasonWaitingTimeout: func(h *harness, id uint64) {
+		kv.ReasonWaitingTimeout: func(h *harness, id uint64) {
 			h.eng.Open(id)
 			h.eng.TransferInfo(id, info("a", 2, 1))
-			h.expect(id, room.WaitingForInput)
+			h.expect(id, kv.StatusWaitingForInput)
 			h.clk.Advance(cfg.Waiting)
 		},
-		room.ReasonTransferTimeout: func(h *harness, id uint64) {
+		kv.ReasonTransferTimeout: func(h *harness, id uint64) {
 			h.eng.Open(id)
 			h.eng.TransferInfo(id, info("a", 2, 1))
 			h.eng.Init(id, 2, 0)
 			h.eng.Send(id, []int32{1, 2}, nil)
-			h.expect(id, room.Transferring)
+			h.expect(id, kv.StatusTransferring)
 			h.clk.Advance(cfg.Transfer)
-			h.expect(id, room.Failed)
+			h.expect(id, kv.StatusFailed)
 			h.clk.Advance(cfg.Drain) // the write never completes: drain expires
 		},
-		room.ReasonTransferError: func(h *harness, id uint64) {
+		kv.ReasonTransferError: func(h *harness, id uint64) {
 			h.eng.Open(id)
 			h.eng.TransferInfo(id, info("a", 2, 1))
 			h.eng.Init(id, 2, 0)
 			h.eng.Send(id, []int32{1, 2}, nil)
-			h.expect(id, room.Transferring)
-			h.xf.complete(room.ReasonTransferError)
+			h.expect(id, kv.StatusTransferring)
+			h.xf.complete(kv.ReasonTransferError)
 		},
-		room.ReasonPeerLost: func(h *harness, id uint64) {
+		kv.ReasonPeerLost: func(h *harness, id uint64) {
 			h.eng.Open(id)
 			h.eng.TransferInfo(id, info("a", 2, 1))
-			h.expect(id, room.WaitingForInput)
+			h.expect(id, kv.StatusWaitingForInput)
 			h.eng.PeerLost("a")
 		},
-		room.ReasonInvalidRequest: func(h *harness, id uint64) { h.eng.Open(id); h.eng.Init(id, -1, 0) },
-		room.ReasonInternalError: func(h *harness, id uint64) {
-			h.xf.panicOn = func(room.Transfer) bool { return true }
+		kv.ReasonInvalidRequest: func(h *harness, id uint64) { h.eng.Open(id); h.eng.Init(id, -1, 0) },
+		kv.ReasonInternalError: func(h *harness, id uint64) {
+			h.xf.panicOn = func(kv.Transfer) bool { return true }
 			h.eng.Open(id)
 			h.eng.TransferInfo(id, info("a", 2, 1))
 			h.eng.Init(id, 2, 0)
 			h.eng.Send(id, []int32{1, 2}, nil)
-			h.expect(id, room.Failed)
+			h.expect(id, kv.StatusFailed)
 			h.clk.Advance(cfg.Drain) // the post panicked: nothing will complete
 		},
-		room.ReasonShutdown: func(h *harness, id uint64) { h.eng.Open(id); h.eng.Fail(id, room.ReasonShutdown) },
-		room.ReasonPeerRejected: func(h *harness, id uint64) {
+		kv.ReasonShutdown: func(h *harness, id uint64) { h.eng.Open(id); h.eng.Fail(id, kv.ReasonShutdown) },
+		kv.ReasonPeerRejected: func(h *harness, id uint64) {
 			h.eng.Open(id)
 			h.eng.TransferInfo(id, info("a", 2, 1))
-			h.eng.Fail(id, room.ReasonPeerRejected) // what kvxferd does for a rejected agent's info
+			h.eng.Fail(id, kv.ReasonPeerRejected) // what kvxferd does for a rejected agent's info
 		},
-		room.ReasonClientLost: func(h *harness, id uint64) {
+		kv.ReasonClientLost: func(h *harness, id uint64) {
 			h.eng.Open(id)
-			h.expect(id, room.Bootstrapping)
-			h.eng.Fail(id, room.ReasonClientLost) // what kvxferd does for a lost shared-memory client's open rooms
+			h.expect(id, kv.StatusBootstrapping)
+			h.eng.Fail(id, kv.ReasonClientLost) // what kvxferd does for a lost shared-memory client's open rooms
 		},
-		room.ReasonTransferProcessLost: func(h *harness, id uint64) {
-			h.eng.Fail(id, room.ReasonTransferProcessLost) // a lost predecessor's room, named by the scheduler
+		kv.ReasonTransferProcessLost: func(h *harness, id uint64) {
+			h.eng.Fail(id, kv.ReasonTransferProcessLost) // a lost predecessor's room, named by the scheduler
 		},
-		room.ReasonRoomCap: func(h *harness, id uint64) {
+		kv.ReasonRoomCap: func(h *harness, id uint64) {
 			h.capped(1)
 			h.eng.Open(id + 1)
-			h.expect(id+1, room.Bootstrapping)
+			h.expect(id+1, kv.StatusBootstrapping)
 			h.eng.Open(id) // beyond the cap: refused
 		},
 	}
-	for _, why := range room.Reasons() {
+	for _, why := range kv.Reasons() {
 		t.Run(why.String(), func(t *testing.T) {
 			run, ok := drive[why]
 			if !ok {
@@ -266,7 +267,7 @@ func TestEveryFailureReasonIsErrorType(t *testing.T) {
 			h := newHarness(t, &manualXfers{}, func(c *Config) { c.Sampling = &Sampling{Ratio: 0} })
 			const id = 99
 			run(h, id)
-			h.expect(id, room.Failed)
+			h.expect(id, kv.StatusFailed)
 			h.retire(id)
 			sp := roomSpanOf(t, h, id)
 			if got := mustAttr(t, "room span", sp.Attributes, AttrErrorType).AsString(); got != why.String() {
@@ -287,16 +288,16 @@ func TestEveryFailureReasonIsErrorType(t *testing.T) {
 				t.Fatalf("failures{reason=%s} = %d", why, v)
 			}
 			switch why {
-			case room.ReasonRoomCap:
+			case kv.ReasonRoomCap:
 				if v := h.value(ms, "kvxfer_rooms_refused", "cause", "room_cap"); v != 1 {
 					t.Fatalf("refused{cause=room_cap} = %d", v)
 				}
-			case room.ReasonTransferError:
+			case kv.ReasonTransferError:
 				c := h.spans(TransferSpan)
 				if len(c) != 1 || mustAttr(t, "transfer", c[0].Attributes, AttrErrorType).AsString() != "transfer_error" || c[0].Status.Code != codes.Error {
 					t.Fatalf("transfer spans %+v", c)
 				}
-			case room.ReasonTransferTimeout:
+			case kv.ReasonTransferTimeout:
 				c := h.spans(TransferSpan)
 				if len(c) != 1 || !mustAttr(t, "transfer", c[0].Attributes, AttrAbandoned).AsBool() {
 					t.Fatalf("abandoned transfer span %+v", c)
@@ -344,7 +345,7 @@ func TestTraceparentJoinsSchedulerTrace(t *testing.T) {
 			const id = 7
 			if tc.decodeFirst {
 				h.eng.TransferInfo(id, info("a", 2, 1))
-				h.expect(id, room.WaitingForInput) // as upstream, before the sender exists
+				h.expect(id, kv.StatusWaitingForInput) // as upstream, before the sender exists
 			}
 			h.clk.Advance(time.Millisecond)
 			h.eng.OpenTraced(id, traceparent)
@@ -353,7 +354,7 @@ func TestTraceparentJoinsSchedulerTrace(t *testing.T) {
 			}
 			h.eng.Init(id, 2, 0)
 			h.eng.Send(id, []int32{1, 2}, nil)
-			h.expect(id, room.Success)
+			h.expect(id, kv.StatusSuccess)
 			h.retire(id)
 			sp := roomSpanOf(t, h, id)
 			if sp.SpanContext.TraceID() != parent || sp.Parent.SpanID() != parentSpan || !sp.Parent.IsRemote() {
@@ -386,15 +387,15 @@ func TestTailSampling(t *testing.T) {
 			h.eng.Open(id)
 		}
 		h.eng.TransferInfo(id, info("a", 2, 1))
-		h.expect(id, room.WaitingForInput)
+		h.expect(id, kv.StatusWaitingForInput)
 		h.clk.Advance(wait)
 		if fail {
 			h.eng.Abort(id)
-			h.expect(id, room.Failed)
+			h.expect(id, kv.StatusFailed)
 		} else {
 			h.eng.Init(id, 2, 0)
 			h.eng.Send(id, []int32{1, 2}, nil)
-			h.expect(id, room.Success)
+			h.expect(id, kv.StatusSuccess)
 		}
 		h.retire(id)
 	}
@@ -426,7 +427,7 @@ func TestTailSampling(t *testing.T) {
 	h3 := newHarness(t, &manualXfers{auto: true}, func(c *Config) { c.Sampling = &Sampling{Ratio: 0.5, Slow: -1} })
 	kept := 0
 	for id := uint64(1); id <= 400; id++ {
-		r := &roomRec{roomState: roomState{id: id, status: room.Success}}
+		r := &roomRec{roomState: roomState{id: id, status: kv.StatusSuccess}}
 		if h3.obs.sampling.decide(r) == keepSampled {
 			kept++
 		}
@@ -469,7 +470,7 @@ func TestBounds(t *testing.T) {
 	for c := range 4 {
 		h.eng.Send(id, []int32{int32(2 * c), int32(2*c + 1)}, nil)
 	}
-	h.expect(id, room.Success)
+	h.expect(id, kv.StatusSuccess)
 	h.retire(id)
 	sp := roomSpanOf(t, h, id)
 	if len(sp.Events) != 2 || mustAttr(t, "room", sp.Attributes, AttrDroppedEvents).AsInt64() < 1 {
@@ -494,7 +495,7 @@ func TestBounds(t *testing.T) {
 func TestCloseEmitsLiveRooms(t *testing.T) {
 	h := newHarness(t, &manualXfers{}, nil)
 	h.eng.Open(5)
-	h.expect(5, room.Bootstrapping)
+	h.expect(5, kv.StatusBootstrapping)
 	h.clk.Advance(time.Second)
 	if err := h.obs.Close(t.Context()); err != nil {
 		t.Fatal(err)

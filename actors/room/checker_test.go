@@ -3,6 +3,8 @@ package room
 import (
 	"fmt"
 	"slices"
+
+	"github.com/kvxfer/kvxfer/kv"
 )
 
 // checker is an oracle that watches one room's messages and effects and checks
@@ -14,13 +16,13 @@ type checker struct {
 	chunks     int      // chunks the scheduler sends in total
 	wantState  bool     // the last chunk must carry state
 
-	polled          Status
+	polled          kv.Status
 	terminalPubs    int
 	failed          bool // Failed was published
 	retired         bool
 	abortDelivered  bool // an abort reached the room while it was live
 	drainFired      bool
-	posts           []Transfer
+	posts           []kv.Transfer
 	done            []uint32
 	doneErr         bool
 	lastArmGen      uint32
@@ -60,12 +62,12 @@ func (c *checker) step(m *Machine, msg Msg) error {
 		if live && !before.Terminal() {
 			c.abortDelivered = true
 			// Invariant 5: published Failed at once.
-			if after != Failed {
+			if after != kv.StatusFailed {
 				return fmt.Errorf("inv5: %s on a live %v room left it %v", msgName(msg), before, after)
 			}
 		}
 	case PeerLost:
-		if live && !before.Terminal() && after != Failed && hadAgent {
+		if live && !before.Terminal() && after != kv.StatusFailed && hadAgent {
 			return fmt.Errorf("inv5: peer lost did not fail the room")
 		}
 	case Deadline:
@@ -79,7 +81,7 @@ func (c *checker) step(m *Machine, msg Msg) error {
 			}
 		} else {
 			c.done = append(c.done, msg.Seq)
-			if msg.Fail != ReasonNone {
+			if msg.Fail != kv.ReasonNone {
 				c.doneErr = true
 			}
 		}
@@ -88,7 +90,7 @@ func (c *checker) step(m *Machine, msg Msg) error {
 	// An Open for a room whose opened incarnation retired starts a new
 	// incarnation (room ids are reused only after the old one is gone).
 	if _, isOpen := msg.(Open); isOpen && c.retired && fx.Revived && fx.Published {
-		if after != Bootstrapping || len(fx.Posts) > 0 || fx.Arm.Kind != BootstrapDeadline {
+		if after != kv.StatusBootstrapping || len(fx.Posts) > 0 || fx.Arm.Kind != BootstrapDeadline {
 			return fmt.Errorf("new incarnation started as %s", summary(fx))
 		}
 		*c = checker{realAgents: c.realAgents, chunks: c.chunks, wantState: c.wantState,
@@ -108,7 +110,7 @@ func (c *checker) step(m *Machine, msg Msg) error {
 		}
 	}
 	// Invariant 4: nothing is posted for a failed room.
-	if len(fx.Posts) > 0 && (c.failed || after == Failed) {
+	if len(fx.Posts) > 0 && (c.failed || after == kv.StatusFailed) {
 		return fmt.Errorf("inv4: posted %d writes for a failed room", len(fx.Posts))
 	}
 	c.posts = append(c.posts, fx.Posts...)
@@ -131,16 +133,16 @@ func (c *checker) step(m *Machine, msg Msg) error {
 	} else if after != before {
 		return fmt.Errorf("status moved %v->%v without a publish", before, after)
 	}
-	if c.nonTerminalPoll && !c.polled.Terminal() && after != Failed && after < c.polled {
+	if c.nonTerminalPoll && !c.polled.Terminal() && after != kv.StatusFailed && after < c.polled {
 		return fmt.Errorf("inv9: poll went backwards %v -> %v", c.polled, after)
 	}
 	c.polled, c.nonTerminalPoll = after, true
-	if after == Failed {
+	if after == kv.StatusFailed {
 		c.failed = true
 	}
 
 	// Invariant 3: Success is earned.
-	if fx.Published && after == Success {
+	if fx.Published && after == kv.StatusSuccess {
 		if err := c.successEarned(); err != nil {
 			return fmt.Errorf("inv3: %v", err)
 		}
@@ -195,9 +197,9 @@ func (c *checker) quiesce(m *Machine) error {
 		return fmt.Errorf("room never retired (phase %s)", m.Phase())
 	case !st.Terminal():
 		return fmt.Errorf("room retired non-terminal: %v", st)
-	case c.abortDelivered && st != Failed:
+	case c.abortDelivered && st != kv.StatusFailed:
 		return fmt.Errorf("inv5: an abort was delivered but the room ended %v", st)
-	case c.doneErr && st == Success:
+	case c.doneErr && st == kv.StatusSuccess:
 		return fmt.Errorf("a write failed but the room ended Success")
 	}
 	return nil
@@ -240,12 +242,12 @@ func (c *checker) posted(seq uint32) bool {
 	return false
 }
 
-func (c *checker) agree(fx Effects, after Status) error {
+func (c *checker) agree(fx Effects, after kv.Status) error {
 	var done []string
 	for _, n := range fx.Notices {
 		switch n.Kind {
 		case Completion:
-			if !fx.Published || after != Success {
+			if !fx.Published || after != kv.StatusSuccess {
 				return fmt.Errorf("completion told to %s in a step that did not publish Success (%v)", n.Agent, after)
 			}
 			done = append(done, n.Agent)
@@ -260,7 +262,7 @@ func (c *checker) agree(fx Effects, after Status) error {
 			}
 		}
 	}
-	if fx.Published && after == Success && c.chunks > 0 {
+	if fx.Published && after == kv.StatusSuccess && c.chunks > 0 {
 		slices.Sort(done)
 		want := slices.Clone(c.realAgents)
 		slices.Sort(want)

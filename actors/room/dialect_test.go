@@ -1,6 +1,10 @@
 package room
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/kvxfer/kvxfer/kv"
+)
 
 // Cases for what SGLang's later releases read: ABORT generations, held
 // completion notifications, and the poisoned room that gets no ACK. They run
@@ -17,7 +21,7 @@ var holdCases = []transitionCase{
 			{XferDone{Seq: 0}, "arm=transfer"},
 			{XferDone{Seq: 1, Signal: [][]byte{[]byte("9_kv_1_1_0"), []byte("9_aux")}}, "pub=Success done->10.0.0.1:7001(signal=2) arm=linger"},
 		},
-		final: Success,
+		final: kv.StatusSuccess,
 	},
 	{
 		name: "abort after the last chunk was posted: decode is never told it succeeded",
@@ -29,7 +33,7 @@ var holdCases = []transitionCase{
 			{Abort{}, "pub=Failed/client_abort arm=drain"},
 			{XferDone{Seq: 0, Signal: [][]byte{[]byte("1_aux")}}, "status->10.0.0.1:7001 arm=linger"},
 		},
-		final: Failed,
+		final: kv.StatusFailed,
 	},
 	{
 		name: "ABORT_ACK echoes the generation; the latest ABORT per endpoint wins",
@@ -46,7 +50,7 @@ var holdCases = []transitionCase{
 			{Clear{}, "retire"},
 			{DecodeAbort{From: epB, Gen: 6, HasGen: true}, "ack->10.0.0.2:7002(gen=6)"},
 		},
-		final: Failed,
+		final: kv.StatusFailed,
 	},
 	{
 		name: "abort before the sender exists is acked with its generation",
@@ -54,7 +58,7 @@ var holdCases = []transitionCase{
 			{DecodeAbort{From: epA, Gen: 1, HasGen: true}, "pub=Failed/decode_abort ack->10.0.0.1:7001(gen=1) retire"},
 			{Open{}, "arm=linger revive"},
 		},
-		final: Failed,
+		final: kv.StatusFailed,
 	},
 	{
 		name: "expired drain poisons the room: no ACK, then or later",
@@ -69,7 +73,7 @@ var holdCases = []transitionCase{
 			{Clear{}, "retire"},
 			{DecodeAbort{From: epA, Gen: 4, HasGen: true}, "ignored"},
 		},
-		final: Failed,
+		final: kv.StatusFailed,
 	},
 }
 
@@ -87,7 +91,7 @@ func TestPoisonSurvivesTheTombstone(t *testing.T) {
 	if got := summary(r.Step(DecodeAbort{From: epA, Gen: 1, HasGen: true})); got != "ignored" {
 		t.Fatalf("ABORT on a poisoned tombstone: %s, want no ACK", got)
 	}
-	ok := FromTombstone(&holdCfg, Tombstone{Room: 4, Status: Failed, Reason: ReasonClientAbort, Opened: true})
+	ok := FromTombstone(&holdCfg, Tombstone{Room: 4, Status: kv.StatusFailed, Reason: kv.ReasonClientAbort, Opened: true})
 	if got := summary(ok.Step(DecodeAbort{From: epA, Gen: 2, HasGen: true})); got != "ack->10.0.0.1:7001(gen=2)" {
 		t.Fatalf("ABORT on a drained tombstone: %s", got)
 	}

@@ -1,20 +1,24 @@
 package room
 
-import "time"
+import (
+	"time"
+
+	"github.com/kvxfer/kvxfer/kv"
+)
 
 // Effects is everything one Step asks the wrapper to do, in this order: post the
 // transfers, publish the status, answer the poll, send the notices, arm the
 // deadline (replacing the armed one), retire.
 type Effects struct {
-	Posts []Transfer
+	Posts []kv.Transfer
 
 	// Published is set when the status visible to the scheduler changed.
 	Published bool
-	Status    Status
-	Reason    Reason
+	Status    kv.Status
+	Reason    kv.Reason
 
 	// Reply answers a Poll.
-	Reply *Reply
+	Reply *kv.Reply
 
 	Notices []Notice
 
@@ -40,7 +44,7 @@ type Effects struct {
 	// directory view, the scheduler's status table and telemetry read it.
 
 	// View is what a poll of the room answers after the step.
-	View Reply
+	View kv.Reply
 	// Info: the step was a decode transfer info that reached the live room
 	// (used or not).
 	Info InfoSeen
@@ -64,52 +68,7 @@ type InfoSeen struct {
 type DoneSeen struct {
 	Seen bool
 	Seq  uint32
-	Fail Reason
-}
-
-// Transfer is one chunk for one decode agent: the pool turns it into NIXL
-// requests (KV, then on the last chunk state and aux) and reports one XferDone.
-type Transfer struct {
-	Room     uint64
-	Seq      uint32
-	Agent    string
-	Chunk    int // chunk id: counts the room's sent chunks from 0
-	Last     bool
-	SrcPages []int32
-	DstPages []int32
-	// Set on the last chunk only.
-	SrcAux, DstAux     int
-	SrcState, DstState [][]int32
-	// HoldSignal (last chunk only, Config.HoldCompletion): post the writes
-	// without their notifications and hand the notifications back in
-	// XferDone.Signal, so the room sends them only if it is still live once
-	// every write completed (invariant 10).
-	HoldSignal bool
-	// PageStart is the chunk's first page in the room's page list (after
-	// decode's prefix): SGLang's index_slice.start, which staged writes name.
-	PageStart int
-	// Staged is set by the transport, never by the room's rules: the decode
-	// staging-ring region the chunk's KV goes to instead of its pages
-	// (SGLang's staging path; daemon/staging.go).
-	Staged *StagedRegion
-}
-
-// StagedRegion is a chunk's region of decode's staging ring: its grid slot
-// and STAGING_RSP's offset.
-type StagedRegion struct {
-	ChunkIdx int
-	Offset   int64
-}
-
-// NoKV reports whether this is a last chunk without pages (decode's prefix
-// covered everything), which SGLang signals with the aux_nokv notification.
-func (t *Transfer) NoKV() bool { return len(t.SrcPages) == 0 }
-
-// Reply is the answer to a Poll.
-type Reply struct {
-	Status    Status
-	Reason    Reason
-	PrefixLen int // decode_prefix_len from the transfer infos (pop_decode_prefix_len)
+	Fail kv.Reason
 }
 
 // NoticeKind is a message for decode. The room emits every notice its rules
@@ -144,8 +103,8 @@ func (k NoticeKind) String() string {
 // for the room is outstanding (or the drain deadline expired: DrainExpired).
 type Notice struct {
 	Kind         NoticeKind
-	To           Endpoint
-	Reason       Reason
+	To           kv.Endpoint
+	Reason       kv.Reason
 	DrainExpired bool
 
 	// AbortAck: the ABORT's generation (SGLang 0.5.22+), echoed when HasGen.
@@ -164,8 +123,3 @@ type Arm struct {
 	Gen   uint32
 	After time.Duration
 }
-
-// DoneFunc reports the end of one posted Transfer: fail is ReasonNone on
-// success; signal is the notifications held back from a HoldSignal transfer's
-// writes (nil otherwise).
-type DoneFunc func(fail Reason, signal [][]byte)

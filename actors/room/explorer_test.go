@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/kvxfer/kvxfer/kv"
 )
 
 // The interleaving explorer enumerates every causally valid ordering of a
@@ -71,7 +73,7 @@ func (e *explorer) visit(m *Machine, c *checker, remaining uint32) uint64 {
 		moves++
 		total += e.try(m, c, remaining, XferDone{Seq: p.Seq, Signal: signalFor(p)})
 		if e.sc.errDones {
-			total += e.try(m, c, remaining, XferDone{Seq: p.Seq, Fail: ReasonTransferError})
+			total += e.try(m, c, remaining, XferDone{Seq: p.Seq, Fail: kv.ReasonTransferError})
 		}
 	}
 	if moves == 0 {
@@ -171,7 +173,7 @@ func baseSet(tiA, tiB TransferInfo, send1, send2 Msg, initPages int, extra Msg) 
 }
 
 func scenarios() []scenario {
-	two := func(agent string, ep Endpoint) TransferInfo { return ti(agent, ep, pages(10, 11, 12, 13), 2) }
+	two := func(agent string, ep kv.Endpoint) TransferInfo { return ti(agent, ep, pages(10, 11, 12, 13), 2) }
 	s1, s2 := Send{Pages: pages(1, 2)}, Send{Pages: pages(3, 4)}
 	return []scenario{
 		{

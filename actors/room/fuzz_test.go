@@ -2,6 +2,8 @@ package room
 
 import (
 	"testing"
+
+	"github.com/kvxfer/kvxfer/kv"
 )
 
 // FuzzStep drives one machine with an arbitrary message sequence decoded from
@@ -74,7 +76,7 @@ func fuzzMsg(op byte, next func() byte, m *Machine, c *checker) Msg {
 			seq, signal = p.Seq, signalFor(p)
 		}
 		if op%15 == 11 {
-			return XferDone{Seq: seq, Fail: ReasonTransferError}
+			return XferDone{Seq: seq, Fail: kv.ReasonTransferError}
 		}
 		return XferDone{Seq: seq, Signal: signal}
 	case 12:
@@ -83,6 +85,6 @@ func fuzzMsg(op byte, next func() byte, m *Machine, c *checker) Msg {
 	case 13:
 		return Clear{}
 	default:
-		return Fail{Reason: ReasonShutdown}
+		return Fail{Reason: kv.ReasonShutdown}
 	}
 }

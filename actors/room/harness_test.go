@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/kvxfer/kvxfer/kv"
 )
 
 // Test vocabulary shared by the table tests, the explorer and the fuzzer.
@@ -15,7 +17,7 @@ var testCfg = DefaultConfig()
 var holdCfg = func() Config { c := DefaultConfig(); c.HoldCompletion = true; return c }()
 
 // signalFor is what a pool would hand back for a HoldSignal transfer.
-func signalFor(t Transfer) [][]byte {
+func signalFor(t kv.Transfer) [][]byte {
 	if !t.HoldSignal {
 		return nil
 	}
@@ -23,16 +25,16 @@ func signalFor(t Transfer) [][]byte {
 }
 
 var (
-	epA = Endpoint{IP: "10.0.0.1", Port: 7001}
-	epB = Endpoint{IP: "10.0.0.2", Port: 7002}
-	epX = Endpoint{IP: "10.0.0.9", Port: 7009}
+	epA = kv.Endpoint{IP: "10.0.0.1", Port: 7001}
+	epB = kv.Endpoint{IP: "10.0.0.2", Port: 7002}
+	epX = kv.Endpoint{IP: "10.0.0.9", Port: 7009}
 )
 
-func ti(agent string, from Endpoint, pages []int32, required int) TransferInfo {
+func ti(agent string, from kv.Endpoint, pages []int32, required int) TransferInfo {
 	return TransferInfo{Agent: agent, From: from, DstPages: pages, DstAux: 3, Required: required}
 }
 
-func dummy(agent string, from Endpoint, required int) TransferInfo {
+func dummy(agent string, from kv.Endpoint, required int) TransferInfo {
 	return TransferInfo{Agent: agent, From: from, DstAux: 3, Required: required, Dummy: true}
 }
 
@@ -64,7 +66,7 @@ func summary(fx Effects) string {
 	}
 	if fx.Published {
 		s := "pub=" + fx.Status.String()
-		if fx.Reason != ReasonNone {
+		if fx.Reason != kv.ReasonNone {
 			s += "/" + fx.Reason.String()
 		}
 		parts = append(parts, s)
@@ -138,7 +140,7 @@ func msgName(msg Msg) string {
 	case Send:
 		return fmt.Sprintf("Send(%d pages)", len(msg.Pages))
 	case XferDone:
-		if msg.Fail != ReasonNone {
+		if msg.Fail != kv.ReasonNone {
 			return fmt.Sprintf("XferDone(%d,%s)", msg.Seq, msg.Fail)
 		}
 		return fmt.Sprintf("XferDone(%d)", msg.Seq)

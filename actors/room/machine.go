@@ -1,5 +1,7 @@
 package room
 
+import "github.com/kvxfer/kvxfer/kv"
+
 // The transition table. Rows are phases, columns are messages; "·" means the
 // shared handler named in the legend, "abs" means absorbed (Effects.Ignored).
 //
@@ -52,7 +54,7 @@ var phaseDeadline = [...]DeadlineKind{
 // ackTarget is one decode endpoint waiting for ABORT_ACK; the latest ABORT's
 // generation per endpoint wins, as in SGLang 0.5.22+.
 type ackTarget struct {
-	to     Endpoint
+	to     kv.Endpoint
 	gen    uint64
 	hasGen bool
 }
@@ -82,8 +84,8 @@ type Machine struct {
 	// Small fields together (no padding between them: a live room's
 	// machine is most of its heap).
 	phase        phase
-	status       Status
-	reason       Reason
+	status       kv.Status
+	reason       kv.Reason
 	opened       bool
 	cleared      bool
 	inited       bool // scheduler side: Init came
@@ -129,7 +131,7 @@ type stepping struct {
 // (lateTo).
 type abortLists struct {
 	ackTo  []ackTarget
-	lateTo []Endpoint
+	lateTo []kv.Endpoint
 }
 
 // aborts returns the room's abort lists, made on first use.
@@ -151,14 +153,14 @@ func (m *Machine) acks() []ackTarget {
 // New returns the machine of a room that has just been named by its first
 // message. The caller steps that message next.
 func New(cfg *Config, room uint64) *Machine {
-	return &Machine{cfg: cfg, room: room, status: Bootstrapping}
+	return &Machine{cfg: cfg, room: room, status: kv.StatusBootstrapping}
 }
 
 // Room returns the room id.
 func (m *Machine) Room() uint64 { return m.room }
 
 // Status returns the published status and the failure reason.
-func (m *Machine) Status() (Status, Reason) { return m.status, m.reason }
+func (m *Machine) Status() (kv.Status, kv.Reason) { return m.status, m.reason }
 
 // Retired reports whether only a tombstone is left of the room.
 func (m *Machine) Retired() bool { return m.phase == retired }
@@ -238,7 +240,7 @@ func (m *stepping) stepCollecting(msg Msg) {
 	case TransferInfo:
 		m.onTransferInfo(msg)
 	case Deadline:
-		m.onDeadline(msg, ReasonBootstrapTimeout)
+		m.onDeadline(msg, kv.ReasonBootstrapTimeout)
 	default:
 		m.stepCommon(msg)
 	}
@@ -256,9 +258,9 @@ func (m *stepping) stepReady(msg Msg) {
 		m.onXferDone(msg)
 	case Deadline:
 		if m.phase == waiting {
-			m.onDeadline(msg, ReasonWaitingTimeout)
+			m.onDeadline(msg, kv.ReasonWaitingTimeout)
 		} else {
-			m.onDeadline(msg, ReasonTransferTimeout)
+			m.onDeadline(msg, kv.ReasonTransferTimeout)
 		}
 	default:
 		m.stepCommon(msg)
@@ -269,23 +271,23 @@ func (m *stepping) stepReady(msg Msg) {
 func (m *stepping) stepCommon(msg Msg) {
 	switch msg := msg.(type) {
 	case Abort:
-		m.fail(ReasonClientAbort)
+		m.fail(kv.ReasonClientAbort)
 	case DecodeAbort:
 		a := m.aborts()
 		a.ackTo = appendAck(a.ackTo, msg)
-		m.fail(ReasonDecodeAbort)
+		m.fail(kv.ReasonDecodeAbort)
 	case PeerLost:
 		if !m.hasAgent(msg.Agent) {
 			m.fx.Ignored = true
 			return
 		}
-		m.fail(ReasonPeerLost)
+		m.fail(kv.ReasonPeerLost)
 	case Fail:
 		m.fail(msg.Reason)
 	case Clear:
 		// A clear before the room concluded is the scheduler giving up on it.
 		m.cleared = true
-		m.fail(ReasonClientAbort)
+		m.fail(kv.ReasonClientAbort)
 	default: // duplicate Open, late TransferInfo, unknown XferDone
 		m.fx.Ignored = true
 	}
@@ -359,7 +361,7 @@ func (m *stepping) stepRetired(msg Msg) {
 		m.onLateInfo(msg)
 	case Open:
 		if m.opened {
-			*m.Machine = Machine{cfg: m.cfg, room: m.room, status: Bootstrapping}
+			*m.Machine = Machine{cfg: m.cfg, room: m.room, status: kv.StatusBootstrapping}
 			m.opened = true
 			m.fx.Revived = true
 			m.arm(BootstrapDeadline)
@@ -382,13 +384,13 @@ func (m *stepping) onPoll() {
 }
 
 // Reply is what a Poll would answer now.
-func (m *Machine) Reply() Reply {
-	return Reply{Status: m.status, Reason: m.reason, PrefixLen: m.prefixLen}
+func (m *Machine) Reply() kv.Reply {
+	return kv.Reply{Status: m.status, Reason: m.reason, PrefixLen: m.prefixLen}
 }
 
 func (m *stepping) onInit(msg Init) {
 	if !m.opened || m.inited || msg.NumPages < 0 || msg.AuxIndex < 0 {
-		m.fail(ReasonInvalidRequest)
+		m.fail(kv.ReasonInvalidRequest)
 		return
 	}
 	m.inited, m.numPages, m.auxIndex = true, msg.NumPages, msg.AuxIndex
@@ -398,7 +400,7 @@ func (m *stepping) onInit(msg Init) {
 // are sent, and the chunk that brings the pages sent to Init's count is last.
 func (m *stepping) onSend(msg Send) {
 	if !m.opened || !m.inited || m.lastSent || m.sentPages+len(msg.Pages) > m.numPages {
-		m.fail(ReasonInvalidRequest)
+		m.fail(kv.ReasonInvalidRequest)
 		return
 	}
 	last := m.sentPages+len(msg.Pages) == m.numPages
@@ -418,13 +420,13 @@ func (m *stepping) onSend(msg Send) {
 }
 
 func (m *stepping) onTransferInfo(msg TransferInfo) {
-	if msg.Refused != ReasonNone {
+	if msg.Refused != kv.ReasonNone {
 		m.infos = append(m.infos, msg)
 		m.fail(msg.Refused)
 		return
 	}
 	if msg.Required <= 0 || (m.required != 0 && msg.Required != m.required) {
-		m.fail(ReasonInvalidRequest)
+		m.fail(kv.ReasonInvalidRequest)
 		return
 	}
 	m.required = msg.Required
@@ -447,7 +449,7 @@ func (m *stepping) onTransferInfo(msg TransferInfo) {
 // for it (upstream leaks them until decode's own timeout).
 func (m *stepping) onLateInfo(msg TransferInfo) {
 	m.fx.Ignored = true
-	if m.status == Failed {
+	if m.status == kv.StatusFailed {
 		m.notify(FailureStatus, msg.From)
 	}
 }
@@ -457,7 +459,7 @@ func (m *stepping) onXferDone(msg XferDone) {
 		m.fx.Ignored = true
 		return
 	}
-	if msg.Fail != ReasonNone {
+	if msg.Fail != kv.ReasonNone {
 		m.fail(msg.Fail)
 		return
 	}
@@ -468,7 +470,7 @@ func (m *stepping) onXferDone(msg XferDone) {
 	m.advance()
 }
 
-func (m *stepping) onDeadline(msg Deadline, why Reason) {
+func (m *stepping) onDeadline(msg Deadline, why kv.Reason) {
 	if msg.Gen != m.armGen {
 		m.fx.Ignored = true
 		return
@@ -483,8 +485,8 @@ func (m *stepping) advance() {
 		m.enter(collecting)
 		return
 	}
-	if m.status < WaitingForInput {
-		m.status = WaitingForInput // as upstream, even before the sender exists
+	if m.status < kv.StatusWaitingForInput {
+		m.status = kv.StatusWaitingForInput // as upstream, even before the sender exists
 	}
 	if !m.opened {
 		m.enter(collecting)
@@ -502,7 +504,7 @@ func (m *stepping) advance() {
 	case len(m.inflight) > 0:
 		m.enter(transferring)
 	case m.lastSent:
-		m.status = Success
+		m.status = kv.StatusSuccess
 		m.complete()
 		m.conclude()
 	default:
@@ -525,7 +527,7 @@ func (m *stepping) post(c *chunk) bool {
 		// without matching state could never satisfy it.
 		badState := c.last && len(in.DstState) > 0 && len(c.state) != len(in.DstState)
 		if end > len(in.DstPages) || badState {
-			m.fail(ReasonInvalidRequest)
+			m.fail(kv.ReasonInvalidRequest)
 			return false
 		}
 	}
@@ -534,7 +536,7 @@ func (m *stepping) post(c *chunk) bool {
 		if in.Dummy {
 			continue
 		}
-		t := Transfer{
+		t := kv.Transfer{
 			Room: m.room, Seq: m.nextSeq, Agent: in.Agent, Chunk: c.id, Last: c.last,
 			SrcPages: c.pages, DstPages: in.DstPages[c.start:end:end], PageStart: c.start,
 		}
@@ -552,19 +554,19 @@ func (m *stepping) post(c *chunk) bool {
 		m.inflight = append(m.inflight, t.Seq)
 		m.fx.Posts = append(m.fx.Posts, t)
 	}
-	if m.status < Transferring {
-		m.status = Transferring
+	if m.status < kv.StatusTransferring {
+		m.status = kv.StatusTransferring
 	}
 	return true
 }
 
 // fail makes the room Failed (once: terminal statuses are absorbing) and either
 // drains its posted writes or concludes it.
-func (m *stepping) fail(why Reason) {
+func (m *stepping) fail(why kv.Reason) {
 	if m.status.Terminal() {
 		return
 	}
-	m.status, m.reason = Failed, why
+	m.status, m.reason = kv.StatusFailed, why
 	m.held = nil
 	if len(m.inflight) > 0 {
 		m.fx.Withdraw = true
@@ -577,7 +579,7 @@ func (m *stepping) fail(why Reason) {
 // conclude runs once the room is terminal and nothing it posted is in flight:
 // decode may now reuse its pages, so this is when decode is told.
 func (m *stepping) conclude() {
-	if m.status == Failed {
+	if m.status == kv.StatusFailed {
 		for i := range m.infos {
 			// A decode that sent the ABORT knows; it hears the ACK instead.
 			if !m.aborted(m.infos[i].From) {
@@ -585,7 +587,7 @@ func (m *stepping) conclude() {
 			}
 		}
 	}
-	var late []Endpoint
+	var late []kv.Endpoint
 	if m.ab != nil {
 		late = m.ab.lateTo
 	}
@@ -660,11 +662,11 @@ func (m *stepping) ack(a ackTarget) {
 	m.fx.Notices = append(m.fx.Notices, Notice{Kind: AbortAck, To: a.to, Reason: m.reason, Gen: a.gen, HasGen: a.hasGen})
 }
 
-func (m *stepping) notify(kind NoticeKind, to Endpoint) {
+func (m *stepping) notify(kind NoticeKind, to kv.Endpoint) {
 	m.fx.Notices = append(m.fx.Notices, Notice{Kind: kind, To: to, Reason: m.reason, DrainExpired: m.drainExpired})
 }
 
-func (m *stepping) notifyOnce(kind NoticeKind, to Endpoint) {
+func (m *stepping) notifyOnce(kind NoticeKind, to kv.Endpoint) {
 	for _, n := range m.fx.Notices {
 		if n.Kind == kind && n.To == to {
 			return
@@ -707,7 +709,7 @@ func (m *Machine) hasAgent(agent string) bool {
 	return false
 }
 
-func (m *Machine) aborted(e Endpoint) bool {
+func (m *Machine) aborted(e kv.Endpoint) bool {
 	for _, a := range m.acks() {
 		if a.to == e {
 			return true
@@ -727,7 +729,7 @@ func appendAck(list []ackTarget, a DecodeAbort) []ackTarget {
 	return append(list, t)
 }
 
-func appendEndpoint(list []Endpoint, e Endpoint) []Endpoint {
+func appendEndpoint(list []kv.Endpoint, e kv.Endpoint) []kv.Endpoint {
 	for _, x := range list {
 		if x == e {
 			return list

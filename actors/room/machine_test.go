@@ -3,6 +3,8 @@ package room
 import (
 	"slices"
 	"testing"
+
+	"github.com/kvxfer/kvxfer/kv"
 )
 
 type step struct {
@@ -17,7 +19,7 @@ type step struct {
 type transitionCase struct {
 	name  string
 	steps []step
-	final Status
+	final kv.Status
 }
 
 var transitionCases = []transitionCase{
@@ -27,10 +29,10 @@ var transitionCases = []transitionCase{
 			{Open{}, "arm=bootstrap"},
 			{Init{NumPages: 1}, "-"},
 			{Send{Pages: pages(9)}, "-"},
-			{TransferInfo{Agent: "a", From: epA, DstPages: pages(5), Required: 1, Refused: ReasonPeerRejected}, "pub=Failed/peer_rejected status->10.0.0.1:7001 arm=linger"},
+			{TransferInfo{Agent: "a", From: epA, DstPages: pages(5), Required: 1, Refused: kv.ReasonPeerRejected}, "pub=Failed/peer_rejected status->10.0.0.1:7001 arm=linger"},
 			{Poll{}, "reply=Failed"},
 		},
-		final: Failed,
+		final: kv.StatusFailed,
 	},
 	{
 		name: "happy path, one agent, one chunk",
@@ -45,7 +47,7 @@ var transitionCases = []transitionCase{
 			{Clear{}, "retire"},
 			{Poll{}, "reply=Success"},
 		},
-		final: Success,
+		final: kv.StatusSuccess,
 	},
 	{
 		name: "transfer info before the sender exists (decode faster than prefill)",
@@ -56,7 +58,7 @@ var transitionCases = []transitionCase{
 			{Send{Pages: pages(9)}, "post[a:0c0L] pub=Transferring arm=transfer"},
 			{XferDone{Seq: 0}, "pub=Success done->10.0.0.1:7001 arm=linger"},
 		},
-		final: Success,
+		final: kv.StatusSuccess,
 	},
 	{
 		name: "fan-out to two agents, two chunks, pipelined",
@@ -74,7 +76,7 @@ var transitionCases = []transitionCase{
 			{XferDone{Seq: 1}, "ignored"},
 			{XferDone{Seq: 2}, "pub=Success done->10.0.0.1:7001 done->10.0.0.2:7002 arm=linger"},
 		},
-		final: Success,
+		final: kv.StatusSuccess,
 	},
 	{
 		name: "between chunks the room waits for the scheduler under the waiting deadline",
@@ -86,7 +88,7 @@ var transitionCases = []transitionCase{
 			{XferDone{Seq: 0}, "arm=waiting"}, // gen 5: transfer re-armed (4) then waiting (5)
 			{Deadline{Gen: 5}, "pub=Failed/waiting_timeout status->10.0.0.1:7001 arm=linger"},
 		},
-		final: Failed,
+		final: kv.StatusFailed,
 	},
 	{
 		name: "dummy transfer info counts toward required but gets no writes",
@@ -98,7 +100,7 @@ var transitionCases = []transitionCase{
 			{Send{Pages: pages(3)}, "post[a:0c0L] pub=Transferring arm=transfer"},
 			{XferDone{Seq: 0}, "pub=Success done->10.0.0.1:7001 arm=linger"},
 		},
-		final: Success,
+		final: kv.StatusSuccess,
 	},
 	{
 		name: "only dummy infos: success without a write",
@@ -108,7 +110,7 @@ var transitionCases = []transitionCase{
 			{Init{NumPages: 1}, "-"},
 			{Send{Pages: pages(3)}, "pub=Success arm=linger"},
 		},
-		final: Success,
+		final: kv.StatusSuccess,
 	},
 	{
 		name: "full decode prefix hit: empty last chunk takes the aux_nokv path",
@@ -119,7 +121,7 @@ var transitionCases = []transitionCase{
 			{Send{}, "post[a:0c0Lnokv] pub=Transferring arm=transfer"},
 			{XferDone{Seq: 0}, "pub=Success done->10.0.0.1:7001 arm=linger"},
 		},
-		final: Success,
+		final: kv.StatusSuccess,
 	},
 	{
 		name: "optimistic prefill: sends before the transfer infos are held, then posted in order",
@@ -132,7 +134,7 @@ var transitionCases = []transitionCase{
 			{XferDone{Seq: 0}, "arm=transfer"},
 			{XferDone{Seq: 1}, "pub=Success done->10.0.0.1:7001 arm=linger"},
 		},
-		final: Success,
+		final: kv.StatusSuccess,
 	},
 	{
 		name: "state is sent with the last chunk when decode asked for it",
@@ -142,7 +144,7 @@ var transitionCases = []transitionCase{
 			{Init{NumPages: 1}, "-"},
 			{Send{Pages: pages(2), State: [][]int32{{7}}}, "post[a:0c0LS] pub=Transferring arm=transfer"},
 		},
-		final: Transferring,
+		final: kv.StatusTransferring,
 	},
 	{
 		name: "decode expects state the scheduler did not give: invalid request, nothing posted",
@@ -152,7 +154,7 @@ var transitionCases = []transitionCase{
 			{Init{NumPages: 1}, "-"},
 			{Send{Pages: pages(2)}, "pub=Failed/invalid_request status->10.0.0.1:7001 arm=linger"},
 		},
-		final: Failed,
+		final: kv.StatusFailed,
 	},
 	{
 		name: "ABORT before the sender exists fails the sender when it is opened (race 1)",
@@ -164,7 +166,7 @@ var transitionCases = []transitionCase{
 			{Send{Pages: pages(1)}, "ignored"},
 			{Clear{}, "retire"},
 		},
-		final: Failed,
+		final: kv.StatusFailed,
 	},
 	{
 		name: "client abort before the sender exists is remembered too",
@@ -173,7 +175,7 @@ var transitionCases = []transitionCase{
 			{Open{}, "arm=linger revive"},
 			{Poll{}, "reply=Failed"},
 		},
-		final: Failed,
+		final: kv.StatusFailed,
 	},
 	{
 		name: "ABORT inside a non-last chunk's transfer window drains, then acks (race 2)",
@@ -189,7 +191,7 @@ var transitionCases = []transitionCase{
 			{XferDone{Seq: 0}, "ignored"},
 			{Clear{}, "retire"},
 		},
-		final: Failed,
+		final: kv.StatusFailed,
 	},
 	{
 		name: "a transfer info that comes while draining is told the failure after the drain",
@@ -205,7 +207,7 @@ var transitionCases = []transitionCase{
 			{XferDone{Seq: 1}, "status->10.0.0.1:7001 status->10.0.0.2:7002 status->10.0.0.9:7009 arm=linger"},
 			{ti("d", epX, pages(1), 2), "status->10.0.0.9:7009 ignored"},
 		},
-		final: Failed,
+		final: kv.StatusFailed,
 	},
 	{
 		name: "late updates after clear hit the tombstone (race 3)",
@@ -222,7 +224,7 @@ var transitionCases = []transitionCase{
 			{DecodeAbort{From: epA}, "ack->10.0.0.1:7001"},
 			{Poll{}, "reply=Failed"},
 		},
-		final: Failed,
+		final: kv.StatusFailed,
 	},
 	{
 		name: "clear while draining retires only once the writes drained",
@@ -233,9 +235,9 @@ var transitionCases = []transitionCase{
 			{Send{Pages: pages(1)}, "post[a:0c0L] pub=Transferring arm=transfer"},
 			{Abort{}, "pub=Failed/client_abort arm=drain"},
 			{Clear{}, "-"},
-			{XferDone{Seq: 0, Fail: ReasonTransferError}, "status->10.0.0.1:7001 retire"},
+			{XferDone{Seq: 0, Fail: kv.ReasonTransferError}, "status->10.0.0.1:7001 retire"},
 		},
-		final: Failed,
+		final: kv.StatusFailed,
 	},
 	{
 		name: "a write that never completes: transfer deadline, then drain deadline",
@@ -251,7 +253,7 @@ var transitionCases = []transitionCase{
 			{XferDone{Seq: 0}, "ignored"},
 			{Deadline{Gen: 5}, "retire"},
 		},
-		final: Failed,
+		final: kv.StatusFailed,
 	},
 	{
 		name: "bootstrap deadline when decode never sends its transfer info",
@@ -261,7 +263,7 @@ var transitionCases = []transitionCase{
 			{Send{Pages: pages(1)}, "-"},
 			{Deadline{Gen: 1}, "pub=Failed/bootstrap_timeout arm=linger"},
 		},
-		final: Failed,
+		final: kv.StatusFailed,
 	},
 	{
 		name: "bootstrap deadline when the scheduler never opens the sender",
@@ -271,7 +273,7 @@ var transitionCases = []transitionCase{
 			{Open{}, "arm=linger revive"},
 			{Poll{}, "reply=Failed"},
 		},
-		final: Failed,
+		final: kv.StatusFailed,
 	},
 	{
 		name: "transfer error fails the room, other writes drain",
@@ -281,10 +283,10 @@ var transitionCases = []transitionCase{
 			{ti("b", epB, pages(2), 2), "pub=WaitingForInput arm=waiting"},
 			{Init{NumPages: 1}, "-"},
 			{Send{Pages: pages(1)}, "post[a:0c0L b:1c0L] pub=Transferring arm=transfer"},
-			{XferDone{Seq: 1, Fail: ReasonPeerLost}, "pub=Failed/peer_lost arm=drain"},
+			{XferDone{Seq: 1, Fail: kv.ReasonPeerLost}, "pub=Failed/peer_lost arm=drain"},
 			{XferDone{Seq: 0}, "status->10.0.0.1:7001 status->10.0.0.2:7002 arm=linger"},
 		},
-		final: Failed,
+		final: kv.StatusFailed,
 	},
 	{
 		name: "peer lost fails rooms that use the agent, others ignore it",
@@ -294,7 +296,7 @@ var transitionCases = []transitionCase{
 			{PeerLost{Agent: "zz"}, "ignored"},
 			{PeerLost{Agent: "a"}, "pub=Failed/peer_lost status->10.0.0.1:7001 arm=linger"},
 		},
-		final: Failed,
+		final: kv.StatusFailed,
 	},
 	{
 		name: "abort after success changes nothing; decode still gets its ack",
@@ -305,10 +307,10 @@ var transitionCases = []transitionCase{
 			{Send{Pages: pages(1)}, "pub=Success arm=linger"},
 			{Abort{}, "ignored"},
 			{DecodeAbort{From: epX}, "ack->10.0.0.9:7009"},
-			{Fail{Reason: ReasonShutdown}, "ignored"},
+			{Fail{Reason: kv.ReasonShutdown}, "ignored"},
 			{Poll{}, "reply=Success"},
 		},
-		final: Success,
+		final: kv.StatusSuccess,
 	},
 	{
 		name: "duplicate abort: one failure, two acks",
@@ -317,7 +319,7 @@ var transitionCases = []transitionCase{
 			{DecodeAbort{From: epA}, "pub=Failed/decode_abort ack->10.0.0.1:7001 arm=linger"},
 			{DecodeAbort{From: epA}, "ack->10.0.0.1:7001"},
 		},
-		final: Failed,
+		final: kv.StatusFailed,
 	},
 	{
 		name: "scheduler misuse is an invalid request: send before init",
@@ -325,7 +327,7 @@ var transitionCases = []transitionCase{
 			{Open{}, "arm=bootstrap"},
 			{Send{Pages: pages(1)}, "pub=Failed/invalid_request arm=linger"},
 		},
-		final: Failed,
+		final: kv.StatusFailed,
 	},
 	{
 		name: "scheduler misuse: more pages than init announced",
@@ -334,7 +336,7 @@ var transitionCases = []transitionCase{
 			{Init{NumPages: 1}, "-"},
 			{Send{Pages: pages(1, 2)}, "pub=Failed/invalid_request arm=linger"},
 		},
-		final: Failed,
+		final: kv.StatusFailed,
 	},
 	{
 		name: "decode page list shorter than the chunk: invalid request, nothing posted",
@@ -345,7 +347,7 @@ var transitionCases = []transitionCase{
 			{Init{NumPages: 2}, "-"},
 			{Send{Pages: pages(1, 2)}, "pub=Failed/invalid_request status->10.0.0.1:7001 status->10.0.0.2:7002 arm=linger"},
 		},
-		final: Failed,
+		final: kv.StatusFailed,
 	},
 	{
 		name: "transfer infos that disagree on required_dst_info_num",
@@ -353,7 +355,7 @@ var transitionCases = []transitionCase{
 			{ti("a", epA, pages(1), 2), "arm=bootstrap"},
 			{ti("b", epB, pages(1), 3), "pub=Failed/invalid_request status->10.0.0.1:7001 retire"},
 		},
-		final: Failed,
+		final: kv.StatusFailed,
 	},
 	{
 		name: "empty non-last send is not a chunk",
@@ -364,7 +366,7 @@ var transitionCases = []transitionCase{
 			{Send{}, "ignored"},
 			{Send{Pages: pages(4)}, "post[a:0c0L] pub=Transferring arm=transfer"},
 		},
-		final: Transferring,
+		final: kv.StatusTransferring,
 	},
 	{
 		name: "clear before the room concluded is the scheduler giving up",
@@ -372,17 +374,17 @@ var transitionCases = []transitionCase{
 			{Open{}, "arm=bootstrap"},
 			{Clear{}, "pub=Failed/client_abort retire"},
 		},
-		final: Failed,
+		final: kv.StatusFailed,
 	},
 	{
 		name: "a concluded room nobody clears retires on the linger deadline; polls still answered",
 		steps: []step{
 			{Open{}, "arm=bootstrap"},
-			{Fail{Reason: ReasonShutdown}, "pub=Failed/shutdown arm=linger"},
+			{Fail{Reason: kv.ReasonShutdown}, "pub=Failed/shutdown arm=linger"},
 			{Deadline{Gen: 2}, "retire"},
 			{Poll{}, "reply=Failed"},
 		},
-		final: Failed,
+		final: kv.StatusFailed,
 	},
 	{
 		name: "an Open for a cleared, opened room starts a new incarnation",
@@ -395,7 +397,7 @@ var transitionCases = []transitionCase{
 			{Open{}, "pub=Bootstrapping arm=bootstrap revive"},
 			{Poll{}, "reply=Bootstrapping"},
 		},
-		final: Bootstrapping,
+		final: kv.StatusBootstrapping,
 	},
 }
 
@@ -424,7 +426,7 @@ func TestTombstoneRoundTrip(t *testing.T) {
 		t.Fatal("an abort for an unopened room should retire it at once")
 	}
 	ts := m.Tombstone()
-	if ts != (Tombstone{Room: 7, Status: Failed, Reason: ReasonDecodeAbort}) {
+	if ts != (Tombstone{Room: 7, Status: kv.StatusFailed, Reason: kv.ReasonDecodeAbort}) {
 		t.Fatalf("tombstone %+v", ts)
 	}
 	r := FromTombstone(&testCfg, ts)
@@ -434,20 +436,8 @@ func TestTombstoneRoundTrip(t *testing.T) {
 	if got := summary(r.Step(Open{})); got != "arm=linger revive" {
 		t.Fatalf("open on abort tombstone: %s", got)
 	}
-	if st, why := r.Status(); st != Failed || why != ReasonDecodeAbort {
+	if st, why := r.Status(); st != kv.StatusFailed || why != kv.ReasonDecodeAbort {
 		t.Fatalf("revived status %v/%v", st, why)
-	}
-}
-
-func TestReasonNames(t *testing.T) {
-	for _, r := range Reasons() {
-		got, err := ParseReason(r.String())
-		if err != nil || got != r {
-			t.Fatalf("ParseReason(%q) = %v, %v", r.String(), got, err)
-		}
-	}
-	if _, err := ParseReason("nope"); err == nil {
-		t.Fatal("ParseReason accepted an unknown name")
 	}
 }
 
@@ -511,20 +501,20 @@ func TestFailWithdraws(t *testing.T) {
 		t.Fatalf("send: %+v", fx)
 	}
 	fx := m.Step(Abort{})
-	if !fx.Withdraw || fx.Status != Failed {
+	if !fx.Withdraw || fx.Status != kv.StatusFailed {
 		t.Fatalf("abort with a write in flight: withdraw %v status %v", fx.Withdraw, fx.Status)
 	}
-	if fx := m.Step(Fail{Reason: ReasonShutdown}); fx.Withdraw {
+	if fx := m.Step(Fail{Reason: kv.ReasonShutdown}); fx.Withdraw {
 		t.Fatal("a second failure withdrew again")
 	}
-	if fx := m.Step(XferDone{Seq: 0, Fail: ReasonTransferError}); fx.Withdraw || len(fx.Notices) != 1 || fx.Notices[0].Kind != FailureStatus {
+	if fx := m.Step(XferDone{Seq: 0, Fail: kv.ReasonTransferError}); fx.Withdraw || len(fx.Notices) != 1 || fx.Notices[0].Kind != FailureStatus {
 		t.Fatalf("the withdrawn write's done: %+v", fx)
 	}
 
 	idle := New(&testCfg, 8)
 	idle.Step(Open{})
 	idle.Step(ti("a", epA, pages(10), 1))
-	if fx := idle.Step(Abort{}); fx.Withdraw || fx.Status != Failed {
+	if fx := idle.Step(Abort{}); fx.Withdraw || fx.Status != kv.StatusFailed {
 		t.Fatalf("abort with nothing in flight: withdraw %v status %v", fx.Withdraw, fx.Status)
 	}
 
@@ -533,7 +523,7 @@ func TestFailWithdraws(t *testing.T) {
 	ok.Step(ti("a", epA, pages(10), 1))
 	ok.Step(Init{NumPages: 1})
 	ok.Step(Send{Pages: pages(1)})
-	if fx := ok.Step(XferDone{Seq: 0}); fx.Withdraw || fx.Status != Success {
+	if fx := ok.Step(XferDone{Seq: 0}); fx.Withdraw || fx.Status != kv.StatusSuccess {
 		t.Fatalf("success: withdraw %v status %v", fx.Withdraw, fx.Status)
 	}
 }
@@ -544,30 +534,30 @@ func TestFailWithdraws(t *testing.T) {
 // completion of its own.
 func TestEffectsCarryWhatTheOutsideSees(t *testing.T) {
 	m := New(&Config{}, 7)
-	if fx := m.Step(Open{}); fx.View != (Reply{Status: Bootstrapping}) || fx.Info.Seen || fx.Done.Seen {
+	if fx := m.Step(Open{}); fx.View != (kv.Reply{Status: kv.StatusBootstrapping}) || fx.Info.Seen || fx.Done.Seen {
 		t.Fatalf("open: %+v", fx)
 	}
 	fx := m.Step(TransferInfo{Agent: "a", From: epA, DstPages: pages(5), Required: 1, PrefixLen: 3})
 	if want := (InfoSeen{Seen: true, Agent: "a", Required: 1}); fx.Info != want {
 		t.Fatalf("info seen %+v, want %+v", fx.Info, want)
 	}
-	if want := (Reply{Status: WaitingForInput, PrefixLen: 3}); fx.View != want {
+	if want := (kv.Reply{Status: kv.StatusWaitingForInput, PrefixLen: 3}); fx.View != want {
 		t.Fatalf("view %+v after the info, want %+v", fx.View, want)
 	}
 	m.Step(Init{NumPages: 1})
 	m.Step(Send{Pages: pages(9)})
 	fx = m.Step(XferDone{Seq: 0})
-	if want := (DoneSeen{Seen: true, Seq: 0}); fx.Done != want || fx.View.Status != Success {
+	if want := (DoneSeen{Seen: true, Seq: 0}); fx.Done != want || fx.View.Status != kv.StatusSuccess {
 		t.Fatalf("completion: done %+v view %+v", fx.Done, fx.View)
 	}
-	if fx = m.Step(XferDone{Seq: 9, Fail: ReasonTransferError}); !fx.Done.Seen || fx.Done.Fail != ReasonTransferError || !fx.Ignored {
+	if fx = m.Step(XferDone{Seq: 9, Fail: kv.ReasonTransferError}); !fx.Done.Seen || fx.Done.Fail != kv.ReasonTransferError || !fx.Ignored {
 		t.Fatalf("an unknown completion: %+v", fx)
 	}
 	fx = m.Step(Clear{})
-	if want := m.Tombstone(); !fx.Retire || fx.Tomb != want || want.Status != Success {
+	if want := m.Tombstone(); !fx.Retire || fx.Tomb != want || want.Status != kv.StatusSuccess {
 		t.Fatalf("retire: %+v, tombstone %+v", fx, want)
 	}
-	if fx = m.Step(XferDone{Seq: 0}); fx.Done.Seen || fx.View.Status != Success {
+	if fx = m.Step(XferDone{Seq: 0}); fx.Done.Seen || fx.View.Status != kv.StatusSuccess {
 		t.Fatalf("a retired room's step: %+v", fx)
 	}
 	tomb := FromTombstone(&Config{}, m.Tombstone())

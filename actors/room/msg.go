@@ -1,5 +1,7 @@
 package room
 
+import "github.com/kvxfer/kvxfer/kv"
+
 // Msg is one input to a room. Every input is a message, time included: a
 // deadline arrives as Deadline, never as a clock read.
 type Msg interface{ msg() }
@@ -37,7 +39,7 @@ type Clear struct{}
 // TransferInfo is one decode agent's transfer info frame for this room.
 type TransferInfo struct {
 	Agent     string
-	From      Endpoint // decode's PULL endpoint, for KV_STATUS / ABORT_ACK
+	From      kv.Endpoint // decode's PULL endpoint, for KV_STATUS / ABORT_ACK
 	DstPages  []int32
 	DstAux    int
 	Required  int // required_dst_info_num
@@ -48,14 +50,14 @@ type TransferInfo struct {
 	// the room records where decode is, to tell it, and fails in the same step,
 	// so no write can be posted for the info (a post that failed synchronously
 	// used to fail the room invalid_request before a separate Fail arrived).
-	Refused Reason
+	Refused kv.Reason
 }
 
 // DecodeAbort is decode's ABORT frame for this room. Gen is the deferred-release
 // generation of SGLang 0.5.22+ (a fifth frame; HasGen false when absent): the
 // ABORT_ACK must echo it or decode ignores the ACK.
 type DecodeAbort struct {
-	From   Endpoint
+	From   kv.Endpoint
 	Gen    uint64
 	HasGen bool
 }
@@ -71,7 +73,7 @@ type PeerLost struct{ Agent string }
 // transfer's writes.
 type XferDone struct {
 	Seq    uint32
-	Fail   Reason
+	Fail   kv.Reason
 	Signal [][]byte
 }
 
@@ -81,7 +83,7 @@ type Deadline struct{ Gen uint32 }
 
 // Fail fails the room from outside its rules: engine shutdown, or a panic
 // recovered in the wrapper (ReasonInternalError).
-type Fail struct{ Reason Reason }
+type Fail struct{ Reason kv.Reason }
 
 func (Open) msg()         {}
 func (Init) msg()         {}

@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/kvxfer/kvxfer/kv"
 )
 
 // The multi-sender explorer: one room pulled by one decode rank from several
@@ -120,7 +122,7 @@ func (e *msExplorer) visit(s *msState, remaining uint32) uint64 {
 			moves++
 			total += e.try(s, r, remaining, XferDone{Seq: p.Seq, Signal: signalFor(p)})
 			if e.sc.errDones {
-				total += e.try(s, r, remaining, XferDone{Seq: p.Seq, Fail: ReasonTransferError})
+				total += e.try(s, r, remaining, XferDone{Seq: p.Seq, Fail: kv.ReasonTransferError})
 			}
 		}
 	}
@@ -188,7 +190,7 @@ func (e *msExplorer) step(s *msState, rank int, msg Msg) error {
 		// have earned Success, with nothing of its own still in flight.
 		for r := range s.m {
 			st, _ := s.m[r].Status()
-			if st != Success || s.c[r].outstanding() != 0 {
+			if st != kv.StatusSuccess || s.c[r].outstanding() != 0 {
 				return fmt.Errorf("decode succeeded while rank %d is %v with %d writes outstanding", r, st, s.c[r].outstanding())
 			}
 		}
@@ -210,7 +212,7 @@ func (e *msExplorer) quiesce(s *msState) {
 			e.fail(fmt.Errorf("rank %d: %w", r, err))
 		}
 		st, why := s.m[r].Status()
-		all = all && st == Success
+		all = all && st == kv.StatusSuccess
 		outs = append(outs, st.String()+"/"+why.String())
 	}
 	if got := s.dec.success(e.sc.ranks); got != all {

@@ -1,6 +1,10 @@
 package room
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/kvxfer/kvxfer/kv"
+)
 
 // Named regressions for the three races that pin rooms in SGLang's dict-based
 // NIXL prefill (spec §6.3). Each replays the upstream interleaving through the
@@ -22,7 +26,7 @@ func replay(t *testing.T, c *checker, m *Machine, msgs ...Msg) {
 func TestRaceAbortBeforeSender(t *testing.T) {
 	m, c := New(&testCfg, 9), &checker{}
 	replay(t, c, m, DecodeAbort{From: epA}, Open{}, Poll{})
-	if st, why := m.Status(); st != Failed || why != ReasonDecodeAbort {
+	if st, why := m.Status(); st != kv.StatusFailed || why != kv.ReasonDecodeAbort {
 		t.Fatalf("sender opened after an ABORT polls %v/%v, want Failed/decode_abort", st, why)
 	}
 	replay(t, c, m, Clear{})
@@ -42,13 +46,13 @@ func TestRaceAbortInNonLastChunkWindow(t *testing.T) {
 	m, c := New(&testCfg, 9), &checker{realAgents: []string{"a"}, chunks: 2}
 	replay(t, c, m, Open{}, ti("a", epA, pages(1, 2), 1), Init{NumPages: 2}, Send{Pages: pages(5)})
 	replay(t, c, m, DecodeAbort{From: epA})
-	if fx := c.lastFx; fx.Status != Failed || len(fx.Notices) != 0 {
+	if fx := c.lastFx; fx.Status != kv.StatusFailed || len(fx.Notices) != 0 {
 		t.Fatalf("abort in the window: %s; want Failed now and no ACK before the drain", summary(fx))
 	}
 	replay(t, c, m, Send{Pages: pages(6)}) // the last chunk: must not be posted
 	replay(t, c, m, XferDone{Seq: 0})      // the late completion of chunk 0
 	fx := c.lastFx
-	if st, _ := m.Status(); st != Failed {
+	if st, _ := m.Status(); st != kv.StatusFailed {
 		t.Fatalf("late completion resurrected the room: %v", st)
 	}
 	if len(fx.Notices) != 1 || fx.Notices[0].Kind != AbortAck {
@@ -62,7 +66,7 @@ func TestRaceLateUpdatesAfterClear(t *testing.T) {
 	m, c := New(&testCfg, 9), &checker{}
 	replay(t, c, m, Open{}, ti("a", epA, pages(1), 1), Abort{}, Clear{})
 	replay(t, c, m, ti("a", epA, pages(1), 1), XferDone{Seq: 0}, Send{Pages: pages(1)}, Init{NumPages: 1}, Poll{})
-	if st, _ := m.Status(); st != Failed || !m.Retired() || m.Inflight() != 0 || len(m.Agents()) != 0 {
+	if st, _ := m.Status(); st != kv.StatusFailed || !m.Retired() || m.Inflight() != 0 || len(m.Agents()) != 0 {
 		t.Fatalf("late updates changed a cleared room: status %v retired %v agents %v", st, m.Retired(), m.Agents())
 	}
 }

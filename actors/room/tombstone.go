@@ -1,12 +1,14 @@
 package room
 
+import "github.com/kvxfer/kvxfer/kv"
+
 // Tombstone is what is kept of a retired room: enough to absorb late messages of
 // its incarnation, to answer a late poll, and to fail a sender that is opened
 // after the room already failed (an ABORT that came before the sender).
 type Tombstone struct {
 	Room   uint64
-	Status Status
-	Reason Reason
+	Status kv.Status
+	Reason kv.Reason
 	Opened bool
 	// Poisoned: the drain deadline expired, so a write may still land in
 	// decode's pages; a late ABORT gets no ACK.

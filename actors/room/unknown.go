@@ -1,5 +1,7 @@
 package room
 
+import "github.com/kvxfer/kvxfer/kv"
+
 // Creates reports whether msg, naming a room that has neither a machine nor a
 // tombstone, creates the room. The first message naming a room from any side
 // does — the sender's Open, decode's TransferInfo or ABORT, a client Abort, a
@@ -15,4 +17,4 @@ func Creates(msg Msg) bool {
 
 // UnknownReply answers a poll for a room nobody named: Failed. Upstream's
 // default of WaitingForInput is what let cleared rooms look live to workers.
-var UnknownReply = Reply{Status: Failed, Reason: ReasonInvalidRequest}
+var UnknownReply = kv.Reply{Status: kv.StatusFailed, Reason: kv.ReasonInvalidRequest}

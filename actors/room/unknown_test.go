@@ -1,6 +1,10 @@
 package room
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/kvxfer/kvxfer/kv"
+)
 
 func TestCreates(t *testing.T) {
 	for _, tc := range []struct {
@@ -15,7 +19,7 @@ func TestCreates(t *testing.T) {
 			t.Errorf("Creates(%s) = %v, want %v", msgName(tc.msg), got, tc.want)
 		}
 	}
-	if UnknownReply.Status != Failed || UnknownReply.Reason != ReasonInvalidRequest {
+	if UnknownReply.Status != kv.StatusFailed || UnknownReply.Reason != kv.ReasonInvalidRequest {
 		t.Fatalf("an unknown room must poll Failed, got %+v", UnknownReply)
 	}
 }

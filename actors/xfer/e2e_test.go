@@ -11,6 +11,7 @@ import (
 	"github.com/kvxfer/kvxfer/actors/room"
 	"github.com/kvxfer/kvxfer/actors/xfer"
 	"github.com/kvxfer/kvxfer/internal/clock"
+	"github.com/kvxfer/kvxfer/kv"
 	"github.com/kvxfer/kvxfer/nixl"
 	"github.com/kvxfer/kvxfer/nixl/kvmem"
 	"github.com/kvxfer/kvxfer/nixl/loopback"
@@ -160,7 +161,7 @@ func (r *rig) start(c *roomCase) {
 	}
 	r.eng.Open(c.id)
 	for i, d := range r.dec {
-		info := room.TransferInfo{Agent: d.Agent.Name(), From: room.Endpoint{IP: "127.0.0.1", Port: 7000 + i}, DstAux: c.aux, Required: 2}
+		info := room.TransferInfo{Agent: d.Agent.Name(), From: kv.Endpoint{IP: "127.0.0.1", Port: 7000 + i}, DstAux: c.aux, Required: 2}
 		if c.prefixHit {
 			info.PrefixLen = 64
 		} else {
@@ -198,7 +199,7 @@ func (r *rig) start(c *roomCase) {
 	}
 }
 
-func (r *rig) wait(id uint64, want room.Status) room.Reply {
+func (r *rig) wait(id uint64, want kv.Status) kv.Reply {
 	r.t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
@@ -296,7 +297,7 @@ func endToEnd(t *testing.T, r *rig) {
 		r.start(c)
 	}
 	for _, c := range cases {
-		r.wait(c.id, room.Success)
+		r.wait(c.id, kv.StatusSuccess)
 	}
 	// Every room is done on the prefill side: decode must agree, byte for byte.
 	for _, c := range cases {
@@ -311,11 +312,11 @@ func TestEndToEndFaultsFailOnlyAffectedRooms(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		fault loopback.Fault
-		want  room.Reason
+		want  kv.Reason
 	}{
-		{"error", loopback.Fault{Fail: true}, room.ReasonTransferError},
-		{"disconnect", loopback.Fault{Disconnect: true}, room.ReasonPeerLost},
-		{"stall", loopback.Fault{Hang: true}, room.ReasonTransferTimeout},
+		{"error", loopback.Fault{Fail: true}, kv.ReasonTransferError},
+		{"disconnect", loopback.Fault{Disconnect: true}, kv.ReasonPeerLost},
+		{"stall", loopback.Fault{Hang: true}, kv.ReasonTransferTimeout},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newRigQuarantine(t, time.Millisecond)
@@ -326,9 +327,9 @@ func TestEndToEndFaultsFailOnlyAffectedRooms(t *testing.T) {
 			hit := &roomCase{id: 202, chunks: []int{2, 1}, srcBase: 10, dstBase: 10, aux: 2}
 			r.start(healthy)
 			r.start(hit)
-			r.wait(healthy.id, room.Success)
+			r.wait(healthy.id, kv.StatusSuccess)
 			r.verify(healthy)
-			if tc.want == room.ReasonTransferTimeout {
+			if tc.want == kv.ReasonTransferTimeout {
 				// Decode 0's writes complete; decode 1's never do. Time passes
 				// once every write is posted (healthy: 2, hit: 2 chunks × 2
 				// decodes) and only decode 1's two are left in flight.
@@ -341,11 +342,11 @@ func TestEndToEndFaultsFailOnlyAffectedRooms(t *testing.T) {
 				r.eng.PollSync([]uint64{healthy.id, hit.id}, nil)
 				r.clk.Advance(61 * time.Second)
 			}
-			rep := r.wait(hit.id, room.Failed)
+			rep := r.wait(hit.id, kv.StatusFailed)
 			if rep.Reason != tc.want {
 				t.Fatalf("room on the faulty peer failed with %v, want %v", rep.Reason, tc.want)
 			}
-			if tc.want != room.ReasonTransferTimeout {
+			if tc.want != kv.ReasonTransferTimeout {
 				return
 			}
 			// The stalled request is never released: it is quarantined and
@@ -371,12 +372,12 @@ func TestUnknownAgentFailsOnlyThatRoom(t *testing.T) {
 	r.eng.TransferInfo(301, room.TransferInfo{Agent: "nobody", DstPages: []int32{1}, DstAux: 1, Required: 1})
 	r.eng.Init(301, 1, 1)
 	r.eng.Send(301, []int32{1}, nil)
-	if rep := r.wait(301, room.Failed); rep.Reason != room.ReasonInvalidRequest {
+	if rep := r.wait(301, kv.StatusFailed); rep.Reason != kv.ReasonInvalidRequest {
 		t.Fatalf("reason %v", rep.Reason)
 	}
 	ok := &roomCase{id: 302, chunks: []int{1}, srcBase: 5, dstBase: 5, aux: 2}
 	r.start(ok)
-	r.wait(ok.id, room.Success)
+	r.wait(ok.id, kv.StatusSuccess)
 	r.verify(ok)
 }
 
@@ -384,11 +385,11 @@ func TestBadIndexNeverWritesOutOfRange(t *testing.T) {
 	r := newRig(t)
 	r.eng.Open(401)
 	for i, d := range r.dec {
-		r.eng.TransferInfo(401, room.TransferInfo{Agent: d.Agent.Name(), From: room.Endpoint{Port: i}, DstPages: []int32{int32(d.Shape.Slots + 5)}, DstAux: 1, Required: 2})
+		r.eng.TransferInfo(401, room.TransferInfo{Agent: d.Agent.Name(), From: kv.Endpoint{Port: i}, DstPages: []int32{int32(d.Shape.Slots + 5)}, DstAux: 1, Required: 2})
 	}
 	r.eng.Init(401, 1, 1)
 	r.eng.Send(401, []int32{0}, nil)
-	if rep := r.wait(401, room.Failed); rep.Reason != room.ReasonInvalidRequest {
+	if rep := r.wait(401, kv.StatusFailed); rep.Reason != kv.ReasonInvalidRequest {
 		t.Fatalf("reason %v", rep.Reason)
 	}
 	if st := r.pool.Stats(); st.Requests != 0 {

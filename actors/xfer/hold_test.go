@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/kv"
 	"github.com/kvxfer/kvxfer/nixl/loopback"
 )
 
@@ -28,7 +28,7 @@ func TestAbortAfterLastChunkNeverCompletesDecode(t *testing.T) {
 				return st.Posted == 2 && st.InFlight == 2
 			})
 			r.eng.Abort(c.id)
-			if rep := r.wait(c.id, room.Failed); rep.Reason != room.ReasonClientAbort {
+			if rep := r.wait(c.id, kv.StatusFailed); rep.Reason != kv.ReasonClientAbort {
 				t.Fatalf("reason %v", rep.Reason)
 			}
 			r.clk.Advance(30 * time.Millisecond)
@@ -39,7 +39,7 @@ func TestAbortAfterLastChunkNeverCompletesDecode(t *testing.T) {
 			r.start(ok)
 			until(t, "the later room's write posted", func() bool { return r.pool.Stats().Posted == 3 })
 			r.passDueTimes("the later room's write")
-			r.wait(ok.id, room.Success)
+			r.wait(ok.id, kv.StatusSuccess)
 			r.verify(ok)
 			notifs, _ := r.dec[0].Agent.Notifs(nil)
 			for _, n := range notifs {
@@ -86,7 +86,7 @@ func BenchmarkRoomCompletion(b *testing.B) {
 					cs = append(cs, c)
 				}
 				for _, c := range cs {
-					r.wait(c.id, room.Success)
+					r.wait(c.id, kv.StatusSuccess)
 				}
 				for _, c := range cs {
 					r.awaitDecode(c)

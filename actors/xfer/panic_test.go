@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/kv"
 	"github.com/kvxfer/kvxfer/nixl"
 )
 
@@ -98,11 +98,11 @@ func TestPanickingAgentFailsOnlyAffectedRooms(t *testing.T) {
 			r.start(healthy[0])
 			r.start(hit)
 			r.start(healthy[1])
-			if rep := r.wait(hit.id, room.Failed); rep.Reason != room.ReasonInternalError {
+			if rep := r.wait(hit.id, kv.StatusFailed); rep.Reason != kv.ReasonInternalError {
 				t.Fatalf("room on the panicking peer failed with %v, want internal_error", rep.Reason)
 			}
 			for _, c := range healthy {
-				r.wait(c.id, room.Success)
+				r.wait(c.id, kv.StatusSuccess)
 				r.verify(c)
 			}
 			if ag.hits.Load() == 0 {
@@ -110,7 +110,7 @@ func TestPanickingAgentFailsOnlyAffectedRooms(t *testing.T) {
 			}
 			after := &roomCase{id: 604, chunks: []int{3}, srcBase: 30, dstBase: 30, aux: 4, dummyB: true}
 			r.start(after)
-			r.wait(after.id, room.Success)
+			r.wait(after.id, kv.StatusSuccess)
 			r.verify(after)
 			deadline := time.Now().Add(20 * time.Second)
 			for r.pool.Stats().InFlight != 0 {

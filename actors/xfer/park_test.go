@@ -5,10 +5,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvxfer/kvxfer/actors/room"
 	"github.com/kvxfer/kvxfer/actors/xfer"
 	"github.com/kvxfer/kvxfer/internal/clock"
 	"github.com/kvxfer/kvxfer/internal/testrig"
+	"github.com/kvxfer/kvxfer/kv"
 	"github.com/kvxfer/kvxfer/nixl"
 	"github.com/kvxfer/kvxfer/nixl/loopback"
 )
@@ -88,7 +88,7 @@ func TestPoolParksOnWakeup(t *testing.T) {
 	// Work for the healthy decode wakes it: the room completes.
 	ok := &roomCase{id: 702, chunks: []int{2}, srcBase: 10, dstBase: 10, aux: 2, dummyB: true}
 	r.start(ok)
-	r.wait(ok.id, room.Success)
+	r.wait(ok.id, kv.StatusSuccess)
 	r.verify(ok)
 	r.abandon(hung.id)
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/kvxfer/kvxfer/actors/room"
 	"github.com/kvxfer/kvxfer/internal/clock"
+	"github.com/kvxfer/kvxfer/kv"
 	"github.com/kvxfer/kvxfer/nixl"
 	"github.com/kvxfer/kvxfer/nixl/sglang"
 )
@@ -122,14 +123,14 @@ func (p *Pool) RemovePeer(agent string) {
 
 // Post implements actors.Transfers. A room's transfers all go to one actor, so
 // they are posted in the order the room emitted them.
-func (p *Pool) Post(t room.Transfer, done room.DoneFunc) {
+func (p *Pool) Post(t kv.Transfer, done kv.DoneFunc) {
 	p.posted.Add(1)
 	p.inflight.Add(1)
 	p.system.Root.Send(p.pids[int((t.Room*0x9E3779B97F4A7C15)>>33)%len(p.pids)], &job{t: t, done: done})
 }
 
 // Signal sends completion notifications held back from a room's last chunk
-// (room.Transfer.HoldSignal) to a decode agent, in order: in one call where
+// (kv.Transfer.HoldSignal) to a decode agent, in order: in one call where
 // the agent batches them (nixl.NotifBatcher).
 func (p *Pool) Signal(agent string, msgs [][]byte) error {
 	return nixl.SendNotifs(p.cfg.Agent, agent, msgs)
@@ -161,12 +162,12 @@ func (p *Pool) Close() {
 }
 
 // classify maps a NIXL error to the room's failure reason.
-func classify(err error) room.Reason {
+func classify(err error) kv.Reason {
 	switch {
 	case errors.Is(err, nixl.ErrRemoteDisconnect), errors.Is(err, nixl.ErrPeerUnknown):
-		return room.ReasonPeerLost
+		return kv.ReasonPeerLost
 	case errors.Is(err, nixl.ErrInvalid):
-		return room.ReasonInvalidRequest
+		return kv.ReasonInvalidRequest
 	}
-	return room.ReasonTransferError
+	return kv.ReasonTransferError
 }

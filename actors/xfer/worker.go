@@ -7,18 +7,18 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
-	"github.com/kvxfer/kvxfer/actors/room"
 	"github.com/kvxfer/kvxfer/internal/clock"
+	"github.com/kvxfer/kvxfer/kv"
 	"github.com/kvxfer/kvxfer/nixl"
 	"github.com/kvxfer/kvxfer/nixl/sglang"
 )
 
 type job struct {
-	t       room.Transfer
-	done    room.DoneFunc
+	t       kv.Transfer
+	done    kv.DoneFunc
 	signal  [][]byte      // notifications held back from a HoldSignal transfer
 	reqs    []nixl.XferID // posted and not yet terminal
-	fail    room.Reason
+	fail    kv.Reason
 	started time.Time
 }
 
@@ -200,7 +200,7 @@ func (w *worker) start(j *job) {
 // failJob reports a job done with internal_error and abandons its requests.
 func (w *worker) failJob(j *job) {
 	j.reqs = nil
-	j.fail = room.ReasonInternalError
+	j.fail = kv.ReasonInternalError
 	w.finish(j)
 }
 
@@ -211,7 +211,7 @@ func (w *worker) startJob(j *job) {
 	pe, ok := w.peers[j.t.Agent]
 	if !ok {
 		w.p.cfg.Logger.Warn("transfer for an unregistered decode agent", "room", j.t.Room, "agent", j.t.Agent)
-		j.fail = room.ReasonInvalidRequest
+		j.fail = kv.ReasonInvalidRequest
 		w.finish(j)
 		return
 	}
@@ -341,7 +341,7 @@ func (w *worker) pollJobs(list *[]*job, mayQuarantine bool) bool {
 				if mayQuarantine {
 					w.inflight--
 				}
-				if s.State == nixl.Failed && j.fail == room.ReasonNone {
+				if s.State == nixl.Failed && j.fail == kv.ReasonNone {
 					j.fail = classify(s.Err)
 				}
 				_ = w.p.cfg.Agent.Release(x)
@@ -400,11 +400,11 @@ func recoverFrom(f func()) (p any) {
 }
 
 func (w *worker) finish(j *job) {
-	if j.fail != room.ReasonNone {
+	if j.fail != kv.ReasonNone {
 		w.p.failed.Add(1)
 	}
 	// Report first: once InFlight drops, the room has been sent its completion.
-	if j.fail != room.ReasonNone {
+	if j.fail != kv.ReasonNone {
 		j.signal = nil
 	}
 	j.done(j.fail, j.signal)

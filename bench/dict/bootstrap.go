@@ -4,13 +4,14 @@ import (
 	"sort"
 
 	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/kv"
 )
 
 // inbound is one message on the channel standing in for the PULL socket.
 type inbound struct {
 	room     uint64
 	ti       *room.TransferInfo
-	abort    *room.Endpoint
+	abort    *kv.Endpoint
 	register string
 	barrier  chan struct{}
 }
@@ -56,7 +57,7 @@ func (e *Engine) onTransferInfo(id uint64, ti room.TransferInfo) {
 	inner.set(ti.Agent, infoEntry{ti: ti, n: int(e.infoSeq.Add(1))})
 	if inner.len() == ti.Required {
 		e.prefix.set(id, sortedInfos(inner)[0].PrefixLen)
-		e.update(id, room.WaitingForInput, byBootstrap)
+		e.update(id, kv.StatusWaitingForInput, byBootstrap)
 	}
 }
 
@@ -69,15 +70,15 @@ func complete(inner *table[string, infoEntry]) bool {
 // onDecodeAbort is rule 6 (L2350-2382): a present room that is not Success is
 // recorded and failed; anything else is ignored, with no tombstone (P2) and
 // no ACK (P4). Fixed keeps a tombstone for an unknown room and acknowledges.
-func (e *Engine) onDecodeAbort(id uint64, from room.Endpoint) {
+func (e *Engine) onDecodeAbort(id uint64, from kv.Endpoint) {
 	e.hooks.at(Event{Point: BootstrapBeforeAbort, Room: id})
 	if e.fixed {
 		e.decodeAbortFixed(id, from)
 		return
 	}
-	if e.status.has(id) && e.check(id) != room.Success {
-		e.record(id, room.ReasonDecodeAbort, "Aborted by decode-side abort notification.")
-		e.update(id, room.Failed, byBootstrap)
+	if e.status.has(id) && e.check(id) != kv.StatusSuccess {
+		e.record(id, kv.ReasonDecodeAbort, "Aborted by decode-side abort notification.")
+		e.update(id, kv.StatusFailed, byBootstrap)
 	}
 }
 
@@ -90,7 +91,7 @@ func (e *Engine) TransferInfo(id uint64, ti room.TransferInfo) {
 }
 
 // DecodeAbort delivers decode's ABORT (rule 6).
-func (e *Engine) DecodeAbort(id uint64, from room.Endpoint) {
+func (e *Engine) DecodeAbort(id uint64, from kv.Endpoint) {
 	e.deliver(inbound{room: id, abort: &from})
 }
 

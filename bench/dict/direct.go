@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/kv"
 	"github.com/kvxfer/kvxfer/nixl"
 	"github.com/kvxfer/kvxfer/nixl/sglang"
 )
@@ -70,8 +70,8 @@ type directSlot struct {
 
 type directPending struct {
 	reqs []nixl.XferID
-	done room.DoneFunc
-	fail room.Reason
+	done kv.DoneFunc
+	fail kv.Reason
 }
 
 // NewDirect prepares the local KV list and every peer's list on ag (a NIXL
@@ -118,14 +118,14 @@ func (d *Direct) slot(roomID uint64) *directSlot { return &d.slots[roomID%uint64
 // Post implements actors.Transfers: it plans the chunk (SGLang's descriptors
 // and notifications), makes and posts its NIXL requests, and leaves them for
 // the posting worker's Wait.
-func (d *Direct) Post(t room.Transfer, done room.DoneFunc) {
+func (d *Direct) Post(t kv.Transfer, done kv.DoneFunc) {
 	s := d.slot(t.Room)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	p := directPending{done: done}
 	pe, ok := d.peers[t.Agent]
 	if !ok {
-		p.fail = room.ReasonInvalidRequest
+		p.fail = kv.ReasonInvalidRequest
 		s.pend = append(s.pend, p)
 		return
 	}
@@ -194,7 +194,7 @@ func (d *Direct) Wait(roomID uint64) {
 		st := s.st[:len(s.ids)]
 		if err := d.ag.Poll(s.ids, st); err != nil {
 			for i := range s.pend {
-				if s.pend[i].fail == room.ReasonNone {
+				if s.pend[i].fail == kv.ReasonNone {
 					s.pend[i].fail = reasonOf(err)
 				}
 				s.pend[i].reqs = s.pend[i].reqs[:0]
@@ -213,7 +213,7 @@ func (d *Direct) Wait(roomID uint64) {
 				case nixl.Failed:
 					_ = d.ag.Release(x)
 					moved = true
-					if p.fail == room.ReasonNone {
+					if p.fail == kv.ReasonNone {
 						p.fail = reasonOf(st[k].Err)
 					}
 				default:
@@ -276,13 +276,13 @@ func (d *Direct) park(s *directSlot) {
 }
 
 // reasonOf maps a NIXL error to a room failure reason, as the pool does.
-func reasonOf(err error) room.Reason {
+func reasonOf(err error) kv.Reason {
 	switch {
 	case errors.Is(err, nixl.ErrRemoteDisconnect), errors.Is(err, nixl.ErrPeerUnknown):
-		return room.ReasonPeerLost
+		return kv.ReasonPeerLost
 	case errors.Is(err, nixl.ErrInvalid):
-		return room.ReasonInvalidRequest
+		return kv.ReasonInvalidRequest
 	default:
-		return room.ReasonTransferError
+		return kv.ReasonTransferError
 	}
 }

@@ -1,6 +1,9 @@
 package dict
 
-import "github.com/kvxfer/kvxfer/actors/room"
+import (
+	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/kv"
+)
 
 // drain tracks a room's chunks in flight and what decode is owed once they
 // all completed. An entry exists only while a chunk is in flight or until a
@@ -8,9 +11,9 @@ import "github.com/kvxfer/kvxfer/actors/room"
 type drain struct {
 	inflight int
 	failed   bool
-	reason   room.Reason
-	to       []room.Endpoint // transfer-info endpoints: KV_STATUS failure
-	acks     []room.Endpoint // ABORT senders: ABORT_ACK
+	reason   kv.Reason
+	to       []kv.Endpoint // transfer-info endpoints: KV_STATUS failure
+	acks     []kv.Endpoint // ABORT senders: ABORT_ACK
 }
 
 func (e *Engine) drainOf(id uint64) *drain {
@@ -45,8 +48,8 @@ func (e *Engine) endChunk(id uint64) {
 
 // markFailed runs after the status became Failed: with nothing in flight decode
 // is told now, else by the chunk that drains last.
-func (e *Engine) markFailed(id uint64, why room.Reason, ackTo *room.Endpoint) {
-	var to []room.Endpoint
+func (e *Engine) markFailed(id uint64, why kv.Reason, ackTo *kv.Endpoint) {
+	var to []kv.Endpoint
 	if inner, ok := e.infos.get(id); ok {
 		for _, ti := range sortedInfos(inner) {
 			to = appendEndpoint(to, ti.From)
@@ -72,18 +75,18 @@ func (e *Engine) markFailed(id uint64, why room.Reason, ackTo *room.Endpoint) {
 
 // ackWhenDrained acknowledges an ABORT for a room that is already terminal or
 // unknown: now, or after its in-flight chunk.
-func (e *Engine) ackWhenDrained(id uint64, from room.Endpoint) {
+func (e *Engine) ackWhenDrained(id uint64, from kv.Endpoint) {
 	e.dmu.Lock()
 	if d := e.drains[id]; d != nil && d.inflight > 0 {
 		d.acks = appendEndpoint(d.acks, from)
 		if !d.failed {
-			d.failed, d.reason = true, room.ReasonDecodeAbort
+			d.failed, d.reason = true, kv.ReasonDecodeAbort
 		}
 		e.dmu.Unlock()
 		return
 	}
 	e.dmu.Unlock()
-	e.send(id, []room.Notice{{Kind: room.AbortAck, To: from, Reason: room.ReasonDecodeAbort}})
+	e.send(id, []room.Notice{{Kind: room.AbortAck, To: from, Reason: kv.ReasonDecodeAbort}})
 }
 
 func (d *drain) notices() []room.Notice {
@@ -103,7 +106,7 @@ func (e *Engine) send(id uint64, ns []room.Notice) {
 	}
 }
 
-func appendEndpoint(list []room.Endpoint, x room.Endpoint) []room.Endpoint {
+func appendEndpoint(list []kv.Endpoint, x kv.Endpoint) []kv.Endpoint {
 	for _, y := range list {
 		if y == x {
 			return list

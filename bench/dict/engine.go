@@ -10,6 +10,7 @@ import (
 	"github.com/kvxfer/kvxfer/actors"
 	"github.com/kvxfer/kvxfer/actors/room"
 	"github.com/kvxfer/kvxfer/internal/clock"
+	"github.com/kvxfer/kvxfer/kv"
 )
 
 // Variant selects the rules.
@@ -93,9 +94,9 @@ type dropNotices struct{}
 func (dropNotices) Notify(uint64, room.Notice) {}
 
 // failure is a failure_records entry: upstream keeps the message; the reason
-// is kept beside it so Poll can answer with a room.Reason.
+// is kept beside it so Poll can answer with a kv.Reason.
 type failure struct {
-	reason room.Reason
+	reason kv.Reason
 	msg    string
 }
 
@@ -127,7 +128,7 @@ type Engine struct {
 	clk   clock.Clock
 
 	// Upstream's shared dicts (spec §7).
-	status     *table[uint64, room.Status]               // request_status
+	status     *table[uint64, kv.Status]                 // request_status
 	infos      *table[uint64, *table[string, infoEntry]] // transfer_infos
 	prefix     *table[uint64, int]                       // req_to_decode_prefix_len
 	failures   *table[uint64, failure]                   // failure_records
@@ -164,7 +165,7 @@ func New(cfg Config) (*Engine, error) {
 	}
 	e := &Engine{
 		cfg: c, fixed: c.Variant == Fixed, hooks: c.Hooks, clk: c.Clock,
-		status: newTable[uint64, room.Status](), infos: newTable[uint64, *table[string, infoEntry]](),
+		status: newTable[uint64, kv.Status](), infos: newTable[uint64, *table[string, infoEntry]](),
 		prefix: newTable[uint64, int](), failures: newTable[uint64, failure](),
 		exceptions: newTable[uint64, error](), peers: newTable[string, struct{}](),
 		senders: map[uint64]*sender{}, inbox: make(chan inbound, c.Inbox),

@@ -3,7 +3,7 @@ package dict
 import (
 	"time"
 
-	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/kv"
 )
 
 // The fixed variant's repairs (spec §7 "fixed"). Several of them race a write
@@ -16,8 +16,8 @@ import (
 type tomb struct {
 	until   time.Time
 	aborted bool // a decode ABORT for a room not yet opened: fail its Open
-	status  room.Status
-	reason  room.Reason
+	status  kv.Status
+	reason  kv.Reason
 }
 
 func (e *Engine) tombstoned(id uint64) bool {
@@ -33,14 +33,14 @@ func (e *Engine) openFixed(id uint64) {
 	if t, ok := e.tombs.get(id); ok && !t.aborted {
 		e.tombs.pop(id) // a new incarnation of a cleared room id
 	}
-	e.update(id, room.Bootstrapping, bySender)
+	e.update(id, kv.StatusBootstrapping, bySender)
 	if t, ok := e.tombs.get(id); ok && t.aborted {
 		e.tombs.pop(id)
-		e.fail(id, room.ReasonDecodeAbort, "Aborted by decode-side abort notification.", nil, nil)
+		e.fail(id, kv.ReasonDecodeAbort, "Aborted by decode-side abort notification.", nil, nil)
 		return
 	}
 	if inner, ok := e.infos.get(id); ok && complete(inner) {
-		e.update(id, room.WaitingForInput, bySender)
+		e.update(id, kv.StatusWaitingForInput, bySender)
 	}
 }
 
@@ -48,7 +48,7 @@ func (e *Engine) openFixed(id uint64) {
 // add_transfer_request).
 func (e *Engine) mayEnqueue(id uint64) bool {
 	st, ok := e.status.get(id)
-	return ok && st != room.Failed
+	return ok && st != kv.StatusFailed
 }
 
 // clearFixed pops the status first (so a worker recording an error for a room
@@ -64,7 +64,7 @@ func (e *Engine) clearFixed(id uint64) {
 		return
 	}
 	if !had {
-		st = room.Failed
+		st = kv.StatusFailed
 	}
 	e.tombs.set(id, tomb{until: e.clk.Now().Add(e.cfg.TombstoneTTL), status: st, reason: f.reason})
 }
@@ -72,16 +72,16 @@ func (e *Engine) clearFixed(id uint64) {
 // pollFixed: the bootstrap timeout for a sender still Bootstrapping (as
 // mooncake's poll), and Failed rather than a live-looking default for a room
 // with no status (a tombstone answers with the room's outcome).
-func (e *Engine) pollFixed(id uint64, hasSender bool, born time.Time) room.Reply {
+func (e *Engine) pollFixed(id uint64, hasSender bool, born time.Time) kv.Reply {
 	st, ok := e.status.get(id)
 	if !ok {
 		if t, ok := e.tombs.get(id); ok && !t.aborted {
-			return room.Reply{Status: t.status, Reason: t.reason}
+			return kv.Reply{Status: t.status, Reason: t.reason}
 		}
-		return room.Reply{Status: room.Failed, Reason: room.ReasonInvalidRequest}
+		return kv.Reply{Status: kv.StatusFailed, Reason: kv.ReasonInvalidRequest}
 	}
-	if st == room.Bootstrapping && hasSender && e.clk.Now().Sub(born) >= e.cfg.BootstrapTimeout {
-		e.fail(id, room.ReasonBootstrapTimeout, "Bootstrap timeout", nil, nil)
+	if st == kv.StatusBootstrapping && hasSender && e.clk.Now().Sub(born) >= e.cfg.BootstrapTimeout {
+		e.fail(id, kv.ReasonBootstrapTimeout, "Bootstrap timeout", nil, nil)
 		st, _ = e.status.get(id)
 	}
 	return e.reply(id, st)
@@ -91,10 +91,10 @@ func (e *Engine) pollFixed(id uint64, hasSender bool, born time.Time) room.Reply
 // its ABORT_ACK once the room's writes drained; a Success or Failed room acks
 // as soon as nothing is in flight; an unknown room gets a tombstone (its Open
 // will fail) and an ACK at once.
-func (e *Engine) decodeAbortFixed(id uint64, from room.Endpoint) {
+func (e *Engine) decodeAbortFixed(id uint64, from kv.Endpoint) {
 	if _, ok := e.status.get(id); !ok {
 		e.tombs.set(id, tomb{until: e.clk.Now().Add(e.cfg.TombstoneTTL), aborted: true,
-			status: room.Failed, reason: room.ReasonDecodeAbort})
+			status: kv.StatusFailed, reason: kv.ReasonDecodeAbort})
 		if _, ok := e.status.get(id); !ok {
 			e.ackWhenDrained(id, from)
 			return
@@ -102,20 +102,20 @@ func (e *Engine) decodeAbortFixed(id uint64, from room.Endpoint) {
 		// Open inserted the room meanwhile; it may or may not have seen the
 		// tombstone, so fail it here too (fail is idempotent).
 	}
-	e.fail(id, room.ReasonDecodeAbort, "Aborted by decode-side abort notification.", nil, &from)
+	e.fail(id, kv.ReasonDecodeAbort, "Aborted by decode-side abort notification.", nil, &from)
 }
 
 // fail is the fixed variant's one way to fail a room: an atomic transition to
 // Failed (never from Success, never inserting), then the records, then the
 // drain bookkeeping that tells decode once nothing is in flight.
-func (e *Engine) fail(id uint64, why room.Reason, msg string, err error, ackTo *room.Endpoint) {
+func (e *Engine) fail(id uint64, why kv.Reason, msg string, err error, ackTo *kv.Endpoint) {
 	changed := false
-	e.status.apply(id, func(cur room.Status, ok bool) (room.Status, bool) {
+	e.status.apply(id, func(cur kv.Status, ok bool) (kv.Status, bool) {
 		if !ok || cur.Terminal() {
 			return cur, false
 		}
 		changed = true
-		return room.Failed, true
+		return kv.StatusFailed, true
 	})
 	if !changed {
 		if ackTo != nil {

@@ -8,6 +8,7 @@ import (
 	"github.com/kvxfer/kvxfer/actors/room"
 	"github.com/kvxfer/kvxfer/actors/xfer/xfertest"
 	"github.com/kvxfer/kvxfer/internal/clock"
+	"github.com/kvxfer/kvxfer/kv"
 )
 
 // harness is one dict engine over an xfertest pool, a notice log and a fake clock.
@@ -50,10 +51,10 @@ func both(t *testing.T, fn func(t *testing.T, h *harness)) {
 	}
 }
 
-var epA = room.Endpoint{IP: "10.0.0.1", Port: 7001}
-var epB = room.Endpoint{IP: "10.0.0.2", Port: 7002}
+var epA = kv.Endpoint{IP: "10.0.0.1", Port: 7001}
+var epB = kv.Endpoint{IP: "10.0.0.2", Port: 7002}
 
-func ti(agent string, from room.Endpoint, n, required int) room.TransferInfo {
+func ti(agent string, from kv.Endpoint, n, required int) room.TransferInfo {
 	ps := make([]int32, n)
 	for i := range ps {
 		ps[i] = int32(100 + i)
@@ -61,9 +62,9 @@ func ti(agent string, from room.Endpoint, n, required int) room.TransferInfo {
 	return room.TransferInfo{Agent: agent, From: from, DstPages: ps, DstAux: 3, Required: required}
 }
 
-func (h *harness) poll(id uint64) room.Reply { return h.e.Poll([]uint64{id}, nil)[0] }
+func (h *harness) poll(id uint64) kv.Reply { return h.e.Poll([]uint64{id}, nil)[0] }
 
-func (h *harness) want(id uint64, st room.Status) room.Reply {
+func (h *harness) want(id uint64, st kv.Status) kv.Reply {
 	h.t.Helper()
 	r := h.poll(id)
 	if r.Status != st {

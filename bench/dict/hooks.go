@@ -3,7 +3,7 @@ package dict
 import (
 	"sync"
 
-	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/kv"
 )
 
 // Point names a place in the engine's goroutines where a race window opens.
@@ -53,10 +53,10 @@ func (p Point) String() string {
 type Event struct {
 	Point  Point
 	Room   uint64
-	Chunk  int         // worker points: the chunk id
-	Last   bool        // worker points: the chunk is the last
-	Status room.Status // UpdateBetweenReadAndWrite: the status being written
-	Skip   bool        // WorkerDone: the chunk was skipped or failed, not sent
+	Chunk  int       // worker points: the chunk id
+	Last   bool      // worker points: the chunk is the last
+	Status kv.Status // UpdateBetweenReadAndWrite: the status being written
+	Skip   bool      // WorkerDone: the chunk was skipped or failed, not sent
 }
 
 // Hooks holds the callbacks; the zero value has none and costs one read lock

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/kv"
 )
 
 // Rules 7–13 of spec §7: the sender, the worker, poll and the scheduler
@@ -21,7 +22,7 @@ func TestRule07InitSendEnqueue(t *testing.T) {
 		h.e.Send(1, nil, nil) // empty and not last: should_send_kv_chunk is false
 		h.e.Send(1, []int32{11, 12}, [][]int32{{9}})
 		h.e.SettleWorkers()
-		h.want(1, room.Success)
+		h.want(1, kv.StatusSuccess)
 		if len(seen) != 2 || seen[0].Chunk != 0 || seen[0].Last || seen[1].Chunk != 1 || !seen[1].Last {
 			t.Fatalf("chunks %+v, want ids 0 then 1 (last)", seen)
 		}
@@ -67,7 +68,7 @@ func TestRule07QueueIsRoomModN(t *testing.T) {
 			p.Release()
 			h.e.SettleWorkers()
 			for _, id := range []uint64{1, 2, 3} {
-				h.want(id, room.Success)
+				h.want(id, kv.StatusSuccess)
 			}
 		})
 	}
@@ -83,8 +84,8 @@ func TestRule08Worker(t *testing.T) {
 			h.e.TransferInfo(1, dummy)
 			h.e.SettleBootstrap()
 			h.e.Init(1, 2, 0)
-			h.g.Hold(func(t room.Transfer) bool { return t.Agent == "a" && t.Chunk == 0 })
-			var during room.Status
+			h.g.Hold(func(t kv.Transfer) bool { return t.Agent == "a" && t.Chunk == 0 })
+			var during kv.Status
 			h.hooks.On(WorkerPosted, func(ev Event) {
 				if ev.Chunk == 0 {
 					during = h.poll(1).Status
@@ -101,15 +102,15 @@ func TestRule08Worker(t *testing.T) {
 				t.Fatal("the worker took the next chunk before every write of this one completed")
 			default:
 			}
-			h.g.Release(1, room.ReasonNone)
+			h.g.Release(1, kv.ReasonNone)
 			h.e.SettleWorkers()
-			if during != room.Transferring {
+			if during != kv.StatusTransferring {
 				t.Fatalf("status while chunk 0 was in flight: %v", during)
 			}
 			if n := len(h.g.Posts(1)); n != 4 {
 				t.Fatalf("%d writes, want 2 chunks × 2 non-dummy agents", n)
 			}
-			h.want(1, room.Success)
+			h.want(1, kv.StatusSuccess)
 			if l := h.leaks(); l.TransferInfos != 0 || l.PrefixLen != 0 || l.RequestStatus != 1 {
 				t.Fatalf("after the last chunk: %+v (infos and prefix popped, status kept)", l)
 			}
@@ -128,17 +129,17 @@ func TestRule08Worker(t *testing.T) {
 			if len(h.g.Posts(1)) != 0 {
 				t.Fatal("posted for a failed room")
 			}
-			h.want(1, room.Failed)
+			h.want(1, kv.StatusFailed)
 		})
 	})
 	t.Run("transfer-error", func(t *testing.T) {
 		both(t, func(t *testing.T, h *harness) {
-			h.g.Outcome(func(room.Transfer) room.Reason { return room.ReasonTransferError })
+			h.g.Outcome(func(kv.Transfer) kv.Reason { return kv.ReasonTransferError })
 			h.ready(1, 1)
 			h.e.Init(1, 1, 0)
 			h.e.Send(1, []int32{1}, nil)
 			h.e.SettleWorkers()
-			if r := h.want(1, room.Failed); r.Reason != room.ReasonTransferError {
+			if r := h.want(1, kv.StatusFailed); r.Reason != kv.ReasonTransferError {
 				t.Fatalf("reason %v", r.Reason)
 			}
 			if l := h.leaks(); l.Exceptions != 1 || l.FailureRecords != 1 {
@@ -156,7 +157,7 @@ func TestRule08Worker(t *testing.T) {
 			h.e.Init(1, 1, 0)
 			h.e.Send(1, []int32{1}, nil) // the scheduler sent before decode's info (assert fails)
 			h.e.SettleWorkers()
-			if r := h.want(1, room.Failed); r.Reason != room.ReasonInternalError {
+			if r := h.want(1, kv.StatusFailed); r.Reason != kv.ReasonInternalError {
 				t.Fatalf("reason %v", r.Reason)
 			}
 		})
@@ -169,12 +170,12 @@ func TestRule09PollWithoutBootstrapTimeout(t *testing.T) {
 		h.clk.Advance(time.Hour)
 		r := h.poll(1)
 		if h.e.fixed {
-			if r.Status != room.Failed || r.Reason != room.ReasonBootstrapTimeout {
+			if r.Status != kv.StatusFailed || r.Reason != kv.ReasonBootstrapTimeout {
 				t.Fatalf("fixed after an hour: %+v", r)
 			}
 			return
 		}
-		if r.Status != room.Bootstrapping {
+		if r.Status != kv.StatusBootstrapping {
 			t.Fatalf("upstream after an hour: %+v; it has no bootstrap timeout (P1)", r)
 		}
 	})
@@ -188,7 +189,7 @@ func TestRule09PollLatchedFailure(t *testing.T) {
 		if l := h.leaks(); l.Total() != 1 || l.Senders != 1 {
 			t.Fatalf("after failure_exception: %+v (only the sender object is left)", l)
 		}
-		h.want(1, room.Failed)
+		h.want(1, kv.StatusFailed)
 	})
 }
 
@@ -198,7 +199,7 @@ func TestRule10FailureException(t *testing.T) {
 		h.e.Abort(1)
 		err := h.e.FailureException(1)
 		var te *TransferError
-		if !errors.As(err, &te) || te.Msg != "Aborted by AbortReq." || te.Reason != room.ReasonClientAbort {
+		if !errors.As(err, &te) || te.Msg != "Aborted by AbortReq." || te.Reason != kv.ReasonClientAbort {
 			t.Fatalf("first call raised %v", err)
 		}
 		err = h.e.FailureException(1)
@@ -229,7 +230,7 @@ func TestRule11FixedClearOfLiveRoom(t *testing.T) {
 	if l := h.leaks(); l.Total() != 0 {
 		t.Fatalf("left %+v", l)
 	}
-	if r := h.poll(1); r.Status != room.Failed || r.Reason != room.ReasonClientAbort {
+	if r := h.poll(1); r.Status != kv.StatusFailed || r.Reason != kv.ReasonClientAbort {
 		t.Fatalf("the cleared id polls %+v", r)
 	}
 	if h.n.Count(1, room.FailureStatus) != 1 {
@@ -242,19 +243,19 @@ func TestRule12AbortDoesNotTellDecode(t *testing.T) {
 		h.ready(1, 2)
 		h.e.Init(1, 2, 0)
 		h.g.Hold(nil)
-		h.g.Hold(func(room.Transfer) bool { return true })
+		h.g.Hold(func(kv.Transfer) bool { return true })
 		h.e.Send(1, []int32{1}, nil)
 		if err := h.g.WaitHeld(1, 1); err != nil {
 			t.Fatal(err)
 		}
 		h.e.Abort(1)
-		if r := h.want(1, room.Failed); r.Reason != room.ReasonClientAbort {
+		if r := h.want(1, kv.StatusFailed); r.Reason != kv.ReasonClientAbort {
 			t.Fatalf("reason %v", r.Reason)
 		}
 		if len(h.n.Of(1)) != 0 {
 			t.Fatal("decode told while a write is in flight")
 		}
-		h.g.Release(1, room.ReasonNone)
+		h.g.Release(1, kv.ReasonNone)
 		h.e.SettleWorkers()
 		got := h.n.Of(1)
 		if !h.e.fixed {
@@ -263,7 +264,7 @@ func TestRule12AbortDoesNotTellDecode(t *testing.T) {
 			}
 			return
 		}
-		if len(got) != 1 || got[0].Kind != room.FailureStatus || got[0].To != epA || got[0].Reason != room.ReasonClientAbort {
+		if len(got) != 1 || got[0].Kind != room.FailureStatus || got[0].To != epA || got[0].Reason != kv.ReasonClientAbort {
 			t.Fatalf("fixed: after the drain decode gets %+v", got)
 		}
 	})
@@ -272,12 +273,12 @@ func TestRule12AbortDoesNotTellDecode(t *testing.T) {
 func TestRule13SchedulerContract(t *testing.T) {
 	both(t, func(t *testing.T, h *harness) {
 		// Failed is the smallest status: a MIN all-reduce fails every rank.
-		if room.Failed >= room.Bootstrapping || room.Bootstrapping >= room.WaitingForInput ||
-			room.WaitingForInput >= room.Transferring || room.Transferring >= room.Success {
+		if kv.StatusFailed >= kv.StatusBootstrapping || kv.StatusBootstrapping >= kv.StatusWaitingForInput ||
+			kv.StatusWaitingForInput >= kv.StatusTransferring || kv.StatusTransferring >= kv.StatusSuccess {
 			t.Fatal("KVPoll order broken")
 		}
 		// Polls over a room's life never go back, and the terminal answer stays.
-		var seen []room.Status
+		var seen []kv.Status
 		h.hooks.On(WorkerBeforeFinish, func(ev Event) { seen = append(seen, h.poll(1).Status) })
 		h.e.Open(1)
 		seen = append(seen, h.poll(1).Status)
@@ -294,7 +295,7 @@ func TestRule13SchedulerContract(t *testing.T) {
 				t.Fatalf("polls went back: %v", seen)
 			}
 		}
-		if seen[len(seen)-1] != room.Success {
+		if seen[len(seen)-1] != kv.StatusSuccess {
 			t.Fatalf("polls %v", seen)
 		}
 		// The scheduler clears a terminal room once; nothing is left.

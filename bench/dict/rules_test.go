@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/kv"
 )
 
 // One test per rule of spec §7, each against both variants, so the comparison
@@ -12,9 +13,9 @@ import (
 
 func TestRule01UpdateStatus(t *testing.T) {
 	type step struct {
-		s    room.Status
+		s    kv.Status
 		w    writer
-		want room.Status
+		want kv.Status
 		ok   bool // present after the step
 	}
 	cases := []struct {
@@ -23,35 +24,35 @@ func TestRule01UpdateStatus(t *testing.T) {
 		nonstick bool
 		steps    []step
 	}{
-		{"upstream/absent-Failed-is-a-no-op", Upstream, false, []step{{room.Failed, byBootstrap, 0, false}}},
-		{"upstream/absent-inserts-from-any-writer", Upstream, false, []step{{room.Transferring, byWorker, room.Transferring, true}}},
+		{"upstream/absent-Failed-is-a-no-op", Upstream, false, []step{{kv.StatusFailed, byBootstrap, 0, false}}},
+		{"upstream/absent-inserts-from-any-writer", Upstream, false, []step{{kv.StatusTransferring, byWorker, kv.StatusTransferring, true}}},
 		{"upstream/max-merge", Upstream, false, []step{
-			{room.WaitingForInput, byBootstrap, room.WaitingForInput, true},
-			{room.Bootstrapping, bySender, room.WaitingForInput, true},
-			{room.Transferring, byWorker, room.Transferring, true}}},
+			{kv.StatusWaitingForInput, byBootstrap, kv.StatusWaitingForInput, true},
+			{kv.StatusBootstrapping, bySender, kv.StatusWaitingForInput, true},
+			{kv.StatusTransferring, byWorker, kv.StatusTransferring, true}}},
 		{"upstream/Failed-sticky", Upstream, false, []step{
-			{room.Transferring, byWorker, room.Transferring, true},
-			{room.Failed, bySender, room.Failed, true},
-			{room.Success, byWorker, room.Failed, true}}},
+			{kv.StatusTransferring, byWorker, kv.StatusTransferring, true},
+			{kv.StatusFailed, bySender, kv.StatusFailed, true},
+			{kv.StatusSuccess, byWorker, kv.StatusFailed, true}}},
 		{"upstream/Success-then-Failed-fails", Upstream, false, []step{
-			{room.Success, byWorker, room.Success, true},
-			{room.Failed, bySender, room.Failed, true}}},
+			{kv.StatusSuccess, byWorker, kv.StatusSuccess, true},
+			{kv.StatusFailed, bySender, kv.StatusFailed, true}}},
 		{"upstream/pre-30352-Failed-resurrects", Upstream, true, []step{
-			{room.Transferring, byWorker, room.Transferring, true},
-			{room.Failed, bySender, room.Failed, true},
-			{room.Transferring, byWorker, room.Transferring, true}}},
+			{kv.StatusTransferring, byWorker, kv.StatusTransferring, true},
+			{kv.StatusFailed, bySender, kv.StatusFailed, true},
+			{kv.StatusTransferring, byWorker, kv.StatusTransferring, true}}},
 		{"fixed/only-the-sender-inserts", Fixed, false, []step{
-			{room.WaitingForInput, byBootstrap, 0, false},
-			{room.Success, byWorker, 0, false},
-			{room.Bootstrapping, bySender, room.Bootstrapping, true}}},
+			{kv.StatusWaitingForInput, byBootstrap, 0, false},
+			{kv.StatusSuccess, byWorker, 0, false},
+			{kv.StatusBootstrapping, bySender, kv.StatusBootstrapping, true}}},
 		{"fixed/Success-sticky", Fixed, false, []step{
-			{room.Bootstrapping, bySender, room.Bootstrapping, true},
-			{room.Success, byWorker, room.Success, true},
-			{room.Failed, bySender, room.Success, true}}},
+			{kv.StatusBootstrapping, bySender, kv.StatusBootstrapping, true},
+			{kv.StatusSuccess, byWorker, kv.StatusSuccess, true},
+			{kv.StatusFailed, bySender, kv.StatusSuccess, true}}},
 		{"fixed/Failed-sticky", Fixed, false, []step{
-			{room.Bootstrapping, bySender, room.Bootstrapping, true},
-			{room.Failed, byBootstrap, room.Failed, true},
-			{room.Transferring, byWorker, room.Failed, true}}},
+			{kv.StatusBootstrapping, bySender, kv.StatusBootstrapping, true},
+			{kv.StatusFailed, byBootstrap, kv.StatusFailed, true},
+			{kv.StatusTransferring, byWorker, kv.StatusFailed, true}}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -71,12 +72,12 @@ func TestRule02CheckStatusDefault(t *testing.T) {
 	both(t, func(t *testing.T, h *harness) {
 		r := h.poll(42) // no sender, no entry
 		if h.e.fixed {
-			if r.Status != room.Failed || r.Reason != room.ReasonInvalidRequest {
+			if r.Status != kv.StatusFailed || r.Reason != kv.ReasonInvalidRequest {
 				t.Fatalf("fixed: unknown room polls %+v, want Failed/invalid_request", r)
 			}
 			return
 		}
-		if r.Status != room.WaitingForInput || h.e.check(42) != room.WaitingForInput {
+		if r.Status != kv.StatusWaitingForInput || h.e.check(42) != kv.StatusWaitingForInput {
 			t.Fatalf("upstream: unknown room polls %+v, want the WaitingForInput default", r)
 		}
 	})
@@ -85,7 +86,7 @@ func TestRule02CheckStatusDefault(t *testing.T) {
 func TestRule03SenderCreate(t *testing.T) {
 	both(t, func(t *testing.T, h *harness) {
 		h.e.Open(1)
-		h.want(1, room.Bootstrapping)
+		h.want(1, kv.StatusBootstrapping)
 		// Decode faster than prefill: every info before the sender.
 		h.e.TransferInfo(2, ti("a", epA, 1, 1))
 		h.e.SettleBootstrap()
@@ -94,7 +95,7 @@ func TestRule03SenderCreate(t *testing.T) {
 			t.Fatalf("before the sender: status %v present=%v (upstream inserts, fixed does not)", st, ok)
 		}
 		h.e.Open(2)
-		h.want(2, room.WaitingForInput) // upstream: max(WFI, Bootstrapping); fixed: Open promotes
+		h.want(2, kv.StatusWaitingForInput) // upstream: max(WFI, Bootstrapping); fixed: Open promotes
 	})
 }
 
@@ -118,8 +119,8 @@ func TestRule04RegistrationFirstWins(t *testing.T) {
 				h.e.Send(id, []int32{7}, nil)
 			}
 			h.e.SettleWorkers()
-			h.want(1, room.Success)
-			if r := h.want(2, room.Failed); r.Reason != room.ReasonInvalidRequest {
+			h.want(1, kv.StatusSuccess)
+			if r := h.want(2, kv.StatusFailed); r.Reason != kv.ReasonInvalidRequest {
 				t.Fatalf("unregistered agent: reason %v", r.Reason)
 			}
 			if len(h.g.Posts(2)) != 0 {
@@ -136,16 +137,16 @@ func TestRule05TransferInfo(t *testing.T) {
 		a.PrefixLen, b.PrefixLen = 16, 32
 		h.e.TransferInfo(1, a)
 		h.e.SettleBootstrap()
-		h.want(1, room.Bootstrapping)
+		h.want(1, kv.StatusBootstrapping)
 		h.e.TransferInfo(1, b)
 		h.e.SettleBootstrap()
-		if r := h.want(1, room.WaitingForInput); r.PrefixLen != 16 {
+		if r := h.want(1, kv.StatusWaitingForInput); r.PrefixLen != 16 {
 			t.Fatalf("prefix length %d, want the first info's 16", r.PrefixLen)
 		}
 		h.e.Init(1, 1, 0)
 		h.e.Send(1, []int32{5}, nil)
 		h.e.SettleWorkers()
-		h.want(1, room.Success)
+		h.want(1, kv.StatusSuccess)
 		h.e.Clear(1)
 		// A late info for the cleared room.
 		h.e.TransferInfo(1, ti("a", epA, 1, 1))
@@ -157,7 +158,7 @@ func TestRule05TransferInfo(t *testing.T) {
 			}
 			return
 		}
-		if l.RequestStatus != 1 || l.TransferInfos != 1 || l.PrefixLen != 1 || h.e.check(1) != room.WaitingForInput {
+		if l.RequestStatus != 1 || l.TransferInfos != 1 || l.PrefixLen != 1 || h.e.check(1) != kv.StatusWaitingForInput {
 			t.Fatalf("upstream: a late info should re-create status, infos and prefix (P6): %+v", l)
 		}
 	})
@@ -169,7 +170,7 @@ func TestRule06DecodeAbort(t *testing.T) {
 		h.ready(1, 1)
 		h.e.DecodeAbort(1, epA)
 		h.e.SettleBootstrap()
-		if r := h.want(1, room.Failed); r.Reason != room.ReasonDecodeAbort {
+		if r := h.want(1, kv.StatusFailed); r.Reason != kv.ReasonDecodeAbort {
 			t.Fatalf("reason %v", r.Reason)
 		}
 		// A Success room: ignored.
@@ -179,13 +180,13 @@ func TestRule06DecodeAbort(t *testing.T) {
 		h.e.SettleWorkers()
 		h.e.DecodeAbort(2, epA)
 		h.e.SettleBootstrap()
-		h.want(2, room.Success)
+		h.want(2, kv.StatusSuccess)
 		// An unknown room.
 		h.e.DecodeAbort(3, epA)
 		h.e.SettleBootstrap()
 		h.e.Open(3)
 		if h.e.fixed {
-			if r := h.want(3, room.Failed); r.Reason != room.ReasonDecodeAbort {
+			if r := h.want(3, kv.StatusFailed); r.Reason != kv.ReasonDecodeAbort {
 				t.Fatalf("fixed: reason %v", r.Reason)
 			}
 			for _, id := range []uint64{1, 2, 3} {
@@ -195,7 +196,7 @@ func TestRule06DecodeAbort(t *testing.T) {
 			}
 			return
 		}
-		h.want(3, room.Bootstrapping) // dropped, no tombstone (P2)
+		h.want(3, kv.StatusBootstrapping) // dropped, no tombstone (P2)
 		for _, id := range []uint64{1, 2, 3} {
 			if len(h.n.Of(id)) != 0 {
 				t.Fatal("upstream told decode something")

@@ -3,7 +3,7 @@ package dict
 import (
 	"time"
 
-	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/kv"
 )
 
 // Scheduler side: the NixlKVSender methods, keyed by room.
@@ -18,7 +18,7 @@ func (e *Engine) Open(id uint64) {
 		e.openFixed(id)
 		return
 	}
-	e.update(id, room.Bootstrapping, bySender)
+	e.update(id, kv.StatusBootstrapping, bySender)
 }
 
 // Init is sender.init(num_kv_indices, aux_index) (rule 7).
@@ -64,11 +64,11 @@ func (e *Engine) Send(id uint64, pages []int32, state [][]int32) {
 // tell decode; Fixed does, once the room's writes drained.
 func (e *Engine) Abort(id uint64) {
 	if e.fixed {
-		e.fail(id, room.ReasonClientAbort, "Aborted by AbortReq.", nil, nil)
+		e.fail(id, kv.ReasonClientAbort, "Aborted by AbortReq.", nil, nil)
 		return
 	}
-	e.record(id, room.ReasonClientAbort, "Aborted by AbortReq.")
-	e.update(id, room.Failed, bySender)
+	e.record(id, kv.ReasonClientAbort, "Aborted by AbortReq.")
+	e.update(id, kv.StatusFailed, bySender)
 }
 
 // Clear is what the scheduler does once a room is terminal (spec §2.4): after
@@ -86,7 +86,7 @@ func (e *Engine) Clear(id uint64) {
 	s := e.senders[id]
 	failed := s != nil && s.failed
 	e.smu.Unlock()
-	if st, ok := e.status.get(id); failed || (ok && st == room.Failed) {
+	if st, ok := e.status.get(id); failed || (ok && st == kv.StatusFailed) {
 		_ = e.FailureException(id)
 	} else {
 		e.clear(id)
@@ -143,7 +143,7 @@ func (e *Engine) clear(id uint64) {
 // Poll answers each room the way its sender's poll() does (rule 9): Failed if
 // the sender latched failure, else check_status. Upstream has no bootstrap
 // timeout; Fixed fails a room Bootstrapping past it.
-func (e *Engine) Poll(rooms []uint64, out []room.Reply) []room.Reply {
+func (e *Engine) Poll(rooms []uint64, out []kv.Reply) []kv.Reply {
 	out = out[:0]
 	for _, id := range rooms {
 		out = append(out, e.poll(id))
@@ -151,7 +151,7 @@ func (e *Engine) Poll(rooms []uint64, out []room.Reply) []room.Reply {
 	return out
 }
 
-func (e *Engine) poll(id uint64) room.Reply {
+func (e *Engine) poll(id uint64) kv.Reply {
 	e.smu.Lock()
 	s := e.senders[id]
 	latched := s != nil && s.failed
@@ -161,7 +161,7 @@ func (e *Engine) poll(id uint64) room.Reply {
 	}
 	e.smu.Unlock()
 	if latched {
-		return e.reply(id, room.Failed)
+		return e.reply(id, kv.StatusFailed)
 	}
 	if e.fixed {
 		return e.pollFixed(id, s != nil, born)
@@ -169,9 +169,9 @@ func (e *Engine) poll(id uint64) room.Reply {
 	return e.reply(id, e.check(id))
 }
 
-func (e *Engine) reply(id uint64, st room.Status) room.Reply {
-	r := room.Reply{Status: st}
-	if st == room.Failed {
+func (e *Engine) reply(id uint64, st kv.Status) kv.Reply {
+	r := kv.Reply{Status: st}
+	if st == kv.StatusFailed {
 		if f, ok := e.failures.get(id); ok {
 			r.Reason = f.reason
 		}
@@ -183,7 +183,7 @@ func (e *Engine) reply(id uint64, st room.Status) room.Reply {
 // TransferError is upstream's KVTransferError.
 type TransferError struct {
 	Room            uint64
-	Reason          room.Reason
+	Reason          kv.Reason
 	Msg             string
 	FromAnotherRank bool
 }

@@ -1,6 +1,8 @@
 package dict
 
-import "github.com/kvxfer/kvxfer/actors/room"
+import (
+	"github.com/kvxfer/kvxfer/kv"
+)
 
 // writer says which goroutine writes a status. Upstream does not care; Fixed
 // lets only the sender's creation insert a room.
@@ -23,33 +25,33 @@ const (
 //
 // Fixed: one atomic read-modify-write; Success and Failed are both absorbing;
 // only the sender's creation may insert a room.
-func (e *Engine) update(id uint64, s room.Status, w writer) {
+func (e *Engine) update(id uint64, s kv.Status, w writer) {
 	if e.fixed {
-		e.status.apply(id, func(cur room.Status, ok bool) (room.Status, bool) {
+		e.status.apply(id, func(cur kv.Status, ok bool) (kv.Status, bool) {
 			switch {
 			case !ok:
-				return s, s != room.Failed && w == bySender
+				return s, s != kv.StatusFailed && w == bySender
 			case cur.Terminal():
 				return cur, false
-			case s == room.Failed:
-				return room.Failed, true
+			case s == kv.StatusFailed:
+				return kv.StatusFailed, true
 			}
 			return max(cur, s), true
 		})
 		return
 	}
-	if cur, ok := e.status.get(id); ok && cur == room.Failed && !e.cfg.NonStickyFailed {
+	if cur, ok := e.status.get(id); ok && cur == kv.StatusFailed && !e.cfg.NonStickyFailed {
 		return
 	}
 	e.hooks.at(Event{Point: UpdateBetweenReadAndWrite, Room: id, Status: s})
 	cur, ok := e.status.get(id)
 	switch {
 	case !ok:
-		if s != room.Failed {
+		if s != kv.StatusFailed {
 			e.status.set(id, s)
 		}
-	case s == room.Failed:
-		e.status.set(id, room.Failed)
+	case s == kv.StatusFailed:
+		e.status.set(id, kv.StatusFailed)
 	default:
 		e.status.set(id, max(cur, s))
 	}
@@ -57,14 +59,14 @@ func (e *Engine) update(id uint64, s room.Status, w writer) {
 
 // check is NIXL's check_status (rule 2): request_status.get(room,
 // WaitingForInput). The default makes a cleared room look live to a worker.
-func (e *Engine) check(id uint64) room.Status {
+func (e *Engine) check(id uint64) kv.Status {
 	if st, ok := e.status.get(id); ok {
 		return st
 	}
-	return room.WaitingForInput
+	return kv.StatusWaitingForInput
 }
 
 // record is record_failure (failure_records under failure_lock: one operation).
-func (e *Engine) record(id uint64, why room.Reason, msg string) {
+func (e *Engine) record(id uint64, why kv.Reason, msg string) {
 	e.failures.set(id, failure{reason: why, msg: msg})
 }

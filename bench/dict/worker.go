@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/kv"
 )
 
 // chunk is a TransferKVChunk.
@@ -90,7 +91,7 @@ func (e *Engine) workerLoop(q *fifo) {
 
 // stepError is an exception raised inside the worker's try block.
 type stepError struct {
-	reason room.Reason
+	reason kv.Reason
 	msg    string
 }
 
@@ -112,7 +113,7 @@ func (e *Engine) process(c *chunk) {
 		// flight has then already been seen by this check (drain.go).
 		e.beginChunk(c.room)
 		st, ok := e.status.get(c.room)
-		if !ok || st == room.Failed {
+		if !ok || st == kv.StatusFailed {
 			if !ok {
 				e.dropOrphan(c.room)
 			}
@@ -129,7 +130,7 @@ func (e *Engine) process(c *chunk) {
 		return
 	}
 
-	if e.check(c.room) == room.Failed { // not when cleared: absent reads WaitingForInput
+	if e.check(c.room) == kv.StatusFailed { // not when cleared: absent reads WaitingForInput
 		return
 	}
 	if err := e.transfer(c, ev); err != nil {
@@ -145,19 +146,19 @@ func (e *Engine) process(c *chunk) {
 func (e *Engine) transfer(c *chunk, ev Event) error {
 	inner, ok := e.infos.get(c.room)
 	if !ok {
-		return &stepError{room.ReasonInternalError, fmt.Sprintf("AssertionError: room %d not in transfer_infos", c.room)}
+		return &stepError{kv.ReasonInternalError, fmt.Sprintf("AssertionError: room %d not in transfer_infos", c.room)}
 	}
 	ev.Point = WorkerBeforeTransferring
 	e.hooks.at(ev)
-	e.update(c.room, room.Transferring, byWorker)
+	e.update(c.room, kv.StatusTransferring, byWorker)
 
 	infos := sortedInfos(inner)
-	res := make(chan room.Reason, len(infos))
+	res := make(chan kv.Reason, len(infos))
 	posted := 0
 	if e.fixed {
 		// Build every write first, so a chunk that cannot go to one agent
 		// posts nothing to the others.
-		ts := make([]room.Transfer, 0, len(infos))
+		ts := make([]kv.Transfer, 0, len(infos))
 		for i := range infos {
 			if infos[i].Dummy {
 				continue
@@ -169,7 +170,7 @@ func (e *Engine) transfer(c *chunk, ev Event) error {
 			ts = append(ts, t)
 		}
 		for _, t := range ts {
-			e.cfg.Transfers.Post(t, func(f room.Reason, _ [][]byte) { res <- f })
+			e.cfg.Transfers.Post(t, func(f kv.Reason, _ [][]byte) { res <- f })
 			posted++
 		}
 	} else {
@@ -181,7 +182,7 @@ func (e *Engine) transfer(c *chunk, ev Event) error {
 			if err != nil {
 				return err // writes already posted to other agents stay in flight
 			}
-			e.cfg.Transfers.Post(t, func(f room.Reason, _ [][]byte) { res <- f })
+			e.cfg.Transfers.Post(t, func(f kv.Reason, _ [][]byte) { res <- f })
 			posted++
 		}
 	}
@@ -191,30 +192,30 @@ func (e *Engine) transfer(c *chunk, ev Event) error {
 		e.cfg.Waiter.Wait(c.room) // upstream's busy-wait on the handles (spec §5.2 step 5)
 	}
 
-	fail := room.ReasonNone
+	fail := kv.ReasonNone
 	for i := 0; i < posted; i++ {
-		if f := <-res; f != room.ReasonNone {
+		if f := <-res; f != kv.ReasonNone {
 			if !e.fixed {
 				// Upstream raises at the first "ERR" without waiting for the
 				// other handles.
 				return &stepError{f, "NIXL transfer failed: " + f.String()}
 			}
-			if fail == room.ReasonNone {
+			if fail == kv.ReasonNone {
 				fail = f
 			}
 		}
 	}
-	if fail != room.ReasonNone {
+	if fail != kv.ReasonNone {
 		return &stepError{fail, "NIXL transfer failed: " + fail.String()}
 	}
 	ev.Point = WorkerBeforeFinish
 	e.hooks.at(ev)
 	if c.last {
-		e.update(c.room, room.Success, byWorker)
+		e.update(c.room, kv.StatusSuccess, byWorker)
 		e.infos.pop(c.room)
 		e.prefix.pop(c.room)
 	} else {
-		e.update(c.room, room.Transferring, byWorker)
+		e.update(c.room, kv.StatusTransferring, byWorker)
 	}
 	return nil
 }
@@ -222,19 +223,19 @@ func (e *Engine) transfer(c *chunk, ev Event) error {
 // build makes the write of one chunk to one agent (spec §5.2): the KV pages
 // with dst = dst_kv_indices[index_slice] (a shorter dst truncates the source,
 // with a warning upstream), and on the last chunk the aux slot and state.
-func (e *Engine) build(c *chunk, in *room.TransferInfo) (room.Transfer, error) {
+func (e *Engine) build(c *chunk, in *room.TransferInfo) (kv.Transfer, error) {
 	if e.cfg.RequireRegistration && !e.peers.has(in.Agent) {
-		return room.Transfer{}, &stepError{room.ReasonInvalidRequest, fmt.Sprintf("KeyError: %q", in.Agent)}
+		return kv.Transfer{}, &stepError{kv.ReasonInvalidRequest, fmt.Sprintf("KeyError: %q", in.Agent)}
 	}
 	src := c.pages
 	dst := pySlice(in.DstPages, c.start, c.start+len(c.pages))
 	if len(dst) < len(src) {
 		src = src[:len(dst)]
 	}
-	t := room.Transfer{Room: c.room, Seq: e.seq.Add(1), Agent: in.Agent, Chunk: c.id, Last: c.last, SrcPages: src, DstPages: dst}
+	t := kv.Transfer{Room: c.room, Seq: e.seq.Add(1), Agent: in.Agent, Chunk: c.id, Last: c.last, SrcPages: src, DstPages: dst}
 	if c.last {
 		if c.aux < 0 {
-			return room.Transfer{}, &stepError{room.ReasonInvalidRequest, "prefill_aux_index is missing"}
+			return kv.Transfer{}, &stepError{kv.ReasonInvalidRequest, "prefill_aux_index is missing"}
 		}
 		t.SrcAux, t.DstAux = c.aux, in.DstAux
 		if len(c.state) > 0 {
@@ -259,7 +260,7 @@ func pySlice(s []int32, lo, hi int) []int32 {
 // record_failure, update(Failed). Nothing goes to decode upstream. For a
 // cleared room the update is a no-op but the two records stay (P6).
 func (e *Engine) workerFailed(id uint64, err error) {
-	why := room.ReasonTransferError
+	why := kv.ReasonTransferError
 	if se, ok := err.(*stepError); ok {
 		why = se.reason
 	}
@@ -269,5 +270,5 @@ func (e *Engine) workerFailed(id uint64, err error) {
 	}
 	e.exceptions.set(id, err)
 	e.record(id, why, err.Error())
-	e.update(id, room.Failed, byWorker)
+	e.update(id, kv.StatusFailed, byWorker)
 }

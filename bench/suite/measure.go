@@ -10,6 +10,7 @@ import (
 	"github.com/kvxfer/kvxfer/bench"
 	"github.com/kvxfer/kvxfer/bench/stats"
 	"github.com/kvxfer/kvxfer/bench/workload"
+	"github.com/kvxfer/kvxfer/kv"
 )
 
 // openRooms opens n rooms with one decode agent's transfer info each (four
@@ -24,7 +25,7 @@ func openRooms(rig *workload.Rig, n int) []uint64 {
 	}
 	rig.Settle()
 	for _, r := range rig.Engine.Poll(ids, nil) {
-		if r.Status != room.WaitingForInput {
+		if r.Status != kv.StatusWaitingForInput {
 			panic(fmt.Sprintf("suite: an opened room polls %v", r.Status))
 		}
 	}
@@ -91,7 +92,7 @@ func races() []RaceRow {
 				row.Error = err.Error()
 			} else {
 				row.Final = o.Final.Status.String()
-				if o.Final.Reason != room.ReasonNone {
+				if o.Final.Reason != kv.ReasonNone {
 					row.Final += "/" + o.Final.Reason.String()
 				}
 				row.Pinned, row.Leaked, row.LateWrites = o.Pinned, o.Leaked, o.LateWrites

@@ -7,6 +7,7 @@ import (
 	"github.com/kvxfer/kvxfer/actors/room"
 	"github.com/kvxfer/kvxfer/bench"
 	wl "github.com/kvxfer/kvxfer/emul/workload"
+	"github.com/kvxfer/kvxfer/kv"
 )
 
 // Options tune the scheduler loop.
@@ -134,7 +135,7 @@ type driver struct {
 	stuck     int
 	iterStart time.Duration
 	ids       []uint64
-	out       []room.Reply
+	out       []kv.Reply
 }
 
 func (d *driver) now() time.Duration { return time.Since(d.t0) }
@@ -245,7 +246,7 @@ func (d *driver) openPending() {
 	d.pending = d.pending[:0]
 }
 
-var decodeEP = [2]room.Endpoint{{IP: "10.0.0.8", Port: 17000}, {IP: "10.0.0.9", Port: 17001}}
+var decodeEP = [2]kv.Endpoint{{IP: "10.0.0.8", Port: 17000}, {IP: "10.0.0.9", Port: 17001}}
 
 // admit: decode's frames and the scheduler's Open for a new room.
 func (d *driver) admit(i int, now time.Duration) {
@@ -299,7 +300,7 @@ func (d *driver) abort(r *live, now time.Duration) {
 
 // step acts on one room's poll answer; it reports whether it did anything
 // and marks a cleared room done.
-func (d *driver) step(r *live, rep room.Reply, now time.Duration) bool {
+func (d *driver) step(r *live, rep kv.Reply, now time.Duration) bool {
 	p := d.plans[r.plan]
 	ph, client := p.Abort.Phase(), p.Abort.From() == wl.Client
 	eng := d.rig.Engine
@@ -313,7 +314,7 @@ func (d *driver) step(r *live, rep room.Reply, now time.Duration) bool {
 		eng.Clear(r.id)
 		r.stage = done
 		return true
-	case r.stage == waitReady && rep.Status == room.WaitingForInput:
+	case r.stage == waitReady && rep.Status == kv.StatusWaitingForInput:
 		if ph == wl.BeforeInit && r.abortAt < 0 {
 			d.abort(r, now)
 			if client {
@@ -363,8 +364,8 @@ func (d *driver) sendChunk(r *live) {
 	}
 }
 
-func (d *driver) finish(r *live, rep room.Reply, now time.Duration) {
-	if rep.Status == room.Success {
+func (d *driver) finish(r *live, rep kv.Reply, now time.Duration) {
+	if rep.Status == kv.StatusSuccess {
 		d.res.Succeeded++
 	} else {
 		d.res.Failed++

@@ -10,6 +10,7 @@ import (
 	"github.com/kvxfer/kvxfer/actors"
 	"github.com/kvxfer/kvxfer/actors/room"
 	"github.com/kvxfer/kvxfer/actors/xfer"
+	"github.com/kvxfer/kvxfer/kv"
 	"github.com/kvxfer/kvxfer/nixl"
 	"github.com/kvxfer/kvxfer/nixl/kvmem"
 	"github.com/kvxfer/kvxfer/nixl/loopback"
@@ -135,13 +136,13 @@ func newTap(inner actors.Transfers, aborted *abortSet) *Tap {
 }
 
 // Post implements actors.Transfers.
-func (t *Tap) Post(tr room.Transfer, done room.DoneFunc) {
+func (t *Tap) Post(tr kv.Transfer, done kv.DoneFunc) {
 	t.posts.Add(1)
 	if t.aborted.after(tr.Room, tr.Chunk) {
 		t.late.Add(1)
 	}
 	t.inflight.Add(1)
-	t.Inner.Post(tr, func(r room.Reason, signal [][]byte) {
+	t.Inner.Post(tr, func(r kv.Reason, signal [][]byte) {
 		t.inflight.Add(-1)
 		done(r, signal)
 	})
@@ -167,4 +168,4 @@ func (n *Notices) Notify(_ uint64, x room.Notice) {
 type Instant struct{}
 
 // Post implements actors.Transfers.
-func (Instant) Post(_ room.Transfer, done room.DoneFunc) { done(room.ReasonNone, nil) }
+func (Instant) Post(_ kv.Transfer, done kv.DoneFunc) { done(kv.ReasonNone, nil) }

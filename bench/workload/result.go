@@ -3,10 +3,10 @@ package workload
 import (
 	"time"
 
-	"github.com/kvxfer/kvxfer/actors/room"
 	"github.com/kvxfer/kvxfer/bench"
 	"github.com/kvxfer/kvxfer/bench/dict"
 	wl "github.com/kvxfer/kvxfer/emul/workload"
+	"github.com/kvxfer/kvxfer/kv"
 )
 
 // Result is what one run of a workload on one engine measured.
@@ -94,7 +94,7 @@ func (r *Result) CPUPer1k() float64 {
 	return r.CPU.Seconds() * 1000 / float64(n)
 }
 
-func (r *Result) count(why room.Reason) {
+func (r *Result) count(why kv.Reason) {
 	if r.Reasons == nil {
 		r.Reasons = map[string]int{}
 	}

@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvxfer/kvxfer/actors/room"
 	"github.com/kvxfer/kvxfer/emul/workload"
 	"github.com/kvxfer/kvxfer/internal/clock"
+	"github.com/kvxfer/kvxfer/kv"
 	"github.com/kvxfer/kvxfer/transport/wire"
 )
 
@@ -52,9 +52,9 @@ func forEachRelease(t *testing.T, f func(t *testing.T, rel Release)) {
 // each room from (seed, index). Rooms start in index order, as on decode: two
 // bounded windows that both advance in index order always overlap, so
 // neither side waits on a room the other has not started.
-func serveAll(p *prefill, plan func(int) workload.Plan, n int) (wait func() map[uint64]room.Reply) {
+func serveAll(p *prefill, plan func(int) workload.Plan, n int) (wait func() map[uint64]kv.Reply) {
 	var mu sync.Mutex
-	out := map[uint64]room.Reply{}
+	out := map[uint64]kv.Reply{}
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 8)
 	wg.Add(1)
@@ -74,7 +74,7 @@ func serveAll(p *prefill, plan func(int) workload.Plan, n int) (wait func() map[
 			}()
 		}
 	}()
-	return func() map[uint64]room.Reply { wg.Wait(); return out }
+	return func() map[uint64]kv.Reply { wg.Wait(); return out }
 }
 
 // runPlans is Run over explicit plans (the same in-order window).
@@ -130,7 +130,7 @@ func TestWorkloadSucceedsWithBytesVerified(t *testing.T) {
 			t.Fatalf("not every room succeeded by %s:\n%s", wantCompletedBy(rel), printed(s))
 		}
 		for id, r := range reps {
-			if r.Status != room.Success {
+			if r.Status != kv.StatusSuccess {
 				t.Errorf("prefill room %d ended %v/%v", id, r.Status, r.Reason)
 			}
 		}
@@ -172,7 +172,7 @@ func TestDecodeAbortAfterInfo(t *testing.T) {
 			t.Fatalf("decode outcome %v (%s) release %v, want aborted / %v", res.Outcome, res.Reason, res.Release, wantDeferred(rel))
 		}
 		rep := p.waitTerminal(id, 10*time.Second)
-		if rep.Status != room.Failed || rep.Reason != room.ReasonDecodeAbort {
+		if rep.Status != kv.StatusFailed || rep.Reason != kv.ReasonDecodeAbort {
 			t.Fatalf("engine room %v/%v, want Failed/decode_abort", rep.Status, rep.Reason)
 		}
 		eventually(t, 5*time.Second, "the ABORT", func() bool { return p.abortsOf(id) == 1 })
@@ -212,7 +212,7 @@ func TestDecodeAbortBeforeInfo(t *testing.T) {
 		}
 		// The sender opened after the ABORT must fail at once.
 		rep := p.serve(plan(id, 2, workload.AbortNone))
-		if rep.Status != room.Failed || rep.Reason != room.ReasonDecodeAbort {
+		if rep.Status != kv.StatusFailed || rep.Reason != kv.ReasonDecodeAbort {
 			t.Fatalf("engine room %v/%v, want Failed/decode_abort", rep.Status, rep.Reason)
 		}
 		if p.infos.Load() != 0 {
@@ -234,7 +234,7 @@ func TestPrefillAbort(t *testing.T) {
 		go func() { done <- e.RunRoom(context.Background(), pl) }()
 		eventually(t, 5*time.Second, "the transfer info", func() bool { return p.infos.Load() == 1 })
 		rep := p.serve(pl)
-		if rep.Status != room.Failed || rep.Reason != room.ReasonClientAbort {
+		if rep.Status != kv.StatusFailed || rep.Reason != kv.ReasonClientAbort {
 			t.Fatalf("engine room %v/%v", rep.Status, rep.Reason)
 		}
 		if rel == Release0518 {
@@ -255,7 +255,7 @@ func TestPrefillAbort(t *testing.T) {
 		if res.Outcome != want || res.Release != wantDeferred(rel) {
 			t.Fatalf("decode outcome %v (%q) release %v, want %v / %v", res.Outcome, res.Reason, res.Release, want, wantDeferred(rel))
 		}
-		if want == OutcomeFailedStatus && res.Reason != room.ReasonClientAbort.String() {
+		if want == OutcomeFailedStatus && res.Reason != kv.ReasonClientAbort.String() {
 			t.Errorf("reason %q", res.Reason)
 		}
 		// ABORTs: 0.5.18 on its waiting timeout; 0.5.21+ after the failure
@@ -314,12 +314,12 @@ func TestZeroFiveTwentyThreeCompletesOnlyOnKVStatus(t *testing.T) {
 	pl := workload.Plan{Room: 5023, Pages: 3, Chunks: []int{2, 1}}
 	done := make(chan Result, 1)
 	go func() { done <- e.RunRoom(context.Background(), pl) }()
-	reps := make(chan room.Reply, 2)
+	reps := make(chan kv.Reply, 2)
 	for _, p := range []*prefill{p0, p1} {
 		go func() { reps <- p.serve(pl) }()
 	}
 	for range 2 {
-		if r := <-reps; r.Status != room.Success {
+		if r := <-reps; r.Status != kv.StatusSuccess {
 			t.Fatalf("prefill room %v/%v", r.Status, r.Reason)
 		}
 	}
@@ -327,8 +327,8 @@ func TestZeroFiveTwentyThreeCompletesOnlyOnKVStatus(t *testing.T) {
 	// them and did not act.
 	eventually(t, 5*time.Second, "the unread notifications", func() bool { return e.c.unreadNotifs.Load() > 0 })
 	status := func(rank int) {
-		p0.sendTo(room.Endpoint{IP: "127.0.0.1", Port: e.Port()},
-			(&wire.KVStatus{Room: pl.Room, Status: wire.KVPollSuccess, PrefillRank: rank}).Encode())
+		p0.sendTo(kv.Endpoint{IP: "127.0.0.1", Port: e.Port()},
+			(&wire.KVStatus{Room: pl.Room, Status: kv.StatusSuccess, PrefillRank: rank}).Encode())
 	}
 	status(0)
 	status(0) // the same rank twice is still one
@@ -355,7 +355,7 @@ func TestKVStatusCompletesLegacyReleases(t *testing.T) {
 			pl := plan(6001, 2, workload.AbortNone)
 			done := make(chan Result, 1)
 			go func() { done <- e.RunRoom(context.Background(), pl) }()
-			if r := p.serve(pl); r.Status != room.Success {
+			if r := p.serve(pl); r.Status != kv.StatusSuccess {
 				t.Fatalf("prefill room %v/%v", r.Status, r.Reason)
 			}
 			res := <-done
@@ -388,7 +388,7 @@ func TestGenerationlessAcksIgnored(t *testing.T) {
 				return
 			}
 			// A 4-frame ACK with another generation is ignored too.
-			p.sendTo(room.Endpoint{IP: "127.0.0.1", Port: e.Port()},
+			p.sendTo(kv.Endpoint{IP: "127.0.0.1", Port: e.Port()},
 				(&wire.AbortAck{Room: id, PrefillRank: 0, Generation: 99, HasGen: true}).Encode())
 			eventually(t, 5*time.Second, "the stale ACK", func() bool { return e.c.acksStale.Load() == 1 })
 			if n := e.c.acksNoGen.Load(); n != 1 {
@@ -450,7 +450,7 @@ func TestHeartbeatLossFailsRoomsAndReregisters(t *testing.T) {
 			const id2 = 556
 			go func() { done <- e.RunRoom(context.Background(), plan(id2, 2, workload.AbortNone)) }()
 			rep := p.serve(plan(id2, 2, workload.AbortNone))
-			if rep.Status != room.Success {
+			if rep.Status != kv.StatusSuccess {
 				t.Fatalf("engine room %v/%v", rep.Status, rep.Reason)
 			}
 			if res := <-done; res.Outcome != OutcomeSuccess || res.WrongBytes != 0 || res.AuxError != "" {
@@ -549,12 +549,12 @@ func TestTwoPrefillRanks(t *testing.T) {
 				pl := workload.Plan{Room: 1001, Pages: 3, Chunks: []int{2, 1}}
 				done := make(chan Result, 1)
 				go func() { done <- e.RunRoom(context.Background(), pl) }()
-				reps := make(chan room.Reply, 2)
+				reps := make(chan kv.Reply, 2)
 				for _, p := range []*prefill{p0, p1} {
 					go func() { reps <- p.serve(pl) }()
 				}
 				for range 2 {
-					if r := <-reps; r.Status != room.Success {
+					if r := <-reps; r.Status != kv.StatusSuccess {
 						t.Fatalf("prefill room %v/%v", r.Status, r.Reason)
 					}
 				}
@@ -590,7 +590,7 @@ func TestStateIndices(t *testing.T) {
 				if send && (res.Outcome != OutcomeSuccess || res.WrongBytes != 0 || res.AuxError != "") {
 					t.Fatalf("with state: %+v", res)
 				}
-				if !send && (res.Outcome != OutcomeFailedStatus || res.Reason != room.ReasonInvalidRequest.String()) {
+				if !send && (res.Outcome != OutcomeFailedStatus || res.Reason != kv.ReasonInvalidRequest.String()) {
 					t.Fatalf("without state: %+v", res)
 				}
 			}

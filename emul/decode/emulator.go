@@ -13,6 +13,7 @@ import (
 
 	"github.com/kvxfer/kvxfer/emul/pages"
 	"github.com/kvxfer/kvxfer/internal/clock"
+	"github.com/kvxfer/kvxfer/kv"
 	"github.com/kvxfer/kvxfer/nixl"
 	"github.com/kvxfer/kvxfer/nixl/sglang"
 	"github.com/kvxfer/kvxfer/transport/wire"
@@ -342,14 +343,14 @@ func (e *Emulator) onPrimaryMsg(frames [][]byte) {
 			e.c.foreignRanks.Add(1)
 		}
 		switch m.Status {
-		case wire.KVPollFailed:
+		case kv.StatusFailed:
 			if !rs.complete && !rs.failed {
 				rs.failed, rs.failReason = true, m.Reason
 				if rs.failReason == "" {
 					rs.failReason = "Failed to get kvcache from prefill instance, it might be dead"
 				}
 			}
-		case wire.KVPollSuccess:
+		case kv.StatusSuccess:
 			// apply_prefill_status: success once N distinct prefill_rank values said so.
 			rs.okRanks[m.PrefillRank] = true
 			if !rs.complete && !rs.failed && len(rs.okRanks) >= max(e.mapping.RequiredPrefillResponses, 1) {

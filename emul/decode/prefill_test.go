@@ -15,6 +15,7 @@ import (
 	"github.com/kvxfer/kvxfer/actors/xfer"
 	"github.com/kvxfer/kvxfer/emul/workload"
 	"github.com/kvxfer/kvxfer/internal/clock"
+	"github.com/kvxfer/kvxfer/kv"
 	"github.com/kvxfer/kvxfer/nixl"
 	"github.com/kvxfer/kvxfer/nixl/kvmem"
 	"github.com/kvxfer/kvxfer/nixl/loopback"
@@ -75,8 +76,8 @@ type prefill struct {
 
 	mu     sync.Mutex
 	aborts map[uint64]int
-	gens   map[uint64]uint64              // last ABORT generation per room
-	peers  map[room.Endpoint]wire.Dialect // decode PULL endpoint -> dialect
+	gens   map[uint64]uint64            // last ABORT generation per room
+	peers  map[kv.Endpoint]wire.Dialect // decode PULL endpoint -> dialect
 	links  map[string]*zmqio.PushLink
 	free   []int32 // prefill pages
 	auxes  []int
@@ -92,7 +93,7 @@ func newPrefillRank(t *testing.T, o prefillOpts, tpSize, tpRank int, first *pref
 		o.legacy = wire.Dialect0520
 	}
 	p := &prefill{t: t, o: o, rank: tpRank, aborts: map[uint64]int{}, gens: map[uint64]uint64{},
-		peers: map[room.Endpoint]wire.Dialect{}, links: map[string]*zmqio.PushLink{}}
+		peers: map[kv.Endpoint]wire.Dialect{}, links: map[string]*zmqio.PushLink{}}
 	node, err := kvmem.New(fmt.Sprintf("emul-prefill-%d", prefillSeq.Add(1)), testShape(), sglang.SenderID(0, tpSize, tpRank), loopback.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -121,12 +122,12 @@ func newPrefillRank(t *testing.T, o prefillOpts, tpSize, tpRank int, first *pref
 				t.Errorf("prefill: transfer info without is_dummy (every release sends 10 frames)")
 			}
 			p.eng.TransferInfo(ti.Room, room.TransferInfo{Agent: ti.AgentName,
-				From:     room.Endpoint{IP: ti.DecodeIP, Port: ti.DecodePort},
+				From:     kv.Endpoint{IP: ti.DecodeIP, Port: ti.DecodePort},
 				DstPages: ti.DstKVIndices, DstAux: ti.DstAuxIndex, Required: ti.RequiredDstInfoNum,
 				DstState: ti.DstStateIndices, PrefixLen: ti.DecodePrefixLen, Dummy: ti.IsDummy()})
 		},
 		OnAbort: func(a *wire.Abort) {
-			from := room.Endpoint{IP: a.DecodeIP, Port: a.DecodePort}
+			from := kv.Endpoint{IP: a.DecodeIP, Port: a.DecodePort}
 			p.mu.Lock()
 			p.aborts[a.Room]++
 			if a.HasGen {
@@ -196,7 +197,7 @@ func (p *prefill) register(reg *wire.Registration) {
 		return
 	}
 	p.mu.Lock()
-	p.peers[room.Endpoint{IP: reg.DecodeIP, Port: reg.DecodePort}] = dl
+	p.peers[kv.Endpoint{IP: reg.DecodeIP, Port: reg.DecodePort}] = dl
 	p.mu.Unlock()
 	if _, err := p.node.Agent.LoadPeer(reg.AgentMetadata); err != nil {
 		p.t.Errorf("prefill: LoadPeer: %v", err)
@@ -221,7 +222,7 @@ func (p *prefill) register(reg *wire.Registration) {
 }
 
 // dialectOf is the dialect notices to a decode endpoint are written in.
-func (p *prefill) dialectOf(to room.Endpoint) wire.Dialect {
+func (p *prefill) dialectOf(to kv.Endpoint) wire.Dialect {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if d, ok := p.peers[to]; ok {
@@ -244,12 +245,12 @@ func (p *prefill) Notify(id uint64, n room.Notice) {
 		if n.To.Port <= 0 || p.o.noSuccessStatus || !dl.CompletesOnStatus() && !(p.o.statusOnly && dl.ReadsStatus()) {
 			return
 		}
-		m = &wire.KVStatus{Room: id, Status: wire.KVPollSuccess, PrefillRank: p.rank}
+		m = &wire.KVStatus{Room: id, Status: kv.StatusSuccess, PrefillRank: p.rank}
 	case room.FailureStatus:
 		if n.To.Port <= 0 || !dl.ReadsStatus() {
 			return
 		}
-		m = &wire.KVStatus{Room: id, Status: wire.KVPollFailed, PrefillRank: p.rank, Reason: n.Reason.String()}
+		m = &wire.KVStatus{Room: id, Status: kv.StatusFailed, PrefillRank: p.rank, Reason: n.Reason.String()}
 	case room.AbortAck:
 		if n.To.Port <= 0 || !n.HasGen && !dl.AcksWithoutGen() && !p.o.stripGen {
 			return
@@ -262,7 +263,7 @@ func (p *prefill) Notify(id uint64, n room.Notice) {
 }
 
 // sendTo pushes frames to a decode PULL endpoint.
-func (p *prefill) sendTo(to room.Endpoint, frames [][]byte) {
+func (p *prefill) sendTo(to kv.Endpoint, frames [][]byte) {
 	ep := zmqio.TCPEndpoint(to.IP, to.Port)
 	p.mu.Lock()
 	l, ok := p.links[ep]
@@ -309,7 +310,7 @@ func (p *prefill) putPages(ps []int32, a int) {
 // serve plays SGLang's prefill scheduler for one plan: open the sender, init,
 // fill and send the chunks (aborting where the plan says), poll until terminal,
 // clear. Prefill fills request page j with FillPageAt(room, slot, j).
-func (p *prefill) serve(pl workload.Plan) room.Reply {
+func (p *prefill) serve(pl workload.Plan) kv.Reply {
 	src, aux := p.takePages(pl.Pages)
 	defer p.putPages(src, aux)
 	for j, s := range src {
@@ -347,7 +348,7 @@ func (p *prefill) serve(pl workload.Plan) room.Reply {
 }
 
 // waitTerminal polls the engine like the scheduler's inflight queue.
-func (p *prefill) waitTerminal(id uint64, limit time.Duration) room.Reply {
+func (p *prefill) waitTerminal(id uint64, limit time.Duration) kv.Reply {
 	deadline := time.Now().Add(limit)
 	for {
 		rep := p.eng.Poll([]uint64{id}, nil)[0]

@@ -230,7 +230,7 @@ func (s *Summary) Print(w io.Writer) {
 	for _, e := range s.Errors {
 		fmt.Fprintln(w, "error:", e)
 	}
-	fmt.Fprintf(w, "completed by:%s  releases:%s\n", kv(s.CompletedBy), kv(s.Releases))
+	fmt.Fprintf(w, "completed by:%s  releases:%s\n", pairs(s.CompletedBy), pairs(s.Releases))
 	fmt.Fprintf(w, "pages released by ACK %d  by timeout %d  ABORT generations %d  ACKs counted %d  ignored: no generation %d, stale generation %d, unarmed %d\n",
 		s.PagesByAck, s.PagesByTimeout, s.Generations, s.AcksCounted, s.AcksNoGen, s.AcksStale, s.AcksUnarmed)
 	fmt.Fprintf(w, "bytes verified %d  wrong bytes %d  aux errors %d  pages held %d  aux slots held %d\n",
@@ -242,7 +242,7 @@ func (s *Summary) Print(w io.Writer) {
 		s.Registrations, s.HeartbeatLosses, s.LateNotices, s.ForeignRanks, s.BadNotifs, s.UnreadNotifs, s.DummyNotifs, s.PushErrors)
 }
 
-func kv(m map[string]int) string {
+func pairs(m map[string]int) string {
 	if len(m) == 0 {
 		return " -"
 	}

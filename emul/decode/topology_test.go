@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvxfer/kvxfer/actors/room"
 	"github.com/kvxfer/kvxfer/daemon"
 	"github.com/kvxfer/kvxfer/emul/workload"
+	"github.com/kvxfer/kvxfer/kv"
 	"github.com/kvxfer/kvxfer/nixl/kvmem"
 	"github.com/kvxfer/kvxfer/nixl/loopback"
 	"github.com/kvxfer/kvxfer/nixl/sglang"
@@ -47,9 +47,9 @@ type emuTopo struct {
 	// prefillStaging runs kvxferd with -staging (grid: 2 pages): it asks
 	// decode for a region per grid slot and routes the answers.
 	prefillStaging bool
-	stagingBytes   int64       // decode's ring (0: 64 KiB)
-	wantReason     string      // SGLang's refusal, if the decode must be refused
-	wantFail       room.Reason // the prefill rooms' reason with wantReason (0: peer_rejected)
+	stagingBytes   int64     // decode's ring (0: 64 KiB)
+	wantReason     string    // SGLang's refusal, if the decode must be refused
+	wantFail       kv.Reason // the prefill rooms' reason with wantReason (0: peer_rejected)
 }
 
 func ownedHeads(h, t, r int) []int {
@@ -215,8 +215,8 @@ func (c emuTopo) run(t *testing.T) {
 			}
 		}
 		if c.wantReason != "" {
-			want := room.ReasonPeerRejected
-			if c.wantFail != room.ReasonNone {
+			want := kv.ReasonPeerRejected
+			if c.wantFail != kv.ReasonNone {
 				want = c.wantFail
 			}
 			seen := false
@@ -226,7 +226,7 @@ func (c emuTopo) run(t *testing.T) {
 				// A failure at transfer time reaches decode, which aborts
 				// the room at every prefill rank: one still waiting fails
 				// decode_abort instead.
-				if rep.Reason != want && (c.wantFail == room.ReasonNone || rep.Reason != room.ReasonDecodeAbort) {
+				if rep.Reason != want && (c.wantFail == kv.ReasonNone || rep.Reason != kv.ReasonDecodeAbort) {
 					t.Fatalf("prefill room %d: %v %v, want %v", r, rep.Status, rep.Reason, want)
 				}
 			}
@@ -251,7 +251,7 @@ func (c emuTopo) run(t *testing.T) {
 			}
 		}
 		for _, p := range pre {
-			if rep := pollTerminal(t, p.cli, r); rep.Status != room.Success {
+			if rep := pollTerminal(t, p.cli, r); rep.Status != kv.StatusSuccess {
 				t.Fatalf("prefill room %d: %v %v", r, rep.Status, rep.Reason)
 			}
 			_ = p.cli.Clear(r)
@@ -279,7 +279,7 @@ func (c emuTopo) run(t *testing.T) {
 	}
 }
 
-func pollTerminal(t *testing.T, cli *control.Client, r uint64) room.Reply {
+func pollTerminal(t *testing.T, cli *control.Client, r uint64) kv.Reply {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -423,7 +423,7 @@ func TestEmulatorStagingHandshake(t *testing.T) {
 			// allocation permanently failed"): no staged chunk arrives; the
 			// decode hears it on KV_STATUS (0.5.23; 0.5.18 reads no status).
 			{name: "MHA TP2→TP1, ring smaller than a region", heads: 4, ptp: 2, ppp: 1, dtp: 1, layers: 2, headBytes: 8, page: 2,
-				staging: true, prefillStaging: true, stagingBytes: 128, wantReason: "invalid_request", wantFail: room.ReasonInvalidRequest},
+				staging: true, prefillStaging: true, stagingBytes: 128, wantReason: "invalid_request", wantFail: kv.ReasonInvalidRequest},
 			// A ring of two 2-page regions (512 B each): a room's third slot
 			// wraps into the next round over its first, and kvxferd must hold
 			// it until decode's WATERMARK says the first was freed.

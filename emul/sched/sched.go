@@ -9,9 +9,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/kvxfer/kvxfer/actors/room"
 	"github.com/kvxfer/kvxfer/emul/pages"
 	"github.com/kvxfer/kvxfer/emul/workload"
+	"github.com/kvxfer/kvxfer/kv"
 	"github.com/kvxfer/kvxfer/nixl"
 	"github.com/kvxfer/kvxfer/nixl/kvmem"
 	"github.com/kvxfer/kvxfer/nixl/sglang"
@@ -39,8 +39,8 @@ type Config struct {
 type Result struct {
 	Room    uint64
 	Abort   workload.AbortKind
-	Status  room.Status
-	Reason  room.Reason
+	Status  kv.Status
+	Reason  kv.Reason
 	Elapsed time.Duration
 	Pinned  bool
 }
@@ -191,19 +191,19 @@ type driver interface {
 	// clears) for one that failed.
 	finish(id uint64, failed bool) error
 	// prefixLen is pop_decode_prefix_len: r is the room's latest poll answer.
-	prefixLen(id uint64, r room.Reply) (int, error)
-	poll(ids []uint64, out []room.Reply) ([]room.Reply, error)
+	prefixLen(id uint64, r kv.Reply) (int, error)
+	poll(ids []uint64, out []kv.Reply) ([]kv.Reply, error)
 }
 
 type shmDriver struct{ s *control.ShmClient }
 
-func (d shmDriver) open(id uint64) error                          { return d.s.Open(id) }
-func (d shmDriver) init(id uint64, n, aux int) error              { return d.s.Init(id, n, aux) }
-func (d shmDriver) send(id uint64, pages []int32) error           { return d.s.Send(id, pages, nil) }
-func (d shmDriver) abort(id uint64) error                         { return d.s.Abort(id) }
-func (d shmDriver) finish(id uint64, _ bool) error                { return d.s.Clear(id) }
-func (d shmDriver) prefixLen(_ uint64, r room.Reply) (int, error) { return r.PrefixLen, nil }
-func (d shmDriver) poll(ids []uint64, out []room.Reply) ([]room.Reply, error) {
+func (d shmDriver) open(id uint64) error                        { return d.s.Open(id) }
+func (d shmDriver) init(id uint64, n, aux int) error            { return d.s.Init(id, n, aux) }
+func (d shmDriver) send(id uint64, pages []int32) error         { return d.s.Send(id, pages, nil) }
+func (d shmDriver) abort(id uint64) error                       { return d.s.Abort(id) }
+func (d shmDriver) finish(id uint64, _ bool) error              { return d.s.Clear(id) }
+func (d shmDriver) prefixLen(_ uint64, r kv.Reply) (int, error) { return r.PrefixLen, nil }
+func (d shmDriver) poll(ids []uint64, out []kv.Reply) ([]kv.Reply, error) {
 	return d.s.Poll(ids, out)
 }
 
@@ -223,14 +223,14 @@ func (d rrDriver) finish(id uint64, failed bool) error {
 	_, err := d.c.Failure([]uint64{id}, true)
 	return err
 }
-func (d rrDriver) prefixLen(id uint64, _ room.Reply) (int, error) {
+func (d rrDriver) prefixLen(id uint64, _ kv.Reply) (int, error) {
 	pl, err := d.c.PopDecodePrefixLen([]uint64{id})
 	if err != nil || len(pl) == 0 {
 		return 0, err
 	}
 	return pl[0], nil
 }
-func (d rrDriver) poll(ids []uint64, out []room.Reply) ([]room.Reply, error) {
+func (d rrDriver) poll(ids []uint64, out []kv.Reply) ([]kv.Reply, error) {
 	return d.c.Poll(ids, out)
 }
 
@@ -307,7 +307,7 @@ func (s *loop) run() ([]Result, Summary, error) {
 	start := time.Now()
 	next := 0
 	var ids []uint64
-	var replies []room.Reply
+	var replies []kv.Reply
 	lastProgress := time.Now()
 	for next < s.cfg.Rooms || len(s.live) > 0 {
 		s.moved = false
@@ -378,7 +378,7 @@ func (s *loop) open(p workload.Plan) error {
 
 // step advances one room by what its status said, as prefill.py does; keep
 // is false once the room left the queues. now is the pass's clock reading.
-func (s *loop) step(l *live, rep room.Reply, now time.Time) (keep bool, err error) {
+func (s *loop) step(l *live, rep kv.Reply, now time.Time) (keep bool, err error) {
 	id := l.plan.Room
 	if rep.Status.Terminal() {
 		return false, s.finish(l, rep)
@@ -388,7 +388,7 @@ func (s *loop) step(l *live, rep room.Reply, now time.Time) (keep bool, err erro
 		s.release(l)
 		return false, nil
 	}
-	if l.phase != bootstrapQueue || rep.Status != room.WaitingForInput {
+	if l.phase != bootstrapQueue || rep.Status != kv.StatusWaitingForInput {
 		return true, nil
 	}
 	s.moved = true
@@ -417,9 +417,9 @@ func (s *loop) step(l *live, rep room.Reply, now time.Time) (keep bool, err erro
 	return true, nil
 }
 
-func (s *loop) finish(l *live, rep room.Reply) error {
+func (s *loop) finish(l *live, rep kv.Reply) error {
 	s.moved = true
-	if err := s.drv.finish(l.plan.Room, rep.Status != room.Success); err != nil {
+	if err := s.drv.finish(l.plan.Room, rep.Status != kv.StatusSuccess); err != nil {
 		return err
 	}
 	s.results = append(s.results, Result{Room: l.plan.Room, Abort: l.plan.Abort, Status: rep.Status, Reason: rep.Reason, Elapsed: time.Since(l.opened)})
@@ -445,12 +445,12 @@ func summarize(rs []Result, wall time.Duration) Summary {
 			sum.Outcomes[k] = map[string]int{}
 		}
 		outcome := r.Status.String()
-		if r.Reason != room.ReasonNone {
+		if r.Reason != kv.ReasonNone {
 			outcome += "/" + r.Reason.String()
 		}
 		sum.Outcomes[k][outcome]++
 		lat = append(lat, r.Elapsed)
-		if r.Abort.ByPrefill() && r.Status == room.Success {
+		if r.Abort.ByPrefill() && r.Status == kv.StatusSuccess {
 			sum.Unexpected = append(sum.Unexpected, fmt.Sprintf("room %d: prefill aborted it but it succeeded", r.Room))
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/kvxfer/kvxfer/kv"
 	"github.com/kvxfer/kvxfer/transport/wire"
 )
 
@@ -91,7 +92,7 @@ func TestCPythonInterop(t *testing.T) {
 	if err != nil || st.(*wire.KVStatus).Reason != "caf\u00e9" {
 		t.Fatalf("status %+v %v", st, err)
 	}
-	if got := (&wire.KVStatus{Room: 42, Status: wire.KVPollFailed, PrefillRank: 3, Reason: "caf\u00e9"}).Encode(); !reflect.DeepEqual(got, unhex(res.Status)) {
+	if got := (&wire.KVStatus{Room: 42, Status: kv.StatusFailed, PrefillRank: 3, Reason: "caf\u00e9"}).Encode(); !reflect.DeepEqual(got, unhex(res.Status)) {
 		t.Fatalf("KV_STATUS differs from CPython: %q", got)
 	}
 	if got := string(rankReg(1, 5001).JSON()); got != res.Put {

@@ -4,7 +4,7 @@ import (
 	"log/slog"
 	"testing"
 
-	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/kv"
 )
 
 // nullEngine answers every poll with WaitingForInput at no cost, to measure the
@@ -16,10 +16,10 @@ func (nullEngine) Init(uint64, int, int)           {}
 func (nullEngine) Send(uint64, []int32, [][]int32) {}
 func (nullEngine) Abort(uint64)                    {}
 func (nullEngine) Clear(uint64)                    {}
-func (nullEngine) Poll(rooms []uint64, out []room.Reply) []room.Reply {
+func (nullEngine) Poll(rooms []uint64, out []kv.Reply) []kv.Reply {
 	out = out[:0]
 	for range rooms {
-		out = append(out, room.Reply{Status: room.WaitingForInput})
+		out = append(out, kv.Reply{Status: kv.StatusWaitingForInput})
 	}
 	return out
 }
@@ -40,7 +40,7 @@ func BenchmarkPoll1000(b *testing.B) {
 	run := func(b *testing.B, eng Engine) {
 		s := startServer(b, eng, nil)
 		c := dial(b, s.Endpoint())
-		var out []room.Reply
+		var out []kv.Reply
 		var err error
 		b.ReportAllocs()
 		b.ResetTimer()
@@ -63,7 +63,7 @@ func BenchmarkPoll1000(b *testing.B) {
 		for _, r := range rooms {
 			eng.Open(r)
 		}
-		var out []room.Reply
+		var out []kv.Reply
 		b.ReportAllocs()
 		b.ResetTimer()
 		for i := 0; i < b.N; i++ {

@@ -9,7 +9,7 @@ import (
 
 	zmq "github.com/pebbe/zmq4"
 
-	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/kv"
 )
 
 // ErrTimeout is returned when the server does not answer within the client's timeout.
@@ -228,18 +228,18 @@ func readList(r *reader, n int, f func(i int) error) error {
 	return nil
 }
 
-func readStatus(r *reader) (room.Status, error) {
+func readStatus(r *reader) (kv.Status, error) {
 	v, err := r.readUint()
-	if err == nil && v > uint64(room.Success) {
+	if err == nil && v > uint64(kv.StatusSuccess) {
 		err = wireError(fmt.Sprintf("status %d", v))
 	}
-	return room.Status(v), err
+	return kv.Status(v), err
 }
 
-func readReason(r *reader) (room.Reason, error) {
+func readReason(r *reader) (kv.Reason, error) {
 	s, err := r.strBytes()
 	if err != nil || len(s) == 0 {
-		return room.ReasonNone, err
+		return kv.ReasonNone, err
 	}
-	return room.ParseReason(string(s))
+	return kv.ParseReason(string(s))
 }

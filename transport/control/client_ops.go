@@ -1,7 +1,7 @@
 package control
 
 import (
-	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/kv"
 )
 
 // HelloInfo is the server's answer to hello.
@@ -148,12 +148,12 @@ func (c *Client) Send(roomID uint64, pages []int32, state [][]int32) error {
 
 // Poll answers the status of many rooms in one round trip. out is reused when it has
 // the capacity.
-func (c *Client) Poll(rooms []uint64, out []room.Reply) ([]room.Reply, error) {
+func (c *Client) Poll(rooms []uint64, out []kv.Reply) ([]kv.Reply, error) {
 	res, err := c.call(OpPoll, 1, func(b []byte) []byte { return appendRooms(b, rooms) })
 	if err != nil {
 		return out[:0], err
 	}
-	out = append(out[:0], make([]room.Reply, len(rooms))...)
+	out = append(out[:0], make([]kv.Reply, len(rooms))...)
 	err = eachField(res, func(r *reader, key string) error {
 		switch key {
 		case "status":
@@ -204,8 +204,8 @@ func (c *Client) Lost(rooms ...uint64) (told int, err error) {
 
 // Failure is what failure_exception needs for one room.
 type Failure struct {
-	Status  room.Status
-	Reason  room.Reason
+	Status  kv.Status
+	Reason  kv.Reason
 	Message string // "" unless Status is Failed
 }
 

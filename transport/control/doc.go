@@ -18,9 +18,9 @@
 // than the poll itself. A generic batch op carries any mix of other ops.
 //
 // Server (Start) owns its socket in one goroutine, serves requests one at a time, and
-// calls an Engine (*actors.Engine satisfies it) for the room ops and a MemoryFunc for
-// register_memory. Nothing a client sends can stop it: malformed requests get an error
-// reply, messages that cannot be framed are dropped and counted. Client (Dial) is the
-// Go reference client; python/kvxfer/control.py is the Python one that an SGLang
-// adapter can follow. docs/control-api.md is the protocol reference.
+// calls an Engine (the daemon adapts the actors' engine to it) for the room ops and a
+// MemoryFunc for register_memory. Nothing a client sends can stop it: malformed
+// requests get an error reply, messages that cannot be framed are dropped and counted.
+// Client (Dial) is the Go reference client; python/kvxfer/control.py is the Python one
+// that an SGLang adapter can follow. docs/control-api.md is the protocol reference.
 package control

@@ -12,14 +12,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvxfer/kvxfer/actors/room"
 	"github.com/kvxfer/kvxfer/internal/testrig"
+	"github.com/kvxfer/kvxfer/kv"
 )
 
 // pollLog is a stub engine that also logs polls ("poll <first room> x<n>").
 type pollLog struct{ *stubEngine }
 
-func (e pollLog) Poll(rooms []uint64, out []room.Reply) []room.Reply {
+func (e pollLog) Poll(rooms []uint64, out []kv.Reply) []kv.Reply {
 	if len(rooms) > 0 {
 		e.log("poll %d x%d", rooms[0], len(rooms))
 	}
@@ -67,7 +67,7 @@ func roomRange(from, n int) []any {
 func TestFairBigPollSlicedAroundOtherClients(t *testing.T) {
 	stub := newStub()
 	for r := uint64(1); r <= 20; r++ {
-		stub.replies[r] = room.Reply{Status: room.Status(r % 5), PrefixLen: int(r)}
+		stub.replies[r] = kv.Reply{Status: kv.Status(r % 5), PrefixLen: int(r)}
 	}
 	s, replies := fairServer(t, pollLog{stub}, 4)
 	s.enqueueReq(t, "A", map[string]any{"id": 1, "op": "poll", "rooms": roomRange(1, 20)})
@@ -122,7 +122,7 @@ func TestFairSlicedEqualsWhole(t *testing.T) {
 	run := func(slice int) ([]string, []sent) {
 		stub := newStub()
 		for r := uint64(1); r <= 11; r++ {
-			stub.replies[r] = room.Reply{Status: room.Status(r % 5), Reason: room.Reason(r % 3), PrefixLen: int(r)}
+			stub.replies[r] = kv.Reply{Status: kv.Status(r % 5), Reason: kv.Reason(r % 3), PrefixLen: int(r)}
 		}
 		s, replies := fairServer(t, pollLog{stub}, slice)
 		for _, q := range reqs {

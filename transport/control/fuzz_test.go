@@ -5,7 +5,7 @@ import (
 	"log/slog"
 	"testing"
 
-	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/kv"
 )
 
 // fuzzSeeds are requests of every op plus a few malformed ones; the checked-in corpus
@@ -42,7 +42,7 @@ func FuzzDecodeRequest(f *testing.F) {
 		f.Add(s)
 	}
 	stub := newStub()
-	stub.replies[7] = room.Reply{Status: room.Failed, Reason: room.ReasonPeerLost, PrefixLen: 3}
+	stub.replies[7] = kv.Reply{Status: kv.StatusFailed, Reason: kv.ReasonPeerLost, PrefixLen: 3}
 	s := &Server{cfg: Config{Engine: stub, MaxMessage: 1 << 20, Memory: func(*MemoryRegistration) error { return nil },
 		Lost: func(rooms []uint64) int { return len(rooms) }},
 		log: slog.New(slog.DiscardHandler)}

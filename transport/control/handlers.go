@@ -4,11 +4,11 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/kv"
 )
 
-// Engine is what the control server drives for the room ops. *actors.Engine
-// satisfies it; the methods must not block for long, because they run on the socket's
+// Engine is what the control server drives for the room ops (the daemon hands it
+// the actors' engine); the methods must not block for long, because they run on the socket's
 // goroutine (Poll waits for the room actors' answers, which is the point of a poll).
 type Engine interface {
 	Open(roomID uint64)
@@ -17,7 +17,7 @@ type Engine interface {
 	Send(roomID uint64, pages []int32, state [][]int32)
 	Abort(roomID uint64)
 	Clear(roomID uint64)
-	Poll(rooms []uint64, out []room.Reply) []room.Reply
+	Poll(rooms []uint64, out []kv.Reply) []kv.Reply
 }
 
 // TracedOpener is an Engine that can join a room to the scheduler's trace. When the
@@ -301,7 +301,7 @@ func (s *Server) poll(b []byte, q *request) ([]byte, *Error) {
 // (fair.go); appendResult writes the same bytes as poll does at once.
 type columns struct{ status, reason, third []byte }
 
-func (c *columns) add(op string, rs []room.Reply) {
+func (c *columns) add(op string, rs []kv.Reply) {
 	for _, r := range rs {
 		switch op {
 		case OpPoll:
@@ -331,7 +331,7 @@ func (c *columns) appendResult(b []byte, op string, n int) []byte {
 	return append(appendArrayHeader(appendStr(b, third), n), c.third...)
 }
 
-func appendReasons(b []byte, rs []room.Reply) []byte {
+func appendReasons(b []byte, rs []kv.Reply) []byte {
 	b = appendArrayHeader(appendStr(b, "reason"), len(rs))
 	for _, r := range rs {
 		b = appendStr(b, r.Reason.String())
@@ -339,7 +339,7 @@ func appendReasons(b []byte, rs []room.Reply) []byte {
 	return b
 }
 
-func appendPrefixLens(b []byte, rs []room.Reply) []byte {
+func appendPrefixLens(b []byte, rs []kv.Reply) []byte {
 	b = appendArrayHeader(appendStr(b, "prefix_len"), len(rs))
 	for _, r := range rs {
 		b = appendInt(b, int64(r.PrefixLen))
@@ -349,36 +349,36 @@ func appendPrefixLens(b []byte, rs []room.Reply) []byte {
 
 // FailureMessage is the text failure_exception should raise for a polled room: ""
 // unless the room failed. It follows SGLang's wording where SGLang has one.
-func FailureMessage(r room.Reply) string {
-	if r.Status != room.Failed {
+func FailureMessage(r kv.Reply) string {
+	if r.Status != kv.StatusFailed {
 		return ""
 	}
 	switch r.Reason {
-	case room.ReasonClientAbort:
+	case kv.ReasonClientAbort:
 		return "Aborted by AbortReq."
-	case room.ReasonDecodeAbort:
+	case kv.ReasonDecodeAbort:
 		return "Aborted by decode."
-	case room.ReasonBootstrapTimeout:
+	case kv.ReasonBootstrapTimeout:
 		return "Bootstrap timed out: decode did not send its transfer info in time."
-	case room.ReasonWaitingTimeout:
+	case kv.ReasonWaitingTimeout:
 		return "Timed out waiting for the scheduler's next chunk."
-	case room.ReasonTransferTimeout:
+	case kv.ReasonTransferTimeout:
 		return "KV transfer timed out."
-	case room.ReasonTransferError:
+	case kv.ReasonTransferError:
 		return "KV transfer failed."
-	case room.ReasonPeerLost:
+	case kv.ReasonPeerLost:
 		return "Decode peer lost."
-	case room.ReasonInvalidRequest:
+	case kv.ReasonInvalidRequest:
 		return "Invalid request: the scheduler's calls, or decode's transfer info or memory, do not fit this room."
-	case room.ReasonShutdown:
+	case kv.ReasonShutdown:
 		return "kvxferd is shutting down."
-	case room.ReasonRoomCap:
+	case kv.ReasonRoomCap:
 		return "kvxferd refused the room: too many live rooms (KVXFER_ROOM_CAP)."
-	case room.ReasonClientLost:
+	case kv.ReasonClientLost:
 		return "kvxferd dropped this scheduler's shared-memory session (client_lost)."
-	case room.ReasonTransferProcessLost:
+	case kv.ReasonTransferProcessLost:
 		return "transfer_process_lost: the kvxferd that held this room was lost."
-	case room.ReasonNone:
+	case kv.ReasonNone:
 		return "KVSender failed."
 	}
 	return fmt.Sprintf("KVSender failed: %s.", r.Reason)

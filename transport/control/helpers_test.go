@@ -10,25 +10,49 @@ import (
 	zmq "github.com/pebbe/zmq4"
 
 	"github.com/kvxfer/kvxfer/actors"
-	"github.com/kvxfer/kvxfer/actors/room"
 	"github.com/kvxfer/kvxfer/internal/clock"
+	"github.com/kvxfer/kvxfer/kv"
 )
 
-// The control server must be able to drive the real engine, traces included.
+// The control server must be able to drive the real engine, traces and the
+// status table included.
 var (
-	_ Engine       = (*actors.Engine)(nil)
-	_ TracedOpener = (*actors.Engine)(nil)
+	_ Engine       = realEngine{}
+	_ TracedOpener = realEngine{}
+	_ SinkEngine   = realEngine{}
 )
+
+// realEngine is the actors' engine as the daemon hands it to the server: the
+// room ops as they are, the status sink adapted to this package's interfaces
+// (daemon/ctlengine.go does the same; this package cannot import the daemon).
+type realEngine struct{ *actors.Engine }
+
+func (e realEngine) SetStatusSink(s StatusSink) {
+	if s == nil {
+		e.Engine.SetStatusSink(nil)
+		return
+	}
+	e.Engine.SetStatusSink(actorsSink{s})
+}
+
+type actorsSink struct{ s StatusSink }
+
+func (a actorsSink) Claim(roomID uint64) actors.StatusSlot {
+	if slot := a.s.Claim(roomID); slot != nil {
+		return slot
+	}
+	return nil
+}
 
 // instantTransfers completes every posted write at once: a test double of the NIXL
 // pool, as in actors/engine_test.go.
 type instantTransfers struct{}
 
-func (instantTransfers) Post(_ room.Transfer, done room.DoneFunc) { done(room.ReasonNone, nil) }
+func (instantTransfers) Post(_ kv.Transfer, done kv.DoneFunc) { done(kv.ReasonNone, nil) }
 
 // newEngine starts a real engine on a fake clock; it is closed after the test (and
 // after any server started later, since cleanups run last-in first-out).
-func newEngine(t testing.TB) *actors.Engine {
+func newEngine(t testing.TB) realEngine {
 	t.Helper()
 	eng, err := actors.New(actors.Config{Transfers: instantTransfers{}, Clock: clock.NewFake(time.Unix(0, 0)), Shards: 4})
 	if err != nil {
@@ -39,7 +63,7 @@ func newEngine(t testing.TB) *actors.Engine {
 		defer cancel()
 		_ = eng.Close(ctx)
 	})
-	return eng
+	return realEngine{eng}
 }
 
 func ipcEndpoint(t testing.TB) string {
@@ -141,12 +165,12 @@ type stubEngine struct {
 	calls   []string
 	sends   map[uint64][][]int32
 	states  map[uint64][][][]int32
-	replies map[uint64]room.Reply
+	replies map[uint64]kv.Reply
 	block   chan struct{}
 }
 
 func newStub() *stubEngine {
-	return &stubEngine{sends: map[uint64][][]int32{}, states: map[uint64][][][]int32{}, replies: map[uint64]room.Reply{}}
+	return &stubEngine{sends: map[uint64][][]int32{}, states: map[uint64][][][]int32{}, replies: map[uint64]kv.Reply{}}
 }
 
 func (e *stubEngine) log(format string, args ...any) {
@@ -168,7 +192,7 @@ func (e *stubEngine) Send(r uint64, pages []int32, state [][]int32) {
 }
 func (e *stubEngine) Abort(r uint64) { e.log("abort %d", r) }
 func (e *stubEngine) Clear(r uint64) { e.log("clear %d", r) }
-func (e *stubEngine) Poll(rooms []uint64, out []room.Reply) []room.Reply {
+func (e *stubEngine) Poll(rooms []uint64, out []kv.Reply) []kv.Reply {
 	if e.block != nil {
 		<-e.block
 	}
@@ -178,7 +202,7 @@ func (e *stubEngine) Poll(rooms []uint64, out []room.Reply) []room.Reply {
 	for _, r := range rooms {
 		rep, ok := e.replies[r]
 		if !ok {
-			rep = room.Reply{Status: room.Failed, Reason: room.ReasonInvalidRequest}
+			rep = kv.Reply{Status: kv.StatusFailed, Reason: kv.ReasonInvalidRequest}
 		}
 		out = append(out, rep)
 	}

@@ -8,7 +8,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/kv"
 )
 
 // pythonWithZMQ returns an interpreter that has pyzmq and msgpack: $KVXFER_PYTHON
@@ -34,8 +34,8 @@ func TestPythonInterop(t *testing.T) {
 	}
 	const big = 1<<63 - 5 // the largest rooms: 2^63 and above are refused
 	stub := newStub()
-	stub.replies[big] = room.Reply{Status: room.WaitingForInput, PrefixLen: 48}
-	stub.replies[1] = room.Reply{Status: room.Failed, Reason: room.ReasonDecodeAbort}
+	stub.replies[big] = kv.Reply{Status: kv.StatusWaitingForInput, PrefixLen: 48}
+	stub.replies[1] = kv.Reply{Status: kv.StatusFailed, Reason: kv.ReasonDecodeAbort}
 	var mu sync.Mutex
 	var regs []*MemoryRegistration
 	s := startServer(t, tracedStub{stub}, func(c *Config) {

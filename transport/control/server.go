@@ -13,7 +13,7 @@ import (
 
 	zmq "github.com/pebbe/zmq4"
 
-	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/kv"
 	"github.com/kvxfer/kvxfer/transport/zmqio"
 )
 
@@ -76,7 +76,7 @@ type Server struct {
 	messages, errors, dropped, sendErrors, recvErrors, panics atomic.Uint64
 
 	// Owned by the loop goroutine.
-	replies []room.Reply       // reused across polls
+	replies []kv.Reply         // reused across polls
 	clients map[string]*client // by ROUTER identity, those with queued requests
 	ring    []*client          // the same, in turn order
 	queued  int

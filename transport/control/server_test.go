@@ -14,6 +14,7 @@ import (
 	zmq "github.com/pebbe/zmq4"
 
 	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/kv"
 	"github.com/kvxfer/kvxfer/nixl"
 )
 
@@ -22,7 +23,7 @@ var sprintf = fmt.Sprintf
 // pollUntil polls one room over the wire until it reports want. Each poll is a
 // round trip through the room's mailbox, so this waits on the engine, not on time;
 // the deadline only turns a hang into a failure.
-func pollUntil(t *testing.T, c *Client, id uint64, want room.Status) room.Reply {
+func pollUntil(t *testing.T, c *Client, id uint64, want kv.Status) kv.Reply {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
@@ -60,12 +61,12 @@ func TestRoomLifecycle(t *testing.T) {
 	if err != nil || !traced {
 		t.Fatalf("open: traced %v, %v (actors.Engine has OpenTraced)", traced, err)
 	}
-	if r := pollUntil(t, c, id, room.Bootstrapping); r.Reason != room.ReasonNone {
+	if r := pollUntil(t, c, id, kv.StatusBootstrapping); r.Reason != kv.ReasonNone {
 		t.Fatalf("bootstrapping room: %+v", r)
 	}
-	eng.TransferInfo(id, room.TransferInfo{Agent: "d0", From: room.Endpoint{IP: "127.0.0.1", Port: 9000},
+	eng.TransferInfo(id, room.TransferInfo{Agent: "d0", From: kv.Endpoint{IP: "127.0.0.1", Port: 9000},
 		DstPages: []int32{100, 101, 102}, DstAux: 1, Required: 1, PrefixLen: 16})
-	if r := pollUntil(t, c, id, room.WaitingForInput); r.PrefixLen != 16 {
+	if r := pollUntil(t, c, id, kv.StatusWaitingForInput); r.PrefixLen != 16 {
 		t.Fatalf("ready room: %+v", r)
 	}
 	if pl, err := c.PopDecodePrefixLen([]uint64{id}); err != nil || !reflect.DeepEqual(pl, []int{16}) {
@@ -80,8 +81,8 @@ func TestRoomLifecycle(t *testing.T) {
 	if err := c.Send(id, []int32{9}, [][]int32{}); err != nil {
 		t.Fatal(err)
 	}
-	pollUntil(t, c, id, room.Success)
-	if f, err := c.Failure([]uint64{id}, false); err != nil || f[0] != (Failure{Status: room.Success}) {
+	pollUntil(t, c, id, kv.StatusSuccess)
+	if f, err := c.Failure([]uint64{id}, false); err != nil || f[0] != (Failure{Status: kv.StatusSuccess}) {
 		t.Fatalf("failure of a successful room: %+v, %v", f, err)
 	}
 	if err := c.Clear(id); err != nil {
@@ -111,14 +112,14 @@ func TestAbortAndBatchedPoll(t *testing.T) {
 	if err := c.Abort(12); err != nil {
 		t.Fatal(err)
 	}
-	pollUntil(t, c, 12, room.Failed)
+	pollUntil(t, c, 12, kv.StatusFailed)
 	all := append(rooms, 99) // 99 was never opened
 	rs, err := c.Poll(all, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []room.Reply{{Status: room.Bootstrapping}, {Status: room.Failed, Reason: room.ReasonClientAbort},
-		{Status: room.Bootstrapping}, {Status: room.Failed, Reason: room.ReasonInvalidRequest}}
+	want := []kv.Reply{{Status: kv.StatusBootstrapping}, {Status: kv.StatusFailed, Reason: kv.ReasonClientAbort},
+		{Status: kv.StatusBootstrapping}, {Status: kv.StatusFailed, Reason: kv.ReasonInvalidRequest}}
 	if !reflect.DeepEqual(rs, want) {
 		t.Fatalf("poll: %+v, want %+v", rs, want)
 	}
@@ -126,7 +127,7 @@ func TestAbortAndBatchedPoll(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f[0].Status != room.Failed || f[0].Reason != room.ReasonClientAbort || f[0].Message != "Aborted by AbortReq." {
+	if f[0].Status != kv.StatusFailed || f[0].Reason != kv.ReasonClientAbort || f[0].Message != "Aborted by AbortReq." {
 		t.Fatalf("failure: %+v", f)
 	}
 	eng.Poll([]uint64{12}, nil)
@@ -141,7 +142,7 @@ func TestAbortAndBatchedPoll(t *testing.T) {
 // TestBatchOp mixes ops in one batch request; a bad sub-request fails alone.
 func TestBatchOp(t *testing.T) {
 	stub := newStub()
-	stub.replies[1] = room.Reply{Status: room.WaitingForInput, PrefixLen: 32}
+	stub.replies[1] = kv.Reply{Status: kv.StatusWaitingForInput, PrefixLen: 32}
 	s := startServer(t, stub, nil)
 	c := dial(t, s.Endpoint())
 	res, err := c.Call(OpBatch, map[string]any{"reqs": []any{

@@ -18,6 +18,7 @@ import (
 	"github.com/kvxfer/kvxfer/actors"
 	"github.com/kvxfer/kvxfer/actors/room"
 	"github.com/kvxfer/kvxfer/internal/clock"
+	"github.com/kvxfer/kvxfer/kv"
 )
 
 // stormPath is what the storm's scheduler loop drives: the shared-memory
@@ -28,7 +29,7 @@ type stormPath interface {
 	send(id uint64, pages []int32) error
 	abort(id uint64) error
 	clear(id uint64) error
-	poll(ids []uint64, out []room.Reply) ([]room.Reply, error)
+	poll(ids []uint64, out []kv.Reply) ([]kv.Reply, error)
 }
 
 type shmStorm struct{ s *ShmClient }
@@ -38,7 +39,7 @@ func (p shmStorm) init(id uint64) error             { return p.s.Init(id, 4, 0) 
 func (p shmStorm) send(id uint64, pg []int32) error { return p.s.Send(id, pg, nil) }
 func (p shmStorm) abort(id uint64) error            { return p.s.Abort(id) }
 func (p shmStorm) clear(id uint64) error            { return p.s.Clear(id) }
-func (p shmStorm) poll(ids []uint64, out []room.Reply) ([]room.Reply, error) {
+func (p shmStorm) poll(ids []uint64, out []kv.Reply) ([]kv.Reply, error) {
 	return p.s.Poll(ids, out)
 }
 
@@ -52,7 +53,7 @@ func (p rrStorm) init(id uint64) error             { return p.c.Init(id, 4, 0) }
 func (p rrStorm) send(id uint64, pg []int32) error { return p.c.Send(id, pg, nil) }
 func (p rrStorm) abort(id uint64) error            { return p.c.Abort(id) }
 func (p rrStorm) clear(id uint64) error            { return p.c.Clear(id) }
-func (p rrStorm) poll(ids []uint64, out []room.Reply) ([]room.Reply, error) {
+func (p rrStorm) poll(ids []uint64, out []kv.Reply) ([]kv.Reply, error) {
 	return p.c.Poll(ids, out)
 }
 
@@ -150,12 +151,12 @@ func abortStorm(b *testing.B, name string, rate float64) {
 }
 
 // stormInfo is the transfer info decode sends for every storm room.
-var stormInfo = room.TransferInfo{Agent: "d0", From: room.Endpoint{IP: "127.0.0.1", Port: 9000},
+var stormInfo = room.TransferInfo{Agent: "d0", From: kv.Endpoint{IP: "127.0.0.1", Port: 9000},
 	DstPages: []int32{1, 2, 3, 4}, DstAux: 1, Required: 1}
 
 // stormEngine is the shm-proc daemon's engine: decode's transfer info
 // arrives as the scheduler's open is applied.
-type stormEngine struct{ *actors.Engine }
+type stormEngine struct{ realEngine }
 
 func (e stormEngine) Open(id uint64) {
 	e.Engine.Open(id)
@@ -181,7 +182,7 @@ func runStormDaemon(ep string) int {
 		fmt.Println(err)
 		return 1
 	}
-	srv, err := Start(Config{Endpoint: ep, Engine: stormEngine{eng}, PollInterval: 5 * time.Millisecond})
+	srv, err := Start(Config{Endpoint: ep, Engine: stormEngine{realEngine{eng}}, PollInterval: 5 * time.Millisecond})
 	if err != nil {
 		fmt.Println(err)
 		return 1
@@ -258,7 +259,7 @@ func runStorm(b *testing.B, p stormPath, info func(uint64, room.TransferInfo), n
 	rng := rand.New(rand.NewSource(int64(*next)))
 	var live []*stormRoom
 	var ids []uint64
-	var out []room.Reply
+	var out []kv.Reply
 	admitted := 0
 	abort := func(r *stormRoom) {
 		r.aborted = time.Now()
@@ -309,7 +310,7 @@ func runStorm(b *testing.B, p stormPath, info func(uint64, room.TransferInfo), n
 				}
 				n++
 				continue
-			case st == room.WaitingForInput && r.phase == 0:
+			case st == kv.StatusWaitingForInput && r.phase == 0:
 				r.phase = 1
 				if err := p.init(r.id); err != nil {
 					b.Fatal(err)

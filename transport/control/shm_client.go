@@ -9,7 +9,7 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/kv"
 )
 
 // ErrRingFull is returned when the submission ring (or its index area) stays
@@ -318,8 +318,8 @@ func (s *ShmClient) Clear(roomID uint64) error {
 // Poll reads the rooms' statuses from the table: no message, no system call.
 // A room kvxferd has not yet written for this open answers Bootstrapping, as
 // a fresh SGLang sender does. out is reused when it has the capacity.
-func (s *ShmClient) Poll(rooms []uint64, out []room.Reply) ([]room.Reply, error) {
-	out = append(out[:0], make([]room.Reply, len(rooms))...)
+func (s *ShmClient) Poll(rooms []uint64, out []kv.Reply) ([]kv.Reply, error) {
+	out = append(out[:0], make([]kv.Reply, len(rooms))...)
 	for i, id := range rooms {
 		slot, ok := s.slotOf[id]
 		if !ok {
@@ -327,10 +327,10 @@ func (s *ShmClient) Poll(rooms []uint64, out []room.Reply) ([]room.Reply, error)
 		}
 		v := s.readSlot(slot)
 		if v.Gen != s.gens[slot] || v.Room != id || !v.Written {
-			out[i] = room.Reply{Status: room.Bootstrapping}
+			out[i] = kv.Reply{Status: kv.StatusBootstrapping}
 			continue
 		}
-		out[i] = room.Reply{Status: v.Status, Reason: room.Reason(v.Reason), PrefixLen: int(v.PrefixLen)}
+		out[i] = kv.Reply{Status: v.Status, Reason: kv.Reason(v.Reason), PrefixLen: int(v.PrefixLen)}
 	}
 	return out, nil
 }

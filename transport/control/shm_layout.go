@@ -7,7 +7,7 @@ import (
 	"sync/atomic"
 	"unsafe"
 
-	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/kv"
 )
 
 // The shared-memory control path (docs/control-api.md, "Shared-memory path").
@@ -72,9 +72,9 @@ const (
 )
 
 // ReasonClientLost is the reason of rooms failed because their client was
-// dropped (crashed, detached or sent garbage): room.ReasonClientLost, in the
+// dropped (crashed, detached or sent garbage): kv.ReasonClientLost, in the
 // table and in the engine alike.
-const ReasonClientLost = uint8(room.ReasonClientLost)
+const ReasonClientLost = uint8(kv.ReasonClientLost)
 
 // Slot layout.
 const (
@@ -364,14 +364,14 @@ func decodeTraceparent(words []int32) (tp string, ok bool) {
 // progress orders statuses as a room moves: Bootstrapping < WaitingForInput <
 // Transferring < terminal (Failed and Success are absorbing). Slot writes
 // never go backwards in it.
-func progress(s room.Status) int {
+func progress(s kv.Status) int {
 	if s.Terminal() {
 		return 4
 	}
 	return int(s)
 }
 
-func packSlotWord(gen uint32, st room.Status, why uint8, written bool) uint64 {
+func packSlotWord(gen uint32, st kv.Status, why uint8, written bool) uint64 {
 	w := uint64(gen) | uint64(st)<<32 | uint64(why)<<40
 	if written {
 		w |= slotWritten
@@ -383,8 +383,8 @@ func packSlotWord(gen uint32, st room.Status, why uint8, written bool) uint64 {
 type SlotView struct {
 	Room      uint64
 	Gen       uint32
-	Status    room.Status
-	Reason    uint8 // a room.Reason code
+	Status    kv.Status
+	Reason    uint8 // a kv.Reason code
 	Written   bool  // kvxferd wrote a status for this generation
 	PrefixLen int64
 }
@@ -414,15 +414,15 @@ func (r *region) readSlot(i uint32) (v SlotView, ok bool) {
 	if s1 != s2 || s1&1 != 0 {
 		return v, false
 	}
-	return SlotView{Room: roomID, Gen: uint32(w), Status: room.Status(w >> 32 & 0xff), Reason: uint8(w >> 40),
+	return SlotView{Room: roomID, Gen: uint32(w), Status: kv.Status(w >> 32 & 0xff), Reason: uint8(w >> 40),
 		Written: w&slotWritten != 0, PrefixLen: int64(p)}, true
 }
 
 // ReasonName is the protocol's name for a table reason code.
-func ReasonName(code uint8) string { return room.Reason(code).String() }
+func ReasonName(code uint8) string { return kv.Reason(code).String() }
 
 // ReasonMessage is what failure_exception raises for a Failed slot with this
 // reason code (FailureMessage's wording).
 func ReasonMessage(code uint8) string {
-	return FailureMessage(room.Reply{Status: room.Failed, Reason: room.Reason(code)})
+	return FailureMessage(kv.Reply{Status: kv.StatusFailed, Reason: kv.Reason(code)})
 }

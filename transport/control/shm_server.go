@@ -14,7 +14,7 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/kv"
 )
 
 // Shared-memory ops (request/reply): a client asks for a region, then drives
@@ -309,7 +309,7 @@ func (s *Server) shmAttach(b []byte, q *request) ([]byte, *Error) {
 	b = appendInt(appendStr(b, "index_off"), int64(g.indexOff()))
 	b = appendInt(appendStr(b, "table_off"), int64(g.tableOff()))
 	b = appendInt(appendStr(b, "spin_max_us"), spinMax.Microseconds())
-	codes := append(room.Reasons(), room.ReasonNone)
+	codes := append(kv.Reasons(), kv.ReasonNone)
 	b = appendArrayHeader(appendStr(b, "reason_names"), len(codes))
 	for _, c := range codes {
 		b = appendArrayHeader(b, 2)
@@ -440,7 +440,7 @@ func (ss *shmSession) end(code uint32) {
 // slotBinding.offer).
 func (ss *shmSession) pollOpens() {
 	var rooms []uint64
-	var out []room.Reply
+	var out []kv.Reply
 	for bs := range ss.polls {
 		rooms = rooms[:0]
 		for _, b := range bs {
@@ -637,12 +637,12 @@ func (ss *shmSession) takeIndex(pos, n uint64) ([]int32, error) {
 // without Fail gets an Abort.
 func (ss *shmSession) invalidRoom(id uint64) {
 	ss.hub.invalid.Add(1)
-	ss.failRoom(id, room.ReasonInvalidRequest)
+	ss.failRoom(id, kv.ReasonInvalidRequest)
 }
 
 // failRoom fails a room with why; an engine without Fail gets an Abort.
-func (ss *shmSession) failRoom(id uint64, why room.Reason) {
-	if f, ok := ss.eng.(interface{ Fail(uint64, room.Reason) }); ok {
+func (ss *shmSession) failRoom(id uint64, why kv.Reason) {
+	if f, ok := ss.eng.(interface{ Fail(uint64, kv.Reason) }); ok {
 		f.Fail(id, why)
 		return
 	}
@@ -670,7 +670,7 @@ func (ss *shmSession) teardown(code uint32, why string) {
 		h.sink.withdraw(b)
 		if !b.close(true) {
 			h.lost.Add(1)
-			ss.failRoom(b.room, room.ReasonClientLost)
+			ss.failRoom(b.room, kv.ReasonClientLost)
 		}
 		ss.eng.Clear(b.room)
 		ss.bindings[i] = nil

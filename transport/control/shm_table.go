@@ -3,8 +3,7 @@ package control
 import (
 	"sync"
 
-	"github.com/kvxfer/kvxfer/actors"
-	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/kv"
 )
 
 // slotBinding is one generation of one status-table slot: the room the
@@ -24,7 +23,7 @@ type slotBinding struct {
 	closed bool
 
 	written bool
-	cur     room.Reply
+	cur     kv.Reply
 	code    uint8 // reason code as written
 }
 
@@ -33,11 +32,11 @@ type slotBinding struct {
 func (b *slotBinding) reset() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.r.writeSlot(b.slot, b.room, packSlotWord(b.gen, room.Bootstrapping, 0, false), 0)
+	b.r.writeSlot(b.slot, b.room, packSlotWord(b.gen, kv.StatusBootstrapping, 0, false), 0)
 }
 
-// Publish is the room actor's write (actors.StatusSlot).
-func (b *slotBinding) Publish(r room.Reply) {
+// Publish is the room actor's write (StatusSlot).
+func (b *slotBinding) Publish(r kv.Reply) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed || (b.written && (r == b.cur || progress(r.Status) < progress(b.cur.Status))) {
@@ -50,7 +49,7 @@ func (b *slotBinding) Publish(r room.Reply) {
 }
 
 // offer writes a polled answer unless the slot already holds as much.
-func (b *slotBinding) offer(r room.Reply) {
+func (b *slotBinding) offer(r kv.Reply) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed || (b.written && progress(r.Status) <= progress(b.cur.Status)) {
@@ -66,19 +65,19 @@ func (b *slotBinding) close(lost bool) (terminal bool) {
 	defer b.mu.Unlock()
 	terminal = b.written && b.cur.Status.Terminal()
 	if lost && !b.closed && !terminal {
-		b.write(room.Reply{Status: room.Failed}, ReasonClientLost)
+		b.write(kv.Reply{Status: kv.StatusFailed}, ReasonClientLost)
 	}
 	b.closed = true
 	return terminal
 }
 
-func (b *slotBinding) write(r room.Reply, code uint8) {
+func (b *slotBinding) write(r kv.Reply, code uint8) {
 	b.written, b.cur, b.code = true, r, code
 	b.r.writeSlot(b.slot, b.room, packSlotWord(b.gen, r.Status, code, true), int64(r.PrefixLen))
 }
 
 // statusSink hands bindings to the room actors that claim them
-// (actors.StatusSink): the consumer deposits a room's binding before it
+// (StatusSink): the consumer deposits a room's binding before it
 // routes the room's Open, and the room actor claims it once it has handled
 // that Open.
 type statusSink struct {
@@ -88,7 +87,7 @@ type statusSink struct {
 
 func newStatusSink() *statusSink { return &statusSink{pending: map[uint64]*slotBinding{}} }
 
-func (s *statusSink) Claim(roomID uint64) actors.StatusSlot {
+func (s *statusSink) Claim(roomID uint64) StatusSlot {
 	s.mu.Lock()
 	b, ok := s.pending[roomID]
 	delete(s.pending, roomID)
@@ -114,8 +113,27 @@ func (s *statusSink) withdraw(b *slotBinding) {
 	s.mu.Unlock()
 }
 
-// SinkEngine is an Engine whose room actors can publish to a status table
-// (*actors.Engine). Without it shm_attach answers CodeUnsupported.
+// SinkEngine is an Engine whose room actors can publish to a status table (the
+// daemon adapts the actors' engine to it). Without it shm_attach answers
+// CodeUnsupported.
 type SinkEngine interface {
-	SetStatusSink(s actors.StatusSink)
+	// SetStatusSink makes every room opened from now on publish to s; nil
+	// removes the sink (rooms that already claimed a slot keep it).
+	SetStatusSink(s StatusSink)
+}
+
+// StatusSink is where a SinkEngine's room actors claim their status slots.
+type StatusSink interface {
+	// Claim is called on the room actor's goroutine when the room handles
+	// the scheduler's Open: it returns the slot the room publishes to from
+	// now on, or nil (no slot was deposited for the room: an open over
+	// request/reply).
+	Claim(roomID uint64) StatusSlot
+}
+
+// StatusSlot receives one room's poll answers, in the order the room made
+// them, from the room's one writer. Publish is cheap and does not block on
+// anything a room waits for.
+type StatusSlot interface {
+	Publish(r kv.Reply)
 }

@@ -15,12 +15,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvxfer/kvxfer/actors"
 	"github.com/kvxfer/kvxfer/actors/room"
 	"github.com/kvxfer/kvxfer/internal/testrig"
+	"github.com/kvxfer/kvxfer/kv"
 )
-
-var _ SinkEngine = (*actors.Engine)(nil)
 
 // hangLimit bounds a wait on the server: it turns a hang into a failure and
 // decides nothing the tests check.
@@ -40,7 +38,7 @@ func attach(t testing.TB, ep string, o ShmOptions) *ShmClient {
 // shmUntil reads the table until room id reports want. It waits on the
 // engine (every read is a memory read); the deadline only turns a hang into a
 // failure.
-func shmUntil(t testing.TB, s *ShmClient, id uint64, want room.Status) room.Reply {
+func shmUntil(t testing.TB, s *ShmClient, id uint64, want kv.Status) kv.Reply {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
@@ -59,7 +57,7 @@ func shmUntil(t testing.TB, s *ShmClient, id uint64, want room.Status) room.Repl
 }
 
 func info(prefix int) room.TransferInfo {
-	return room.TransferInfo{Agent: "d0", From: room.Endpoint{IP: "127.0.0.1", Port: 9000},
+	return room.TransferInfo{Agent: "d0", From: kv.Endpoint{IP: "127.0.0.1", Port: 9000},
 		DstPages: []int32{100, 101, 102}, DstAux: 1, Required: 1, PrefixLen: prefix}
 }
 
@@ -74,9 +72,9 @@ func TestShmRoomLifecycle(t *testing.T) {
 	if err := s.Open(id); err != nil {
 		t.Fatal(err)
 	}
-	shmUntil(t, s, id, room.Bootstrapping)
+	shmUntil(t, s, id, kv.StatusBootstrapping)
 	eng.TransferInfo(id, info(16))
-	if r := shmUntil(t, s, id, room.WaitingForInput); r.PrefixLen != 16 {
+	if r := shmUntil(t, s, id, kv.StatusWaitingForInput); r.PrefixLen != 16 {
 		t.Fatalf("ready room: %+v", r)
 	}
 	if err := s.Init(id, 3, 5); err != nil {
@@ -88,7 +86,7 @@ func TestShmRoomLifecycle(t *testing.T) {
 	if err := s.Send(id, []int32{9}, nil); err != nil {
 		t.Fatal(err)
 	}
-	r := shmUntil(t, s, id, room.Success)
+	r := shmUntil(t, s, id, kv.StatusSuccess)
 	if e := eng.PollSync([]uint64{id}, nil)[0]; e != r {
 		t.Fatalf("table %+v, engine %+v", r, e)
 	}
@@ -103,7 +101,7 @@ func TestShmRoomLifecycle(t *testing.T) {
 
 // recEngine records what the consumer applies, and can hold it (gate).
 type recEngine struct {
-	*actors.Engine
+	realEngine
 	mu    sync.Mutex
 	sends map[uint64][][]int32
 	ops   []string
@@ -135,7 +133,7 @@ func (e *recEngine) Send(id uint64, pages []int32, state [][]int32) {
 // 8-record ring with a 64-word index area holds: every send arrives whole and
 // in order (blobs that would straddle the end start at the wrap).
 func TestShmRingWraparound(t *testing.T) {
-	eng := &recEngine{Engine: newEngine(t)}
+	eng := &recEngine{realEngine: newEngine(t)}
 	srv := startServer(t, eng, nil)
 	s := attach(t, srv.Endpoint(), ShmOptions{RingEntries: 8, Slots: 4, IndexWords: 64})
 	want := map[uint64][][]int32{}
@@ -185,7 +183,7 @@ func TestShmRingWraparound(t *testing.T) {
 // full ring makes the client wait, then ErrRingFull; nothing is dropped:
 // once kvxferd goes on, every accepted record is applied, in order.
 func TestShmRingFull(t *testing.T) {
-	eng := &recEngine{Engine: newEngine(t), gate: make(chan struct{})}
+	eng := &recEngine{realEngine: newEngine(t), gate: make(chan struct{})}
 	srv := startServer(t, eng, nil)
 	s := attach(t, srv.Endpoint(), ShmOptions{RingEntries: 4, Slots: 16})
 	s.FullWait = 20 * time.Millisecond
@@ -264,7 +262,7 @@ func TestShmProducerConsumerRace(t *testing.T) {
 	}()
 	live := map[uint64]bool{}
 	next := uint64(1)
-	var out []room.Reply
+	var out []kv.Reply
 	var ids []uint64
 	deadline := time.Now().Add(60 * time.Second)
 	for done := 0; done < n; {
@@ -286,7 +284,7 @@ func TestShmProducerConsumerRace(t *testing.T) {
 		}
 		for i, id := range ids {
 			switch st := out[i].Status; {
-			case st == room.WaitingForInput && !live[id]:
+			case st == kv.StatusWaitingForInput && !live[id]:
 				live[id] = true
 				if err := s.Init(id, 2, 0); err != nil {
 					t.Fatal(err)
@@ -294,13 +292,13 @@ func TestShmProducerConsumerRace(t *testing.T) {
 				if err := s.Send(id, []int32{1, 2}, nil); err != nil {
 					t.Fatal(err)
 				}
-			case st == room.Success:
+			case st == kv.StatusSuccess:
 				if err := s.Clear(id); err != nil {
 					t.Fatal(err)
 				}
 				delete(live, id)
 				done++
-			case st == room.Failed:
+			case st == kv.StatusFailed:
 				t.Fatalf("room %d failed: %+v", id, out[i])
 			}
 		}
@@ -318,8 +316,8 @@ func TestShmProducerConsumerRace(t *testing.T) {
 func TestShmTornRead(t *testing.T) {
 	g := shmGeometry{entries: 8, slots: 2, words: 64}
 	r := &region{mem: make([]byte, g.size()), g: g}
-	r.writeSlot(1, 42, packSlotWord(7, room.Success, 0, true), 9)
-	if v, ok := r.readSlot(1); !ok || v.Room != 42 || v.Gen != 7 || v.Status != room.Success || !v.Written || v.PrefixLen != 9 {
+	r.writeSlot(1, 42, packSlotWord(7, kv.StatusSuccess, 0, true), 9)
+	if v, ok := r.readSlot(1); !ok || v.Room != 42 || v.Gen != 7 || v.Status != kv.StatusSuccess || !v.Written || v.PrefixLen != 9 {
 		t.Fatalf("read %+v %v", v, ok)
 	}
 	seq := r.u64(g.tableOff() + SlotSize + slotSeq)
@@ -334,7 +332,7 @@ func TestShmTornRead(t *testing.T) {
 	go func() {
 		defer wg.Done()
 		for v := uint64(0); !stop.Load(); v++ {
-			r.writeSlot(0, v, packSlotWord(uint32(v), room.Status(v%5), uint8(v), true), int64(v))
+			r.writeSlot(0, v, packSlotWord(uint32(v), kv.Status(v%5), uint8(v), true), int64(v))
 		}
 	}()
 	torn, whole := 0, 0
@@ -345,7 +343,7 @@ func TestShmTornRead(t *testing.T) {
 			continue
 		}
 		whole++
-		if uint64(v.Gen) != v.Room&0xffffffff || uint64(v.PrefixLen) != v.Room || v.Status != room.Status(v.Room%5) {
+		if uint64(v.Gen) != v.Room&0xffffffff || uint64(v.PrefixLen) != v.Room || v.Status != kv.Status(v.Room%5) {
 			t.Fatalf("mixed slot %+v", v)
 		}
 	}
@@ -359,7 +357,7 @@ func TestShmTornRead(t *testing.T) {
 // kvxferd has consumed neither the clear nor the open; the same room opened
 // again in the same slot is not shown its old status either.
 func TestShmSlotReuseNoStale(t *testing.T) {
-	eng := &recEngine{Engine: newEngine(t), gate: make(chan struct{})}
+	eng := &recEngine{realEngine: newEngine(t), gate: make(chan struct{})}
 	srv := startServer(t, eng, nil)
 	s := attach(t, srv.Endpoint(), ShmOptions{Slots: 1})
 	if err := s.Open(1); err != nil {
@@ -367,10 +365,10 @@ func TestShmSlotReuseNoStale(t *testing.T) {
 	}
 	eng.gate <- struct{}{}
 	eng.TransferInfo(1, info(0))
-	shmUntil(t, s, 1, room.WaitingForInput)
+	shmUntil(t, s, 1, kv.StatusWaitingForInput)
 	s.Init(1, 1, 0)
 	s.Send(1, []int32{3}, nil)
-	shmUntil(t, s, 1, room.Success)
+	shmUntil(t, s, 1, kv.StatusSuccess)
 	// From here the consumer blocks in each open until the test lets it go.
 	if err := s.Clear(1); err != nil {
 		t.Fatal(err)
@@ -379,12 +377,12 @@ func TestShmSlotReuseNoStale(t *testing.T) {
 		if err := s.Open(next); err != nil {
 			t.Fatal(err)
 		}
-		if rs, _ := s.Poll([]uint64{next}, nil); rs[0] != (room.Reply{Status: room.Bootstrapping}) {
+		if rs, _ := s.Poll([]uint64{next}, nil); rs[0] != (kv.Reply{Status: kv.StatusBootstrapping}) {
 			t.Fatalf("reused slot shows %+v for room %d", rs[0], next)
 		}
 		eng.gate <- struct{}{}
-		shmUntil(t, s, next, room.Bootstrapping)
-		if rs, _ := s.Poll([]uint64{next}, nil); rs[0].Status != room.Bootstrapping {
+		shmUntil(t, s, next, kv.StatusBootstrapping)
+		if rs, _ := s.Poll([]uint64{next}, nil); rs[0].Status != kv.StatusBootstrapping {
 			t.Fatalf("room %d after its open: %+v", next, rs[0])
 		}
 		if err := s.Clear(next); err != nil {
@@ -407,22 +405,22 @@ func TestShmGarbageDropsOnlyThatClient(t *testing.T) {
 	if err := bad.Open(2); err != nil {
 		t.Fatal(err)
 	}
-	shmUntil(t, bad, 2, room.Bootstrapping)
+	shmUntil(t, bad, 2, kv.StatusBootstrapping)
 	testrig.Eventually(t, hangLimit, "both good records consumed", func() bool { return srv.ShmStats().Records == 2 })
 	bad.put(Record{Op: 77, Room: 3})
 	bad.publish()
 	testrig.Eventually(t, hangLimit, "the session dropped for garbage", func() bool { return bad.Dropped() == DropGarbage })
-	if r := shmUntil(t, bad, 2, room.Failed); r.Reason != room.ReasonClientLost {
+	if r := shmUntil(t, bad, 2, kv.StatusFailed); r.Reason != kv.ReasonClientLost {
 		t.Fatalf("dropped client's room: %+v", r)
 	}
 	if err := bad.Open(4); !errors.Is(err, ErrDropped) {
 		t.Fatalf("open after drop: %v", err)
 	}
-	if e := eng.PollSync([]uint64{2}, nil)[0]; e.Status != room.Failed || e.Reason != room.ReasonClientLost {
+	if e := eng.PollSync([]uint64{2}, nil)[0]; e.Status != kv.StatusFailed || e.Reason != kv.ReasonClientLost {
 		t.Fatalf("engine's view of the lost room: %+v", e)
 	}
 	eng.TransferInfo(1, info(0))
-	shmUntil(t, good, 1, room.WaitingForInput)
+	shmUntil(t, good, 1, kv.StatusWaitingForInput)
 	if st := srv.ShmStats(); st.DroppedBad != 1 || st.Sessions != 1 || st.RoomsLost != 1 {
 		t.Fatalf("stats %+v", st)
 	}
@@ -452,7 +450,7 @@ func TestShmClientCrash(t *testing.T) {
 	rooms := []uint64{501, 502, 503}
 	testrig.Eventually(t, hangLimit, "the helper's 3 records consumed", func() bool { return srv.ShmStats().Records == 3 })
 	for _, r := range rooms {
-		if e := eng.PollSync([]uint64{r}, nil)[0]; e.Status != room.Bootstrapping {
+		if e := eng.PollSync([]uint64{r}, nil)[0]; e.Status != kv.StatusBootstrapping {
 			t.Fatalf("room %d: %+v", r, e)
 		}
 	}
@@ -463,7 +461,7 @@ func TestShmClientCrash(t *testing.T) {
 	cmd.Wait()
 	testrig.Eventually(t, hangLimit, "the dead client's session gone", func() bool { return srv.ShmStats().Sessions == 0 })
 	for _, r := range rooms {
-		if e := eng.PollSync([]uint64{r}, nil)[0]; e.Status != room.Failed || e.Reason != room.ReasonClientLost {
+		if e := eng.PollSync([]uint64{r}, nil)[0]; e.Status != kv.StatusFailed || e.Reason != kv.ReasonClientLost {
 			t.Fatalf("room %d after its client died: %+v", r, e)
 		}
 	}
@@ -616,7 +614,7 @@ func shmSessionFuzzer(srv *Server, good *ShmClient) func(t *testing.T, recs, ind
 		if err := good.Open(next); err != nil {
 			t.Fatal(err)
 		}
-		if r := shmUntil(t, good, next, room.Bootstrapping); r.Status != room.Bootstrapping || good.Dropped() != DropNone {
+		if r := shmUntil(t, good, next, kv.StatusBootstrapping); r.Status != kv.StatusBootstrapping || good.Dropped() != DropNone {
 			t.Fatalf("the other client's room: %+v, dropped %d", r, good.Dropped())
 		}
 		if err := good.Clear(next); err != nil {
@@ -638,7 +636,7 @@ func TestShmReopenSameRoom(t *testing.T) {
 		if err := s.Open(id); err != nil {
 			t.Fatal(err)
 		}
-		if rs, _ := s.Poll([]uint64{id}, nil); rs[0].Status != room.Bootstrapping {
+		if rs, _ := s.Poll([]uint64{id}, nil); rs[0].Status != kv.StatusBootstrapping {
 			t.Fatalf("round %d: a reopened room shows %+v", round, rs[0])
 		}
 		// The decode's info must reach the engine after the clear and the
@@ -647,12 +645,12 @@ func TestShmReopenSameRoom(t *testing.T) {
 			t.Fatal(err)
 		}
 		eng.TransferInfo(id, info(round))
-		if r := shmUntil(t, s, id, room.WaitingForInput); r.PrefixLen != round {
+		if r := shmUntil(t, s, id, kv.StatusWaitingForInput); r.PrefixLen != round {
 			t.Fatalf("round %d: %+v", round, r)
 		}
 		s.Init(id, 1, 0)
 		s.Send(id, []int32{4}, nil)
-		shmUntil(t, s, id, room.Success)
+		shmUntil(t, s, id, kv.StatusSuccess)
 		if err := s.Clear(id); err != nil {
 			t.Fatal(err)
 		}

@@ -12,8 +12,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/kvxfer/kvxfer/actors"
-	"github.com/kvxfer/kvxfer/actors/room"
 	"github.com/kvxfer/kvxfer/internal/clock"
+	"github.com/kvxfer/kvxfer/kv"
 	"github.com/kvxfer/kvxfer/telemetry"
 )
 
@@ -41,7 +41,7 @@ func TestShmTracedOpen(t *testing.T) {
 		_ = obs.Close(ctx)
 		_ = tp.Shutdown(ctx)
 	})
-	srv := startServer(t, eng, nil)
+	srv := startServer(t, realEngine{eng}, nil)
 	s := attach(t, srv.Endpoint(), ShmOptions{RingEntries: 8, Slots: 4, IndexWords: 32})
 
 	const parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
@@ -57,11 +57,11 @@ func TestShmTracedOpen(t *testing.T) {
 			if err := s.OpenTraced(id, tpv); err != nil {
 				t.Fatal(err)
 			}
-			shmUntil(t, s, id, room.Bootstrapping)
+			shmUntil(t, s, id, kv.StatusBootstrapping)
 			if err := s.Abort(id); err != nil {
 				t.Fatal(err)
 			}
-			shmUntil(t, s, id, room.Failed)
+			shmUntil(t, s, id, kv.StatusFailed)
 			if err := s.Clear(id); err != nil {
 				t.Fatal(err)
 			}

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"reflect"
 	"testing"
+
+	"github.com/kvxfer/kvxfer/kv"
 )
 
 func laterRegistrationFrames() [][]byte {
@@ -85,7 +87,7 @@ func TestAbortAckForms(t *testing.T) {
 	if want := fr("ABORT_ACK", "42", "3"); !reflect.DeepEqual(got, want) {
 		t.Fatalf("0.5.20 ACK %q, want %q", got, want)
 	}
-	got = (&KVStatus{Room: 42, Status: KVPollSuccess, PrefillRank: 1}).Encode()
+	got = (&KVStatus{Room: 42, Status: kv.StatusSuccess, PrefillRank: 1}).Encode()
 	if want := fr("KV_STATUS", "42", "4", "1", ""); !reflect.DeepEqual(got, want) {
 		t.Fatalf("success KV_STATUS %q, want %q", got, want)
 	}

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"reflect"
 	"testing"
+
+	"github.com/kvxfer/kvxfer/kv"
 )
 
 // Golden frames below are written by hand from the tables of the protocol spec
@@ -417,7 +419,7 @@ func TestDispatchUnknown(t *testing.T) {
 
 func TestGoldenOutbound(t *testing.T) {
 	reason := "Aborted by decode-side abort notification. \u00e9"
-	st := &KVStatus{Room: 42, Status: KVPollFailed, PrefillRank: 3, Reason: reason}
+	st := &KVStatus{Room: 42, Status: kv.StatusFailed, PrefillRank: 3, Reason: reason}
 	wantSt := fr("KV_STATUS", "42", "0", "3", "Aborted by decode-side abort notification. \xc3\xa9")
 	if enc := st.Encode(); !reflect.DeepEqual(enc, wantSt) {
 		t.Fatalf("KV_STATUS = %q", enc)
@@ -438,7 +440,7 @@ func TestGoldenOutbound(t *testing.T) {
 	}
 	// Success status with empty reason, as the ZMQ-only decode expects.
 	ok, err := DecodeOutbound(fr("KV_STATUS", "7", "4", "0", ""))
-	if err != nil || ok.(*KVStatus).Status != KVPollSuccess {
+	if err != nil || ok.(*KVStatus).Status != kv.StatusSuccess {
 		t.Fatalf("%+v %v", ok, err)
 	}
 	for _, bad := range [][][]byte{fr("KV_STATUS", "7", "5", "0", ""), fr("KV_STATUS", "7", "4", "0", "\xff"), fr("ABORT_ACK", "7"), fr("ABORT")} {

@@ -65,31 +65,3 @@ type Outbound interface {
 	Kind() Kind
 	Encode() [][]byte
 }
-
-// KVPoll is SGLang's transfer status enum (base/conn.py). The numeric values are on the
-// wire (KV_STATUS) and their order matters upstream (MIN all-reduce), so keep them.
-type KVPoll int
-
-const (
-	KVPollFailed          KVPoll = 0
-	KVPollBootstrapping   KVPoll = 1
-	KVPollWaitingForInput KVPoll = 2
-	KVPollTransferring    KVPoll = 3
-	KVPollSuccess         KVPoll = 4
-)
-
-func (p KVPoll) String() string {
-	switch p {
-	case KVPollFailed:
-		return "Failed"
-	case KVPollBootstrapping:
-		return "Bootstrapping"
-	case KVPollWaitingForInput:
-		return "WaitingForInput"
-	case KVPollTransferring:
-		return "Transferring"
-	case KVPollSuccess:
-		return "Success"
-	}
-	return "KVPoll?"
-}

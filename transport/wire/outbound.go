@@ -2,6 +2,8 @@ package wire
 
 import (
 	"math"
+
+	"github.com/kvxfer/kvxfer/kv"
 )
 
 // KVStatus is the later variant's prefill->decode status push (§9.2):
@@ -9,7 +11,7 @@ import (
 // decode known to run the listener thread; a baseline decode never reads it.
 type KVStatus struct {
 	Room        uint64
-	Status      KVPoll
+	Status      kv.Status
 	PrefillRank int // SGLang's _prefill_unique_rank(), not the notification sender id
 	Reason      string
 }
@@ -29,11 +31,11 @@ func decodeKVStatus(frames [][]byte) (*KVStatus, error) {
 	if m.Room, err = f.roomAt(1); err != nil {
 		return nil, err
 	}
-	st, err := f.int(2, "status", int64(KVPollFailed), int64(KVPollSuccess))
+	st, err := f.int(2, "status", int64(kv.StatusFailed), int64(kv.StatusSuccess))
 	if err != nil {
 		return nil, err
 	}
-	m.Status = KVPoll(st)
+	m.Status = kv.Status(st)
 	if m.PrefillRank, err = f.nonNeg(3, "prefill_rank"); err != nil {
 		return nil, err
 	}

@@ -10,6 +10,7 @@ import (
 
 	zmq "github.com/pebbe/zmq4"
 
+	"github.com/kvxfer/kvxfer/kv"
 	"github.com/kvxfer/kvxfer/transport/wire"
 )
 
@@ -211,7 +212,7 @@ func TestPushLinkToPull(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []wire.Outbound{
-		&wire.KVStatus{Room: 42, Status: wire.KVPollFailed, PrefillRank: 1, Reason: "boom"},
+		&wire.KVStatus{Room: 42, Status: kv.StatusFailed, PrefillRank: 1, Reason: "boom"},
 		&wire.AbortAck{Room: 42, PrefillRank: 1},
 	}
 	for _, m := range want {

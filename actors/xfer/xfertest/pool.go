@@ -6,55 +6,56 @@ import (
 	"time"
 
 	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/kv"
 )
 
 // Post is one recorded Transfers.Post.
 type Post struct {
-	T room.Transfer
+	T kv.Transfer
 	// Tick orders this post among every post and completion of the pool.
 	Tick int
 	// Done is the tick of its completion, 0 while it is held.
 	Done int
-	Fail room.Reason
+	Fail kv.Reason
 }
 
 // Pool implements actors.Transfers. It is safe for concurrent use.
 type Pool struct {
 	mu      sync.Mutex
-	hold    func(room.Transfer) bool
-	outcome func(room.Transfer) room.Reason
+	hold    func(kv.Transfer) bool
+	outcome func(kv.Transfer) kv.Reason
 	posts   []*Post
-	held    map[*Post]room.DoneFunc
+	held    map[*Post]kv.DoneFunc
 	tick    int
 	changed chan struct{} // closed and replaced on every post and completion
 }
 
 // New returns a pool that completes every write successfully at once.
 func New() *Pool {
-	return &Pool{held: map[*Post]room.DoneFunc{}, changed: make(chan struct{})}
+	return &Pool{held: map[*Post]kv.DoneFunc{}, changed: make(chan struct{})}
 }
 
 // Hold makes later posts that match wait for Release (nil: hold none).
-func (g *Pool) Hold(match func(room.Transfer) bool) {
+func (g *Pool) Hold(match func(kv.Transfer) bool) {
 	g.mu.Lock()
 	g.hold = match
 	g.mu.Unlock()
 }
 
 // Outcome sets how writes that are not held complete (nil: success).
-func (g *Pool) Outcome(fn func(room.Transfer) room.Reason) {
+func (g *Pool) Outcome(fn func(kv.Transfer) kv.Reason) {
 	g.mu.Lock()
 	g.outcome = fn
 	g.mu.Unlock()
 }
 
 // Room matches the transfers of one room.
-func Room(id uint64) func(room.Transfer) bool {
-	return func(t room.Transfer) bool { return t.Room == id }
+func Room(id uint64) func(kv.Transfer) bool {
+	return func(t kv.Transfer) bool { return t.Room == id }
 }
 
 // Post records t and completes it, or holds it.
-func (g *Pool) Post(t room.Transfer, done room.DoneFunc) {
+func (g *Pool) Post(t kv.Transfer, done kv.DoneFunc) {
 	g.mu.Lock()
 	g.tick++
 	p := &Post{T: t, Tick: g.tick}
@@ -65,7 +66,7 @@ func (g *Pool) Post(t room.Transfer, done room.DoneFunc) {
 		g.mu.Unlock()
 		return
 	}
-	fail := room.ReasonNone
+	fail := kv.ReasonNone
 	if g.outcome != nil {
 		fail = g.outcome(t)
 	}
@@ -83,9 +84,9 @@ func (g *Pool) signalLocked() {
 
 // Release completes every held write of the room with fail and returns how
 // many it completed. The done callbacks run in the caller's goroutine.
-func (g *Pool) Release(id uint64, fail room.Reason) int {
+func (g *Pool) Release(id uint64, fail kv.Reason) int {
 	g.mu.Lock()
-	var dones []room.DoneFunc
+	var dones []kv.DoneFunc
 	for p, done := range g.held {
 		if p.T.Room != id {
 			continue
@@ -114,7 +115,7 @@ func (g *Pool) ReleaseAll() {
 	}
 	g.mu.Unlock()
 	for _, id := range ids {
-		g.Release(id, room.ReasonNone)
+		g.Release(id, kv.ReasonNone)
 	}
 }
 

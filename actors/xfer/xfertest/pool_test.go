@@ -4,23 +4,24 @@ import (
 	"testing"
 
 	"github.com/kvxfer/kvxfer/actors/room"
+	"github.com/kvxfer/kvxfer/kv"
 )
 
 func TestHoldReleaseAndTicks(t *testing.T) {
 	g := New()
-	var got []room.Reason
-	done := func(f room.Reason, _ [][]byte) { got = append(got, f) }
-	g.Post(room.Transfer{Room: 1, Chunk: 0}, done) // completes at once
+	var got []kv.Reason
+	done := func(f kv.Reason, _ [][]byte) { got = append(got, f) }
+	g.Post(kv.Transfer{Room: 1, Chunk: 0}, done) // completes at once
 	g.Hold(Room(1))
-	g.Post(room.Transfer{Room: 1, Chunk: 1}, done)
-	g.Post(room.Transfer{Room: 2, Chunk: 0}, done)
+	g.Post(kv.Transfer{Room: 1, Chunk: 1}, done)
+	g.Post(kv.Transfer{Room: 2, Chunk: 0}, done)
 	if len(got) != 2 || g.Held(1) != 1 {
 		t.Fatalf("completed %v, held %d", got, g.Held(1))
 	}
 	mark := g.Tick()
 	g.Hold(nil)
-	g.Post(room.Transfer{Room: 1, Chunk: 2}, done)
-	if n := g.Release(1, room.ReasonTransferError); n != 1 || got[len(got)-1] != room.ReasonTransferError {
+	g.Post(kv.Transfer{Room: 1, Chunk: 2}, done)
+	if n := g.Release(1, kv.ReasonTransferError); n != 1 || got[len(got)-1] != kv.ReasonTransferError {
 		t.Fatalf("release: %d, %v", n, got)
 	}
 	if g.LandedAfter(1, mark) != 1 || g.PostedAfter(1, mark) != 1 {
