@@ -7,6 +7,7 @@ import (
 	"os"
 	"sort"
 	"strconv"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -306,7 +307,9 @@ const minProbeGap = time.Millisecond
 // result with the time it came back. A probe that follows the answer of the
 // one before (back: writes came while it was out) starts at least
 // minProbeGap after that one began (last); it returns when this one begins.
-func (l *liveness) probe(at kv.Endpoint, last time.Time, back bool, report func(peer.Msg)) time.Time {
+// It confirms every write the peer had stepped (stepped) when its connect
+// began, those that came while it waited included.
+func (l *liveness) probe(at kv.Endpoint, last time.Time, back bool, stepped *atomic.Uint64, report func(peer.Msg)) time.Time {
 	now := time.Now()
 	wait := time.Duration(0)
 	if back && !last.IsZero() {
@@ -316,11 +319,12 @@ func (l *liveness) probe(at kv.Endpoint, last time.Time, back bool, report func(
 		if wait > 0 {
 			time.Sleep(wait)
 		}
+		began := stepped.Load()
 		res := l.cfg.Probe(l.ctx, at)
 		if l.ctx.Err() != nil {
 			return // shutting down: a probe cut short says nothing of the decode
 		}
-		report(peer.Probed{Result: peer.ProbeResult(res), At: l.clk.Now()})
+		report(peer.Probed{Result: peer.ProbeResult(res), At: l.clk.Now(), Began: began})
 	}()
 	return now.Add(wait)
 }

@@ -25,6 +25,8 @@ type peerLocal struct {
 	// Post and Fail); probed is when the last probe began (its rate bound).
 	writes map[uint64]*heldWrite
 	probed time.Time
+	// stepped counts the writes stepped; a probe reads it as it begins.
+	stepped atomic.Uint64
 }
 
 // Exec implements actors.PeerExec: it is the one place a peer's effects are
@@ -47,6 +49,7 @@ func (p *peers) Exec(pc *actors.PeerCtx, fx peer.Effects) {
 	case peer.Info:
 		fromIngest = true
 	case peer.Write:
+		l.stepped.Add(1)                         // as the machine counts them (peer.Probed.Began)
 		if h, ok := m.Payload.(*heldWrite); ok { // the machine names it by ID from now on
 			if l.writes == nil {
 				l.writes = map[uint64]*heldWrite{}
@@ -164,7 +167,7 @@ func (p *peers) Exec(pc *actors.PeerCtx, fx peer.Effects) {
 	}
 	if fx.Probe && !shutdown {
 		_, back := pc.Msg.(peer.Probed) // the next round of confirmations: rate-bound
-		l.probed = d.liveness.probe(l.to, l.probed, back, pc.Report)
+		l.probed = d.liveness.probe(l.to, l.probed, back, &l.stepped, pc.Report)
 	}
 }
 

@@ -153,6 +153,7 @@ func (e *explorer) try(m *Machine, c *checker, msg Msg, remaining uint32, probes
 	m2.queue = append([]Info(nil), m.queue...)
 	m2.held = append([]uint64(nil), m.held...)
 	m2.confirm = append([]uint64(nil), m.confirm...)
+	m2.confirmAt = append([]uint64(nil), m.confirmAt...)
 	if m.pending != nil {
 		p := *m.pending
 		m2.pending = &p

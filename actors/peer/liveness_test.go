@@ -219,3 +219,24 @@ func TestRegistrationAtAFencedEndpointEndsTheFence(t *testing.T) {
 		}
 	}
 }
+
+// A probe that says when it began (Began: the writes stepped by then)
+// confirms every write stepped before its connect, one that came after it
+// was asked for included; a write stepped after it began waits for the next.
+func TestAProbeConfirmsTheWritesSteppedBeforeItBegan(t *testing.T) {
+	r := newRig(t, liveCfg)
+	r.readyAt(sec(0), true)
+	if fx := r.step(Write{ID: 1, Inc: 1}); !fx.Probe {
+		t.Fatalf("first write: %+v", fx)
+	}
+	r.step(Write{ID: 2, Inc: 1}) // before the connect began
+	r.step(Write{ID: 3, Inc: 1}) // after
+	fx := r.step(Probed{Result: ProbeOK, At: sec(0), Began: 2})
+	if !slices.Equal(fx.Post, []uint64{1, 2}) || !fx.Probe {
+		t.Fatalf("answered: %+v", fx)
+	}
+	fx = r.step(Probed{Result: ProbeOK, At: sec(0), Began: 3})
+	if !slices.Equal(fx.Post, []uint64{3}) || fx.Probe || r.m.Held() != 0 {
+		t.Fatalf("the next round: %+v", fx)
+	}
+}

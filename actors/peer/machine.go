@@ -61,6 +61,10 @@ type Machine struct {
 	restoring bool
 	held      []uint64 // writes held while suspect
 	confirm   []uint64 // writes waiting for a probe begun after them
+	// writes counts the Write messages stepped; confirmAt is, for each
+	// confirm entry, the count once it was stepped (Probed.Began).
+	writes    uint64
+	confirmAt []uint64
 	probing   bool
 	covers    int  // confirm writes queued before the probe in flight began
 	unsafe    bool // suspect past SafeAfter
@@ -248,6 +252,12 @@ func (m *Machine) probed(fx *Effects, p Probed) {
 		m.lastProbe = p.Result
 		switch p.Result {
 		case ProbeOK:
+			if p.Began != 0 { // the probe says when it began: it answers for every write stepped before
+				covers = 0
+				for covers < len(m.confirmAt) && m.confirmAt[covers] <= p.Began {
+					covers++
+				}
+			}
 			m.answeredLive(fx, p.At, covers)
 		case ProbeUnreachable:
 			m.unanswered(fx, p.At)
@@ -294,7 +304,7 @@ func (m *Machine) answeredLive(fx *Effects, at time.Time, covers int) {
 	fx.Post = append(fx.Post, m.held...) // in order, before anything confirmed after
 	m.held = nil
 	fx.Post = append(fx.Post, m.confirm[:covers]...)
-	m.confirm = m.confirm[covers:]
+	m.confirm, m.confirmAt = m.confirm[covers:], m.confirmAt[covers:]
 	if len(m.confirm) > 0 {
 		m.probeNow(fx)
 	}
@@ -307,7 +317,7 @@ func (m *Machine) answeredLive(fx *Effects, at time.Time, covers int) {
 func (m *Machine) unanswered(fx *Effects, at time.Time) {
 	m.failing = true
 	m.held = append(m.held, m.confirm...)
-	m.confirm = nil
+	m.confirm, m.confirmAt = nil, nil
 	out, known := m.outage(at)
 	if known && out >= m.cfg.Budget {
 		m.fenceNow(fx, "unreachable"+m.forWhile(out, known)+", past decode's heartbeat budget of "+
@@ -396,6 +406,7 @@ func (m *Machine) deadline(fx *Effects, d Deadline) {
 }
 
 func (m *Machine) write(fx *Effects, w Write) {
+	m.writes++
 	if w.Inc < m.inc || !m.state.Live() {
 		fx.Fail = append(fx.Fail, w.ID)
 		return
@@ -405,6 +416,7 @@ func (m *Machine) write(fx *Effects, w Write) {
 		m.held = append(m.held, w.ID)
 	case (w.Confirm || m.confirmAll) && !m.cfg.NoLiveness:
 		m.confirm = append(m.confirm, w.ID)
+		m.confirmAt = append(m.confirmAt, m.writes)
 		if !m.probing {
 			m.probeNow(fx)
 		}
@@ -587,7 +599,7 @@ func (m *Machine) failQueue(fx *Effects) {
 func (m *Machine) failHeld(fx *Effects) {
 	fx.Fail = append(fx.Fail, m.held...)
 	fx.Fail = append(fx.Fail, m.confirm...)
-	m.held, m.confirm = nil, nil
+	m.held, m.confirm, m.confirmAt = nil, nil, nil
 	m.covers = 0 // a probe still out answers for none of what comes next
 }
 

@@ -38,6 +38,11 @@ type LoadDone struct {
 type Probed struct {
 	Result ProbeResult
 	At     time.Time
+	// Began, when set, is how many Write messages the peer had stepped
+	// when the probe began (its connect, not its request): it confirms
+	// every write stepped by then. 0: the writes queued when it was asked
+	// for.
+	Began uint64
 }
 
 // LinkLost: the link's monitor saw its TCP connection to decode close.
