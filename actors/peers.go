@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"sort"
 	"sync/atomic"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 
@@ -32,6 +34,10 @@ type Peers struct {
 	sys  *actor.ActorSystem
 	dir  *actor.PID
 	stop chan struct{}
+	// pids is the directory's own map as it publishes it: an immutable
+	// copy, replaced (never changed) when an actor is spawned, so that a
+	// write can reach its peer without the directory's hop (SendWrite).
+	pids atomic.Pointer[map[string]*actor.PID]
 }
 
 // PeerExec executes one peer's effects for the peer actors. Exec runs on the
@@ -48,6 +54,9 @@ type PeerCtx struct {
 	Msg   peer.Msg
 	State peer.State
 	Inc   uint64
+	// WritesVia: a write to the peer must go through its actor now (held or
+	// confirmed; peer.Machine.WritesVia).
+	WritesVia bool
 	// Local is the executor's own state for this peer, kept by the actor
 	// between steps (only ever touched on the peer's actor).
 	Local any
@@ -62,6 +71,12 @@ type PeersConfig struct {
 	Clock clock.Clock // nil: the wall clock
 	// OnPanic, when set, hears of a panic on a peer's path (logs, counters).
 	OnPanic func(agent string, r any)
+	// Epoch, when set, numbers the incarnation a fence hold's restore starts
+	// (peer.Deadline.Epoch), from the same counter as registrations.
+	Epoch func() uint64
+	// Orphan, when set, takes a message for an agent that has no actor (it
+	// never registered), on the directory: a write must still end.
+	Orphan func(agent string, msg peer.Msg)
 }
 
 // NewPeers starts the directory.
@@ -73,9 +88,10 @@ func NewPeers(cfg PeersConfig) *Peers {
 		return slog.New(slog.NewTextHandler(io.Discard, nil))
 	}))
 	p := &Peers{sys: sys, stop: make(chan struct{})}
+	p.pids.Store(&map[string]*actor.PID{})
 	rules := cfg.Rules
 	props := actor.PropsFromProducer(func() actor.Actor {
-		return &peerDirectory{cfg: &cfg, rules: &rules, by: map[string]*actor.PID{}, quiet: map[string]bool{}}
+		return &peerDirectory{cfg: &cfg, rules: &rules, by: map[string]*actor.PID{}, quiet: map[string]bool{}, pub: &p.pids}
 	}, actor.WithSupervisor(actor.NewOneForOneStrategy(0, 0, func(any) actor.Directive { return actor.StopDirective })))
 	p.dir = sys.Root.Spawn(props)
 	return p
@@ -86,6 +102,20 @@ func NewPeers(cfg PeersConfig) *Peers {
 // names a peer that never registered).
 func (p *Peers) Send(agent string, msg peer.Msg) {
 	p.sys.Root.Send(p.dir, &toPeer{agent: agent, msg: msg})
+}
+
+// SendWrite hands a write to agent's actor straight, without the
+// directory's hop, once the agent has an actor (else through the directory,
+// as Send). Writes only: another message sent this way could overtake one
+// the directory still holds for the agent; writes of one agent may be
+// stepped out of the order they were sent in only around its first
+// registration, when nothing is held.
+func (p *Peers) SendWrite(agent string, w peer.Write) {
+	if pid := (*p.pids.Load())[agent]; pid != nil {
+		p.sys.Root.Send(pid, &toPeer{agent: agent, msg: w})
+		return
+	}
+	p.Send(agent, w)
 }
 
 // SendAt hands msg to every peer whose current incarnation registered from
@@ -140,6 +170,12 @@ type PeerState struct {
 	Endpoint peer.Endpoint
 	Held     int
 	Queued   int
+	// The probes: when the endpoint last answered, whether the last probe
+	// went unanswered and what it found, whether one is out now.
+	LastOK    time.Time
+	Failing   bool
+	LastProbe string
+	Probing   bool
 }
 
 // Describe returns agent's state (ok false: no actor), asking its actor.
@@ -204,6 +240,7 @@ type peerDirectory struct {
 	quiet   map[string]bool
 	closing bool
 	waiters []chan struct{} // Close calls waiting for every peer to be quiet
+	pub     *atomic.Pointer[map[string]*actor.PID]
 }
 
 func (d *peerDirectory) Receive(ctx actor.Context) {
@@ -212,6 +249,9 @@ func (d *peerDirectory) Receive(ctx actor.Context) {
 		pid, ok := d.by[msg.agent]
 		if !ok {
 			if _, reg := msg.msg.(peer.Register); !reg {
+				if d.cfg.Orphan != nil {
+					d.cfg.Orphan(msg.agent, msg.msg)
+				}
 				return // names a peer that never registered
 			}
 			pid = d.spawn(ctx, msg.agent)
@@ -268,6 +308,8 @@ func (d *peerDirectory) spawn(ctx actor.Context, agent string) *actor.PID {
 	})
 	pid := ctx.Spawn(props)
 	d.by[agent] = pid
+	pub := maps.Clone(d.by) // published whole: readers never see it change
+	d.pub.Store(&pub)
 	if d.closing { // born after Close: ends at once
 		ctx.Send(pid, &toPeer{agent: agent, msg: peer.Shutdown{}})
 	}
@@ -314,7 +356,11 @@ func (a *peerActor) Receive(ctx actor.Context) {
 	case *toPeer:
 		a.step(msg.msg)
 	case *peerDeadline:
-		a.step(msg.d)
+		d := msg.d
+		if d.Kind == peer.FenceHoldUp && a.cfg.Epoch != nil {
+			d.Epoch = a.cfg.Epoch() // the restore it may start is numbered now
+		}
+		a.step(d)
 	case *atPeers:
 		if a.m.Endpoint() == msg.at {
 			a.step(msg.msg)
@@ -360,7 +406,8 @@ func (a *peerActor) step(msg peer.Msg) {
 // exec is the one place a step's effects are executed: the daemon's part,
 // then the timers.
 func (a *peerActor) exec(msg peer.Msg, fx peer.Effects) {
-	pc := PeerCtx{Agent: a.agent, Msg: msg, State: a.m.State(), Inc: a.m.Inc(), Local: a.local, Report: a.report}
+	pc := PeerCtx{Agent: a.agent, Msg: msg, State: a.m.State(), Inc: a.m.Inc(), WritesVia: a.m.WritesVia(),
+		Local: a.local, Report: a.report}
 	a.cfg.Exec.Exec(&pc, fx)
 	a.local = pc.Local
 	for _, arm := range fx.Arms {
@@ -378,7 +425,8 @@ func (a *peerActor) exec(msg peer.Msg, fx peer.Effects) {
 
 func (a *peerActor) describe() PeerState {
 	return PeerState{Agent: a.agent, State: a.m.State().String(), Inc: a.m.Inc(), Endpoint: a.m.Endpoint(),
-		Held: a.m.Held(), Queued: a.m.Queued()}
+		Held: a.m.Held(), Queued: a.m.Queued(), LastOK: a.m.LastOK(), Failing: a.m.Failing(),
+		LastProbe: a.m.LastProbe().String(), Probing: a.m.Probing()}
 }
 
 // settled answers the settle requests once no load is in flight.

@@ -193,3 +193,29 @@ func TestPeersBroadcastSendAtAndList(t *testing.T) {
 		t.Fatal("an actor for an agent that never registered")
 	}
 }
+
+// A write reaches its peer's actor straight once the peer has one (the
+// machine posts it: ready, not confirming); a write for an agent that never
+// registered goes to Orphan, so it still ends.
+func TestPeerWritesStraightAndOrphans(t *testing.T) {
+	clk, ex := clock.NewFake(time.Unix(0, 0)), newRecExec()
+	orphans := make(chan peer.Msg, 1)
+	ps := NewPeers(PeersConfig{Rules: peersRules, Exec: ex, Clock: clk,
+		Orphan: func(agent string, msg peer.Msg) { orphans <- msg }})
+	defer ps.Close(context.Background())
+	ps.SendWrite("nobody", peer.Write{ID: 9})
+	select {
+	case m := <-orphans:
+		if w, ok := m.(peer.Write); !ok || w.ID != 9 {
+			t.Fatalf("orphan %+v", m)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a write for an agent with no actor never reached Orphan")
+	}
+	ps.Send("a", peer.Register{From: peer.Endpoint{IP: "10.0.0.2", Port: 7000}, Reg: "r", Epoch: 5})
+	load := ex.await(t, "a", "a load", func(fx peer.Effects) bool { return fx.Load != nil })
+	ex.report("a", peer.LoadDone{Inc: load.Load.Inc})
+	ex.await(t, "a", "ready", func(fx peer.Effects) bool { return fx.Dial })
+	ps.SendWrite("a", peer.Write{ID: 1, Inc: 5})
+	ex.await(t, "a", "the write posted", func(fx peer.Effects) bool { return len(fx.Post) == 1 && fx.Post[0] == 1 })
+}

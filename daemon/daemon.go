@@ -174,7 +174,9 @@ type Daemon struct {
 	debug    *http.Server
 	debugLn  net.Listener
 
-	mu       sync.Mutex // guards memory registration and activation
+	// mu guards memory registration and activation: an I/O boundary (control
+	// API requests, NIXL memory registration, the ZMQ bind, PUT /route).
+	mu       sync.Mutex
 	agent    Agent
 	mem      memory
 	pool     *xfer.Pool
@@ -186,7 +188,7 @@ type Daemon struct {
 	state    *regStore    // nil: no -state-dir
 	replay   [][][]byte   // registrations to replay when live (then nil)
 	replayTo []lostTarget // their endpoints, set once in Start (lost.go)
-	liveness *liveness    // probes registered decodes (liveness.go)
+	liveness *liveness    // how registered decodes are probed (liveness.go)
 	memBusy  bool         // a register_memory or Activate is at work (guarded by mu; activate.go)
 	closing  bool         // Shutdown began (guarded by mu)
 	halt     context.Context
@@ -238,13 +240,15 @@ func Start(cfg Config) (*Daemon, error) {
 		cfg.MaxLinks, _ = strconv.Atoi(os.Getenv("KVXFER_MAX_DECODE_LINKS"))
 		d.cfg.MaxLinks = cfg.MaxLinks
 	}
-	links, err := newLinks(cfg.Logger, cfg.MaxLinks, d.linkAllowed,
-		func(at kv.Endpoint) { go d.linkLost(at) }) // not on the link's monitor goroutine
+	links, err := newLinks(cfg.Logger, cfg.MaxLinks, d.linkAllowed, d.linkLost) // linkLost only sends a message
 	if err != nil {
 		return nil, fmt.Errorf("daemon: ZMQ context for decode links: %w", err)
 	}
 	d.links, d.counters.links = links, links
-	d.peers = newPeers(d, links.max, cfg.Engine.Clock)
+	// The peer actors probe their decodes on the liveness clock (the
+	// engine's unless the configuration names one).
+	d.liveness = newLiveness(cfg.Liveness, cfg.Engine.Clock)
+	d.peers = newPeers(d, links.max, d.liveness)
 	if cfg.StateDir != "" {
 		d.state, d.replay = openRegStore(cfg.StateDir, d.stateScope(), links.max, cfg.Logger)
 		d.replayTo = d.replayTargets(d.replay)
@@ -275,10 +279,7 @@ func Start(cfg Config) (*Daemon, error) {
 		return nil, err
 	}
 	d.eng = eng
-	d.liveness = newLiveness(cfg.Liveness, ec.Clock, d.decodeLost, d.decodeBack)
-	if !d.liveness.cfg.ConfirmWrites && !d.liveness.cfg.ConfirmRemote {
-		d.xfers.suspects = &d.liveness.suspects // else every post asks the gate
-	}
+	d.xfers.gated = &d.peers.gated // 0: no write needs its peer's actor
 	if err := d.startBootstrap(); err != nil {
 		d.Shutdown(context.Background())
 		return nil, err
@@ -407,7 +408,7 @@ func (d *Daemon) startDebug() error {
 	mux.HandleFunc("/debug/peers", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(map[string]any{"default_23_frame_dialect": d.dialects.legacy.String(),
-			"pinned": d.cfg.Dialect != wire.DialectUnknown, "peers": d.dialects.list(), "liveness": d.liveness.snapshot()})
+			"pinned": d.cfg.Dialect != wire.DialectUnknown, "peers": d.dialects.list(), "liveness": d.livenessOf(r.Context())})
 	})
 	mux.HandleFunc("/debug/shm", d.serveShm)
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -566,14 +567,15 @@ func (d *Daemon) signal(roomID uint64, n room.Notice) {
 // transfer cannot be planned (no local memory), so it fails its room.
 // A transfer that fails peer_lost (the NIXL connection to its decode agent is
 // lost) also drops that agent (peerLost).
-// gate, when set, may hold a transfer to a decode that is not answering
-// (liveness.go): it returns true and later calls post, or fail, exactly once.
+// gate, when set, may hand a transfer to its decode's actor, which holds it
+// while the decode does not answer or until a probe confirms it (liveness.go):
+// it returns true and later calls post, or fail, exactly once.
 type lazyTransfers struct {
 	pool     atomic.Pointer[xfer.Pool]
 	peerLost func(agent string, epoch uint64)
 	epoch    func() uint64 // the peer table's epoch: a loss is of the agent loaded by then
-	gate     func(t kv.Transfer, post, fail func()) bool
-	suspects *atomic.Int64 // decodes not answering now; 0: gate is not asked
+	gate     func(t kv.Transfer, epoch uint64, post, fail func()) bool
+	gated    *atomic.Int64 // peers whose writes go through their actor now; 0: gate is not asked
 	// stage, when set (-staging), takes the chunks of staging decodes: it
 	// holds each until its staging region is writable and posts it, with
 	// the region, through post (staging.go).
@@ -603,8 +605,10 @@ func (l *lazyTransfers) post(t kv.Transfer, done kv.DoneFunc) {
 		done(kv.ReasonInvalidRequest, nil)
 		return
 	}
+	var epoch uint64
 	if l.peerLost != nil {
-		inner, epoch := done, l.epoch()
+		inner := done
+		epoch = l.epoch()
 		done = func(fail kv.Reason, signal [][]byte) {
 			if fail == kv.ReasonPeerLost {
 				l.peerLost(t.Agent, epoch)
@@ -612,12 +616,12 @@ func (l *lazyTransfers) post(t kv.Transfer, done kv.DoneFunc) {
 			inner(fail, signal)
 		}
 	}
-	if l.gate == nil || l.suspects != nil && l.suspects.Load() == 0 {
+	if l.gate == nil || l.gated != nil && l.gated.Load() == 0 {
 		p.Post(t, done)
 		return
 	}
 	post := func() { p.Post(t, done) }
-	if l.gate(t, post, func() { done(kv.ReasonPeerLost, nil) }) {
+	if l.gate(t, epoch, post, func() { done(kv.ReasonPeerLost, nil) }) {
 		return
 	}
 	post()

@@ -143,17 +143,6 @@ func (t *dialects) acceptedAt(to kv.Endpoint) string {
 	return ""
 }
 
-// acceptedEndpoint is where an accepted, live agent registered (loading or
-// loaded).
-func (t *dialects) acceptedEndpoint(agent string) (kv.Endpoint, bool) {
-	t.mu.RLock()
-	defer t.mu.RUnlock()
-	if p, ok := t.byAgent[agent]; ok && p.Rejected == "" && p.Dropped == "" {
-		return p.to, true
-	}
-	return kv.Endpoint{}, false
-}
-
 // drop marks an agent dropped (kept for /debug/peers, bounded) and forgets
 // its endpoint, so no link is dialled for it again; it returns the endpoint.
 func (t *dialects) drop(agent, why string, lost bool) (kv.Endpoint, bool) {
@@ -196,21 +185,6 @@ func (t *dialects) at(to kv.Endpoint) wire.Dialect {
 		return t.legacy
 	}
 	return p.Dialect
-}
-
-// lost marks the accepted, live agents at an endpoint lost and returns them.
-func (t *dialects) lost(at kv.Endpoint) []string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	var out []string
-	for _, p := range t.byAgent {
-		if p.to == at && p.Rejected == "" && p.Dropped == "" {
-			p.Lost = true
-			out = append(out, p.Agent)
-		}
-	}
-	sort.Strings(out)
-	return out
 }
 
 // rejection says why the agent's registration was rejected ("" if it was not).

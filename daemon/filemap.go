@@ -39,7 +39,7 @@ func WithFileMapping(a nixl.Agent) Agent {
 
 type fileMapped struct {
 	nixl.Agent
-	mu   sync.Mutex
+	mu   sync.Mutex // an I/O boundary: the mmaps of the scheduler's memory files, unmapped at close
 	maps [][]byte
 }
 

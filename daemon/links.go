@@ -64,6 +64,9 @@ type links struct {
 	known func(kv.Endpoint) bool
 	max   int
 
+	// mu guards the index of the ZMQ sockets, an I/O boundary: every room
+	// actor's notice looks its link up here (an owner actor would add a hop
+	// to every notice), and each socket is owned by its own goroutine.
 	mu     sync.Mutex
 	by     map[kv.Endpoint]*linkEntry
 	tick   uint64

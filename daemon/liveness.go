@@ -7,7 +7,6 @@ import (
 	"os"
 	"sort"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -29,10 +28,13 @@ import (
 //
 // kvxferd mirrors decode's rule from its side. Every registered decode's PULL
 // endpoint is probed with a TCP connect every Interval (on the injected
-// clock). The outage is measured from the last probe that succeeded:
+// clock) by its agent's peer machine (actors/peer), which owns the watch:
+// the probe runs off the actor (liveness.probe) and comes back as
+// peer.Probed with its time. The outage is measured from the last probe that
+// succeeded:
 //
 //   - a probe refused (nothing listens: decode's process is gone) drops the
-//     decode's agents at once: their rooms fail peer_lost;
+//     decode's agent at once: its rooms fail peer_lost;
 //   - once the outage reaches decode's own heartbeat budget (Budget:
 //     SGLANG_DISAGGREGATION_HEARTBEAT_INTERVAL × _MAX_FAILURE, read from the
 //     same variables with SGLang's defaults and minimums, 5 s × 2), the
@@ -259,90 +261,19 @@ func tcpProbe(timeout time.Duration) func(context.Context, kv.Endpoint) ProbeRes
 	}
 }
 
-// liveness probes the endpoints of registered decodes and reports losses.
+// liveness is the probes' configuration and what they run on. The state of
+// each decode's watch (its outage, fence, held and confirmed writes) is its
+// peer actor's (actors/peer.Machine); the probe itself, a TCP connect, runs
+// off the actor and comes back as peer.Probed.
 type liveness struct {
 	cfg LivenessConfig
 	clk clock.Clock
-	// lost drops the agents at an endpoint: fence says the drop is for an
-	// outage (the agents are fenced first).
-	lost func(at kv.Endpoint, why string, fence bool)
-	// back ends the fence of the agents at an endpoint: alive says the
-	// endpoint has answered every probe for FenceHold (the agents are loaded
-	// again); otherwise they are forgotten (refused, or another registration
-	// took the endpoint).
-	back func(at kv.Endpoint, alive bool)
-
+	// ctx ends the probes still out at shutdown.
 	ctx    context.Context
 	cancel context.CancelFunc
-
-	// suspects counts the endpoints whose last probe failed: only then does
-	// a transfer's post look its decode up (gateTransfer).
-	suspects atomic.Int64
-
-	mu     sync.Mutex
-	eps    map[kv.Endpoint]*endpointLive
-	closed bool
 }
 
-// heldXfer is a transfer held while its decode does not answer.
-type heldXfer struct{ post, fail func() }
-
-type endpointLive struct {
-	lastOK    time.Time // the last probe that succeeded (or when watching began)
-	failing   bool
-	fenced    bool      // lost to an outage; probed until it has been back FenceHold
-	upSince   time.Time // fenced: since when every probe succeeded (zero: not now)
-	timer     clock.Timer
-	probing   bool
-	lastProbe ProbeResult
-	held      []heldXfer // posts held while failing, in the order they came
-	confirm   []heldXfer // posts waiting for a probe begun after them (ConfirmWrites)
-	// confirming: a confirmRounds goroutine is at work for the endpoint.
-	confirming bool
-}
-
-// setFailingLocked flips the failing flag and the suspects count.
-func (l *liveness) setFailingLocked(e *endpointLive, failing bool) {
-	if e.failing == failing {
-		return
-	}
-	e.failing = failing
-	if failing {
-		l.suspects.Add(1)
-	} else {
-		l.suspects.Add(-1)
-	}
-}
-
-// takeHeldLocked empties an endpoint's held transfers (and those waiting
-// for a confirmation) and returns the call that fails them (run it
-// unlocked, after the decode is dropped).
-func takeHeldLocked(e *endpointLive) func() {
-	held := append(e.held, e.confirm...)
-	e.held, e.confirm = nil, nil
-	return func() {
-		for _, h := range held {
-			h.fail()
-		}
-	}
-}
-
-// hold keeps a transfer to an endpoint whose last probe failed (and which is
-// not fenced: a fenced decode's agents are dropped already): it is posted
-// when the endpoint answers again, or failed peer_lost when the decode is
-// lost. It reports whether it took the transfer.
-func (l *liveness) hold(at kv.Endpoint, post, fail func()) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	e, ok := l.eps[at]
-	if !ok || !e.failing || e.fenced || l.closed {
-		return false
-	}
-	e.held = append(e.held, heldXfer{post: post, fail: fail})
-	return true
-}
-
-func newLiveness(cfg LivenessConfig, clk clock.Clock, lost func(kv.Endpoint, string, bool), back func(kv.Endpoint, bool)) *liveness {
+func newLiveness(cfg LivenessConfig, clk clock.Clock) *liveness {
 	if cfg.Clock != nil {
 		clk = cfg.Clock
 	}
@@ -351,262 +282,58 @@ func newLiveness(cfg LivenessConfig, clk clock.Clock, lost func(kv.Endpoint, str
 	}
 	cfg = cfg.withDefaults(os.Getenv)
 	ctx, cancel := context.WithCancel(context.Background())
-	return &liveness{cfg: cfg, clk: clk, lost: lost, back: back, ctx: ctx, cancel: cancel, eps: map[kv.Endpoint]*endpointLive{}}
+	return &liveness{cfg: cfg, clk: clk, ctx: ctx, cancel: cancel}
 }
 
-// watch starts probing an endpoint (a decode registered there). Watching an
-// endpoint already watched changes nothing; one that was fenced is watched
-// afresh (a decode registered there again).
-func (l *liveness) watch(at kv.Endpoint) {
-	if l == nil || l.cfg.Off {
-		return
-	}
-	l.mu.Lock()
-	if l.closed {
-		l.mu.Unlock()
-		return
-	}
-	if e, ok := l.eps[at]; ok {
-		wasFenced := e.fenced
-		if !wasFenced {
-			l.mu.Unlock()
-			return
-		}
-		e.fenced, e.upSince, e.lastOK = false, time.Time{}, l.clk.Now()
-		l.setFailingLocked(e, false)
-		l.mu.Unlock()
-		l.back(at, false) // a registration from there: the fenced agents are past
-		return
-	}
-	defer l.mu.Unlock()
-	e := &endpointLive{lastOK: l.clk.Now()}
-	l.eps[at] = e
-	e.timer = l.clk.AfterFunc(l.cfg.Interval, func() { l.tick(at, e) })
+// rules are the peer machines' liveness parameters.
+func (l *liveness) rules(r peer.Config) peer.Config {
+	r.NoLiveness = l.cfg.Off
+	r.Interval, r.SafeAfter, r.Budget, r.FenceHold = l.cfg.Interval, l.cfg.SafeAfter, l.cfg.Budget, l.cfg.FenceHold
+	return r
 }
 
-// unwatch stops probing an endpoint whose decode was dropped, unless it is
-// fenced (then probing goes on until it is unfenced).
-func (l *liveness) unwatch(at kv.Endpoint) {
-	if l == nil {
-		return
-	}
-	l.mu.Lock()
-	e, ok := l.eps[at]
-	if !ok || e.fenced {
-		l.mu.Unlock()
-		return
-	}
-	e.timer.Stop()
-	delete(l.eps, at)
-	l.setFailingLocked(e, false)
-	fail := takeHeldLocked(e)
-	l.mu.Unlock()
-	fail()
+// confirms says whether writes to a decode at this endpoint wait for a
+// probe begun after them.
+func (l *liveness) confirms(at kv.Endpoint) bool {
+	return !l.cfg.Off && (l.cfg.ConfirmWrites || l.cfg.ConfirmRemote && !isLoopbackIP(at.IP))
 }
 
-// kick probes an endpoint now (its link's connection was lost). It reports
-// whether the endpoint is watched.
-func (l *liveness) kick(at kv.Endpoint) bool {
-	if l == nil || l.cfg.Off {
-		return false
-	}
-	l.mu.Lock()
-	e, ok := l.eps[at]
-	l.mu.Unlock()
-	if ok {
-		l.probe(at, e)
-	}
-	return ok
-}
+// minProbeGap bounds how often one decode is probed back to back for
+// confirmations (wall clock: a rate bound, not a decision): continuous
+// writes cost a decode at most a thousand connects a second.
+const minProbeGap = time.Millisecond
 
-// tick probes at a fixed rate: the next tick is armed before this probe,
-// so a probe that waits for its timeout does not stretch the period (a tick
-// that finds the last probe still out skips).
-func (l *liveness) tick(at kv.Endpoint, e *endpointLive) {
-	l.mu.Lock()
-	if l.closed || l.eps[at] != e {
-		l.mu.Unlock()
-		return
+// probe runs one probe of a peer's endpoint off its actor and reports the
+// result with the time it came back. A probe that follows the answer of the
+// one before (back: writes came while it was out) starts at least
+// minProbeGap after that one began (last); it returns when this one begins.
+// It confirms every write the peer had stepped (stepped) when its connect
+// began, those that came while it waited included.
+func (l *liveness) probe(at kv.Endpoint, last time.Time, back bool, stepped *atomic.Uint64, report func(peer.Msg)) time.Time {
+	now := time.Now()
+	wait := time.Duration(0)
+	if back && !last.IsZero() {
+		wait = max(minProbeGap-now.Sub(last), 0)
 	}
-	e.timer = l.clk.AfterFunc(l.cfg.Interval, func() { l.tick(at, e) })
-	l.mu.Unlock()
-	l.probe(at, e)
-}
-
-// probe probes once (no lock held while it dials) and acts on the result.
-func (l *liveness) probe(at kv.Endpoint, e *endpointLive) {
-	l.mu.Lock()
-	if l.closed || l.eps[at] != e || e.probing {
-		l.mu.Unlock()
-		return
-	}
-	e.probing = true
-	l.mu.Unlock()
-	res := l.cfg.Probe(l.ctx, at)
-	l.mu.Lock()
-	e.probing = false
-	act, after := l.resultLocked(at, e, res, 0)
-	l.mu.Unlock()
-	if act != nil {
-		act()
-	}
-	if after != nil {
-		after()
-	}
-}
-
-// resultLocked acts on one probe's result; confirmed is how many transfers
-// of the confirm queue the probe answers for (those queued before it began).
-// It returns what to run unlocked: the report, then the failing of held
-// transfers.
-func (l *liveness) resultLocked(at kv.Endpoint, e *endpointLive, res ProbeResult, confirmed int) (act, after func()) {
-	now := l.clk.Now()
-	e.lastProbe = res
-	if l.closed || l.eps[at] != e {
-		return nil, nil
-	}
-	if res != ProbeOK {
-		// Not confirmed: whatever waited for a confirmation waits for the
-		// decode to answer again, behind nothing (held is empty while the
-		// last probe answered).
-		e.held = append(e.held, e.confirm...)
-		e.confirm = nil
-	}
-	switch res {
-	case ProbeOK:
-		if out := now.Sub(e.lastOK); e.failing && !e.fenced && out >= l.cfg.SafeAfter {
-			// Back before the budget, but after an outage decode's heartbeat
-			// may have counted as its end: its rooms may be failed there.
-			e.fenced = true
-			why := "unreachable for " + out.Round(time.Millisecond).String() + " (decode gives up after " +
-				l.cfg.SafeAfter.String() + " at the earliest): decode may have failed its rooms"
-			act, after = func() { l.lost(at, why, true) }, takeHeldLocked(e)
+	go func() { // a connect may take up to the probe timeout: never on the actor
+		if wait > 0 {
+			time.Sleep(wait)
 		}
-		for _, h := range e.held { // posted in order, before a later post can pass them
-			h.post()
-		}
-		e.held = nil
-		if !e.fenced {
-			for _, h := range e.confirm[:confirmed] {
-				h.post()
-			}
-			e.confirm = e.confirm[confirmed:]
-		}
-		e.lastOK = now
-		l.setFailingLocked(e, false)
-		if e.fenced {
-			if e.upSince.IsZero() {
-				e.upSince = now
-			}
-			if now.Sub(e.upSince) >= l.cfg.FenceHold {
-				e.timer.Stop()
-				delete(l.eps, at)
-				act = func() { l.back(at, true) }
-			}
-		}
-	case ProbeRefused:
-		e.timer.Stop()
-		delete(l.eps, at)
-		l.setFailingLocked(e, false)
-		after = takeHeldLocked(e)
-		if !e.fenced {
-			act = func() { l.lost(at, "nothing listens at decode's endpoint: its process is gone", false) }
-		} else {
-			act = func() { l.back(at, false) } // the fenced decode is gone: nothing more can come from it
-		}
-	default:
-		l.setFailingLocked(e, true)
-		e.upSince = time.Time{}
-		if out := now.Sub(e.lastOK); !e.fenced && out >= l.cfg.Budget {
-			e.fenced = true
-			why := "unreachable for " + out.Round(time.Millisecond).String() + ", past decode's heartbeat budget of " +
-				l.cfg.Budget.String() + ": decode has failed its rooms"
-			act, after = func() { l.lost(at, why, true) }, takeHeldLocked(e)
-		}
-	}
-	return act, after
-}
-
-// confirm holds a transfer until a probe that began after it is answered
-// (LivenessConfig.ConfirmWrites): a write is posted only toward a decode
-// known to be reachable after the write was ready. It reports whether it
-// took the transfer (not for an endpoint not watched, or fenced).
-func (l *liveness) confirm(at kv.Endpoint, post, fail func()) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	e, ok := l.eps[at]
-	if !ok || e.fenced || l.closed {
-		return false
-	}
-	if e.failing {
-		e.held = append(e.held, heldXfer{post: post, fail: fail})
-		return true
-	}
-	e.confirm = append(e.confirm, heldXfer{post: post, fail: fail})
-	if !e.confirming {
-		e.confirming = true
-		go l.confirmRounds(at, e)
-	}
-	return true
-}
-
-// confirmRounds probes until the confirm queue is empty, each probe
-// answering for the transfers queued before it began. Rounds start at least
-// a millisecond apart (wall clock: a rate bound, not a decision), so
-// continuous writes cost a decode at most a thousand connects a second.
-func (l *liveness) confirmRounds(at kv.Endpoint, e *endpointLive) {
-	var last time.Time
-	for {
-		if !last.IsZero() && time.Since(last) < time.Millisecond {
-			time.Sleep(time.Millisecond)
-		}
-		last = time.Now()
-		l.mu.Lock()
-		n := len(e.confirm)
-		if n == 0 || l.closed || l.eps[at] != e {
-			e.confirming = false
-			l.mu.Unlock()
-			return
-		}
-		l.mu.Unlock()
+		began := stepped.Load()
 		res := l.cfg.Probe(l.ctx, at)
-		l.mu.Lock()
-		act, after := l.resultLocked(at, e, res, n)
-		l.mu.Unlock()
-		if act != nil {
-			act()
+		if l.ctx.Err() != nil {
+			return // shutting down: a probe cut short says nothing of the decode
 		}
-		if after != nil {
-			after()
-		}
-	}
+		report(peer.Probed{Result: peer.ProbeResult(res), At: l.clk.Now(), Began: began})
+	}()
+	return now.Add(wait)
 }
 
-// outage reports how long an endpoint has gone unanswered (0: answering, or
-// not watched), for /debug/peers and tests.
-func (l *liveness) outage(at kv.Endpoint) (time.Duration, bool) {
-	if l == nil {
-		return 0, false
+// close ends the probes still out (shutdown).
+func (l *liveness) close() {
+	if l != nil {
+		l.cancel()
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	e, ok := l.eps[at]
-	if !ok || !e.failing {
-		return 0, ok
-	}
-	return l.clk.Now().Sub(e.lastOK), true
-}
-
-// fenced says whether an endpoint is watched as fenced (its agents lost to
-// an outage, probed until they come back).
-func (l *liveness) fenced(at kv.Endpoint) bool {
-	if l == nil {
-		return false
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	e, ok := l.eps[at]
-	return ok && e.fenced
 }
 
 // EndpointLiveness is one watched decode endpoint in /debug/peers.
@@ -619,20 +346,27 @@ type EndpointLiveness struct {
 	Held          int    `json:"held_transfers,omitempty"`
 }
 
-// snapshot lists the watched endpoints, by endpoint.
-func (l *liveness) snapshot() []EndpointLiveness {
-	if l == nil {
+// livenessOf lists the watched endpoints (every loaded or fenced peer's), by
+// endpoint, asking the peer actors.
+func (d *Daemon) livenessOf(ctx context.Context) []EndpointLiveness {
+	if d.liveness.cfg.Off {
 		return nil
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	now := l.clk.Now()
-	out := make([]EndpointLiveness, 0, len(l.eps))
-	for at, e := range l.eps {
-		v := EndpointLiveness{Endpoint: at.String(), LastProbe: e.lastProbe.String(), Fenced: e.fenced,
-			Held: len(e.held) + len(e.confirm)}
-		if e.failing {
-			v.UnreachableMs = now.Sub(e.lastOK).Milliseconds()
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second) // an actor that does not answer leaves its peer out
+	defer cancel()
+	peers, _ := d.peers.actors.List(ctx)
+	now := d.liveness.clk.Now()
+	out := make([]EndpointLiveness, 0, len(peers))
+	for _, p := range peers {
+		switch p.State {
+		case peer.Ready.String(), peer.Suspect.String(), peer.Fenced.String():
+		default:
+			continue
+		}
+		v := EndpointLiveness{Endpoint: kv.Endpoint(p.Endpoint).String(), LastProbe: p.LastProbe,
+			Fenced: p.State == peer.Fenced.String(), Held: p.Held}
+		if p.Failing {
+			v.UnreachableMs = now.Sub(p.LastOK).Milliseconds()
 		}
 		out = append(out, v)
 	}
@@ -640,92 +374,35 @@ func (l *liveness) snapshot() []EndpointLiveness {
 	return out
 }
 
-// close stops every probe (shutdown).
-func (l *liveness) close() {
-	if l == nil {
-		return
-	}
-	l.cancel()
-	l.mu.Lock()
-	l.closed = true
-	var fails []func()
-	for at, e := range l.eps {
-		e.timer.Stop()
-		delete(l.eps, at)
-		l.setFailingLocked(e, false)
-		fails = append(fails, takeHeldLocked(e))
-	}
-	l.mu.Unlock()
-	for _, f := range fails { // held transfers fail (the engine is closing)
-		f()
-	}
-}
+// heldWrite is a transfer handed to its peer's actor: posted or failed
+// (peer_lost) when the machine says, exactly once.
+type heldWrite struct{ post, fail func() }
 
-// decodeLost drops every accepted agent at an endpoint: their rooms fail
-// peer_lost now, including rooms with nothing in flight, which no transfer
-// error would ever fail. fence (an outage past decode's heartbeat budget)
-// fences the agents first, so that no transfer info of theirs can lead to a
-// write until they register again (see liveness above).
-func (d *Daemon) decodeLost(at kv.Endpoint, why string, fence bool) {
-	agents := d.dialects.lost(at) // peers_lost and peers_fenced: counted as each actor steps it
-	for _, a := range agents {
-		d.peers.actors.Send(a, peer.Lost{Why: why, Fence: fence})
-	}
-	if len(agents) > 0 {
-		if ok, suppressed := d.lostLogs.allow(); ok {
-			d.log.Warn("decode lost; its rooms fail peer_lost", "endpoint", at.String(), "agents", agents, "why", why,
-				"fenced", fence, "suppressed", suppressed)
-		}
-	}
-}
-
-// decodeBack ends the fences at an endpoint: alive (answering for
-// FenceHold) loads the agents again, else they are forgotten.
-func (d *Daemon) decodeBack(at kv.Endpoint, alive bool) {
-	// Each agent's actor decides: only a fenced one at this endpoint acts.
-	d.peers.actors.SendAt(peer.Endpoint(at), peer.Back{Alive: alive, Epoch: d.peers.epoch.Add(1)})
-	if alive {
-		d.log.Info("decode endpoint answering again past the fence hold; its agents are loaded again", "endpoint", at.String())
-	}
-}
-
-// gateTransfer holds a transfer whose decode's last probe failed (see
-// liveness.hold): no new write is posted toward a decode that may be behind
-// a cut link, where it would land only when the link returns, possibly after
-// decode gave the room up.
-func (d *Daemon) gateTransfer(t kv.Transfer, post, fail func()) bool {
-	l := d.liveness
-	if l == nil || l.cfg.Off || !l.cfg.ConfirmWrites && !l.cfg.ConfirmRemote && l.suspects.Load() == 0 {
+// gateTransfer hands a write to its decode's actor while any peer's writes
+// must go through it (peers.gated: a peer suspect, or one whose writes wait
+// for a confirmation, LivenessConfig.ConfirmWrites): the machine holds it
+// while its decode does not answer, posts it once a probe begun after it was
+// answered, or fails it. No new write is posted toward a decode that may be
+// behind a cut link, where it would land only when the link returns,
+// possibly after decode gave the room up.
+func (d *Daemon) gateTransfer(t kv.Transfer, epoch uint64, post, fail func()) bool {
+	if d.liveness == nil || d.liveness.cfg.Off || d.peers.gated.Load() == 0 {
 		return false
 	}
-	at, ok := d.dialects.acceptedEndpoint(t.Agent)
-	if !ok {
-		return false
-	}
-	if l.cfg.ConfirmWrites || l.cfg.ConfirmRemote && !isLoopbackIP(at.IP) {
-		return l.confirm(at, post, fail)
-	}
-	if l.suspects.Load() == 0 {
-		return false
-	}
-	return l.hold(at, post, fail)
+	d.peers.actors.SendWrite(t.Agent, peer.Write{ID: d.peers.writes.Add(1), Inc: epoch, Payload: &heldWrite{post: post, fail: fail}})
+	return true
 }
 
 // linkAllowed says whether a link may be dialled to an endpoint: a
-// registered decode's (dialects.known), or a fenced one's, so that a room
-// failed by the fence still tells decode.
-func (d *Daemon) linkAllowed(at kv.Endpoint) bool {
-	return d.dialects.known(at) || d.liveness.fenced(at)
-}
+// registered decode's (dialects.known). A fenced decode keeps the pinned
+// link it had, so that a room failed by the fence still tells decode.
+func (d *Daemon) linkAllowed(at kv.Endpoint) bool { return d.dialects.known(at) }
 
 // linkLost runs when the link's monitor sees its TCP connection to decode's
-// PULL socket close: probe now (a dead process is refused at once); without
-// liveness, or for an endpoint not watched, drop at once as before.
+// PULL socket close: each peer at the endpoint probes now (a dead process is
+// refused at once), or, without liveness, is dropped at once.
 func (d *Daemon) linkLost(at kv.Endpoint) {
-	if d.liveness.kick(at) {
-		return
-	}
-	d.decodeLost(at, "connection lost", false)
+	d.peers.actors.SendAt(peer.Endpoint(at), peer.LinkLost{})
 }
 
 // isLoopbackIP: a decode on this host (its link cannot be cut).

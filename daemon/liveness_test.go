@@ -4,11 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/kvxfer/kvxfer/actors"
 	"github.com/kvxfer/kvxfer/internal/clock"
+	"github.com/kvxfer/kvxfer/internal/testrig"
 	"github.com/kvxfer/kvxfer/kv"
 	"github.com/kvxfer/kvxfer/transport/wire"
 )
@@ -46,144 +47,6 @@ func TestHeartbeatBudgetFromSGLangVariables(t *testing.T) {
 	}
 }
 
-// livenessRig is a liveness alone on a fake clock with fake probes, recording
-// what it reports.
-type livenessRig struct {
-	clk    *clock.Fake
-	probes *fakeProbes
-	l      *liveness
-	mu     sync.Mutex
-	events []string
-}
-
-func newLivenessRig(cfg LivenessConfig) *livenessRig {
-	r := &livenessRig{clk: clock.NewFake(time.Unix(1000, 0)), probes: &fakeProbes{}}
-	cfg.Clock, cfg.Probe = r.clk, r.probes.probe
-	r.l = newLiveness(cfg, nil, func(at kv.Endpoint, why string, fence bool) {
-		r.record("lost", fence, r.clk.Now())
-	}, func(at kv.Endpoint, alive bool) {
-		r.record("back", alive, r.clk.Now())
-	})
-	return r
-}
-
-func (r *livenessRig) record(kind string, flag bool, at time.Time) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.events = append(r.events, kind+map[bool]string{true: "+", false: "-"}[flag]+"@"+at.Sub(time.Unix(1000, 0)).String())
-}
-
-func (r *livenessRig) got() []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([]string(nil), r.events...)
-}
-
-func (r *livenessRig) step(n int) {
-	for range n {
-		r.clk.Advance(time.Second)
-	}
-}
-
-func sameEvents(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
-// The outage counts from the last probe that was answered; the decode is lost
-// (fenced) when it reaches the budget, once; the fence ends only after the
-// endpoint has answered every probe for FenceHold.
-func TestLivenessOutageFromTheLastAnswerAndFenceHold(t *testing.T) {
-	r := newLivenessRig(LivenessConfig{Interval: time.Second, Budget: 10 * time.Second, FenceHold: 7 * time.Second})
-	defer r.l.close()
-	at := kv.Endpoint{IP: "192.0.2.2", Port: 5000}
-	r.l.watch(at)
-	r.step(3) // answered at 1, 2, 3 s
-	r.probes.set(at, ProbeUnreachable)
-	r.step(9) // 4..12 s: 9 s since the last answer
-	if ev := r.got(); len(ev) != 0 {
-		t.Fatalf("lost before the budget: %v", ev)
-	}
-	if out, ok := r.l.outage(at); !ok || out != 9*time.Second {
-		t.Fatalf("outage %v %v", out, ok)
-	}
-	r.step(1) // 13 s: 10 s since the last answer
-	if ev := r.got(); !sameEvents(ev, []string{"lost+@13s"}) {
-		t.Fatalf("events %v", ev)
-	}
-	r.step(5) // still unreachable: lost once
-	r.probes.set(at, ProbeOK)
-	r.step(3) // answering from 21 s
-	r.probes.set(at, ProbeUnreachable)
-	r.step(1) // a failure restarts the hold
-	r.probes.set(at, ProbeOK)
-	r.step(7) // 23..29 s: 6 s of answers since 23 s
-	if ev := r.got(); !sameEvents(ev, []string{"lost+@13s"}) {
-		t.Fatalf("fence ended early: %v", ev)
-	}
-	r.step(1) // 30 s: answered for 7 s
-	if ev := r.got(); !sameEvents(ev, []string{"lost+@13s", "back+@30s"}) {
-		t.Fatalf("events %v", ev)
-	}
-	if _, ok := r.l.outage(at); ok {
-		t.Fatal("still watched after the fence ended")
-	}
-	if r.clk.Pending() != 0 {
-		t.Fatalf("%d timers left", r.clk.Pending())
-	}
-}
-
-// A refused probe (nothing listens: the process is gone) is a loss at once,
-// without waiting for the budget and without a fence; kick probes now.
-func TestLivenessRefusedIsLostAtOnce(t *testing.T) {
-	r := newLivenessRig(LivenessConfig{Interval: time.Second, Budget: 10 * time.Second})
-	defer r.l.close()
-	at := kv.Endpoint{IP: "192.0.2.2", Port: 5001}
-	if r.l.kick(at) {
-		t.Fatal("kick of an endpoint not watched")
-	}
-	r.l.watch(at)
-	r.probes.set(at, ProbeRefused)
-	if !r.l.kick(at) {
-		t.Fatal("kick of a watched endpoint")
-	}
-	if ev := r.got(); !sameEvents(ev, []string{"lost-@0s"}) {
-		t.Fatalf("events %v", ev)
-	}
-	r.step(20)
-	if ev := r.got(); len(ev) != 1 || r.probes.n.Load() != 1 {
-		t.Fatalf("events %v after the endpoint was forgotten (%d probes)", ev, r.probes.n.Load())
-	}
-}
-
-// A new registration at a fenced endpoint ends the fence: the fenced agents
-// are past (forgotten, not loaded again), and the endpoint is watched afresh.
-func TestLivenessRegistrationAtAFencedEndpoint(t *testing.T) {
-	r := newLivenessRig(LivenessConfig{Interval: time.Second, Budget: 2 * time.Second})
-	defer r.l.close()
-	at := kv.Endpoint{IP: "192.0.2.2", Port: 5002}
-	r.l.watch(at)
-	r.probes.set(at, ProbeUnreachable)
-	r.step(2)
-	r.l.watch(at)
-	r.step(1)
-	if ev := r.got(); !sameEvents(ev, []string{"lost+@2s", "back-@2s"}) {
-		t.Fatalf("events %v", ev)
-	}
-	if out, ok := r.l.outage(at); !ok || out != time.Second {
-		t.Fatalf("watched afresh: outage %v %v", out, ok)
-	}
-}
-
-// livenessDaemon is a daemon whose decode probes are fake and whose outage
-// clock is a fake one (the engine keeps the wall clock).
 func livenessDaemon(t *testing.T, cfg LivenessConfig) (*Daemon, *scheduler, *clock.Fake, *fakeProbes) {
 	clk, probes := clock.NewFake(time.Unix(0, 0)), &fakeProbes{}
 	cfg.Clock, cfg.Probe = clk, probes.probe
@@ -191,19 +54,69 @@ func livenessDaemon(t *testing.T, cfg LivenessConfig) (*Daemon, *scheduler, *clo
 	return d, newScheduler(t, d), clk, probes
 }
 
+// waitWatched waits until the peer at an endpoint is loaded (its probes
+// armed).
 func waitWatched(t *testing.T, d *Daemon, at kv.Endpoint) {
 	t.Helper()
-	waitFor(t, "decode watched", func() bool { _, ok := d.liveness.outage(at); return ok })
+	waitFor(t, "decode watched", func() bool { p, ok := peerAt(t, d, at); return ok && p.State == "ready" })
+}
+
+// peerAt is the peer whose current incarnation registered at an endpoint.
+func peerAt(t testing.TB, d *Daemon, at kv.Endpoint) (actors.PeerState, bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	all, err := d.peers.actors.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range all {
+		if kv.Endpoint(p.Endpoint) == at && p.State != "gone" {
+			return p, true
+		}
+	}
+	return actors.PeerState{}, false
+}
+
+// heldCount is how many writes the peer at an endpoint holds.
+func heldCount(t testing.TB, d *Daemon, at kv.Endpoint) int {
+	p, _ := peerAt(t, d, at)
+	return p.Held
 }
 
 func endpointOf(r *decodeRank) kv.Endpoint {
 	return kv.Endpoint{IP: "127.0.0.1", Port: r.pull.Port()}
 }
 
-func advance(clk *clock.Fake, n int) {
+// advance moves the clock a second at a time; after each, every probe the
+// peers' ticks started is answered and stepped before the next second (the
+// ticks are timers of the peer actors: a second must not pass while one
+// is still being stepped).
+func advance(t testing.TB, d *Daemon, clk *clock.Fake, n int) {
+	t.Helper()
 	for range n {
 		clk.Advance(time.Second)
+		settleProbes(t, d)
 	}
+}
+
+// settleProbes waits until no peer has a probe out.
+func settleProbes(t testing.TB, d *Daemon) {
+	t.Helper()
+	testrig.Eventually(t, 10*time.Second, "probes answered", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		all, err := d.peers.actors.List(ctx)
+		if err != nil {
+			return false
+		}
+		for _, p := range all {
+			if p.Probing {
+				return false
+			}
+		}
+		return true
+	})
 }
 
 // A decode unreachable for its heartbeat budget has its rooms failed
@@ -222,11 +135,11 @@ func TestDecodeUnreachablePastItsBudget(t *testing.T) {
 	waitRoomStatus(t, s, idle, kv.StatusWaitingForInput)
 
 	probes.set(at, ProbeUnreachable)
-	advance(clk, 9)
+	advance(t, d, clk, 9)
 	if reps, _ := s.cli.Poll([]uint64{idle}, nil); reps[0].Status != kv.StatusWaitingForInput {
 		t.Fatalf("room failed before the budget: %v", reps[0].Status)
 	}
-	advance(clk, 1)
+	advance(t, d, clk, 1)
 	if rep := s.waitTerminal(t, idle); rep.Status != kv.StatusFailed || rep.Reason != kv.ReasonPeerLost {
 		t.Fatalf("idle room of the unreachable decode: %v/%v", rep.Status, rep.Reason)
 	}
@@ -277,17 +190,17 @@ func TestFencedDecodeThatKeptItsRoomsIsLoadedAgain(t *testing.T) {
 	at := endpointOf(dec)
 	waitWatched(t, d, at)
 	probes.set(at, ProbeUnreachable)
-	advance(clk, 4)
+	advance(t, d, clk, 4)
 	waitFor(t, "fenced", func() bool { return d.Counters()["peers_fenced"] == 1 })
 	probes.set(at, ProbeOK)
-	advance(clk, 5) // answered at 5..9 s
+	advance(t, d, clk, 5) // answered at 5..9 s
 	const fenced, served = 601, 602
 	dec.send(t, dec.info(fenced, seqPages(0, 1), 0, 1))
 	s.start(t, roomSpec{id: fenced, src: seqPages(0, 1), chunks: []int{1}, aux: 0})
 	if rep := s.waitTerminal(t, fenced); rep.Status != kv.StatusFailed || rep.Reason != kv.ReasonPeerLost {
 		t.Fatalf("room inside the fence hold: %v/%v", rep.Status, rep.Reason)
 	}
-	advance(clk, 2) // answered since 5 s: 6 s at 11 s
+	advance(t, d, clk, 2) // answered since 5 s: 6 s at 11 s
 	waitFor(t, "loaded again", func() bool {
 		c := d.Counters()
 		return c["registrations"] == 2 && c["peers_returned"] == 1
@@ -313,75 +226,12 @@ func TestDecodeGoneIsDroppedAtTheNextProbe(t *testing.T) {
 	s.cli.Open(id, "")
 	waitRoomStatus(t, s, id, kv.StatusWaitingForInput)
 	probes.set(at, ProbeRefused)
-	advance(clk, 1)
+	advance(t, d, clk, 1)
 	if rep := s.waitTerminal(t, id); rep.Status != kv.StatusFailed || rep.Reason != kv.ReasonPeerLost {
 		t.Fatalf("room of the gone decode: %v/%v", rep.Status, rep.Reason)
 	}
 	if c := d.Counters(); c["peers_fenced"] != 0 || c["peers_lost"] != 1 {
 		t.Fatalf("counters %v", c)
-	}
-}
-
-func (l *liveness) heldCount(at kv.Endpoint) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if e, ok := l.eps[at]; ok {
-		return len(e.held)
-	}
-	return 0
-}
-
-// Transfers toward a decode whose last probe failed are held; a short outage
-// posts them in the order they came, with no loss.
-func TestLivenessShortOutageReleasesHeldTransfersInOrder(t *testing.T) {
-	r := newLivenessRig(LivenessConfig{Interval: time.Second, Budget: 10 * time.Second, SafeAfter: 5 * time.Second})
-	defer r.l.close()
-	at := kv.Endpoint{IP: "192.0.2.2", Port: 5003}
-	r.l.watch(at)
-	var order []int
-	post := func(i int) func() { return func() { order = append(order, i) } }
-	fail := func() { t.Fatal("a held transfer failed after a short outage") }
-	if r.l.hold(at, post(0), fail) {
-		t.Fatal("held while answering")
-	}
-	r.probes.set(at, ProbeUnreachable)
-	r.step(3)
-	if r.l.suspects.Load() != 1 {
-		t.Fatalf("suspects %d", r.l.suspects.Load())
-	}
-	for i := 1; i <= 3; i++ {
-		if !r.l.hold(at, post(i), fail) {
-			t.Fatal("not held while failing")
-		}
-	}
-	r.probes.set(at, ProbeOK)
-	r.step(1) // 4 s since the last answer: under SafeAfter
-	if len(order) != 3 || order[0] != 1 || order[1] != 2 || order[2] != 3 || len(r.got()) != 0 {
-		t.Fatalf("posted %v, events %v", order, r.got())
-	}
-	if r.l.suspects.Load() != 0 {
-		t.Fatalf("suspects %d", r.l.suspects.Load())
-	}
-}
-
-// An outage that ends before the budget but lasted SafeAfter (decode may have
-// given up) ends in a loss with a fence when the decode answers again, and
-// the held transfers fail instead of being posted.
-func TestLivenessOutagePastSafeAfterEndsInLoss(t *testing.T) {
-	r := newLivenessRig(LivenessConfig{Interval: time.Second, Budget: 10 * time.Second, SafeAfter: 5 * time.Second})
-	defer r.l.close()
-	at := kv.Endpoint{IP: "192.0.2.2", Port: 5004}
-	r.l.watch(at)
-	r.probes.set(at, ProbeUnreachable)
-	r.step(4)
-	failed := 0
-	if !r.l.hold(at, func() { t.Fatal("posted after a long outage") }, func() { failed++ }) {
-		t.Fatal("not held")
-	}
-	r.probes.set(at, ProbeOK)
-	r.step(1) // 5 s since the last answer
-	if ev := r.got(); !sameEvents(ev, []string{"lost+@5s"}) || failed != 1 {
-		t.Fatalf("events %v, failed %d", ev, failed)
 	}
 }
 
@@ -404,14 +254,14 @@ func TestTransfersHeldWhileDecodeDoesNotAnswer(t *testing.T) {
 	waitRoomStatus(t, s, long, kv.StatusWaitingForInput)
 
 	probes.set(at, ProbeUnreachable)
-	advance(clk, 1)
+	advance(t, d, clk, 1)
 	s.start(t, roomSpec{id: short, src: seqPages(10, 2), chunks: []int{1, 1}, aux: 2})
-	waitFor(t, "chunks held", func() bool { return d.liveness.heldCount(at) == 2 })
+	waitFor(t, "chunks held", func() bool { return heldCount(t, d, at) == 2 })
 	if n := d.PoolStats().Posted; n != 0 {
 		t.Fatalf("%d transfers posted toward a decode that does not answer", n)
 	}
 	probes.set(at, ProbeOK)
-	advance(clk, 1) // 2 s since the last answer: under SafeAfter
+	advance(t, d, clk, 1) // 2 s since the last answer: under SafeAfter
 	if rep := s.waitTerminal(t, short); rep.Status != kv.StatusSuccess {
 		t.Fatalf("room after a short outage: %v/%v", rep.Status, rep.Reason)
 	}
@@ -421,10 +271,10 @@ func TestTransfersHeldWhileDecodeDoesNotAnswer(t *testing.T) {
 	dst := seqPages(4, 2)
 	dec.node.ZeroPages(dst)
 	probes.set(at, ProbeUnreachable)
-	advance(clk, 1)
+	advance(t, d, clk, 1)
 	s.start(t, roomSpec{id: long, src: seqPages(12, 2), chunks: []int{2}, aux: 3})
-	waitFor(t, "chunk held", func() bool { return d.liveness.heldCount(at) == 1 })
-	advance(clk, 5) // 6 s since the last answer: the budget
+	waitFor(t, "chunk held", func() bool { return heldCount(t, d, at) == 1 })
+	advance(t, d, clk, 5) // 6 s since the last answer: the budget
 	if rep := s.waitTerminal(t, long); rep.Status != kv.StatusFailed || rep.Reason != kv.ReasonPeerLost {
 		t.Fatalf("room after a long outage: %v/%v", rep.Status, rep.Reason)
 	}
@@ -460,65 +310,6 @@ func TestIngestKeepAliveWindow(t *testing.T) {
 	}
 }
 
-// gatedProbes answers each probe when the test says so.
-type gatedProbes struct{ calls chan chan ProbeResult }
-
-func (g *gatedProbes) probe(_ context.Context, _ kv.Endpoint) ProbeResult {
-	reply := make(chan ProbeResult)
-	g.calls <- reply
-	return <-reply
-}
-
-// With ConfirmWrites a write is posted only once a probe begun after it was
-// answered: one queued while a probe is out waits for the next; one whose
-// probe is not answered waits for the decode to answer again.
-func TestConfirmWritesWaitForAProbeBegunAfterThem(t *testing.T) {
-	clk := clock.NewFake(time.Unix(1000, 0))
-	g := &gatedProbes{calls: make(chan chan ProbeResult)}
-	var mu sync.Mutex
-	var posted []int
-	l := newLiveness(LivenessConfig{Interval: time.Second, Budget: 10 * time.Second, SafeAfter: 5 * time.Second,
-		ConfirmWrites: true, Clock: clk, Probe: g.probe}, nil,
-		func(kv.Endpoint, string, bool) { t.Error("lost") }, func(kv.Endpoint, bool) {})
-	defer l.close()
-	at := kv.Endpoint{IP: "192.0.2.2", Port: 5005}
-	post := func(i int) func() {
-		return func() { mu.Lock(); posted = append(posted, i); mu.Unlock() }
-	}
-	got := func() []int { mu.Lock(); defer mu.Unlock(); return append([]int(nil), posted...) }
-	fail := func() { t.Error("failed") }
-	if l.confirm(at, post(0), fail) {
-		t.Fatal("confirmed an endpoint not watched")
-	}
-	l.watch(at)
-	if !l.confirm(at, post(1), fail) {
-		t.Fatal("not taken")
-	}
-	first := <-g.calls // probe 1 is out
-	if !l.confirm(at, post(2), fail) {
-		t.Fatal("not taken")
-	}
-	if p := got(); len(p) != 0 {
-		t.Fatalf("posted %v before any answer", p)
-	}
-	first <- ProbeOK
-	second := <-g.calls // 2 waits for a probe begun after it
-	if p := got(); len(p) != 1 || p[0] != 1 {
-		t.Fatalf("after probe 1: posted %v", p)
-	}
-	second <- ProbeUnreachable // 2 is held: the decode stopped answering
-	waitFor(t, "probe 2 handled", func() bool { return l.suspects.Load() == 1 })
-	if p := got(); len(p) != 1 {
-		t.Fatalf("posted %v toward a decode that did not answer", p)
-	}
-	go clk.Advance(time.Second) // the regular probe: answered (a short outage)
-	(<-g.calls) <- ProbeOK
-	waitFor(t, "held write posted", func() bool { return len(got()) == 2 })
-	if p := got(); p[1] != 2 {
-		t.Fatalf("posted %v", p)
-	}
-}
-
 // With ConfirmWrites a chunk sent toward a decode behind a cut is never
 // posted, even before any periodic probe failed; a reachable decode's rooms
 // move as before.
@@ -545,8 +336,8 @@ func TestConfirmWritesNothingPostedTowardACutDecode(t *testing.T) {
 	waitRoomStatus(t, s, cut, kv.StatusWaitingForInput)
 	probes.set(at, ProbeUnreachable) // the cut, before any periodic probe saw it
 	s.start(t, roomSpec{id: cut, src: seqPages(12, 2), chunks: []int{2}, aux: 1})
-	waitFor(t, "chunk held", func() bool { return d.liveness.heldCount(at) == 1 })
-	advance(clk, 4)
+	waitFor(t, "chunk held", func() bool { return heldCount(t, d, at) == 1 })
+	advance(t, d, clk, 4)
 	if rep := s.waitTerminal(t, cut); rep.Status != kv.StatusFailed || rep.Reason != kv.ReasonPeerLost {
 		t.Fatalf("room toward a cut decode: %v/%v", rep.Status, rep.Reason)
 	}
@@ -604,5 +395,35 @@ func TestLinkLossProbesAtOnce(t *testing.T) {
 	}
 	if c := d.Counters(); c["peers_lost"] != 1 {
 		t.Fatalf("counters %v", c)
+	}
+}
+
+// Another agent registering at a fenced agent's endpoint (its decode
+// restarted) ends the fence: the fenced agent goes for good (its endpoint
+// answering for the fence hold restores nothing), the new one is served,
+// and one link is left.
+func TestRegistrationAtAFencedEndpointEndsTheFence(t *testing.T) {
+	d, _, clk, probes := livenessDaemon(t, LivenessConfig{Interval: time.Second, Budget: 4 * time.Second, FenceHold: 6 * time.Second})
+	dec := newDecode(t, d)
+	at := endpointOf(dec)
+	waitWatched(t, d, at)
+	probes.set(at, ProbeUnreachable)
+	advance(t, d, clk, 4)
+	waitFor(t, "fenced", func() bool { return peerState(t, d, dec.reg.AgentName).State == "fenced" })
+	probes.set(at, ProbeOK)
+
+	next := newDecodeWith(t, decodeShape(false), func(r *wire.Registration) { r.DecodePort = at.Port }, d)
+	waitFor(t, "the new agent loaded, the fenced one gone", func() bool {
+		return peerState(t, d, next.reg.AgentName).State == "ready" && peerState(t, d, dec.reg.AgentName).State == "gone"
+	})
+	advance(t, d, clk, 7) // past the fence hold, answering all along
+	if st := peerState(t, d, dec.reg.AgentName).State; st != "gone" {
+		t.Fatalf("the fenced agent came back: %s", st)
+	}
+	if c := d.Counters(); c["peers_returned"] != 0 || c["registrations"] != 2 {
+		t.Fatalf("counters %v", c)
+	}
+	if n := d.links.len(); n != 1 {
+		t.Fatalf("%d links to one endpoint", n)
 	}
 }

@@ -13,7 +13,7 @@ import (
 // count suppressed since the last one; every suppressed line also counts in
 // total (the log_lines_suppressed counter).
 type logLimiter struct {
-	mu    sync.Mutex
+	mu    sync.Mutex // an I/O boundary: the log, written from many goroutines
 	l     loglimit.Limiter
 	total *atomic.Int64
 }

@@ -11,8 +11,8 @@ import (
 )
 
 // The register/restore race: a fenced agent's decode registers again at the
-// moment its endpoint has answered for the fence hold. The restore (liveness
-// goroutine) lands between the registration's look-up of the agent and the
+// moment its endpoint has answered for the fence hold. The restore (once the
+// liveness goroutine's, now the agent's own fence hold deadline) lands between the registration's look-up of the agent and the
 // rest of it (the hook fixes that ordering, and the gated NIXL agent holds
 // the restore's load until the registration reached the agent). At most one
 // registration of the agent may be live, and the one that is must work: no
@@ -34,7 +34,7 @@ func TestRegisterAndRestoreOfOneAgentLeaveOneWorkingRegistration(t *testing.T) {
 	waitWatched(t, d, at)
 
 	probes.set(at, ProbeUnreachable)
-	advance(clk, 4)
+	advance(t, d, clk, 4)
 	waitFor(t, "fenced and dropped", func() bool {
 		return d.Counters()["peers_fenced"] == 1 && d.Counters()["peers_dropped"] == 1 &&
 			peerState(t, d, agent).State == "fenced"
@@ -53,8 +53,10 @@ func TestRegisterAndRestoreOfOneAgentLeaveOneWorkingRegistration(t *testing.T) {
 			return
 		}
 		afterRegisterCheck = nil
-		d.decodeBack(at, true) // the endpoint answered for FenceHold, now
-		select {               // the restore's load is held in LoadPeer
+		// The endpoint answers from 5 s on: the fence hold (6 s) ends at
+		// 11 s, now, and the agent's actor starts the restore.
+		advance(t, d, clk, 7)
+		select { // the restore's load is held in LoadPeer
 		case <-entered:
 		case <-time.After(10 * time.Second):
 			t.Error("the restore's load never reached NIXL")

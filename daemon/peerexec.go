@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"errors"
+	"sync/atomic"
 	"time"
 
 	"github.com/kvxfer/kvxfer/actors"
@@ -18,13 +19,22 @@ type peerLocal struct {
 	started  time.Time // on the daemon's clock, when its load began
 	restored bool
 	holding  bool // counted in peers.slots
+	gated    bool // counted in peers.gated
+	fenced   bool // counted in peers.fenced
+	// writes are the writes the machine holds, by ID (it names them in
+	// Post and Fail); probed is when the last probe began (its rate bound).
+	writes map[uint64]*heldWrite
+	probed time.Time
+	// stepped counts the writes stepped; a probe reads it as it begins.
+	stepped atomic.Uint64
 }
 
 // Exec implements actors.PeerExec: it is the one place a peer's effects are
 // executed, on that peer's actor, in the machine's order (effects.go). Work
-// that may block (the NIXL load) runs on a goroutine of its own and comes
-// back as peer.LoadDone. At shutdown what the daemon closes wholesale next
-// (the pool, NIXL, the links, the state file) is not released peer by peer.
+// that may block (the NIXL load, a probe) runs on a goroutine of its own and
+// comes back as peer.LoadDone or peer.Probed. At shutdown what the daemon
+// closes wholesale next (the pool, NIXL, the links, the state file) is not
+// released peer by peer.
 func (p *peers) Exec(pc *actors.PeerCtx, fx peer.Effects) {
 	d := p.d
 	l, _ := pc.Local.(*peerLocal)
@@ -38,6 +48,14 @@ func (p *peers) Exec(pc *actors.PeerCtx, fx peer.Effects) {
 		l.view, fromIngest = m.Reg.(*regPayload).view, true
 	case peer.Info:
 		fromIngest = true
+	case peer.Write:
+		l.stepped.Add(1)                         // as the machine counts them (peer.Probed.Began)
+		if h, ok := m.Payload.(*heldWrite); ok { // the machine names it by ID from now on
+			if l.writes == nil {
+				l.writes = map[uint64]*heldWrite{}
+			}
+			l.writes[m.ID] = h
+		}
 	}
 	_, shutdown := pc.Msg.(peer.Shutdown)
 	// The state is published before the effects when it sends the ingest
@@ -50,15 +68,9 @@ func (p *peers) Exec(pc *actors.PeerCtx, fx peer.Effects) {
 		l.view.state.Store(uint32(pc.State))
 	}
 	defer func() {
-		holding := pc.State == peer.Loading || pc.State.Live()
-		if holding != l.holding {
-			l.holding = holding
-			if holding {
-				p.slots.Add(1)
-			} else {
-				p.slots.Add(-1)
-			}
-		}
+		count(&p.slots, &l.holding, pc.State == peer.Loading || pc.State.Live())
+		count(&p.gated, &l.gated, pc.WritesVia)
+		count(&p.fenced, &l.fenced, pc.State == peer.Fenced)
 		if l.view != nil {
 			l.view.state.Store(uint32(pc.State))
 			if fromIngest {
@@ -68,12 +80,16 @@ func (p *peers) Exec(pc *actors.PeerCtx, fx peer.Effects) {
 	}()
 	agent := pc.Agent
 
-	_, lost := pc.Msg.(peer.Lost)
+	_, xferFailed := pc.Msg.(peer.XferFailed)
 	for _, n := range fx.Notes {
 		switch n {
 		case peer.NoteLost:
-			if lost {
+			if !xferFailed { // a transfer's loss is the pool's to count
 				d.counters.peersLost.Add(1)
+				if ok, suppressed := d.lostLogs.allow(); ok {
+					d.log.Warn("decode lost; its rooms fail peer_lost", "agent", agent, "endpoint", l.to.String(),
+						"why", fx.Reason, "fenced", fx.Has(peer.NoteFenced), "suppressed", suppressed)
+				}
 			}
 		case peer.NoteFenced:
 			d.counters.peersFenced.Add(1)
@@ -96,7 +112,15 @@ func (p *peers) Exec(pc *actors.PeerCtx, fx peer.Effects) {
 		d.releaseAgent(agent, true)
 	}
 	if fx.FailRooms {
-		p.forget(agent, fx.Reason, fx.Has(peer.NoteLost))
+		p.forget(agent, fx.Reason, fx.Has(peer.NoteLost), pc.State == peer.Fenced)
+	}
+	for _, id := range fx.Fail { // after the rooms: the decode is dropped first
+		if h := l.take(id); h != nil {
+			h.fail()
+		}
+	}
+	if fx.CloseLink && !shutdown {
+		p.retire(agent, l.to)
 	}
 	if fx.Forget && !shutdown {
 		d.state.remove(agent)
@@ -136,6 +160,34 @@ func (p *peers) Exec(pc *actors.PeerCtx, fx peer.Effects) {
 			d.eng.Fail(i.Room, kv.ReasonTransferError)
 		}
 	}
+	for _, id := range fx.Post { // in the machine's order: held ones before those confirmed after
+		if h := l.take(id); h != nil {
+			h.post()
+		}
+	}
+	if fx.Probe && !shutdown {
+		_, back := pc.Msg.(peer.Probed) // the next round of confirmations: rate-bound
+		l.probed = d.liveness.probe(l.to, l.probed, back, &l.stepped, pc.Report)
+	}
+}
+
+// count keeps one peer's place in a daemon-wide count.
+func count(n *atomic.Int64, in *bool, now bool) {
+	if now != *in {
+		*in = now
+		if now {
+			n.Add(1)
+		} else {
+			n.Add(-1)
+		}
+	}
+}
+
+// take hands over the held write the machine names.
+func (l *peerLocal) take(id uint64) *heldWrite {
+	h := l.writes[id]
+	delete(l.writes, id)
+	return h
 }
 
 func (p *peers) letGo(i peer.Info) {
@@ -145,9 +197,10 @@ func (p *peers) letGo(i peer.Info) {
 }
 
 // forget is the bookkeeping of an incarnation that ended: the agent leaves
-// the staging and dialect tables, its rooms fail peer_lost, and its link and
-// probe go unless another agent registered at its endpoint since.
-func (p *peers) forget(agent, why string, lost bool) {
+// the staging and dialect tables, its rooms fail peer_lost, and its link goes
+// unless another agent registered at its endpoint since, or it is fenced (the
+// link then tells decode of the rooms the fence fails, until the peer goes).
+func (p *peers) forget(agent, why string, lost, fenced bool) {
 	d := p.d
 	p.staging().drop(agent)
 	to, inDialects := d.dialects.drop(agent, why, lost)
@@ -157,11 +210,16 @@ func (p *peers) forget(agent, why string, lost bool) {
 		d.log.Warn("decode agent dropped; its rooms fail peer_lost", "agent", agent, "endpoint", to.String(), "why", why,
 			"suppressed", suppressed)
 	}
-	if inDialects {
-		if cur := d.dialects.acceptedAt(to); cur == "" || cur == agent {
-			d.links.retire(to)
-			d.liveness.unwatch(to)
-		}
+	if inDialects && !fenced {
+		p.retire(agent, to)
+	}
+}
+
+// retire closes the link to an ended peer's endpoint unless another agent
+// registered there since.
+func (p *peers) retire(agent string, to kv.Endpoint) {
+	if cur := p.d.dialects.acceptedAt(to); cur == "" || cur == agent {
+		p.d.links.retire(to)
 	}
 }
 
@@ -187,6 +245,11 @@ func (p *peers) startLoad(pc *actors.PeerCtx, l *peerLocal, ld *peer.Load) {
 	if old := d.dialects.acceptedAt(to); old != "" && old != pc.Agent {
 		p.actors.Send(old, peer.Drop{Why: "re-registered: a new agent registered from its endpoint"})
 	}
+	if !ld.Restored && p.fenced.Load() > 0 {
+		// A registration from a fenced peer's endpoint: whatever the
+		// fenced agents there had is past (only a fenced one acts on it).
+		p.actors.SendAt(peer.Endpoint(to), peer.Back{})
+	}
 	dialect, err := d.dialects.register(r)
 	if err != nil {
 		rp.rejected = true
@@ -201,7 +264,7 @@ func (p *peers) startLoad(pc *actors.PeerCtx, l *peerLocal, ld *peer.Load) {
 				e = "load failed"
 			}
 		}
-		report(peer.LoadDone{Inc: inc, Err: e})
+		report(peer.LoadDone{Inc: inc, Err: e, At: p.d.liveness.clk.Now()})
 	}()
 }
 
@@ -234,17 +297,16 @@ func (p *peers) ready(agent string, l *peerLocal) {
 	d := p.d
 	r := l.cur.r
 	dialect := d.dialects.at(l.to)
-	d.counters.registrations.Add(1)
 	p.staging().add(r, !dialect.Notifs())
 	if l.cur.frames != nil && !l.restored {
 		d.state.put(r, l.cur.frames)
 	}
+	d.counters.registrations.Add(1) // once it is kept: a shutdown that follows the count keeps it
 	if _, err := d.links.get(l.to, true); err != nil {
 		if ok, suppressed := p.rejectLogs.allow(); ok {
 			d.log.Warn("link to decode; its loss will not be detected", "agent", agent, "err", err, "suppressed", suppressed)
 		}
 	}
-	d.liveness.watch(l.to)
 	if ok, suppressed := p.addLogs.allow(); ok {
 		d.log.Info("decode registered", "agent", agent, "endpoint", l.to.String(),
 			"kv_buffers", len(r.KVDataPtrs), "tp", r.DecodeTPSize, "sglang", dialect.String(), "frames", r.Frames,

@@ -11,7 +11,6 @@ import (
 	"github.com/kvxfer/kvxfer/actors"
 	"github.com/kvxfer/kvxfer/actors/peer"
 	"github.com/kvxfer/kvxfer/actors/room"
-	"github.com/kvxfer/kvxfer/internal/clock"
 	"github.com/kvxfer/kvxfer/kv"
 	"github.com/kvxfer/kvxfer/nixl"
 	"github.com/kvxfer/kvxfer/nixl/sglang"
@@ -40,10 +39,13 @@ const (
 // load, its queue of transfer infos and ABORTs while it loads, its fence and
 // its restore. Every event of a peer is a message to that actor: a
 // registration or a replayed one (from the ingest), a load's result (from
-// the goroutine that ran it), a loss, a fence or its end (from liveness), a
-// transfer that failed peer_lost (from the pool), a drop (rollback), shutdown.
+// the goroutine that ran it), a probe's result, a tick or an outage deadline
+// (its own timers), its link's loss (the link monitor), a write to hold or
+// confirm (the transfers), a transfer that failed peer_lost (from the pool),
+// a drop (rollback), shutdown. The machine watches its decode itself (probes,
+// outage, fence, held writes; liveness.go has the parameters and the probe).
 // The actor executes the machine's effects in one place (Exec, peerexec.go);
-// slow work (the NIXL load) runs off it and comes back as a message. So one
+// slow work (the NIXL load, a probe) runs off it and comes back as a message. So one
 // peer's state has one owner and its events one order: a restore and a
 // registration of the same agent can only follow each other, and a load
 // superseded while it ran is released before the next one starts.
@@ -70,6 +72,12 @@ type peers struct {
 	epoch  atomic.Uint64
 	slots  atomic.Int64 // agents loading or loaded (the link cap)
 	queued atomic.Int64 // bytes of infos handed to peer actors and not yet let go
+	// gated counts the peers whose writes must go through their actor now
+	// (suspect, or confirming): while it is 0 a write is posted straight
+	// away. fenced counts fenced peers (a registration at their endpoint
+	// ends their fence). writes numbers the writes handed to actors.
+	gated, fenced atomic.Int64
+	writes        atomic.Uint64
 
 	dupLogs, rejectLogs, addLogs *logLimiter
 
@@ -121,20 +129,31 @@ type infoPayload struct {
 	size int // counted in peers.queued
 }
 
-func newPeers(d *Daemon, maxPeers int, clk clock.Clock) *peers {
+func newPeers(d *Daemon, maxPeers int, live *liveness) *peers {
 	s := &d.counters.logsSuppressed
 	p := &peers{d: d, max: maxPeers, views: map[string]*peerView{}, at: map[kv.Endpoint]string{},
 		rejectedOf: map[string]bool{},
 		dupLogs:    newLogLimiter(time.Second, s), rejectLogs: newLogLimiter(time.Second, s),
 		// Honest registrations come in bursts at start-up: 20 lines a second.
 		addLogs: newLogLimiter(50*time.Millisecond, s)}
-	// Liveness is watched outside the machines for now (liveness.go): it
-	// tells the actors of losses, fences and their ends (peer.Lost, Back).
+	// Each machine watches its decode (probes, outage, fence, held and
+	// confirmed writes) on the liveness clock: its ticks are the actor's
+	// timers, its probes run off the actor (liveness.probe).
 	p.actors = actors.NewPeers(actors.PeersConfig{
-		Rules: peer.Config{NoLiveness: true, MaxQueued: maxQueuedFrames, MaxQueuedBytes: maxQueuedBytes},
-		Exec:  p, Clock: clk,
+		Rules: live.rules(peer.Config{MaxQueued: maxQueuedFrames, MaxQueuedBytes: maxQueuedBytes}),
+		Exec:  p, Clock: live.clk,
 		OnPanic: func(agent string, r any) {
 			d.log.Error("panic on a decode peer's path; the peer is dropped", "agent", agent, "panic", fmt.Sprint(r))
+		},
+		Epoch: func() uint64 { return p.epoch.Add(1) },
+		// A write for an agent that never registered is posted as it would
+		// have been without the gate (the pool fails it).
+		Orphan: func(_ string, msg peer.Msg) {
+			if w, ok := msg.(peer.Write); ok {
+				if h, ok := w.Payload.(*heldWrite); ok {
+					h.post()
+				}
+			}
 		},
 	})
 	return p
@@ -211,7 +230,7 @@ func (p *peers) register(r *wire.Registration, frames [][]byte, replay bool) boo
 	v.pending.Add(1)
 	p.at[to] = r.AgentName
 	p.actors.Send(r.AgentName, peer.Register{From: peer.Endpoint(to), Replay: replay, Epoch: p.epoch.Add(1),
-		Reg: &regPayload{r: r, frames: frames, view: v}})
+		Confirm: d.liveness.confirms(to), Reg: &regPayload{r: r, frames: frames, view: v}})
 	return true
 }
 

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/kvxfer/kvxfer/actors/peer"
 	"github.com/kvxfer/kvxfer/actors/room"
 	"github.com/kvxfer/kvxfer/kv"
 	"github.com/kvxfer/kvxfer/nixl/kvmem"
@@ -43,7 +44,7 @@ func TestTransferInfosMatchesPerInfo(t *testing.T) {
 		for _, dec := range []*decodeRank{fenced, other} {
 			waitFor(t, "registered", func() bool { return peerState(t, d, dec.reg.AgentName).State == "ready" })
 		}
-		d.decodeLost(endpointOf(fenced), "unreachable past the budget (test)", true)
+		d.peers.actors.SendAt(peer.Endpoint(endpointOf(fenced)), peer.Lost{Why: "unreachable past the budget (test)", Fence: true})
 		waitFor(t, "fenced", func() bool { return peerState(t, d, fenced.reg.AgentName).State == "fenced" })
 
 		var ids []uint64

@@ -9,8 +9,10 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"sync"
 	"syscall"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/kvxfer/kvxfer/transport/wire"
 )
@@ -47,14 +49,56 @@ type storedReg struct {
 
 // regStore keeps the accepted registrations, newest per endpoint, and
 // rewrites the file (atomically: temp file + rename, no fsync) on each change.
+// The records and the file have one owner, an actor (regWriter): put and
+// remove are messages to it, so the peer actors that keep and forget
+// registrations never wait on the disk, and every change is written in the
+// order it was made.
 type regStore struct {
 	path, scope string
 	max         int
 	log         *slog.Logger
 
-	mu     sync.Mutex
+	sys    *actor.ActorSystem
+	writer *actor.PID
+}
+
+// regWriter owns the records and the file.
+type regWriter struct {
+	s      *regStore
 	recs   []storedReg // oldest first
 	closed bool
+}
+
+// Messages of the writer: close stops it writing (and answers once every
+// change before it is on disk); sync only answers.
+type (
+	regPut    struct{ rec storedReg }
+	regRemove struct{ agent string }
+	regClose  struct{ done chan struct{} }
+	regSync   struct{ done chan struct{} }
+)
+
+func (w *regWriter) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *regPut:
+		if !w.closed {
+			w.put(m.rec)
+			w.write()
+		}
+	case *regRemove:
+		if !w.closed {
+			n := len(w.recs)
+			w.recs = dropRecs(w.recs, func(o storedReg) bool { return o.agent == m.agent })
+			if len(w.recs) != n {
+				w.write()
+			}
+		}
+	case *regClose:
+		w.closed = true
+		close(m.done)
+	case *regSync:
+		close(m.done)
+	}
 }
 
 // openRegStore prepares dir and reads what it holds for scope. It returns a
@@ -66,7 +110,15 @@ func openRegStore(dir, scope string, maxRecs int, log *slog.Logger) (*regStore, 
 		return nil, nil
 	}
 	s := &regStore{path: filepath.Join(dir, stateFile), scope: scope, max: max(maxRecs, 1), log: log}
-	msgs, err := s.load()
+	w := &regWriter{s: s}
+	msgs, err := s.load(w)
+	if err != nil {
+		w.recs = nil // refused whole: replaced at the next registration
+	}
+	s.sys = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
+		return slog.New(slog.DiscardHandler)
+	}))
+	s.writer = s.sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return w }))
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 		return s, nil
@@ -103,7 +155,7 @@ func checkStateDir(dir string) error {
 
 // load reads the file; records are deduplicated (newest per agent and per
 // endpoint) and capped (newest s.max) as put does.
-func (s *regStore) load() ([][][]byte, error) {
+func (s *regStore) load(w *regWriter) ([][][]byte, error) {
 	f, err := os.OpenFile(s.path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		if errors.Is(err, syscall.ELOOP) {
@@ -142,13 +194,11 @@ func (s *regStore) load() ([][][]byte, error) {
 	if scope != s.scope {
 		return nil, fmt.Errorf("written for %q, this is %q", scope, s.scope)
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	for _, r := range recs {
-		s.putLocked(r)
+		w.put(r)
 	}
-	msgs := make([][][]byte, 0, len(s.recs))
-	for _, r := range s.recs {
+	msgs := make([][][]byte, 0, len(w.recs))
+	for _, r := range w.recs {
 		msgs = append(msgs, r.frames)
 	}
 	return msgs, nil
@@ -261,25 +311,19 @@ func (s *regStore) put(r *wire.Registration, frames [][]byte) {
 			"agent", r.AgentName, "frames", len(frames), "bytes", rec.size)
 		return
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return
-	}
-	s.putLocked(rec)
-	s.writeLocked()
+	s.sys.Root.Send(s.writer, &regPut{rec: rec})
 }
 
-func (s *regStore) putLocked(rec storedReg) {
-	s.recs = dropRecs(s.recs, func(o storedReg) bool { return o.agent == rec.agent || o.endpoint == rec.endpoint })
-	s.recs = append(s.recs, rec)
-	total := 64 + len(s.scope)
-	for _, r := range s.recs {
+func (w *regWriter) put(rec storedReg) {
+	w.recs = dropRecs(w.recs, func(o storedReg) bool { return o.agent == rec.agent || o.endpoint == rec.endpoint })
+	w.recs = append(w.recs, rec)
+	total := 64 + len(w.s.scope)
+	for _, r := range w.recs {
 		total += r.size
 	}
-	for len(s.recs) > s.max || total > stateMaxFile {
-		total -= s.recs[0].size
-		s.recs = s.recs[1:]
+	for len(w.recs) > w.s.max || total > stateMaxFile {
+		total -= w.recs[0].size
+		w.recs = w.recs[1:]
 	}
 }
 
@@ -288,27 +332,34 @@ func (s *regStore) remove(agent string) {
 	if s == nil {
 		return
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return
-	}
-	n := len(s.recs)
-	s.recs = dropRecs(s.recs, func(o storedReg) bool { return o.agent == agent })
-	if len(s.recs) != n {
-		s.writeLocked()
-	}
+	s.sys.Root.Send(s.writer, &regRemove{agent: agent})
 }
 
+// regFlush bounds how long close waits for the changes before it on disk.
+const regFlush = 5 * time.Second
+
 // close stops writing: a shutdown's drops must not erase what the next
-// incarnation replays.
+// incarnation replays. It returns once every change made before it is on
+// disk (bounded by regFlush), and stops the writer.
 func (s *regStore) close() {
 	if s == nil {
 		return
 	}
-	s.mu.Lock()
-	s.closed = true
-	s.mu.Unlock()
+	done := make(chan struct{})
+	s.sys.Root.Send(s.writer, &regClose{done: done})
+	select {
+	case <-done:
+	case <-time.After(regFlush):
+		s.log.Warn("state file writer still busy at shutdown; left behind", "file", s.path)
+	}
+	s.sys.Root.Stop(s.writer)
+}
+
+// sync returns once every change made before it is on disk (tests).
+func (s *regStore) sync() {
+	done := make(chan struct{})
+	s.sys.Root.Send(s.writer, &regSync{done: done})
+	<-done
 }
 
 func dropRecs(recs []storedReg, drop func(storedReg) bool) []storedReg {
@@ -321,8 +372,9 @@ func dropRecs(recs []storedReg, drop func(storedReg) bool) []storedReg {
 	return out
 }
 
-func (s *regStore) writeLocked() {
-	if len(s.recs) == 0 {
+func (w *regWriter) write() {
+	s := w.s
+	if len(w.recs) == 0 {
 		if err := os.Remove(s.path); err != nil && !errors.Is(err, os.ErrNotExist) {
 			s.log.Warn("state file: removing it", "file", s.path, "err", err)
 		}
@@ -334,8 +386,8 @@ func (s *regStore) writeLocked() {
 	u32(stateVersion)
 	u32(len(s.scope))
 	b.WriteString(s.scope)
-	u32(len(s.recs))
-	for _, r := range s.recs {
+	u32(len(w.recs))
+	for _, r := range w.recs {
 		u32(len(r.frames))
 		for _, f := range r.frames {
 			u32(len(f))

@@ -51,6 +51,7 @@ func TestStateDirReplaysRegistrationsAfterRestart(t *testing.T) {
 		s.cli.Clear(id)
 	}
 	run(d1, s1, 1, 10)
+	d1.state.sync() // kept as the decode registered: on disk once its writer is past it
 	fi, err := os.Stat(filepath.Join(dir, stateFile))
 	if err != nil {
 		t.Fatal(err)
@@ -93,6 +94,7 @@ func TestStateStoreDedupAndReplayOfAGoneDecode(t *testing.T) {
 	for _, r := range []*wire.Registration{reg("a", 1), reg("b", 2), reg("a2", 1), reg("c", 3), reg("d", 4), reg("e", 5)} {
 		s.put(r, r.Encode())
 	}
+	s.sync()
 	_, msgs = openRegStore(dir, "scope", 4, log)
 	var names []string
 	for _, m := range msgs {
@@ -109,6 +111,7 @@ func TestStateStoreDedupAndReplayOfAGoneDecode(t *testing.T) {
 	for _, a := range []string{"a2", "c", "d", "e"} {
 		s.remove(a)
 	}
+	s.sync()
 	if _, err := os.Stat(filepath.Join(dir, stateFile)); !os.IsNotExist(err) {
 		t.Fatalf("empty store left its file: %v", err)
 	}
@@ -119,6 +122,7 @@ func TestStateStoreDedupAndReplayOfAGoneDecode(t *testing.T) {
 	scope := (&Daemon{cfg: Config{HostIP: "127.0.0.1", Rank: Rank{TPSize: 1, PPSize: 1, CPSize: 1, DPSize: 1}}}).stateScope()
 	s, _ = openRegStore(dir, scope, 4, log)
 	s.put(reg("gone", 9), reg("gone", 9).Encode())
+	s.close()
 	d := startDaemonWith(t, func(c *Config) {
 		c.StateDir = dir
 		c.Logger = slog.New(slog.NewTextHandler(logs, nil))
@@ -134,6 +138,7 @@ func TestStateStoreDedupAndReplayOfAGoneDecode(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	d.state.sync()
 	if _, err := os.Stat(filepath.Join(dir, stateFile)); !os.IsNotExist(err) {
 		t.Fatalf("the gone decode's registration was kept: %v", err)
 	}
@@ -146,6 +151,7 @@ func TestStateFileRefused(t *testing.T) {
 		s, _ := openRegStore(dir, "x", 4, slog.New(slog.DiscardHandler))
 		r := &wire.Registration{DecodeIP: "127.0.0.1", DecodePort: 1, AgentName: "a", DecodeTPSize: 1}
 		s.put(r, r.Encode())
+		s.close()
 	}
 	cases := map[string]struct {
 		prep func(t *testing.T, path string)

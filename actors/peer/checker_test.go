@@ -145,6 +145,18 @@ func (c *checker) step(m *Machine, msg Msg) (Effects, error) {
 	if c.closed && after != Closed {
 		return fx, fmt.Errorf("after shutdown: %v", after)
 	}
+	// A peer that holds writes takes every write after them (the daemon
+	// posts straight only when WritesVia is false): none overtakes.
+	if m.Held() > 0 && !m.WritesVia() {
+		return fx, fmt.Errorf("%d writes held while %v lets writes go straight", m.Held(), after)
+	}
+	// A fenced peer is still watched: it comes back or goes, never stays
+	// fenced unprobed.
+	if after == Fenced && !m.cfg.NoLiveness && !m.Probing() {
+		if armed, _ := m.Armed(ProbeTick); !armed {
+			return fx, fmt.Errorf("fenced with no probe out or armed")
+		}
+	}
 	return fx, nil
 }
 

@@ -20,6 +20,14 @@
 // arrives while a superseded load is still out waits for its result (which
 // is released) before its own load starts.
 //
+// The machine also watches its decode: it asks for a probe every Interval
+// (a ProbeTick deadline), or at once when the link is lost or a write waits
+// for a confirmation; a probe's result carries the time it came back, so an
+// outage is measured from the last answer. While suspect its writes are held
+// (the one queue of held writes, named by ID), past SafeAfter or Budget it is
+// fenced, and a fenced peer whose endpoint answers for FenceHold is loaded
+// again from its last registration.
+//
 // The transition table is in machine.go; explorer_test.go walks every
 // ordering of a bounded set of peer events and checks the invariants after
 // every step.

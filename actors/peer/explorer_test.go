@@ -33,6 +33,21 @@ type scenario struct {
 	loadErrs  bool
 	want      []Note // notes some ordering must reach (the scenario explores what it says)
 	restores  bool   // some ordering must restore a fenced peer
+	// timed: results carry the time they came back (the n-th probe result
+	// 2n s in, a load's result at the time of the last probe's), so
+	// outages are measured from the last answer as well as by deadlines.
+	timed bool
+	// probeFences: some ordering must fence on a probe's result (its time
+	// past SafeAfter or the budget), not on a deadline.
+	probeFences bool
+}
+
+// at is when a result comes back, probes being the probe results left.
+func (e *explorer) at(probes int) time.Time {
+	if !e.sc.timed {
+		return time.Time{}
+	}
+	return sec(2 * (e.sc.probes - probes + 1))
 }
 
 type explorer struct {
@@ -43,6 +58,8 @@ type explorer struct {
 	bad      int
 	seen     map[Note]bool
 	restored bool
+	// probeFenced: some ordering fenced on a probe result.
+	probeFenced bool
 }
 
 func (e *explorer) run() (orderings uint64, states int) {
@@ -80,18 +97,18 @@ func (e *explorer) visit(m *Machine, c *checker, remaining uint32, probes, deadl
 		}
 	}
 	for _, inc := range c.loadsOut {
-		try(LoadDone{Inc: inc}, remaining, probes, deadlines)
+		try(LoadDone{Inc: inc, At: e.at(probes + 1)}, remaining, probes, deadlines)
 		if e.sc.loadErrs {
-			try(LoadDone{Inc: inc, Err: "refused"}, remaining, probes, deadlines)
+			try(LoadDone{Inc: inc, Err: "refused", At: e.at(probes + 1)}, remaining, probes, deadlines)
 		}
 	}
 	if c.probeOut {
 		if probes > 0 {
 			for _, r := range []ProbeResult{ProbeOK, ProbeUnreachable, ProbeRefused} {
-				try(Probed{Result: r}, remaining, probes-1, deadlines)
+				try(Probed{Result: r, At: e.at(probes)}, remaining, probes-1, deadlines)
 			}
 		} else {
-			try(Probed{Result: ProbeOK}, remaining, 0, deadlines) // the budget spent: the decode answers
+			try(Probed{Result: ProbeOK, At: e.at(0)}, remaining, 0, deadlines) // the budget spent: the decode answers
 		}
 	}
 	if deadlines > 0 {
@@ -136,6 +153,7 @@ func (e *explorer) try(m *Machine, c *checker, msg Msg, remaining uint32, probes
 	m2.queue = append([]Info(nil), m.queue...)
 	m2.held = append([]uint64(nil), m.held...)
 	m2.confirm = append([]uint64(nil), m.confirm...)
+	m2.confirmAt = append([]uint64(nil), m.confirmAt...)
 	if m.pending != nil {
 		p := *m.pending
 		m2.pending = &p
@@ -151,6 +169,9 @@ func (e *explorer) try(m *Machine, c *checker, msg Msg, remaining uint32, probes
 		e.seen[n] = true
 	}
 	e.restored = e.restored || fx.Load != nil && fx.Load.Restored
+	if _, ok := msg.(Probed); ok && fx.Has(NoteFenced) {
+		e.probeFenced = true
+	}
 	return e.visit(&m2, &c2, remaining, probes, deadlines)
 }
 
@@ -197,6 +218,17 @@ func scenarios() []*scenario {
 				{msg: Register{From: ep2, Reg: "r2"}, after: []int{0}},
 				{msg: Write{ID: 2, Inc: 2, Confirm: true}, after: []int{4}},
 				{msg: Drop{Why: "activation failed", KeepState: true}, after: []int{1}},
+				{msg: Shutdown{}, after: last},
+			}},
+		{name: "timed probes: outage from the last answer, confirmed writes, restore", cfg: exploreCfg, probes: 3, deadlines: 3,
+			timed: true, restores: true, probeFences: true, want: []Note{NoteFenced, NoteReturned, NoteLost, NoteStale},
+			msgs: []fixed{
+				{msg: Register{From: ep1, Reg: "r1", Confirm: true}},
+				{msg: Write{ID: 1, Inc: 1}, after: []int{0}},
+				{msg: Write{ID: 2, Inc: 1}, after: []int{0}},
+				{msg: Info{Room: 1}, after: []int{0}},
+				{msg: XferFailed{Inc: 1}, after: []int{1}},
+				{msg: Write{ID: 3, Inc: 2}, after: []int{0}},
 				{msg: Shutdown{}, after: last},
 			}},
 		{name: "no liveness: link loss drops at once", cfg: Config{NoLiveness: true, MaxQueued: 1}, probes: 0, deadlines: 0, loadErrs: true,
@@ -254,6 +286,9 @@ func TestExplorePeerInterleavings(t *testing.T) {
 			if !e.seen[w] {
 				t.Errorf("%s: no ordering reached %v", sc.name, w)
 			}
+		}
+		if sc.probeFences && !e.probeFenced {
+			t.Errorf("%s: no ordering fenced on a probe's result", sc.name)
 		}
 		if sc.restores && !e.restored {
 			t.Errorf("%s: no ordering restored the fenced peer", sc.name)

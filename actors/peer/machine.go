@@ -4,29 +4,39 @@ import "time"
 
 // The transition table. Rows are states, columns are messages.
 //
-//	state    Register            LoadDone(cur)      Probed ok/unreach/refused     Deadline                Write          Info       XferFailed(cur)  LinkLost  Drop   Shutdown
-//	absent   start               ·                  ·                             ·                       fail           apply      ·                ·         ·      close
-//	loading  duplicate           ready | gone       ·                             ·                       fail           queue      ·                ·         gone   close
-//	ready    comeback* | dup     ·                  post confirmed/suspect/lose   probe                   post|confirm   apply      lose             probe     gone   close
-//	suspect  comeback* | dup     ·                  back|fence / · / lose         probe; outage: fence    hold           apply      lose             probe     gone   close
-//	fenced   start (unfence)     ·                  hold-up / hold-down / gone    probe; hold: restore    fail           fail room  ·                probe     gone   close
-//	gone     start               ·                  ·                             ·                       fail           apply      ·                ·         ·      close
-//	closed   ·                   ·                  ·                             ·                       fail           refuse     ·                ·         ·      ·
+//	state    Register            LoadDone(cur)      Probed ok/unreach/refused       Deadline                Write          Info       XferFailed(cur)  LinkLost  Drop   Shutdown  Back
+//	absent   start               ·                  ·                               ·                       fail           apply      ·                ·         ·      close     ·
+//	loading  duplicate           ready | gone       ·                               ·                       fail           queue      ·                ·         gone   close     ·
+//	ready    comeback* | dup     ·                  post confirmed/suspect†/lose    probe                   post|confirm   apply      lose             probe     gone   close     ·
+//	suspect  comeback* | dup     ·                  back|fence† / ·|fence† / lose   probe; outage: fence    hold           apply      lose             probe     gone   close     ·
+//	fenced   start (unfence)     ·                  hold-up / hold-down / gone      probe; hold: restore    fail           fail room  ·                probe     gone   close     restore|gone
+//	gone     start               ·                  ·                               ·                       fail           apply      ·                ·         ·      close     ·
+//	closed   ·                   ·                  ·                               ·                       fail           refuse     ·                ·         ·      ·         ·
 //
-// "·" is absorbed (a stale message). comeback*: the same agent registering
-// again from the same endpoint (not a replay) ends the incarnation (its rooms
-// fail peer_lost) and starts the next; any other registration of a live or
-// loading agent is a duplicate (first wins). A replayed registration starts an
+// "·" is absorbed (a stale message). †: decided by the time since the last
+// answer (Probed.At): suspect's outage deadline is armed for what is left of
+// SafeAfter, an answer past SafeAfter or a miss past Budget fences.
+// comeback*: the same agent registering again from the same endpoint (not a
+// replay) ends the incarnation (its rooms fail peer_lost) and starts the next;
+// any other registration of a live or loading agent is a duplicate (first
+// wins). A replayed registration starts an
 // incarnation only from absent or gone. A LoadDone of a superseded incarnation
 // releases what it loaded, then starts the load that waited for it. Ending an
 // incarnation (lose, fence, comeback, drop) fails its rooms and its held writes
 // in the same step, and releases it from NIXL and the pool by incarnation.
 //
-// Lost and Back are the watch's decisions when it runs outside the machine
-// (Config.NoLiveness): Lost is lose (or fence, when Fence) for ready and
-// suspect, and drops a loading peer (fenced with nothing to restore); Back
-// in fenced restores (Alive, a registration kept) or forgets; both are
-// absorbed in every other state.
+// Outages are measured from the last answer (Probed.At, LoadDone.At: time
+// enters as messages): an unanswered probe arms Outage for what is left of
+// SafeAfter since then, and then for the rest of Budget; a probe result past
+// either (its message may come before the deadline's) decides at once. A
+// peer suspect past SafeAfter that answers is fenced, its fence hold starting
+// with that answer.
+//
+// Lost and Back are the daemon's word: Lost is lose (or fence, when Fence)
+// for ready and suspect, and drops a loading peer (fenced with nothing to
+// restore); Back in fenced restores (Alive, a registration kept) or forgets
+// (another agent registered at the endpoint); both are absorbed in every
+// other state.
 
 type queued struct{ info Info }
 
@@ -51,12 +61,24 @@ type Machine struct {
 	restoring bool
 	held      []uint64 // writes held while suspect
 	confirm   []uint64 // writes waiting for a probe begun after them
+	// writes counts the Write messages stepped; confirmAt is, for each
+	// confirm entry, the count once it was stepped (Probed.Began).
+	writes    uint64
+	confirmAt []uint64
 	probing   bool
 	covers    int  // confirm writes queued before the probe in flight began
 	unsafe    bool // suspect past SafeAfter
 	upSince   bool // fenced: answering, FenceHoldUp armed
-	gens      [numKinds]uint32
-	armed     [numKinds]bool
+	// lastOK is when the endpoint last answered (or the incarnation was
+	// loaded), on the clock of the messages that carry it; failing says
+	// the last probe was not answered; lastProbe is what it found.
+	lastOK    time.Time
+	failing   bool
+	lastProbe ProbeResult
+	// confirmAll: the incarnation's writes all wait for a confirmation.
+	confirmAll bool
+	gens       [numKinds]uint32
+	armed      [numKinds]bool
 }
 
 // New is a peer never registered.
@@ -154,6 +176,7 @@ func (m *Machine) register(fx *Effects, r Register) {
 		m.state, m.reg, m.to = Gone, nil, r.From
 		return
 	}
+	m.confirmAll = r.Confirm
 	m.start(fx, Load{Reg: r.Reg, Replay: r.Replay}, r.From, r.Epoch)
 }
 
@@ -209,6 +232,7 @@ func (m *Machine) loadDone(fx *Effects, d LoadDone) {
 		return
 	}
 	m.state, m.loaded = Ready, d.Inc
+	m.lastOK, m.failing = d.At, false // the outage of a decode that never answers counts from here
 	fx.note(NoteRegistered)
 	fx.Dial, m.linked = true, true
 	fx.Persist = m.reg
@@ -225,40 +249,29 @@ func (m *Machine) probed(fx *Effects, p Probed) {
 	m.covers = 0
 	switch m.state {
 	case Ready, Suspect:
+		m.lastProbe = p.Result
 		switch p.Result {
 		case ProbeOK:
-			if m.state == Suspect && m.unsafe {
-				m.fenceNow(fx, "unreachable past SafeAfter: decode may have failed its rooms")
-				return
+			if p.Began != 0 { // the probe says when it began: it answers for every write stepped before
+				covers = 0
+				for covers < len(m.confirmAt) && m.confirmAt[covers] <= p.Began {
+					covers++
+				}
 			}
-			m.state = Ready
-			m.unsafe = false
-			m.disarm(fx, Outage)
-			fx.Post = append(fx.Post, m.held...) // in order, before anything confirmed after
-			m.held = nil
-			fx.Post = append(fx.Post, m.confirm[:covers]...)
-			m.confirm = m.confirm[covers:]
-			if len(m.confirm) > 0 {
-				m.probeNow(fx)
-			}
+			m.answeredLive(fx, p.At, covers)
 		case ProbeUnreachable:
-			m.held = append(m.held, m.confirm...) // not confirmed: they wait for an answer
-			m.confirm = nil
-			if m.state == Ready {
-				m.state = Suspect
-				m.arm(fx, Outage, m.cfg.SafeAfter)
-			}
+			m.unanswered(fx, p.At)
 		case ProbeRefused:
 			m.lose(fx, "nothing listens at decode's endpoint: its process is gone")
 		}
 	case Fenced:
+		m.lastProbe = p.Result
 		switch p.Result {
 		case ProbeOK:
-			if !m.upSince {
-				m.upSince = true
-				m.arm(fx, FenceHoldUp, m.cfg.FenceHold)
-			}
+			m.lastOK, m.failing = p.At, false
+			m.upNow(fx)
 		case ProbeUnreachable:
+			m.failing = true
 			m.upSince = false
 			m.disarm(fx, FenceHoldUp)
 		case ProbeRefused:
@@ -270,6 +283,84 @@ func (m *Machine) probed(fx *Effects, p Probed) {
 	default:
 		fx.note(NoteStale)
 	}
+}
+
+// answeredLive: a live peer's endpoint answered. After an outage past
+// SafeAfter decode may have failed its rooms: fenced (and, answering, its
+// fence hold starts now); else what was held is posted, in order, then what
+// the probe confirmed.
+func (m *Machine) answeredLive(fx *Effects, at time.Time, covers int) {
+	if out, known := m.outage(at); m.state == Suspect && (m.unsafe || known && out >= m.cfg.SafeAfter) {
+		m.fenceNow(fx, "unreachable"+m.forWhile(out, known)+" (decode gives up after "+m.cfg.SafeAfter.String()+
+			" at the earliest): decode may have failed its rooms")
+		m.lastOK, m.failing = at, false
+		m.upNow(fx)
+		return
+	}
+	m.state = Ready
+	m.unsafe = false
+	m.lastOK, m.failing = at, false
+	m.disarm(fx, Outage)
+	fx.Post = append(fx.Post, m.held...) // in order, before anything confirmed after
+	m.held = nil
+	fx.Post = append(fx.Post, m.confirm[:covers]...)
+	m.confirm, m.confirmAt = m.confirm[covers:], m.confirmAt[covers:]
+	if len(m.confirm) > 0 {
+		m.probeNow(fx)
+	}
+}
+
+// unanswered: a live peer's probe went unanswered. What waited for a
+// confirmation waits for an answer; past the budget (since the last answer)
+// the peer is fenced; a ready one turns suspect, its outage deadline armed
+// from the last answer.
+func (m *Machine) unanswered(fx *Effects, at time.Time) {
+	m.failing = true
+	m.held = append(m.held, m.confirm...)
+	m.confirm, m.confirmAt = nil, nil
+	out, known := m.outage(at)
+	if known && out >= m.cfg.Budget {
+		m.fenceNow(fx, "unreachable"+m.forWhile(out, known)+", past decode's heartbeat budget of "+
+			m.cfg.Budget.String()+": decode has failed its rooms")
+		return
+	}
+	if m.state != Ready {
+		return
+	}
+	m.state = Suspect
+	switch {
+	case !known:
+		m.arm(fx, Outage, m.cfg.SafeAfter)
+	case out >= m.cfg.SafeAfter:
+		m.unsafe = true
+		m.arm(fx, Outage, m.cfg.Budget-out)
+	default:
+		m.arm(fx, Outage, m.cfg.SafeAfter-out)
+	}
+}
+
+// upNow: a fenced endpoint answers; its fence hold starts unless running.
+func (m *Machine) upNow(fx *Effects) {
+	if !m.upSince {
+		m.upSince = true
+		m.arm(fx, FenceHoldUp, m.cfg.FenceHold)
+	}
+}
+
+// outage is how long since the endpoint last answered, as of at (known
+// false when either time is missing: the deadlines alone decide).
+func (m *Machine) outage(at time.Time) (time.Duration, bool) {
+	if at.IsZero() || m.lastOK.IsZero() {
+		return 0, false
+	}
+	return at.Sub(m.lastOK), true
+}
+
+func (m *Machine) forWhile(out time.Duration, known bool) string {
+	if !known {
+		return ""
+	}
+	return " for " + out.Round(time.Millisecond).String()
 }
 
 func (m *Machine) deadline(fx *Effects, d Deadline) {
@@ -310,11 +401,12 @@ func (m *Machine) deadline(fx *Effects, d Deadline) {
 			return
 		}
 		fx.note(NoteReturned)
-		m.start(fx, Load{Reg: m.fence, Restored: true}, m.to, 0)
+		m.start(fx, Load{Reg: m.fence, Restored: true}, m.to, d.Epoch)
 	}
 }
 
 func (m *Machine) write(fx *Effects, w Write) {
+	m.writes++
 	if w.Inc < m.inc || !m.state.Live() {
 		fx.Fail = append(fx.Fail, w.ID)
 		return
@@ -322,8 +414,9 @@ func (m *Machine) write(fx *Effects, w Write) {
 	switch {
 	case m.state == Suspect:
 		m.held = append(m.held, w.ID)
-	case w.Confirm && !m.cfg.NoLiveness:
+	case (w.Confirm || m.confirmAll) && !m.cfg.NoLiveness:
 		m.confirm = append(m.confirm, w.ID)
+		m.confirmAt = append(m.confirmAt, m.writes)
 		if !m.probing {
 			m.probeNow(fx)
 		}
@@ -398,7 +491,7 @@ func (m *Machine) drop(fx *Effects, d Drop) {
 	fx.Forget = !d.KeepState
 }
 
-// lost: the watch outside says the decode is lost (fenced for an outage).
+// lost: the daemon says the decode is lost (fenced for an outage).
 func (m *Machine) lost(fx *Effects, l Lost) {
 	switch m.state {
 	case Ready, Suspect:
@@ -425,7 +518,8 @@ func (m *Machine) lost(fx *Effects, l Lost) {
 	}
 }
 
-// back: the watch outside ends the fence.
+// back: the daemon ends the fence (another agent took the endpoint, or a
+// restore it decided).
 func (m *Machine) back(fx *Effects, b Back) {
 	if m.state != Fenced {
 		fx.note(NoteStale)
@@ -505,7 +599,7 @@ func (m *Machine) failQueue(fx *Effects) {
 func (m *Machine) failHeld(fx *Effects) {
 	fx.Fail = append(fx.Fail, m.held...)
 	fx.Fail = append(fx.Fail, m.confirm...)
-	m.held, m.confirm = nil, nil
+	m.held, m.confirm, m.confirmAt = nil, nil, nil
 	m.covers = 0 // a probe still out answers for none of what comes next
 }
 
@@ -547,6 +641,21 @@ func (m *Machine) disarmAll(fx *Effects) {
 	for k := range numKinds {
 		m.disarm(fx, k)
 	}
+}
+
+// LastOK is when the endpoint last answered (or the incarnation loaded);
+// Failing says its last probe went unanswered; LastProbe is what that probe
+// found; Probing says a probe is out.
+func (m *Machine) LastOK() time.Time      { return m.lastOK }
+func (m *Machine) Failing() bool          { return m.failing }
+func (m *Machine) LastProbe() ProbeResult { return m.lastProbe }
+func (m *Machine) Probing() bool          { return m.probing }
+
+// WritesVia says whether a write to the peer must be stepped by the machine
+// now (held while suspect, or waiting for a confirmation); any other write
+// of a ready peer is posted as it comes.
+func (m *Machine) WritesVia() bool {
+	return m.state == Suspect || m.state == Ready && (m.confirmAll || len(m.confirm) > 0)
 }
 
 // Armed reports whether the timer of kind k is armed and its generation.

@@ -1,5 +1,7 @@
 package peer
 
+import "time"
+
 // Msg is one input to a peer's machine.
 type Msg interface{ isMsg() }
 
@@ -17,16 +19,31 @@ type Register struct {
 	// counter, so a transfer can name the incarnation current when it was
 	// posted); 0 takes the next number.
 	Epoch uint64
+	// Confirm: every write of the incarnation waits for a probe begun after
+	// it (a decode behind a link that can be cut).
+	Confirm bool
 }
 
 // LoadDone is the result of the Load of incarnation Inc.
 type LoadDone struct {
 	Inc uint64
 	Err string // "" : loaded
+	// At is when it came back (the outage of a decode is measured from
+	// here until its first probe is answered).
+	At time.Time
 }
 
-// Probed is the result of the probe the machine asked for.
-type Probed struct{ Result ProbeResult }
+// Probed is the result of the probe the machine asked for, read At (the
+// clock's time when it came back: outages are measured from the last answer).
+type Probed struct {
+	Result ProbeResult
+	At     time.Time
+	// Began, when set, is how many Write messages the peer had stepped
+	// when the probe began (its connect, not its request): it confirms
+	// every write stepped by then. 0: the writes queued when it was asked
+	// for.
+	Began uint64
+}
 
 // LinkLost: the link's monitor saw its TCP connection to decode close.
 type LinkLost struct{}
@@ -38,6 +55,9 @@ type Write struct {
 	ID      uint64
 	Inc     uint64
 	Confirm bool
+	// Payload is the write itself, carried opaquely: the machine names it
+	// by ID in Post and Fail.
+	Payload any
 }
 
 // Info is a transfer info of the agent for a room.
@@ -55,10 +75,12 @@ type Info struct {
 // after the transfer was posted.
 type XferFailed struct{ Inc uint64 }
 
-// Deadline fires the armed timer of Kind with generation Gen.
+// Deadline fires the armed timer of Kind with generation Gen. Epoch, when
+// set, numbers the incarnation a restore it starts takes (as Register.Epoch).
 type Deadline struct {
-	Kind DeadlineKind
-	Gen  uint32
+	Kind  DeadlineKind
+	Gen   uint32
+	Epoch uint64
 }
 
 // Drop forgets the peer on the daemon's word (a rolled-back activation,
@@ -68,11 +90,11 @@ type Drop struct {
 	KeepState bool
 }
 
-// Lost and Back are what a liveness watch outside the machine decides (a
-// daemon that probes on its own, with Config.NoLiveness): Lost drops the
-// peer, fenced when Fence (an outage decode has given its rooms up over);
-// Back ends a fence, loading the peer again from its last registration when
-// Alive (its endpoint answered for the fence hold), else forgetting it.
+// Lost and Back are the daemon's word about a peer, outside its own probes:
+// Lost drops the peer, fenced when Fence (an outage decode has given its
+// rooms up over); Back ends a fence, loading the peer again from its last
+// registration when Alive, else forgetting it (another agent registered at
+// its endpoint: whatever the fenced one had is past).
 type Lost struct {
 	Why   string
 	Fence bool
