@@ -385,6 +385,29 @@ func TestUnknownAgentFailsOnlyThatRoom(t *testing.T) {
 	r.verify(ok)
 }
 
+// A write that reaches the pool after its decode was removed (lost while the
+// write was queued) fails its room peer_lost; the decode registering again
+// is served again.
+func TestRemovedAgentFailsPeerLost(t *testing.T) {
+	r := newRig(t)
+	d := r.dec[0]
+	r.pool.RemovePeer(d.Agent.Name())
+	r.eng.Open(311)
+	r.eng.TransferInfo(311, room.TransferInfo{Agent: d.Agent.Name(), DstPages: []int32{1}, DstAux: 1, Required: 1})
+	r.eng.Init(311, 1, 1)
+	r.eng.Send(311, []int32{1}, nil)
+	if rep := r.wait(311, kv.StatusFailed); rep.Reason != kv.ReasonPeerLost {
+		t.Fatalf("room to a removed decode: reason %v, want peer_lost", rep.Reason)
+	}
+	if err := r.pool.AddPeer(d.Peer()); err != nil {
+		t.Fatal(err)
+	}
+	ok := &roomCase{id: 312, chunks: []int{1}, srcBase: 5, dstBase: 5, aux: 2}
+	r.start(ok)
+	r.wait(ok.id, kv.StatusSuccess)
+	r.verify(ok)
+}
+
 func TestBadIndexNeverWritesOutOfRange(t *testing.T) {
 	r := newRig(t)
 	r.eng.Open(401)

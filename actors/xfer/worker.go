@@ -36,6 +36,52 @@ type peerEntry struct {
 	list nixl.ListID
 }
 
+// maxGoneAgents bounds goneAgents: agent names come from outside.
+const maxGoneAgents = 1024
+
+// goneAgents are the agents last removed from a worker, oldest first. A job
+// that reaches the worker after its peer was removed (the decode was lost
+// while the room's write was queued) fails peer_lost, as the room's other
+// writes to that decode do, not invalid_request, which is for an agent never
+// known.
+type goneAgents struct {
+	set   map[string]struct{}
+	order []string
+}
+
+func (g *goneAgents) add(agent string) {
+	if _, ok := g.set[agent]; ok {
+		return
+	}
+	if g.set == nil {
+		g.set = map[string]struct{}{}
+	}
+	if len(g.order) >= maxGoneAgents {
+		delete(g.set, g.order[0])
+		g.order = g.order[1:]
+	}
+	g.set[agent] = struct{}{}
+	g.order = append(g.order, agent)
+}
+
+func (g *goneAgents) forget(agent string) {
+	if _, ok := g.set[agent]; !ok {
+		return
+	}
+	delete(g.set, agent)
+	for i, a := range g.order {
+		if a == agent {
+			g.order = append(g.order[:i], g.order[i+1:]...)
+			break
+		}
+	}
+}
+
+func (g *goneAgents) has(agent string) bool {
+	_, ok := g.set[agent]
+	return ok
+}
+
 // tick asks a worker to poll its requests: the one it sent itself while
 // spinning (at most one is queued: worker.pending).
 type tick struct{}
@@ -73,6 +119,7 @@ type worker struct {
 	p     *Pool
 	self  *actor.PID
 	peers map[string]peerEntry
+	gone  goneAgents
 	plan  sglang.Plan
 
 	active     []*job
@@ -140,8 +187,12 @@ func (w *worker) Receive(ctx actor.Context) {
 		}
 	case *addPeer:
 		w.peers[m.peer.Agent] = peerEntry{peer: m.peer, list: m.list}
+		w.gone.forget(m.peer.Agent)
 	case *removePeer:
-		delete(w.peers, m.agent)
+		if _, ok := w.peers[m.agent]; ok {
+			delete(w.peers, m.agent)
+			w.gone.add(m.agent)
+		}
 	case *job:
 		if w.inflight >= w.p.cfg.MaxInFlight || len(w.waiting) > 0 {
 			w.waiting = append(w.waiting, m)
@@ -216,8 +267,12 @@ func (w *worker) startJob(j *job) {
 	j.started = w.p.cfg.Clock.Now()
 	pe, ok := w.peers[j.t.Agent]
 	if !ok {
-		w.p.cfg.Logger.Warn("transfer for an unregistered decode agent", "room", j.t.Room, "agent", j.t.Agent)
 		j.fail = kv.ReasonInvalidRequest
+		if w.gone.has(j.t.Agent) {
+			j.fail = kv.ReasonPeerLost
+		} else {
+			w.p.cfg.Logger.Warn("transfer for an unregistered decode agent", "room", j.t.Room, "agent", j.t.Agent)
+		}
 		w.finish(j)
 		return
 	}
