@@ -8,6 +8,7 @@ import (
 
 	"github.com/kvxfer/kvxfer/actors/peer"
 	"github.com/kvxfer/kvxfer/internal/clock"
+	"github.com/kvxfer/kvxfer/internal/testrig"
 )
 
 // recExec records every peer's effects, in order, and answers loads when the
@@ -80,6 +81,8 @@ func TestPeerActorLoadsOffTheActorAndProbesOnItsTimer(t *testing.T) {
 	if len(fx.Apply) != 1 || fx.Apply[0].Room != 1 || fx.Persist != "r" {
 		t.Fatalf("ready effects %+v", fx)
 	}
+	// The actor arms the probe timer after its Exec returned: advance once it is.
+	testrig.Eventually(t, 10*time.Second, "the probe timer armed", func() bool { return clk.Pending() > 0 })
 	clk.Advance(time.Second) // the probe tick, as a message with its generation
 	ex.await(t, "a", "a probe", func(fx peer.Effects) bool { return fx.Probe })
 	st, ok, err := ps.Describe(context.Background(), "a")
