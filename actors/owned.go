@@ -37,10 +37,17 @@ type ownedActor[S, W any] struct {
 func (a *ownedActor[S, W]) Receive(ctx actor.Context) {
 	switch msg := ctx.Message().(type) {
 	case *ownedEdit[S, W]:
-		if next := msg.f(a.o.cur.Load(), &a.w); next != nil {
-			a.o.cur.Store(next)
-		}
-		close(msg.done)
+		a.edit(msg)
+	}
+}
+
+// edit applies one edit. One that panics publishes nothing, and its caller
+// returns all the same: the owner, and the versions after, go on.
+func (a *ownedActor[S, W]) edit(e *ownedEdit[S, W]) {
+	defer close(e.done)
+	defer func() { _ = recover() }()
+	if next := e.f(a.o.cur.Load(), &a.w); next != nil {
+		a.o.cur.Store(next)
 	}
 }
 

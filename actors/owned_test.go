@@ -83,3 +83,21 @@ func TestOwnedAfterClose(t *testing.T) {
 		t.Fatalf("last version %d, want 1", *o.Load())
 	}
 }
+
+// An edit that panics publishes nothing, its caller returns, and the owner
+// goes on with its own state.
+func TestOwnedPanickingEdit(t *testing.T) {
+	o := NewOwned[int, int](new(int))
+	defer o.Close()
+	one, two := 1, 2
+	o.Edit(func(_ *int, w *int) *int { *w = 7; return &one })
+	o.Edit(func(*int, *int) *int { panic("edit") })
+	if *o.Load() != 1 {
+		t.Fatalf("version %d after a panicking edit, want 1", *o.Load())
+	}
+	var w int
+	o.Edit(func(_ *int, st *int) *int { w = *st; return &two })
+	if *o.Load() != 2 || w != 7 {
+		t.Fatalf("version %d, owner state %d: want 2 and 7", *o.Load(), w)
+	}
+}
