@@ -493,6 +493,7 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 	if d.debug != nil {
 		errs = append(errs, d.debug.Shutdown(ctx))
 	}
+	d.dialects.close()
 	return errors.Join(errs...)
 }
 

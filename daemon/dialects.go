@@ -1,9 +1,10 @@
 package daemon
 
 import (
+	"maps"
 	"sort"
-	"sync"
 
+	"github.com/kvxfer/kvxfer/actors"
 	"github.com/kvxfer/kvxfer/kv"
 	"github.com/kvxfer/kvxfer/transport/wire"
 )
@@ -20,17 +21,41 @@ const (
 )
 
 // dialects is what each decode peer speaks, keyed by its PULL endpoint (the
-// address notices go to) and by agent name. The ingest goroutine writes it
-// (registrations, ABORTs); room actors read it when they notify decode.
+// address notices go to) and by agent name. It has one writer, its owner
+// (actors.Owned): the peer actors record what their registration decided
+// (accepted in a dialect, or rejected, and later dropped), the ingest records
+// the registrations it rejects at the cap and the ABORTs that carry a
+// generation. Each change publishes a new table whole; the readers (room
+// actors notifying decode, the ingest, the links, /debug/peers) read the
+// table published last without waiting for anyone.
 type dialects struct {
 	fixed  wire.Dialect // -decode-protocol pinned to one release (else auto)
 	legacy wire.Dialect // the 23-frame default
+	table  *actors.Owned[dialectTable, dialectHistory]
+}
 
-	mu         sync.RWMutex
+// dialectTable is one published version of the table: never changed once
+// published (an edit clones it), nor are the peerInfos it points to.
+type dialectTable struct {
 	byEndpoint map[kv.Endpoint]*peerInfo // the latest registration at each endpoint, while not dropped
 	byAgent    map[string]*peerInfo
-	rejected   []*peerInfo // oldest first, to forget past maxRejectedEntries
-	dropped    []*peerInfo // oldest first, to forget past maxDroppedEntries
+}
+
+// dialectHistory is the owner's own: the order rejected and dropped agents
+// are forgotten in, and the numbers that tell one record of an agent from
+// its next.
+type dialectHistory struct {
+	rejected []dialectEntry // oldest first, to forget past maxRejectedEntries
+	dropped  []dialectEntry // oldest first, to forget past maxDroppedEntries
+	seq      uint64
+}
+
+// dialectEntry names one record of the history by its number (a record
+// replaced by a changed copy keeps it).
+type dialectEntry struct {
+	agent string
+	to    kv.Endpoint
+	seq   uint64
 }
 
 // peerInfo is one decode agent as kvxferd sees it.
@@ -45,13 +70,24 @@ type peerInfo struct {
 	Lost     bool         `json:"lost,omitempty"`
 	Dropped  string       `json:"dropped,omitempty"` // why kvxferd forgot the peer
 	to       kv.Endpoint
+	seq      uint64
 }
 
 func newDialects(fixed, legacy wire.Dialect) *dialects {
 	if legacy == wire.DialectUnknown || legacy == wire.Dialect0523 {
 		legacy = wire.Dialect0520
 	}
-	return &dialects{fixed: fixed, legacy: legacy, byEndpoint: map[kv.Endpoint]*peerInfo{}, byAgent: map[string]*peerInfo{}}
+	first := &dialectTable{byEndpoint: map[kv.Endpoint]*peerInfo{}, byAgent: map[string]*peerInfo{}}
+	return &dialects{fixed: fixed, legacy: legacy, table: actors.NewOwned[dialectTable, dialectHistory](first)}
+}
+
+// close stops the owner (shutdown): the last table stays readable, later
+// changes are not recorded.
+func (t *dialects) close() { t.table.Close() }
+
+// clone is the next version's start.
+func (c *dialectTable) clone() *dialectTable {
+	return &dialectTable{byEndpoint: maps.Clone(c.byEndpoint), byAgent: maps.Clone(c.byAgent)}
 }
 
 // register records a registration's dialect, or why it was rejected.
@@ -92,33 +128,37 @@ func (t *dialects) registerOr(r *wire.Registration, why error) (wire.Dialect, er
 		p.Detected = "registration (23 frames: -decode-protocol-legacy)"
 	}
 	p.Dialect, p.Release = d, d.String()
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if len(t.byAgent) >= maxDialectEntries {
-		return d, err
-	}
-	if old, ok := t.byAgent[r.AgentName]; ok && old.to != p.to && t.byEndpoint[old.to] == old {
-		delete(t.byEndpoint, old.to)
-	}
-	t.byAgent[r.AgentName] = p
-	t.byEndpoint[p.to] = p
-	if p.Rejected != "" {
-		t.rejected = t.forgetLocked(append(t.rejected, p), maxRejectedEntries)
-	}
+	t.table.Edit(func(cur *dialectTable, h *dialectHistory) *dialectTable {
+		if len(cur.byAgent) >= maxDialectEntries {
+			return nil
+		}
+		h.seq++
+		p.seq = h.seq // p is not published yet: the owner may still set it
+		next := cur.clone()
+		if old, ok := next.byAgent[p.Agent]; ok && old.to != p.to && next.byEndpoint[old.to] == old {
+			delete(next.byEndpoint, old.to)
+		}
+		next.byAgent[p.Agent] = p
+		next.byEndpoint[p.to] = p
+		if p.Rejected != "" {
+			h.rejected = next.forget(append(h.rejected, dialectEntry{p.Agent, p.to, p.seq}), maxRejectedEntries)
+		}
+		return next
+	})
 	return d, err
 }
 
-// forgetLocked drops the oldest entries of list past n from the table.
-func (t *dialects) forgetLocked(list []*peerInfo, n int) []*peerInfo {
+// forget drops the oldest entries of list past n from the table (a version
+// not published yet).
+func (c *dialectTable) forget(list []dialectEntry, n int) []dialectEntry {
 	for len(list) > n {
-		p := list[0]
-		list[0] = nil
+		e := list[0]
 		list = list[1:]
-		if t.byAgent[p.Agent] == p {
-			delete(t.byAgent, p.Agent)
+		if p := c.byAgent[e.agent]; p != nil && p.seq == e.seq {
+			delete(c.byAgent, e.agent)
 		}
-		if t.byEndpoint[p.to] == p {
-			delete(t.byEndpoint, p.to)
+		if p := c.byEndpoint[e.to]; p != nil && p.seq == e.seq {
+			delete(c.byEndpoint, e.to)
 		}
 	}
 	return list
@@ -127,17 +167,13 @@ func (t *dialects) forgetLocked(list []*peerInfo, n int) []*peerInfo {
 // known says whether a registered decode (accepted or rejected, not dropped)
 // is at this endpoint: only such endpoints get a link.
 func (t *dialects) known(to kv.Endpoint) bool {
-	t.mu.RLock()
-	defer t.mu.RUnlock()
-	_, ok := t.byEndpoint[to]
+	_, ok := t.table.Load().byEndpoint[to]
 	return ok
 }
 
 // acceptedAt is the accepted, live agent registered last at an endpoint ("" if none).
 func (t *dialects) acceptedAt(to kv.Endpoint) string {
-	t.mu.RLock()
-	defer t.mu.RUnlock()
-	if p, ok := t.byEndpoint[to]; ok && p.Rejected == "" && p.Dropped == "" {
+	if p, ok := t.table.Load().byEndpoint[to]; ok && p.Rejected == "" && p.Dropped == "" {
 		return p.Agent
 	}
 	return ""
@@ -146,31 +182,52 @@ func (t *dialects) acceptedAt(to kv.Endpoint) string {
 // drop marks an agent dropped (kept for /debug/peers, bounded) and forgets
 // its endpoint, so no link is dialled for it again; it returns the endpoint.
 func (t *dialects) drop(agent, why string, lost bool) (kv.Endpoint, bool) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	p, ok := t.byAgent[agent]
-	if !ok || p.Dropped != "" {
-		return kv.Endpoint{}, false
-	}
-	p.Dropped, p.Lost = why, p.Lost || lost
-	if t.byEndpoint[p.to] == p {
-		delete(t.byEndpoint, p.to)
-	}
-	t.dropped = t.forgetLocked(append(t.dropped, p), maxDroppedEntries)
-	return p.to, true
+	var to kv.Endpoint
+	found := false
+	t.table.Edit(func(cur *dialectTable, h *dialectHistory) *dialectTable {
+		p, ok := cur.byAgent[agent]
+		if !ok || p.Dropped != "" {
+			return nil
+		}
+		q := *p
+		q.Dropped, q.Lost = why, p.Lost || lost
+		next := cur.clone()
+		next.byAgent[agent] = &q
+		if next.byEndpoint[p.to] == p {
+			delete(next.byEndpoint, p.to)
+		}
+		h.dropped = next.forget(append(h.dropped, dialectEntry{agent, p.to, p.seq}), maxDroppedEntries)
+		to, found = p.to, true
+		return next
+	})
+	return to, found
 }
 
 // sawGeneration upgrades the decode at this endpoint to 0.5.22: only 0.5.22+
-// put a generation on an ABORT.
+// put a generation on an ABORT. Every ABORT of such a decode carries one, so
+// the table is asked first and changed only by the first.
 func (t *dialects) sawGeneration(from kv.Endpoint) {
 	if t.fixed != wire.DialectUnknown {
 		return
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if p, ok := t.byEndpoint[from]; ok && p.Rejected == "" && p.Dialect < wire.Dialect0522 {
-		p.Dialect, p.Release, p.Detected = wire.Dialect0522, wire.Dialect0522.String(), "ABORT with a generation"
+	older := func(p *peerInfo, ok bool) bool { return ok && p.Rejected == "" && p.Dialect < wire.Dialect0522 }
+	if p, ok := t.table.Load().byEndpoint[from]; !older(p, ok) {
+		return
 	}
+	t.table.Edit(func(cur *dialectTable, _ *dialectHistory) *dialectTable {
+		p, ok := cur.byEndpoint[from]
+		if !older(p, ok) {
+			return nil
+		}
+		q := *p
+		q.Dialect, q.Release, q.Detected = wire.Dialect0522, wire.Dialect0522.String(), "ABORT with a generation"
+		next := cur.clone()
+		next.byEndpoint[from] = &q
+		if next.byAgent[p.Agent] == p {
+			next.byAgent[p.Agent] = &q
+		}
+		return next
+	})
 }
 
 // at is the dialect notices to this endpoint are written in.
@@ -178,9 +235,7 @@ func (t *dialects) at(to kv.Endpoint) wire.Dialect {
 	if t.fixed != wire.DialectUnknown {
 		return t.fixed
 	}
-	t.mu.RLock()
-	defer t.mu.RUnlock()
-	p, ok := t.byEndpoint[to]
+	p, ok := t.table.Load().byEndpoint[to]
 	if !ok || p.Dialect == wire.DialectUnknown {
 		return t.legacy
 	}
@@ -189,9 +244,7 @@ func (t *dialects) at(to kv.Endpoint) wire.Dialect {
 
 // rejection says why the agent's registration was rejected ("" if it was not).
 func (t *dialects) rejection(agent string) string {
-	t.mu.RLock()
-	defer t.mu.RUnlock()
-	if p, ok := t.byAgent[agent]; ok {
+	if p, ok := t.table.Load().byAgent[agent]; ok {
 		return p.Rejected
 	}
 	return ""
@@ -199,9 +252,7 @@ func (t *dialects) rejection(agent string) string {
 
 // rejectionAt is rejection by endpoint.
 func (t *dialects) rejectionAt(to kv.Endpoint) string {
-	t.mu.RLock()
-	defer t.mu.RUnlock()
-	if p, ok := t.byEndpoint[to]; ok {
+	if p, ok := t.table.Load().byEndpoint[to]; ok {
 		return p.Rejected
 	}
 	return ""
@@ -209,22 +260,19 @@ func (t *dialects) rejectionAt(to kv.Endpoint) string {
 
 // list returns every peer, by agent name, for /debug/peers.
 func (t *dialects) list() []peerInfo {
-	t.mu.RLock()
-	out := make([]peerInfo, 0, len(t.byAgent))
-	for _, p := range t.byAgent {
+	cur := t.table.Load()
+	out := make([]peerInfo, 0, len(cur.byAgent))
+	for _, p := range cur.byAgent {
 		out = append(out, *p)
 	}
-	t.mu.RUnlock()
 	sort.Slice(out, func(i, j int) bool { return out[i].Agent < out[j].Agent })
 	return out
 }
 
 // counts returns the number of accepted peers per dialect and of rejected ones.
 func (t *dialects) counts() (map[wire.Dialect]int, int) {
-	t.mu.RLock()
-	defer t.mu.RUnlock()
 	by, rejected := map[wire.Dialect]int{}, 0
-	for _, p := range t.byAgent {
+	for _, p := range t.table.Load().byAgent {
 		switch {
 		case p.Rejected != "":
 			rejected++

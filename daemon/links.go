@@ -101,8 +101,8 @@ func newLinks(log *slog.Logger, maxLinks int, known func(kv.Endpoint) bool, lost
 }
 
 // get returns the link to an endpoint, dialling it first if needed. pin marks
-// it a registered decode's: never evicted, and dialled even when known says
-// no (registration dials before the table is written).
+// it a registered decode's (its peer actor asks, once loaded): never evicted,
+// and dialled without asking known.
 func (l *links) get(to kv.Endpoint, pin bool) (*zmqio.PushLink, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -8,14 +8,19 @@ import (
 	"github.com/kvxfer/kvxfer/actors"
 	"github.com/kvxfer/kvxfer/actors/peer"
 	"github.com/kvxfer/kvxfer/kv"
+	"github.com/kvxfer/kvxfer/transport/wire"
 )
 
 // peerLocal is the daemon's own state of one peer, kept by its actor and
 // touched only there (actors.PeerCtx.Local).
 type peerLocal struct {
-	view     *peerView   // what the ingest reads (peers.views)
-	cur      *regPayload // the registration of the incarnation loading or loaded
-	to       kv.Endpoint
+	view *peerView   // what the ingest reads (peers.views)
+	cur  *regPayload // the registration of the incarnation loading or loaded
+	to   kv.Endpoint
+	// dialect is what the incarnation's decode speaks, decided when its
+	// registration was accepted (the dialect table publishes it to the
+	// other readers).
+	dialect  wire.Dialect
 	started  time.Time // on the daemon's clock, when its load began
 	restored bool
 	holding  bool // counted in peers.slots
@@ -256,6 +261,7 @@ func (p *peers) startLoad(pc *actors.PeerCtx, l *peerLocal, ld *peer.Load) {
 		report(peer.LoadDone{Inc: inc, Err: err.Error()})
 		return
 	}
+	l.dialect = dialect
 	go func() { // NIXL may take its time: never on the actor
 		e := ""
 		if err := p.add(r, dialect); err != nil {
@@ -296,7 +302,7 @@ func (p *peers) loadFailed(agent string, l *peerLocal, why string, fx peer.Effec
 func (p *peers) ready(agent string, l *peerLocal) {
 	d := p.d
 	r := l.cur.r
-	dialect := d.dialects.at(l.to)
+	dialect := l.dialect
 	p.staging().add(r, !dialect.Notifs())
 	if l.cur.frames != nil && !l.restored {
 		d.state.put(r, l.cur.frames)
