@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Re-measure docs/benchmarks.md's figures on two trees, alternating.
 
-    scripts/bench-compare.py [--reps 3] [--only suite,demo,go] [--out DIR] OLD NEW
+    scripts/bench-compare.py [--reps 3] [--only suite,demo,go] [--go SUBSTR] [--out DIR] OLD NEW
 
 OLD and NEW are git revisions (or "WORKTREE" for the working tree as it is).
 Each is built once into its own directory (binaries and Go test binaries);
@@ -34,7 +34,7 @@ GO_BENCHES = [
     ("./actors", "^BenchmarkPoll1000$", "1s"),
     ("./actors", "^BenchmarkRoomLifecycle$", "1s"),
     ("./actors/xfer", "^BenchmarkRoomCompletion$", "3000x"),
-    ("./transport/control", "^BenchmarkAbortStorm$/shm", "3x"),
+    ("./transport/control", "^BenchmarkAbortStorm$/.*/shm", "3x"),
     ("./daemon", "^BenchmarkDaemonIngest$/(new|opened)/batched", "100000x"),
     ("./daemon", "^BenchmarkDecodeRegistration$", "200x"),
     ("./transport/zmqio", "^BenchmarkIngestTransferInfo$", "1s"),
@@ -176,6 +176,7 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--only", default="suite,demo,go")
     ap.add_argument("--out", default="")
+    ap.add_argument("--go", default="", help="only the Go benchmarks whose package or name contains this")
     args = ap.parse_args()
     parts = set(args.only.split(","))
     work = tempfile.mkdtemp(prefix="kvxfer-cmp-")
@@ -203,6 +204,8 @@ def main():
             jobs.append((name, lambda b, n=name, a=dargs: demo_figures(b, n, a)))
     if "go" in parts:
         for pkg, bench, bt in GO_BENCHES:
+            if args.go and args.go not in pkg + " " + bench:
+                continue
             jobs.append((f"{pkg} {bench}", lambda b, p=pkg, x=bench, t=bt: go_figures(b, p, x, t)))
     try:
         for rep in range(args.reps):
@@ -218,7 +221,7 @@ def main():
     lines = [
         f"bench-compare {started}: old = `{args.old}`, new = `{args.new}`, {args.reps} alternating reps, "
         f"{os.cpu_count()} CPUs; command: `scripts/bench-compare.py --reps {args.reps} --only {args.only} "
-        f"{args.old} {args.new}`",
+        f"{'--go ' + args.go + ' ' if args.go else ''}{args.old} {args.new}`",
         "",
         "| figure | old median [range] | new median [range] | new ÷ old | load 1m |",
         "|---|---|---|---|---|",
