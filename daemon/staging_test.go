@@ -5,7 +5,6 @@ import (
 	"slices"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/kvxfer/kvxfer/actors/peer"
 	"github.com/kvxfer/kvxfer/kv"
@@ -55,13 +54,16 @@ func stagingRegion(t *testing.T, d *Daemon, agent string, roomID uint64, chunk i
 	t.Helper()
 	reply := make(chan stagingAnswer, 1)
 	d.peers.actors.Send(agent, peer.Staging{Payload: stagingAsk{key: stagingKey{room: roomID, chunkIdx: chunk}, reply: reply}})
-	select {
-	case a := <-reply:
-		return a.r, a.writable, a.ok
-	case <-time.After(10 * time.Second):
-		t.Fatal("the peer's actor did not answer")
-		return StagingRegion{}, false, false
-	}
+	var a stagingAnswer
+	waitFor(t, "the peer's actor answers", func() bool {
+		select {
+		case a = <-reply:
+			return true
+		default:
+			return false
+		}
+	})
+	return a.r, a.writable, a.ok
 }
 
 // stagingHarness is one staging peer's machine and staging state, stepped
