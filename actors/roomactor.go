@@ -321,9 +321,10 @@ func recoverFrom(f func()) (p any) {
 
 // Withdrawer is optionally implemented by Transfers: Withdraw drops the
 // transfers of a failed room it has not started yet (room.Effects.Withdraw),
-// still reporting each one's completion.
+// still reporting each one's completion; agents are the room's decode
+// agents, so only what holds their transfers is asked.
 type Withdrawer interface {
-	Withdraw(roomID uint64)
+	Withdraw(roomID uint64, agents []string)
 }
 
 // exec hands a step's effects to out, then executes them (run). If the
@@ -352,7 +353,7 @@ func (a *roomActor) run(ctx actor.Context, env *envelope, fx *room.Effects) {
 	}
 	if fx.Withdraw {
 		if w, ok := a.eng.cfg.Transfers.(Withdrawer); ok {
-			w.Withdraw(a.m.Room())
+			w.Withdraw(a.m.Room(), a.m.Agents())
 		}
 	}
 	if fx.Arm.Kind != room.NoDeadline {

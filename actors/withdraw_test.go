@@ -18,7 +18,7 @@ type withdrawTransfers struct {
 	withdrawn []uint64
 }
 
-func (w *withdrawTransfers) Withdraw(id uint64) {
+func (w *withdrawTransfers) Withdraw(id uint64, _ []string) {
 	w.wmu.Lock()
 	w.withdrawn = append(w.withdrawn, id)
 	w.wmu.Unlock()

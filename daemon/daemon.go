@@ -259,8 +259,8 @@ func Start(cfg Config) (*Daemon, error) {
 	d.xfers.epoch = d.peers.epoch.Load
 	d.xfers.gate = d.gateTransfer
 	if cfg.Staging.Enabled {
-		d.xfers.stage = d.peers.staging().stage
-		d.xfers.withdraw = d.peers.staging().withdraw
+		d.xfers.stage = d.peers.stage
+		d.xfers.withdraw = d.peers.withdraw
 	}
 	ec := cfg.Engine
 	if ec.Room == (room.Config{HoldCompletion: ec.Room.HoldCompletion}) {
@@ -577,27 +577,58 @@ type lazyTransfers struct {
 	epoch    func() uint64 // the peer table's epoch: a loss is of the agent loaded by then
 	gate     func(t kv.Transfer, epoch uint64, post, fail func()) bool
 	gated    *atomic.Int64 // peers whose writes go through their actor now; 0: gate is not asked
-	// stage, when set (-staging), takes the chunks of staging decodes: it
-	// holds each until its staging region is writable and posts it, with
-	// the region, through post (staging.go).
+	// stage, when set (-staging), hands the chunks of staging decodes to
+	// their actor, which holds each until its staging region is writable
+	// and posts it, with the region, through post (staging.go); false: not
+	// staged.
 	stage func(t kv.Transfer, done kv.DoneFunc, post func(kv.Transfer, kv.DoneFunc)) bool
-	// withdraw drops the chunks stage holds for a room that failed.
-	withdraw func(roomID uint64)
+	// withdraw drops the chunks staged for a room that failed, at the
+	// actors of its agents.
+	withdraw func(roomID uint64, agents []string)
 }
 
 // Withdraw implements actors.Withdrawer: a failed room's staged chunks still
 // waiting for their region are not written (staging.go).
-func (l *lazyTransfers) Withdraw(roomID uint64) {
+func (l *lazyTransfers) Withdraw(roomID uint64, agents []string) {
 	if l.withdraw != nil {
-		l.withdraw(roomID)
+		l.withdraw(roomID, agents)
 	}
 }
 
 func (l *lazyTransfers) Post(t kv.Transfer, done kv.DoneFunc) {
-	if l.stage != nil && l.stage(t, done, l.post) {
+	// A staged chunk's actor gates it itself (held while suspect), so it is
+	// posted to the pool without the gate.
+	if l.stage != nil && l.stage(t, done, l.poolPost) {
 		return
 	}
 	l.post(t, done)
+}
+
+// watch makes a transfer's peer_lost end its agent's incarnation (the one
+// loaded at epoch, taken now).
+func (l *lazyTransfers) watch(t kv.Transfer, done kv.DoneFunc) (kv.DoneFunc, uint64) {
+	if l.peerLost == nil {
+		return done, 0
+	}
+	inner := done
+	epoch := l.epoch()
+	return func(fail kv.Reason, signal [][]byte) {
+		if fail == kv.ReasonPeerLost {
+			l.peerLost(t.Agent, epoch)
+		}
+		inner(fail, signal)
+	}, epoch
+}
+
+// poolPost posts to the pool, ungated.
+func (l *lazyTransfers) poolPost(t kv.Transfer, done kv.DoneFunc) {
+	p := l.pool.Load()
+	if p == nil {
+		done(kv.ReasonInvalidRequest, nil)
+		return
+	}
+	done, _ = l.watch(t, done)
+	p.Post(t, done)
 }
 
 func (l *lazyTransfers) post(t kv.Transfer, done kv.DoneFunc) {
@@ -606,17 +637,7 @@ func (l *lazyTransfers) post(t kv.Transfer, done kv.DoneFunc) {
 		done(kv.ReasonInvalidRequest, nil)
 		return
 	}
-	var epoch uint64
-	if l.peerLost != nil {
-		inner := done
-		epoch = l.epoch()
-		done = func(fail kv.Reason, signal [][]byte) {
-			if fail == kv.ReasonPeerLost {
-				l.peerLost(t.Agent, epoch)
-			}
-			inner(fail, signal)
-		}
-	}
+	done, epoch := l.watch(t, done)
 	if l.gate == nil || l.gated != nil && l.gated.Load() == 0 {
 		p.Post(t, done)
 		return

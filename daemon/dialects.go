@@ -32,6 +32,10 @@ type dialects struct {
 	fixed  wire.Dialect // -decode-protocol pinned to one release (else auto)
 	legacy wire.Dialect // the 23-frame default
 	table  *actors.Owned[dialectTable, dialectHistory]
+	// staging, when set, says whether a registration makes a staging peer
+	// (stager.stages): recorded with it, so that the transfers read it
+	// without asking the peer's actor.
+	staging func(*wire.Registration) bool
 }
 
 // dialectTable is one published version of the table: never changed once
@@ -69,6 +73,7 @@ type peerInfo struct {
 	Rejected string       `json:"rejected,omitempty"`
 	Lost     bool         `json:"lost,omitempty"`
 	Dropped  string       `json:"dropped,omitempty"` // why kvxferd forgot the peer
+	Stages   bool         `json:"staging,omitempty"` // its chunks go into its staging ring
 	to       kv.Endpoint
 	seq      uint64
 }
@@ -128,6 +133,7 @@ func (t *dialects) registerOr(r *wire.Registration, why error) (wire.Dialect, er
 		p.Detected = "registration (23 frames: -decode-protocol-legacy)"
 	}
 	p.Dialect, p.Release = d, d.String()
+	p.Stages = err == nil && t.staging != nil && t.staging(r)
 	t.table.Edit(func(cur *dialectTable, h *dialectHistory) *dialectTable {
 		if len(cur.byAgent) >= maxDialectEntries {
 			return nil
@@ -300,4 +306,11 @@ func (d *Daemon) dialectSetting() string {
 		return "pinned " + d.cfg.Dialect.String()
 	}
 	return "auto (23 frames: " + d.dialects.legacy.String() + ")"
+}
+
+// stages says whether agent is an accepted staging peer (not dropped): its
+// chunks go to its actor to wait for their region.
+func (t *dialects) stages(agent string) bool {
+	p, ok := t.table.Load().byAgent[agent]
+	return ok && p.Stages && p.Rejected == "" && p.Dropped == ""
 }

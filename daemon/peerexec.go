@@ -32,6 +32,9 @@ type peerLocal struct {
 	probed time.Time
 	// stepped counts the writes stepped; a probe reads it as it begins.
 	stepped atomic.Uint64
+	// stg is the incarnation's staging state (its regions, watermark, ring
+	// and held chunks; staging.go), set when it is loaded, gone when it ends.
+	stg stagingLocal
 }
 
 // Exec implements actors.PeerExec: it is the one place a peer's effects are
@@ -54,12 +57,15 @@ func (p *peers) Exec(pc *actors.PeerCtx, fx peer.Effects) {
 	case peer.Info:
 		fromIngest = true
 	case peer.Write:
-		l.stepped.Add(1)                         // as the machine counts them (peer.Probed.Began)
-		if h, ok := m.Payload.(*heldWrite); ok { // the machine names it by ID from now on
+		l.stepped.Add(1)               // as the machine counts them (peer.Probed.Began)
+		switch h := m.Payload.(type) { // the machine names it by ID from now on
+		case *heldWrite:
 			if l.writes == nil {
 				l.writes = map[uint64]*heldWrite{}
 			}
 			l.writes[m.ID] = h
+		case *stagedChunk:
+			l.stg.hold(m.ID, h)
 		}
 	}
 	_, shutdown := pc.Msg.(peer.Shutdown)
@@ -116,12 +122,25 @@ func (p *peers) Exec(pc *actors.PeerCtx, fx peer.Effects) {
 	if fx.Release != 0 && !shutdown {
 		d.releaseAgent(agent, true)
 	}
+	if fx.FailRooms || shutdown {
+		p.stg.ended(&l.stg) // its held chunks are in fx.Fail
+		if l.view != nil {
+			l.view.stages.Store(false)
+		}
+	}
 	if fx.FailRooms {
 		p.forget(agent, fx.Reason, fx.Has(peer.NoteLost), pc.State == peer.Fenced)
 	}
 	for _, id := range fx.Fail { // after the rooms: the decode is dropped first
 		if h := l.take(id); h != nil {
 			h.fail()
+		} else if c := p.stg.take(&l.stg, id); c != nil {
+			c.done(kv.ReasonPeerLost, nil)
+		}
+	}
+	for _, id := range fx.Withdrawn {
+		if c := p.stg.take(&l.stg, id); c != nil {
+			p.stg.withdraw(c)
 		}
 	}
 	if fx.CloseLink && !shutdown {
@@ -145,6 +164,10 @@ func (p *peers) Exec(pc *actors.PeerCtx, fx peer.Effects) {
 			if ip.a != nil {
 				p.applyAbort(ip.a)
 			} else {
+				// A staging peer's regions are asked for as its info
+				// arrives (SGLang's prefetch_staging_reqs), before the room
+				// can post a chunk that waits for one.
+				p.stg.info(l.stg.p, ip.t, d.cfg.PageSize)
 				p.applyInfo(ip.t)
 			}
 		}
@@ -168,11 +191,40 @@ func (p *peers) Exec(pc *actors.PeerCtx, fx peer.Effects) {
 	for _, id := range fx.Post { // in the machine's order: held ones before those confirmed after
 		if h := l.take(id); h != nil {
 			h.post()
+		} else if c := p.stg.take(&l.stg, id); c != nil {
+			p.stg.post(&l.stg, c, pc.Report)
 		}
 	}
+	p.stageStep(pc, l, fx)
 	if fx.Probe && !shutdown {
 		_, back := pc.Msg.(peer.Probed) // the next round of confirmations: rate-bound
 		l.probed = d.liveness.probe(l.to, l.probed, back, &l.stepped, pc.Report)
+	}
+}
+
+// stageStep is a step's staging part: a staged write the machine holds
+// waiting is recorded (and released at once when its region is writable or
+// it can never be written), a staging frame is applied to the regions, and
+// what that made writable is released (peer.Writable, to this actor).
+func (p *peers) stageStep(pc *actors.PeerCtx, l *peerLocal, fx peer.Effects) {
+	var release []uint64
+	switch m := pc.Msg.(type) {
+	case peer.Write:
+		if !m.Staged {
+			return
+		}
+		if p.stg.handed(&l.stg, m.ID) {
+			release = []uint64{m.ID}
+		}
+	case peer.Staging:
+		var dropped bool
+		release, dropped = p.stg.staging(&l.stg, m.Payload)
+		if dropped {
+			p.d.counters.staging.Add(1)
+		}
+	}
+	if len(release) > 0 {
+		pc.Report(peer.Writable{IDs: release})
 	}
 }
 
@@ -202,12 +254,11 @@ func (p *peers) letGo(i peer.Info) {
 }
 
 // forget is the bookkeeping of an incarnation that ended: the agent leaves
-// the staging and dialect tables, its rooms fail peer_lost, and its link goes
+// the dialect table, its rooms fail peer_lost, and its link goes
 // unless another agent registered at its endpoint since, or it is fenced (the
 // link then tells decode of the rooms the fence fails, until the peer goes).
 func (p *peers) forget(agent, why string, lost, fenced bool) {
 	d := p.d
-	p.staging().drop(agent)
 	to, inDialects := d.dialects.drop(agent, why, lost)
 	d.counters.peersDropped.Add(1)
 	d.eng.PeerLost(agent)
@@ -303,7 +354,10 @@ func (p *peers) ready(agent string, l *peerLocal) {
 	d := p.d
 	r := l.cur.r
 	dialect := l.dialect
-	p.staging().add(r, !dialect.Notifs())
+	p.stg.began(&l.stg, r, !dialect.Notifs())
+	if l.stg.p != nil && l.view != nil {
+		l.view.stages.Store(true) // from now on its infos come through here
+	}
 	if l.cur.frames != nil && !l.restored {
 		d.state.put(r, l.cur.frames)
 	}

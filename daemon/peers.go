@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -60,10 +59,9 @@ const (
 type peers struct {
 	d   *Daemon
 	max int
-	// stg is the staging state of decodes with a staging ring (staging.go),
-	// made on first use.
-	stg     *stagingTable
-	stgOnce sync.Once
+	// stg is staging's rule and counters (staging.go); each staging peer's
+	// regions and held chunks are its actor's (peerLocal.stg).
+	stg *stager
 
 	actors *actors.Peers
 	// epoch numbers incarnations daemon-wide: a transfer posted at epoch n
@@ -98,6 +96,9 @@ type peers struct {
 type peerView struct {
 	state   atomic.Uint32 // peer.State
 	pending atomic.Int64
+	// stages: a staging peer's infos all go through its actor, which asks
+	// for their regions (STAGING_REQ) where it keeps them.
+	stages atomic.Bool
 }
 
 // viaActor says whether the agent's frames must go through its actor now.
@@ -105,7 +106,7 @@ func (v *peerView) viaActor() bool {
 	if v == nil {
 		return false
 	}
-	return v.pending.Load() > 0 || v.viaActorIn(peer.State(v.state.Load()))
+	return v.pending.Load() > 0 || v.stages.Load() || v.viaActorIn(peer.State(v.state.Load()))
 }
 
 // viaActorIn says whether an agent in state st has its frames go through its
@@ -147,15 +148,30 @@ func newPeers(d *Daemon, maxPeers int, live *liveness) *peers {
 		},
 		Epoch: func() uint64 { return p.epoch.Add(1) },
 		// A write for an agent that never registered is posted as it would
-		// have been without the gate (the pool fails it).
+		// have been without the gate (the pool fails it); a staging frame
+		// for one is dropped (nobody asked for it).
 		Orphan: func(_ string, msg peer.Msg) {
-			if w, ok := msg.(peer.Write); ok {
-				if h, ok := w.Payload.(*heldWrite); ok {
+			switch m := msg.(type) {
+			case peer.Write:
+				switch h := m.Payload.(type) {
+				case *heldWrite:
 					h.post()
+				case *stagedChunk:
+					h.post(h.t, h.done)
+				}
+			case peer.Staging:
+				if _, ok := m.Payload.(wire.Inbound); ok {
+					p.stg.dropped.Add(1)
+					d.counters.staging.Add(1)
 				}
 			}
 		},
 	})
+	p.stg = newStager(d.cfg.Staging, d.cfg.Rank.TPSize, d.cfg.MLA, func(to kv.Endpoint, f [][]byte) error {
+		return d.links.send(to, f)
+	})
+	p.stg.pageSize, p.stg.rank = d.cfg.PageSize, d.cfg.Rank.Unique()
+	d.dialects.staging = p.stg.stages
 	return p
 }
 
@@ -348,12 +364,6 @@ func (p *peers) applyInfo(t *wire.TransferInfo) { p.applyInfoTo(t, p.d.eng, p.re
 
 func (p *peers) applyInfoTo(t *wire.TransferInfo, to infoSink, rejected func(string) bool) {
 	isRejected := rejected(t.AgentName)
-	if !isRejected {
-		// A staging peer's regions are asked for as its info arrives
-		// (SGLang's prefetch_staging_reqs; staging.go), before the room can
-		// post a chunk that waits for one. Nothing without -staging.
-		p.staging().info(t, p.d.cfg.PageSize)
-	}
 	info := room.TransferInfo{
 		Agent: t.AgentName, From: kv.Endpoint{IP: t.DecodeIP, Port: t.DecodePort},
 		DstPages: t.DstKVIndices, DstAux: t.DstAuxIndex, Required: t.RequiredDstInfoNum,
@@ -408,12 +418,52 @@ func (p *peers) applyAbort(a *wire.Abort) {
 	p.d.eng.DecodeAbort(a.Room, from)
 }
 
-// Staging routes STAGING_RSP and WATERMARK to their staging peer (staging.go);
-// with -staging off, or when nobody asked for it, the frame is dropped and
+// Staging routes STAGING_RSP and WATERMARK to the actor of the agent they
+// name (staging.go), which applies them to its regions; with -staging off, a
+// malformed frame, or when nobody asked for it, the frame is dropped and
 // counted (staging_frames_dropped).
 func (p *peers) Staging(m wire.Inbound) {
-	if !p.staging().frame(m) {
+	agent := ""
+	switch m := m.(type) {
+	case *wire.StagingRsp:
+		if m.Err == nil {
+			agent = m.SessionID
+		}
+	case *wire.Watermark:
+		if m.Err == nil {
+			agent = m.SessionID
+		}
+	}
+	if !p.d.cfg.Staging.Enabled || agent == "" {
+		p.stg.dropped.Add(1)
 		p.d.counters.staging.Add(1)
+		return
+	}
+	p.actors.Send(agent, peer.Staging{Payload: m})
+}
+
+// stage hands a chunk to a staging peer's actor (a staged peer.Write: it
+// waits there for its region); false when the agent is not a staging peer
+// or the chunk is not staged. post is the transfers' path to the pool.
+func (p *peers) stage(t kv.Transfer, done kv.DoneFunc, post func(kv.Transfer, kv.DoneFunc)) bool {
+	if !p.d.dialects.stages(t.Agent) {
+		return false
+	}
+	c := p.stg.chunk(t, done, post)
+	if c == nil {
+		return false
+	}
+	p.actors.SendWrite(t.Agent, peer.Write{ID: p.writes.Add(1), Inc: p.epoch.Load(), Staged: true, Room: t.Room, Payload: c})
+	return true
+}
+
+// withdraw ends, at each staging agent's actor, the staged chunks of a room
+// that failed (after the writes handed to it: they go the same way or ahead).
+func (p *peers) withdraw(roomID uint64, agents []string) {
+	for _, a := range agents {
+		if p.d.dialects.stages(a) {
+			p.actors.Send(a, peer.Withdraw{Room: roomID})
+		}
 	}
 }
 
@@ -450,7 +500,7 @@ func (p *peers) add(r *wire.Registration, dialect wire.Dialect) error {
 		NoNotifs: !dialect.Notifs(),
 	}
 	peerTopology(&g, r, dialect)
-	p.staging().geometry(&g, r)
+	p.stg.geometry(&g, r)
 	if r.HasDstNumSlots {
 		g.DstNumSlots = r.DstNumSlots
 	}

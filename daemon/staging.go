@@ -1,8 +1,10 @@
 package daemon
 
 import (
-	"sync"
+	"slices"
 	"sync/atomic"
+
+	"github.com/kvxfer/kvxfer/actors/peer"
 
 	"github.com/kvxfer/kvxfer/kv"
 	"github.com/kvxfer/kvxfer/nixl/sglang"
@@ -30,7 +32,7 @@ import (
 //     handle_watermark_msg). A reply nobody asked for, or for an agent that
 //     is not a staging peer, is dropped and counted; it touches no other
 //     room or peer;
-//   - holds each chunk to such a decode (stage) until its slot's region is
+//   - holds each chunk to such a decode (at its actor) until its slot's region is
 //     answered and the watermark allows the write (re-checked on every
 //     STAGING_RSP and WATERMARK of the agent), then posts it with the
 //     region (kv.Transfer.Staged): the pool writes its KV into decode's
@@ -49,8 +51,8 @@ type StagingConfig struct {
 }
 
 // Caps on what decodes' frames make kvxferd remember: regions per staging
-// peer (oldest forgotten first) and staging peers (one per accepted agent,
-// which the link cap bounds already).
+// peer (oldest forgotten first); staging peers are one per accepted agent,
+// which the link cap bounds already.
 const (
 	maxStagingRegions = 1 << 14
 	// maxStagingReqsPerInfo bounds the STAGING_REQs one transfer info can
@@ -60,12 +62,16 @@ const (
 	maxStagingHeld = 1 << 12
 )
 
-// heldChunk is a transfer waiting for its staging region.
-type heldChunk struct {
+// stagedChunk is a chunk to a staging peer, handed to its actor as a staged
+// peer.Write: the machine holds it until a Writable names it.
+type stagedChunk struct {
 	t        kv.Transfer
 	done     kv.DoneFunc
-	post     func(kv.Transfer, kv.DoneFunc)
+	post     func(kv.Transfer, kv.DoneFunc) // the transfers' own path (the pool)
 	chunkIdx int64
+	// refuse, when set, is how it ends at its release: it can never be
+	// written (no region asked for its slot, across two slots, too many held).
+	refuse kv.Reason
 }
 
 // stagingKey names one staging-grid slot of a room for one decode agent.
@@ -81,20 +87,51 @@ type StagingRegion struct {
 	Known              bool // a STAGING_RSP came (else only requested)
 }
 
-// stagingPeer is one decode agent with a staging ring.
+// stagingPeer is one incarnation of a decode agent with a staging ring: its
+// regions, watermark and ring, owned by the agent's actor (stagingLocal) and
+// touched only there; it goes when the incarnation ends.
 type stagingPeer struct {
 	to             kv.Endpoint
 	chunkReady     bool // 0.5.23: CHUNK_READY after the write, no notification on it
-	held           []heldChunk
 	base           uint64
 	size           int64
 	wmRound, wmTle int64
 	hasWM          bool
 	regions        map[stagingKey]*StagingRegion
 	order          []stagingKey // request order, to forget the oldest past the cap
+	// waiting are the staged chunks the machine holds for their region, by
+	// write ID (IDs grow in the order chunks are handed over).
+	waiting map[uint64]*stagedChunk
 }
 
-// StagingStats are the staging table's counters.
+// stagingLocal is a peer actor's staging state (peerLocal.stg): the current
+// incarnation's staging peer (nil: not a staging peer, or ended) and every
+// staged chunk the machine names by ID.
+type stagingLocal struct {
+	p      *stagingPeer
+	chunks map[uint64]*stagedChunk
+}
+
+// stagingDone is a staged write's end, reported to its actor (peer.Staging):
+// its slot is forgotten (decode frees it), if its incarnation is current.
+type stagingDone struct {
+	p   *stagingPeer
+	key stagingKey
+}
+
+// stagingAsk asks an actor for one region (tests, /debug): the answer goes to
+// reply.
+type stagingAsk struct {
+	key   stagingKey
+	reply chan stagingAnswer
+}
+
+type stagingAnswer struct {
+	r                StagingRegion
+	writable, ok, is bool // is: the agent is a staging peer now
+}
+
+// StagingStats are the staging counters.
 type StagingStats struct {
 	Peers       int   // staging peers (accepted agents with a ring, another TP size)
 	ReqsSent    int64 // STAGING_REQs sent
@@ -112,10 +149,10 @@ type StagingStats struct {
 	HeldNow     int   // chunks waiting now
 }
 
-// stagingTable is the per-agent staging state. The ingest goroutine writes it
-// (transfer infos, STAGING_RSP, WATERMARK, registrations); it is read by
-// whoever plans staged writes, hence the lock (daemon, not actors/).
-type stagingTable struct {
+// stager is the daemon-wide part of staging: the rule, the grid and the
+// counters. Each staging peer's state is its actor's (stagingLocal); the
+// stager keeps none, so it needs no lock.
+type stager struct {
 	cfg      StagingConfig
 	tpSize   int
 	mla      bool
@@ -123,21 +160,21 @@ type stagingTable struct {
 	rank     int // _prefill_unique_rank, CHUNK_READY's prefill_rank
 	send     func(to kv.Endpoint, frames [][]byte) error
 
-	mu    sync.Mutex
-	peers map[string]*stagingPeer
-
 	reqsSent, reqsFailed, rspRouted, oversized, wmRouted, dropped, regionsLost atomic.Int64
 	held, staged, refused, chunkReady, withdrawn                               atomic.Int64
+	// peersNow and heldNow are what the actors hold now (each adds and takes
+	// back its own).
+	peersNow, heldNow atomic.Int64
 }
 
-func newStagingTable(cfg StagingConfig, tpSize int, mla bool, send func(kv.Endpoint, [][]byte) error) *stagingTable {
-	return &stagingTable{cfg: cfg, tpSize: max(tpSize, 1), mla: mla, send: send, peers: map[string]*stagingPeer{}}
+func newStager(cfg StagingConfig, tpSize int, mla bool, send func(kv.Endpoint, [][]byte) error) *stager {
+	return &stager{cfg: cfg, tpSize: max(tpSize, 1), mla: mla, send: send}
 }
 
 // stages says whether a registration makes its agent a staging peer: staging
 // on, a ring announced, MHA, and another attention TP size (SGLang's
 // needs_staging: decode_tp_size != attn_tp_size).
-func (s *stagingTable) stages(r *wire.Registration) bool {
+func (s *stager) stages(r *wire.Registration) bool {
 	if !s.cfg.Enabled || s.mla || (r.StagingBasePtr == 0 && r.StagingTotalSize == 0) {
 		return false
 	}
@@ -146,89 +183,72 @@ func (s *stagingTable) stages(r *wire.Registration) bool {
 
 // geometry puts a staging peer's ring into its peer geometry; other peers
 // keep none, so the pool never plans a staged write to them.
-func (s *stagingTable) geometry(g *sglang.PeerGeometry, r *wire.Registration) {
+func (s *stager) geometry(g *sglang.PeerGeometry, r *wire.Registration) {
 	if s.stages(r) {
 		g.StagingBase, g.StagingSize = r.StagingBasePtr, r.StagingTotalSize
 	}
 }
 
-// add records an accepted agent (replacing what an earlier registration of
-// it left): a staging peer starts with no regions and no watermark.
-// chunkReady: its release reads CHUNK_READY, not notifications (0.5.23).
-func (s *stagingTable) add(r *wire.Registration, chunkReady bool) {
-	s.drop(r.AgentName)
+// began starts a loaded incarnation's staging state (none unless it stages):
+// no regions and no watermark yet. chunkReady: its release reads
+// CHUNK_READY, not notifications (0.5.23).
+func (s *stager) began(l *stagingLocal, r *wire.Registration, chunkReady bool) {
+	s.ended(l)
 	if !s.stages(r) {
 		return
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.peers[r.AgentName] = &stagingPeer{to: kv.Endpoint{IP: r.DecodeIP, Port: r.DecodePort}, chunkReady: chunkReady,
-		base: r.StagingBasePtr, size: r.StagingTotalSize, regions: map[stagingKey]*StagingRegion{}}
+	s.peersNow.Add(1)
+	l.p = &stagingPeer{to: kv.Endpoint{IP: r.DecodeIP, Port: r.DecodePort}, chunkReady: chunkReady,
+		base: r.StagingBasePtr, size: r.StagingTotalSize, regions: map[stagingKey]*StagingRegion{},
+		waiting: map[uint64]*stagedChunk{}}
 }
 
-// drop forgets an agent (dropped, lost, replaced); the chunks it held fail
-// peer_lost.
-func (s *stagingTable) drop(agent string) {
-	s.mu.Lock()
-	var held []heldChunk
-	if p := s.peers[agent]; p != nil {
-		held = p.held
-		delete(s.peers, agent)
+// ended forgets the incarnation's staging state; the chunks it held are the
+// machine's to fail (peer_lost, in the same step).
+func (s *stager) ended(l *stagingLocal) {
+	if l.p == nil {
+		return
 	}
-	s.mu.Unlock()
-	for _, h := range held {
-		h.done(kv.ReasonPeerLost, nil)
-	}
+	s.peersNow.Add(-1)
+	s.heldNow.Add(-int64(len(l.p.waiting)))
+	l.p = nil
 }
 
 // gridPages is the staging grid slot in pages.
-func (s *stagingTable) gridPages(pageSize int) int {
+func (s *stager) gridPages(pageSize int) int {
 	return sglang.StagingGridPages(s.cfg.ChunkedPrefillSize, pageSize)
 }
 
 // info sends the STAGING_REQs of a transfer info from a staging peer: one per
 // grid slot of its pages (prefetch_staging_reqs), each slot requested once
 // per (room, agent). It returns how many were sent.
-func (s *stagingTable) info(t *wire.TransferInfo, pageSize int) int {
-	if !s.cfg.Enabled || t.IsDummy() || len(t.DstKVIndices) == 0 {
+func (s *stager) info(p *stagingPeer, t *wire.TransferInfo, pageSize int) int {
+	if p == nil || !s.cfg.Enabled || t.IsDummy() || len(t.DstKVIndices) == 0 {
 		return 0
 	}
 	grid := s.gridPages(pageSize)
 	total := len(t.DstKVIndices)
 	n := min((total+grid-1)/grid, maxStagingReqsPerInfo)
-	var reqs []*wire.StagingReq
-	s.mu.Lock()
-	p := s.peers[t.AgentName]
-	if p == nil {
-		s.mu.Unlock()
-		return 0
-	}
-	to := p.to
+	sent := 0
 	for c := range n {
 		k := stagingKey{room: t.Room, chunkIdx: int64(c)}
 		if _, ok := p.regions[k]; ok {
 			continue
 		}
-		s.rememberLocked(p, k)
-		reqs = append(reqs, &wire.StagingReq{Room: t.Room, ChunkIdx: c, ChunkPages: min(grid, total-c*grid), SessionID: t.AgentName})
-	}
-	s.mu.Unlock()
-	for _, r := range reqs {
-		if err := s.send(to, r.Encode()); err != nil {
+		s.remember(p, k)
+		r := &wire.StagingReq{Room: t.Room, ChunkIdx: c, ChunkPages: min(grid, total-c*grid), SessionID: t.AgentName}
+		sent++
+		if err := s.send(p.to, r.Encode()); err != nil {
 			s.reqsFailed.Add(1)
-			s.mu.Lock()
-			if p := s.peers[t.AgentName]; p != nil {
-				delete(p.regions, stagingKey{room: r.Room, chunkIdx: int64(r.ChunkIdx)})
-			}
-			s.mu.Unlock()
+			delete(p.regions, k) // the next info asks again
 			continue
 		}
 		s.reqsSent.Add(1)
 	}
-	return len(reqs)
+	return sent
 }
 
-func (s *stagingTable) rememberLocked(p *stagingPeer, k stagingKey) {
+func (s *stager) remember(p *stagingPeer, k stagingKey) {
 	p.regions[k] = &StagingRegion{}
 	p.order = append(p.order, k)
 	for len(p.regions) > maxStagingRegions && len(p.order) > 0 {
@@ -250,20 +270,17 @@ func (s *stagingTable) rememberLocked(p *stagingPeer, k stagingKey) {
 	}
 }
 
-// frame routes a STAGING_RSP or WATERMARK (the ingest's Staging); false when
-// it was dropped (staging off, malformed, unknown agent, not asked for).
-func (s *stagingTable) frame(m wire.Inbound) bool {
+// frame applies a STAGING_RSP or WATERMARK to its agent's staging peer (nil:
+// the agent is none now); false when it was dropped (malformed, not asked
+// for). It counts the drop.
+func (s *stager) frame(p *stagingPeer, m wire.Inbound) bool {
 	ok := false
-	if s.cfg.Enabled {
+	if s.cfg.Enabled && p != nil {
 		switch m := m.(type) {
 		case *wire.StagingRsp:
-			if ok = m.Err == nil && s.rsp(m); ok {
-				s.wake(m.SessionID)
-			}
+			ok = m.Err == nil && s.rsp(p, m)
 		case *wire.Watermark:
-			if ok = m.Err == nil && s.watermark(m); ok {
-				s.wake(m.SessionID)
-			}
+			ok = m.Err == nil && s.watermark(p, m)
 		}
 	}
 	if !ok {
@@ -273,15 +290,9 @@ func (s *stagingTable) frame(m wire.Inbound) bool {
 }
 
 // rsp fills the region a STAGING_RSP answers; false if nobody asked for it
-// (unknown agent, room or slot) or it was already answered. Decode answers
-// every prefill rank of the room; each takes its own copy.
-func (s *stagingTable) rsp(m *wire.StagingRsp) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	p := s.peers[m.SessionID]
-	if p == nil {
-		return false
-	}
+// (unknown room or slot) or it was already answered. Decode answers every
+// prefill rank of the room; each takes its own copy.
+func (s *stager) rsp(p *stagingPeer, m *wire.StagingRsp) bool {
 	r := p.regions[stagingKey{room: m.Room, chunkIdx: m.ChunkIdx}]
 	if r == nil || r.Known {
 		return false
@@ -298,13 +309,7 @@ func (s *stagingTable) rsp(m *wire.StagingRsp) bool {
 }
 
 // watermark keeps an agent's newest watermark.
-func (s *stagingTable) watermark(m *wire.Watermark) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	p := s.peers[m.SessionID]
-	if p == nil {
-		return false
-	}
+func (s *stager) watermark(p *stagingPeer, m *wire.Watermark) bool {
 	if p.hasWM && !wire.WatermarkAfter(m.Round, m.Tail, p.wmRound, p.wmTle) {
 		return true // an older one: accepted, nothing changes
 	}
@@ -313,13 +318,10 @@ func (s *stagingTable) watermark(m *wire.Watermark) bool {
 	return true
 }
 
-// region is the region of (room, chunkIdx) for agent and whether it may be
-// written now: decode answered, the slot fits, and the agent's watermark
-// allows it (wire.WatermarkReady; round 0 needs none).
-func (s *stagingTable) region(agent string, roomID uint64, chunkIdx int64) (r StagingRegion, writable, ok bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	p := s.peers[agent]
+// region is the region of (room, chunkIdx) and whether it may be written
+// now: decode answered, the slot fits, and the watermark allows it
+// (wire.WatermarkReady; round 0 needs none).
+func (p *stagingPeer) region(roomID uint64, chunkIdx int64) (r StagingRegion, writable, ok bool) {
 	if p == nil {
 		return StagingRegion{}, false, false
 	}
@@ -328,55 +330,10 @@ func (s *stagingTable) region(agent string, roomID uint64, chunkIdx int64) (r St
 		return StagingRegion{}, false, false
 	}
 	r = *rp
-	if !r.Known || r.Offset == wire.AllocOversized {
-		return r, false, true
-	}
-	wmR, wmT := int64(-1), int64(0)
-	if p.hasWM {
-		wmR, wmT = p.wmRound, p.wmTle
-	}
-	return r, wire.WatermarkReady(r.Round, r.End, wmR, wmT), true
+	return r, r.Known && r.Offset != wire.AllocOversized && p.watermarkAllows(&r), true
 }
 
-// forget drops a room's regions for agent (its slots are written or the room
-// is over).
-func (s *stagingTable) forget(agent string, roomID uint64) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	p := s.peers[agent]
-	if p == nil {
-		return
-	}
-	for k := range p.regions {
-		if k.room == roomID {
-			delete(p.regions, k)
-		}
-	}
-}
-
-func (s *stagingTable) stats() StagingStats {
-	s.mu.Lock()
-	n, h := len(s.peers), 0
-	for _, p := range s.peers {
-		h += len(p.held)
-	}
-	s.mu.Unlock()
-	return StagingStats{Peers: n, ReqsSent: s.reqsSent.Load(), ReqsFailed: s.reqsFailed.Load(),
-		RspRouted: s.rspRouted.Load(), Oversized: s.oversized.Load(), WMRouted: s.wmRouted.Load(),
-		Dropped: s.dropped.Load(), RegionsLost: s.regionsLost.Load(), Held: s.held.Load(), Staged: s.staged.Load(),
-		Refused: s.refused.Load(), ChunkReady: s.chunkReady.Load(), Withdrawn: s.withdrawn.Load(), HeldNow: h}
-}
-
-// writableLocked: may the chunk of slot k be posted now (its region answered
-// and the watermark past it, or ALLOC_OVERSIZED, which the plan refuses with
-// SGLang's reason)?
-func (s *stagingTable) writableLocked(p *stagingPeer, r *StagingRegion) bool {
-	if !r.Known {
-		return false
-	}
-	if r.Offset == wire.AllocOversized {
-		return true
-	}
+func (p *stagingPeer) watermarkAllows(r *StagingRegion) bool {
 	wmR, wmT := int64(-1), int64(0)
 	if p.hasWM {
 		wmR, wmT = p.wmRound, p.wmTle
@@ -384,134 +341,172 @@ func (s *stagingTable) writableLocked(p *stagingPeer, r *StagingRegion) bool {
 	return wire.WatermarkReady(r.Round, r.End, wmR, wmT)
 }
 
-// stage takes a transfer to a staging peer (the transfers' hook; false: not
-// staged, post it as usual). A chunk with pages goes to its grid slot's
-// region: posted at once when writable, else held until a STAGING_RSP or
-// WATERMARK of the agent makes it so (wake). A chunk across two slots, for a
-// slot kvxferd never asked for, or past maxStagingHeld fails
-// invalid_request / transfer_error. post is the transfers' own path.
-func (s *stagingTable) stage(t kv.Transfer, done kv.DoneFunc, post func(kv.Transfer, kv.DoneFunc)) bool {
-	if !s.cfg.Enabled || t.Staged != nil {
+// writable: may the chunk of a slot be posted now (its region answered and
+// the watermark past it, or ALLOC_OVERSIZED, which the plan refuses with
+// SGLang's reason)?
+func (p *stagingPeer) writable(r *StagingRegion) bool {
+	if !r.Known {
 		return false
+	}
+	return r.Offset == wire.AllocOversized || p.watermarkAllows(r)
+}
+
+// forget drops a room's regions (its slots are written or the room is over).
+func (p *stagingPeer) forget(roomID uint64) {
+	for k := range p.regions {
+		if k.room == roomID {
+			delete(p.regions, k)
+		}
+	}
+}
+
+func (s *stager) stats() StagingStats {
+	return StagingStats{Peers: int(s.peersNow.Load()), ReqsSent: s.reqsSent.Load(), ReqsFailed: s.reqsFailed.Load(),
+		RspRouted: s.rspRouted.Load(), Oversized: s.oversized.Load(), WMRouted: s.wmRouted.Load(),
+		Dropped: s.dropped.Load(), RegionsLost: s.regionsLost.Load(), Held: s.held.Load(), Staged: s.staged.Load(),
+		Refused: s.refused.Load(), ChunkReady: s.chunkReady.Load(), Withdrawn: s.withdrawn.Load(),
+		HeldNow: int(s.heldNow.Load())}
+}
+
+// chunk makes the staged chunk of a transfer to a staging peer, or nil when it
+// is not staged (staging off, planned into a region already, or a last chunk
+// without pages: aux only, as SGLang): the transfers post it as usual.
+func (s *stager) chunk(t kv.Transfer, done kv.DoneFunc, post func(kv.Transfer, kv.DoneFunc)) *stagedChunk {
+	if !s.cfg.Enabled || t.Staged != nil {
+		return nil
 	}
 	n := min(len(t.SrcPages), len(t.DstPages))
 	if n == 0 {
-		return false // a last chunk without pages: aux only, as SGLang
+		return nil
 	}
 	grid := s.gridPages(s.pageSize)
 	ci := t.PageStart / grid
-	s.mu.Lock()
-	p := s.peers[t.Agent]
-	if p == nil {
-		s.mu.Unlock()
-		return false
+	c := &stagedChunk{t: t, done: done, post: post, chunkIdx: int64(ci)}
+	if (t.PageStart+n-1)/grid != ci {
+		c.refuse = kv.ReasonInvalidRequest // across two slots: never split here
 	}
-	h := heldChunk{t: t, done: done, post: post, chunkIdx: int64(ci)}
-	r := p.regions[stagingKey{room: t.Room, chunkIdx: h.chunkIdx}]
+	return c
+}
+
+// hold records a staged write as its actor steps it (the machine names it
+// by ID from then on: Post, Fail, Withdrawn).
+func (l *stagingLocal) hold(id uint64, c *stagedChunk) {
+	if l.chunks == nil {
+		l.chunks = map[uint64]*stagedChunk{}
+	}
+	l.chunks[id] = c
+}
+
+// handed takes a staged write the machine now holds waiting (it was not
+// failed): true when it may be released at once (writable now, or to be
+// refused at its release: no region asked for its slot, too many held).
+func (s *stager) handed(l *stagingLocal, id uint64) bool {
+	c := l.chunks[id]
+	if c == nil {
+		return false // failed in the same step
+	}
+	p := l.p
+	if c.refuse != kv.ReasonNone || p == nil {
+		return true // released at once: refused, or (no staging peer now) posted as usual
+	}
+	r := p.regions[stagingKey{room: c.t.Room, chunkIdx: c.chunkIdx}]
 	switch {
-	case (t.PageStart+n-1)/grid != ci, r == nil:
-		s.mu.Unlock()
-		s.refused.Add(1)
-		done(kv.ReasonInvalidRequest, nil)
+	case r == nil:
+		c.refuse = kv.ReasonInvalidRequest
 		return true
-	case s.writableLocked(p, r):
-		rg := *r
-		s.mu.Unlock()
-		s.postStaged(h, rg, p.to, p.chunkReady)
+	case p.writable(r):
 		return true
-	case len(p.held) >= maxStagingHeld:
-		s.mu.Unlock()
-		s.refused.Add(1)
-		done(kv.ReasonTransferError, nil)
+	case len(p.waiting) >= maxStagingHeld:
+		c.refuse = kv.ReasonTransferError
 		return true
 	}
-	p.held = append(p.held, h)
-	s.mu.Unlock()
+	p.waiting[id] = c
 	s.held.Add(1)
-	return true
+	s.heldNow.Add(1)
+	return false
 }
 
-// withdraw ends the held chunks of a failed room (room.Effects.Withdraw)
-// without writing them: decode may free or reuse the room's regions once it
-// failed, so a late write could land in another room's region. Their room
-// is draining; it hears transfer_error for each.
-func (s *stagingTable) withdraw(roomID uint64) {
-	var out []heldChunk
-	s.mu.Lock()
-	for _, p := range s.peers {
-		keep := p.held[:0]
-		for _, h := range p.held {
-			if h.t.Room == roomID {
-				out = append(out, h)
-				continue
-			}
-			keep = append(keep, h)
-		}
-		clear(p.held[len(keep):])
-		p.held = keep
-	}
-	s.mu.Unlock()
-	for _, h := range out {
-		s.withdrawn.Add(1)
-		h.done(kv.ReasonTransferError, nil)
-	}
-}
-
-// wake posts, in order, the held chunks of agent that became writable.
-func (s *stagingTable) wake(agent string) {
-	type ready struct {
-		h  heldChunk
-		rg StagingRegion
-	}
-	var out []ready
-	s.mu.Lock()
-	p := s.peers[agent]
+// released are the waiting chunks that may go now, in the order they were
+// handed over: their region is writable, or was forgotten past the cap (it
+// can never be answered: refused at its release).
+func (s *stager) released(l *stagingLocal) []uint64 {
+	p := l.p
 	if p == nil {
-		s.mu.Unlock()
+		return nil
+	}
+	var out []uint64
+	for id, c := range p.waiting {
+		r := p.regions[stagingKey{room: c.t.Room, chunkIdx: c.chunkIdx}]
+		if r == nil {
+			c.refuse = kv.ReasonInvalidRequest
+		} else if !p.writable(r) {
+			continue
+		}
+		out = append(out, id)
+		delete(p.waiting, id)
+	}
+	s.heldNow.Add(-int64(len(out)))
+	slices.Sort(out)
+	return out
+}
+
+// take hands over the staged chunk the machine names (nil: not a staged
+// write), no longer waiting.
+func (s *stager) take(l *stagingLocal, id uint64) *stagedChunk {
+	c := l.chunks[id]
+	if c == nil {
+		return nil
+	}
+	delete(l.chunks, id)
+	if l.p != nil {
+		if _, ok := l.p.waiting[id]; ok {
+			delete(l.p.waiting, id)
+			s.heldNow.Add(-1)
+		}
+	}
+	return c
+}
+
+// withdraw ends a staged write of a failed room, unwritten: decode may free
+// or reuse the room's regions once it failed, so a late write could land in
+// another room's region. The room is draining; it hears transfer_error.
+func (s *stager) withdraw(c *stagedChunk) {
+	s.withdrawn.Add(1)
+	c.done(kv.ReasonTransferError, nil)
+}
+
+// post posts a released chunk into its region (refused when it has none);
+// once its writes are done the slot is forgotten (report: its actor hears
+// stagingDone) and, for a CHUNK_READY release, the signal goes to decode
+// first. A chunk released after its agent stopped staging goes as usual.
+func (s *stager) post(l *stagingLocal, c *stagedChunk, report func(peer.Msg)) {
+	p := l.p
+	if p == nil && c.refuse == kv.ReasonNone {
+		c.post(c.t, c.done)
 		return
 	}
-	keep := p.held[:0]
-	for _, h := range p.held {
-		if r := p.regions[stagingKey{room: h.t.Room, chunkIdx: h.chunkIdx}]; r != nil && s.writableLocked(p, r) {
-			out = append(out, ready{h, *r})
-			continue
-		} else if r == nil { // forgotten past the cap: it can never be answered
-			out = append(out, ready{h: h})
-			continue
-		}
-		keep = append(keep, h)
+	var r *StagingRegion
+	if p != nil {
+		r = p.regions[stagingKey{room: c.t.Room, chunkIdx: c.chunkIdx}]
 	}
-	clear(p.held[len(keep):])
-	p.held = keep
-	to, cr := p.to, p.chunkReady
-	s.mu.Unlock()
-	for _, x := range out {
-		if !x.rg.Known {
-			s.refused.Add(1)
-			x.h.done(kv.ReasonInvalidRequest, nil)
-			continue
-		}
-		s.postStaged(x.h, x.rg, to, cr)
+	if c.refuse == kv.ReasonNone && (r == nil || !p.writable(r)) {
+		c.refuse = kv.ReasonInvalidRequest // its slot was forgotten since
 	}
-}
-
-// postStaged posts a chunk into its region; once its writes are done the
-// slot is forgotten (decode frees it) and, for a CHUNK_READY release, the
-// signal goes to decode first.
-func (s *stagingTable) postStaged(h heldChunk, rg StagingRegion, to kv.Endpoint, chunkReady bool) {
-	t := h.t
-	t.Staged = &kv.StagedRegion{ChunkIdx: int(h.chunkIdx), Offset: rg.Offset}
-	inner := h.done
+	if c.refuse != kv.ReasonNone {
+		s.refused.Add(1)
+		c.done(c.refuse, nil)
+		return
+	}
+	t := c.t
+	t.Staged = &kv.StagedRegion{ChunkIdx: int(c.chunkIdx), Offset: r.Offset}
+	inner, to, chunkReady := c.done, p.to, p.chunkReady
+	key := stagingKey{room: t.Room, chunkIdx: c.chunkIdx}
 	s.staged.Add(1)
-	h.post(t, func(fail kv.Reason, signal [][]byte) {
-		s.mu.Lock()
-		if p := s.peers[t.Agent]; p != nil {
-			delete(p.regions, stagingKey{room: t.Room, chunkIdx: h.chunkIdx})
-		}
-		s.mu.Unlock()
+	c.post(t, func(fail kv.Reason, signal [][]byte) {
+		report(peer.Staging{Payload: stagingDone{p: p, key: key}})
 		if fail == kv.ReasonNone && chunkReady {
 			n := min(len(t.SrcPages), len(t.DstPages))
-			m := &wire.ChunkReady{Room: t.Room, ChunkIdx: int(h.chunkIdx), PageStart: t.PageStart, NumPages: n,
+			m := &wire.ChunkReady{Room: t.Room, ChunkIdx: int(c.chunkIdx), PageStart: t.PageStart, NumPages: n,
 				WriterID: t.Agent, PrefillRank: s.rank}
 			if err := s.send(to, m.Encode()); err != nil {
 				fail = kv.ReasonTransferError // decode would wait for it forever
@@ -523,18 +518,29 @@ func (s *stagingTable) postStaged(h heldChunk, rg StagingRegion, to kv.Endpoint,
 	})
 }
 
+// staging applies a peer.Staging payload on the agent's actor: a STAGING_RSP
+// or WATERMARK (false: dropped), a staged write's end, a question. It
+// returns the waiting writes that may go now (for a peer.Writable).
+func (s *stager) staging(l *stagingLocal, payload any) (release []uint64, dropped bool) {
+	switch m := payload.(type) {
+	case stagingDone:
+		if l.p == m.p && l.p != nil {
+			delete(l.p.regions, m.key)
+		}
+		return nil, false
+	case stagingAsk:
+		r, w, ok := l.p.region(m.key.room, m.key.chunkIdx)
+		m.reply <- stagingAnswer{r: r, writable: w, ok: ok, is: l.p != nil}
+		return nil, false
+	case wire.Inbound:
+		if !s.frame(l.p, m) {
+			return nil, true
+		}
+		return s.released(l), false
+	}
+	return nil, false
+}
+
 // StagingStats returns the staging counters (zero with -staging off, but for
 // Dropped).
-func (d *Daemon) StagingStats() StagingStats { return d.peers.staging().stats() }
-
-// staging is the peers' staging table.
-func (p *peers) staging() *stagingTable {
-	p.stgOnce.Do(func() {
-		d := p.d
-		p.stg = newStagingTable(d.cfg.Staging, d.cfg.Rank.TPSize, d.cfg.MLA, func(to kv.Endpoint, f [][]byte) error {
-			return d.links.send(to, f)
-		})
-		p.stg.pageSize, p.stg.rank = d.cfg.PageSize, d.cfg.Rank.Unique()
-	})
-	return p.stg
-}
+func (d *Daemon) StagingStats() StagingStats { return d.peers.stg.stats() }

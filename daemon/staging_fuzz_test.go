@@ -8,7 +8,8 @@ import (
 	"github.com/kvxfer/kvxfer/transport/wire"
 )
 
-// FuzzStagingTable drives the staging table with what decodes control:
+// FuzzStagingTable drives one staging peer (its machine and its actor's
+// staging state, stepped as the actor does) with what decodes control:
 // STAGING_RSP and WATERMARK of any values (for asked and unasked slots, this
 // agent and another) interleaved with chunks of any page start and length.
 // Whatever comes: no panic; only asked slots are filled; a chunk is posted
@@ -22,11 +23,11 @@ func FuzzStagingTable(f *testing.F) {
 	f.Add([]byte{0, 1, 0, 0, 0, 0, 0, 0, 2, 1, 0, 0, 0, 0, 0, 3, 2, 1, 0, 0, 0, 0, 0, 0, 0})
 	f.Fuzz(func(t *testing.T, in []byte) {
 		var sent int
-		s := newStagingTable(StagingConfig{Enabled: true, ChunkedPrefillSize: 3}, 2, false, func(kv.Endpoint, [][]byte) error {
+		s := newStagingHarness(t, StagingConfig{Enabled: true, ChunkedPrefillSize: 3}, func(kv.Endpoint, [][]byte) error {
 			sent++
 			return nil
 		})
-		s.pageSize = 1
+		s.s.pageSize = 1
 		s.add(&wire.Registration{AgentName: "a", DecodeTPSize: 1, StagingBasePtr: stgBase, StagingTotalSize: 1 << 12}, true)
 		s.info(&wire.TransferInfo{Room: 1, AgentName: "a", DstKVIndices: seqPages(0, 9), HasDecodePrefixLen: true}, 1)
 		ends := map[int]int{}
@@ -55,7 +56,7 @@ func FuzzStagingTable(f *testing.F) {
 						if t.Staged == nil {
 							panic("posted without a region")
 						}
-						r, w, ok := s.region("a", 1, int64(t.Staged.ChunkIdx))
+						r, w, ok := s.region(1, int64(t.Staged.ChunkIdx))
 						if !ok || !r.Known || r.Offset != t.Staged.Offset || (!w && r.Offset != wire.AllocOversized) {
 							panic("posted into a slot not answered or not yet writable")
 						}
@@ -81,7 +82,7 @@ func FuzzStagingTable(f *testing.F) {
 				t.Fatalf("posted into offset %d, outside the ring", o)
 			}
 		}
-		s.drop("a")
+		s.drop()
 		for _, d := range dones {
 			d(kv.ReasonNone, nil)
 		}

@@ -3,8 +3,10 @@ package daemon
 import (
 	"errors"
 	"slices"
+	"sync"
 	"testing"
 
+	"github.com/kvxfer/kvxfer/actors/peer"
 	"github.com/kvxfer/kvxfer/kv"
 	"github.com/kvxfer/kvxfer/nixl/sglang"
 	"github.com/kvxfer/kvxfer/transport/wire"
@@ -47,6 +49,152 @@ func stagingRig(t *testing.T, enabled bool, grid int) (*Daemon, *scheduler, *dec
 	return d, s, dec
 }
 
+// stagingRegion asks agent's actor for the region of (room, chunk).
+func stagingRegion(t *testing.T, d *Daemon, agent string, roomID uint64, chunk int64) (StagingRegion, bool, bool) {
+	t.Helper()
+	reply := make(chan stagingAnswer, 1)
+	d.peers.actors.Send(agent, peer.Staging{Payload: stagingAsk{key: stagingKey{room: roomID, chunkIdx: chunk}, reply: reply}})
+	var a stagingAnswer
+	waitFor(t, "the peer's actor answers", func() bool {
+		select {
+		case a = <-reply:
+			return true
+		default:
+			return false
+		}
+	})
+	return a.r, a.writable, a.ok
+}
+
+// stagingHarness is one staging peer's machine and staging state, stepped
+// as its actor's Exec does (peerexec.go: ended, Fail, Withdrawn, Post, then
+// stageStep), on the test's goroutine: what a step reports back to the actor
+// is stepped right after it.
+type stagingHarness struct {
+	t        testing.TB
+	s        *stager
+	m        *peer.Machine
+	l        stagingLocal
+	agent    string
+	next     uint64
+	queue    []peer.Msg
+	stepping bool
+}
+
+func newStagingHarness(t testing.TB, cfg StagingConfig, send func(kv.Endpoint, [][]byte) error) *stagingHarness {
+	return &stagingHarness{t: t, s: newStager(cfg, 2, false, send), m: peer.New(&peer.Config{NoLiveness: true})}
+}
+
+// add registers r and loads it (the actor's ready: staging begins).
+func (h *stagingHarness) add(r *wire.Registration, chunkReady bool) {
+	h.agent = r.AgentName
+	fx := h.step(peer.Register{From: peer.Endpoint{IP: r.DecodeIP, Port: r.DecodePort}, Reg: r})
+	h.step(peer.LoadDone{Inc: fx.Load.Inc})
+	h.s.began(&h.l, r, chunkReady)
+}
+
+func (h *stagingHarness) report(msg peer.Msg) {
+	if h.stepping {
+		h.queue = append(h.queue, msg)
+		return
+	}
+	h.step(msg)
+}
+
+func (h *stagingHarness) step(msg peer.Msg) peer.Effects {
+	h.stepping = true
+	fx := h.m.Step(msg)
+	if w, ok := msg.(peer.Write); ok {
+		if c, ok := w.Payload.(*stagedChunk); ok {
+			h.l.hold(w.ID, c)
+		}
+	}
+	if fx.FailRooms {
+		h.s.ended(&h.l)
+	}
+	for _, id := range fx.Fail {
+		if c := h.s.take(&h.l, id); c != nil {
+			c.done(kv.ReasonPeerLost, nil)
+		}
+	}
+	for _, id := range fx.Withdrawn {
+		if c := h.s.take(&h.l, id); c != nil {
+			h.s.withdraw(c)
+		}
+	}
+	for _, id := range fx.Post {
+		if c := h.s.take(&h.l, id); c != nil {
+			h.s.post(&h.l, c, h.report)
+		}
+	}
+	var release []uint64
+	switch m := msg.(type) {
+	case peer.Write:
+		if m.Staged && h.s.handed(&h.l, m.ID) {
+			release = []uint64{m.ID}
+		}
+	case peer.Staging:
+		release, _ = h.s.staging(&h.l, m.Payload)
+	}
+	if len(release) > 0 {
+		h.queue = append(h.queue, peer.Writable{IDs: release})
+	}
+	h.stepping = false
+	for len(h.queue) > 0 {
+		next := h.queue[0]
+		h.queue = h.queue[1:]
+		h.step(next)
+	}
+	return fx
+}
+
+// stage is the transfers' hook (peers.stage): false when not staged.
+func (h *stagingHarness) stage(t kv.Transfer, done kv.DoneFunc, post func(kv.Transfer, kv.DoneFunc)) bool {
+	if t.Agent != h.agent {
+		return false
+	}
+	c := h.s.chunk(t, done, post)
+	if c == nil {
+		return false
+	}
+	h.next++
+	h.step(peer.Write{ID: h.next, Inc: h.m.Inc(), Staged: true, Room: t.Room, Payload: c})
+	return true
+}
+
+// frame is a STAGING_RSP or WATERMARK reaching the actor: false if dropped.
+func (h *stagingHarness) frame(m wire.Inbound) bool {
+	agent := ""
+	switch m := m.(type) {
+	case *wire.StagingRsp:
+		agent = m.SessionID
+	case *wire.Watermark:
+		agent = m.SessionID
+	}
+	if !h.s.cfg.Enabled || agent != h.agent { // the directory's Orphan, or peers.Staging with staging off
+
+		h.s.dropped.Add(1)
+		return false
+	}
+	before := h.s.dropped.Load()
+	h.step(peer.Staging{Payload: m})
+	return h.s.dropped.Load() == before
+}
+
+func (h *stagingHarness) info(t *wire.TransferInfo, pageSize int) int {
+	return h.s.info(h.l.p, t, pageSize)
+}
+
+func (h *stagingHarness) region(roomID uint64, chunk int64) (StagingRegion, bool, bool) {
+	return h.l.p.region(roomID, chunk)
+}
+
+func (h *stagingHarness) withdraw(roomID uint64) { h.step(peer.Withdraw{Room: roomID}) }
+
+func (h *stagingHarness) drop() { h.step(peer.Drop{Why: "dropped"}) }
+
+func (h *stagingHarness) stats() StagingStats { return h.s.stats() }
+
 // stagingReqs is every STAGING_REQ decode received, in order.
 func (r *decodeRank) stagingReqs() []wire.StagingReq {
 	r.mu.Lock()
@@ -82,11 +230,10 @@ func TestStagingRequestsAndRoutesReplies(t *testing.T) {
 	if got := dec.stagingReqs(); !slices.Equal(got, want) {
 		t.Fatalf("STAGING_REQs %+v, want %+v", got, want)
 	}
-	tbl := d.peers.staging()
-	if _, _, ok := tbl.region(agent, id, 0); !ok {
+	if _, _, ok := stagingRegion(t, d, agent, id, 0); !ok {
 		t.Fatal("slot 0 not recorded as requested")
 	}
-	if r, w, _ := tbl.region(agent, id, 0); r.Known || w {
+	if r, w, _ := stagingRegion(t, d, agent, id, 0); r.Known || w {
 		t.Fatalf("slot 0 known before any STAGING_RSP: %+v", r)
 	}
 
@@ -113,19 +260,19 @@ func TestStagingRequestsAndRoutesReplies(t *testing.T) {
 	if st.Peers != 1 || st.ReqsSent != 3 || st.RspRouted != 3 || st.Oversized != 1 || st.WMRouted != 1 || st.Dropped != 4 {
 		t.Fatalf("stats %+v", st)
 	}
-	if r, w, ok := tbl.region(agent, id, 0); !ok || !w || r != (StagingRegion{Offset: 0, Round: 0, End: 4096, Known: true}) {
+	if r, w, ok := stagingRegion(t, d, agent, id, 0); !ok || !w || r != (StagingRegion{Offset: 0, Round: 0, End: 4096, Known: true}) {
 		t.Fatalf("slot 0: %+v writable %v", r, w)
 	}
 	// Round 1 needs round 0 freed past 8192; decode's watermark is at 6000.
-	if r, w, _ := tbl.region(agent, id, 1); w || r.End != 8192 || r.Round != 1 {
+	if r, w, _ := stagingRegion(t, d, agent, id, 1); w || r.End != 8192 || r.Round != 1 {
 		t.Fatalf("slot 1 writable before the watermark passed it: %+v", r)
 	}
-	if _, w, _ := tbl.region(agent, id, 2); w {
+	if _, w, _ := stagingRegion(t, d, agent, id, 2); w {
 		t.Fatal("an ALLOC_OVERSIZED slot is writable")
 	}
 	dec.send(t, (&wire.Watermark{Round: 0, Tail: 8192, SessionID: agent}).Encode())
 	waitFor(t, "slot 1 writable once round 0 is freed past its end", func() bool {
-		_, w, _ := tbl.region(agent, id, 1)
+		_, w, _ := stagingRegion(t, d, agent, id, 1)
 		return w
 	})
 
@@ -177,13 +324,14 @@ func TestStagingPeerRule(t *testing.T) {
 		{"same tp", true, false, reg(2, stgBase, stgSize), false},
 		{"mla", true, true, reg(1, stgBase, stgSize), false},
 	} {
-		s := newStagingTable(StagingConfig{Enabled: c.on}, 2, c.mla, nil)
+		s := newStager(StagingConfig{Enabled: c.on}, 2, c.mla, nil)
 		var g sglang.PeerGeometry
 		s.geometry(&g, c.r)
-		s.add(c.r, false)
+		var l stagingLocal
+		s.began(&l, c.r, false)
 		got := g.StagingBase != 0 || g.StagingSize != 0
-		if got != c.want || (len(s.peers) == 1) != c.want {
-			t.Errorf("%s: staging peer %v (table %d), want %v", c.name, got, len(s.peers), c.want)
+		if got != c.want || (l.p != nil) != c.want || (s.stats().Peers == 1) != c.want {
+			t.Errorf("%s: staging peer %v (state %v), want %v", c.name, got, l.p != nil, c.want)
 		}
 		if c.want && (g.StagingBase != c.r.StagingBasePtr || g.StagingSize != c.r.StagingTotalSize) {
 			t.Errorf("%s: geometry ring %#x+%d", c.name, g.StagingBase, g.StagingSize)
@@ -197,7 +345,7 @@ func TestStagingPeerRule(t *testing.T) {
 // nothing; an unsent request is forgotten, so the next info asks again.
 func TestStagingCaps(t *testing.T) {
 	sent, fail := 0, false
-	s := newStagingTable(StagingConfig{Enabled: true, ChunkedPrefillSize: 1}, 2, false, func(kv.Endpoint, [][]byte) error {
+	s := newStagingHarness(t, StagingConfig{Enabled: true, ChunkedPrefillSize: 1}, func(kv.Endpoint, [][]byte) error {
 		if fail {
 			return errSendTest
 		}
@@ -215,16 +363,16 @@ func TestStagingCaps(t *testing.T) {
 	for id := uint64(2); id < 6; id++ {
 		s.info(info(id, maxStagingReqsPerInfo), 1)
 	}
-	if n := len(s.peers["a"].regions); n != maxStagingRegions {
+	if n := len(s.l.p.regions); n != maxStagingRegions {
 		t.Fatalf("%d regions kept, cap %d", n, maxStagingRegions)
 	}
 	if st := s.stats(); st.RegionsLost != 5*maxStagingReqsPerInfo-maxStagingRegions {
 		t.Fatalf("regions lost %d", st.RegionsLost)
 	}
-	if _, _, ok := s.region("a", 1, 0); ok {
+	if _, _, ok := s.region(1, 0); ok {
 		t.Fatal("the oldest region was kept past the cap")
 	}
-	if _, _, ok := s.region("a", 5, 0); !ok {
+	if _, _, ok := s.region(5, 0); !ok {
 		t.Fatal("the newest region was forgotten")
 	}
 	before := sent
@@ -233,18 +381,18 @@ func TestStagingCaps(t *testing.T) {
 	}
 	fail = true
 	s.info(info(9, 2), 1)
-	if _, _, ok := s.region("a", 9, 0); ok || s.stats().ReqsFailed != 2 {
+	if _, _, ok := s.region(9, 0); ok || s.stats().ReqsFailed != 2 {
 		t.Fatalf("an unsent request was kept (failed %d)", s.stats().ReqsFailed)
 	}
 	fail = false
 	if s.info(info(9, 2), 1) != 2 {
 		t.Fatal("a failed request was not asked again")
 	}
-	s.forget("a", 9)
-	if _, _, ok := s.region("a", 9, 1); ok {
+	s.l.p.forget(9)
+	if _, _, ok := s.region(9, 1); ok {
 		t.Fatal("forget kept a region")
 	}
-	s.drop("a")
+	s.drop()
 	if s.info(info(10, 2), 1) != 0 {
 		t.Fatal("a dropped agent was asked")
 	}
@@ -261,11 +409,11 @@ func TestStagingCaps(t *testing.T) {
 // peer_lost; empty chunks and other peers pass through.
 func TestStagingGateHoldsUntilWritable(t *testing.T) {
 	var sent [][][]byte
-	s := newStagingTable(StagingConfig{Enabled: true, ChunkedPrefillSize: 3}, 2, false, func(_ kv.Endpoint, f [][]byte) error {
+	s := newStagingHarness(t, StagingConfig{Enabled: true, ChunkedPrefillSize: 3}, func(_ kv.Endpoint, f [][]byte) error {
 		sent = append(sent, f)
 		return nil
 	})
-	s.pageSize, s.rank = 1, 5
+	s.s.pageSize, s.s.rank = 1, 5
 	s.add(&wire.Registration{AgentName: "a", DecodeIP: "10.0.0.9", DecodePort: 7, DecodeTPSize: 1, StagingBasePtr: stgBase, StagingTotalSize: stgSize}, true)
 	s.info(&wire.TransferInfo{Room: 1, AgentName: "a", DstKVIndices: seqPages(0, 7), HasDecodePrefixLen: true}, 1)
 	sent = sent[:0] // the three STAGING_REQs
@@ -306,7 +454,7 @@ func TestStagingGateHoldsUntilWritable(t *testing.T) {
 	if cr, ok := m.(*wire.ChunkReady); err != nil || !ok || *cr != (wire.ChunkReady{Room: 1, ChunkIdx: 1, PageStart: 3, NumPages: 3, WriterID: "a", PrefillRank: 5}) {
 		t.Fatalf("CHUNK_READY %+v %v", m, err)
 	}
-	if _, _, ok := s.region("a", 1, 1); ok {
+	if _, _, ok := s.region(1, 1); ok {
 		t.Fatal("a written slot was kept")
 	}
 	results = results[:0]
@@ -330,7 +478,7 @@ func TestStagingGateHoldsUntilWritable(t *testing.T) {
 	if st := s.stats(); st.HeldNow != 1 {
 		t.Fatalf("held %d", st.HeldNow)
 	}
-	s.drop("a")
+	s.drop()
 	if !slices.Equal(results, []kv.Reason{kv.ReasonPeerLost}) {
 		t.Fatalf("held chunk of a dropped agent: %v", results)
 	}
@@ -343,8 +491,8 @@ func TestStagingGateHoldsUntilWritable(t *testing.T) {
 // transfer_error and are never written, even when their region becomes
 // writable later; another room's held chunk stays and is posted.
 func TestStagingWithdrawFailedRoom(t *testing.T) {
-	s := newStagingTable(StagingConfig{Enabled: true, ChunkedPrefillSize: 2}, 2, false, func(kv.Endpoint, [][]byte) error { return nil })
-	s.pageSize = 1
+	s := newStagingHarness(t, StagingConfig{Enabled: true, ChunkedPrefillSize: 2}, func(kv.Endpoint, [][]byte) error { return nil })
+	s.s.pageSize = 1
 	s.add(&wire.Registration{AgentName: "a", DecodeTPSize: 1, StagingBasePtr: stgBase, StagingTotalSize: stgSize}, false)
 	for _, id := range []uint64{1, 2} {
 		s.info(&wire.TransferInfo{Room: id, AgentName: "a", DstKVIndices: seqPages(0, 2), HasDecodePrefixLen: true}, 1)
@@ -367,6 +515,78 @@ func TestStagingWithdrawFailedRoom(t *testing.T) {
 		t.Fatalf("posted rooms %v, want only 2", posted)
 	}
 	if st := s.stats(); st.Withdrawn != 1 || st.HeldNow != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+// Through the daemon's own actors: a chunk handed to a staging decode's
+// actor waits there for its region, is posted with it once decode's
+// STAGING_RSP comes (its slot forgotten once the write is done), a failed
+// room's waiting chunk is withdrawn (transfer_error) at the actor of the
+// room's agent, and the chunks still waiting when the decode is dropped
+// fail peer_lost.
+func TestStagingChunksWaitAtTheirPeersActor(t *testing.T) {
+	d, _, dec := stagingRig(t, true, 3)
+	agent := dec.reg.AgentName
+	for _, id := range []uint64{51, 52, 53} {
+		dec.send(t, dec.info(id, seqPages(0, 3), 0, 1))
+	}
+	waitFor(t, "3 STAGING_REQs", func() bool { return len(dec.stagingReqs()) >= 3 })
+	var mu sync.Mutex
+	var posted []kv.Transfer
+	var dones []kv.DoneFunc
+	ends := map[uint64][]kv.Reason{}
+	post := func(t kv.Transfer, done kv.DoneFunc) {
+		mu.Lock()
+		defer mu.Unlock()
+		posted, dones = append(posted, t), append(dones, done)
+	}
+	chunk := func(id uint64) {
+		t.Helper()
+		tr := kv.Transfer{Room: id, Agent: agent, SrcPages: seqPages(0, 3), DstPages: seqPages(0, 3)}
+		if !d.peers.stage(tr, func(f kv.Reason, _ [][]byte) {
+			mu.Lock()
+			defer mu.Unlock()
+			ends[id] = append(ends[id], f)
+		}, post) {
+			t.Fatalf("room %d's chunk not staged", id)
+		}
+	}
+	for _, id := range []uint64{51, 52, 53} {
+		chunk(id)
+	}
+	waitFor(t, "3 chunks waiting", func() bool { return d.StagingStats().HeldNow == 3 })
+	d.xfers.Withdraw(52, []string{agent})
+	dec.send(t, (&wire.StagingRsp{Room: 51, ChunkIdx: 0, Offset: 1024, Round: 0, End: 2048, SessionID: agent}).Encode())
+	dec.send(t, (&wire.StagingRsp{Room: 52, ChunkIdx: 0, Offset: 4096, Round: 0, End: 8192, SessionID: agent}).Encode())
+	waitFor(t, "room 51 posted, room 52 withdrawn", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(posted) == 1 && len(ends[52]) == 1
+	})
+	mu.Lock()
+	if *posted[0].Staged != (kv.StagedRegion{ChunkIdx: 0, Offset: 1024}) || !slices.Equal(ends[52], []kv.Reason{kv.ReasonTransferError}) {
+		t.Fatalf("posted %+v, room 52 ended %v", posted[0].Staged, ends[52])
+	}
+	done := dones[0]
+	mu.Unlock()
+	done(kv.ReasonNone, nil)
+	waitFor(t, "room 51's slot forgotten once written", func() bool {
+		_, _, ok := stagingRegion(t, d, agent, 51, 0)
+		return !ok
+	})
+	d.peers.actors.Send(agent, peer.Drop{Why: "test"})
+	waitFor(t, "room 53's chunk failed with its decode", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Equal(ends[53], []kv.Reason{kv.ReasonPeerLost})
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if len(posted) != 1 || !slices.Equal(ends[51], []kv.Reason{kv.ReasonNone}) {
+		t.Fatalf("posted %d, room 51 ended %v", len(posted), ends[51])
+	}
+	if st := d.StagingStats(); st.HeldNow != 0 || st.Peers != 0 || st.Withdrawn != 1 || st.Staged != 1 || st.Held != 3 {
 		t.Fatalf("stats %+v", st)
 	}
 }

@@ -16,19 +16,23 @@ type checker struct {
 	ended    map[uint64]string // write -> "posted" | "failed"
 	rooms    map[uint64]uint64 // room -> incarnation whose live state applied its info
 	failedOf map[uint64]bool   // incarnations whose rooms failed
-	linked   bool
-	closed   bool
-	probeOut bool
+	// staged writes, and those a Writable released (the machine held them)
+	staged, released map[uint64]bool
+	linked           bool
+	closed           bool
+	probeOut         bool
 }
 
 func newChecker() checker {
-	return checker{writes: map[uint64]int{}, ended: map[uint64]string{}, rooms: map[uint64]uint64{}, failedOf: map[uint64]bool{}}
+	return checker{writes: map[uint64]int{}, ended: map[uint64]string{}, rooms: map[uint64]uint64{}, failedOf: map[uint64]bool{},
+		staged: map[uint64]bool{}, released: map[uint64]bool{}}
 }
 
 func (c *checker) clone() checker {
 	d := *c
 	d.loadsOut, d.inNIXL = slices.Clone(c.loadsOut), slices.Clone(c.inNIXL)
 	d.writes, d.ended, d.rooms, d.failedOf = cloneMap(c.writes), cloneMap(c.ended), cloneMap(c.rooms), cloneMap(c.failedOf)
+	d.staged, d.released = cloneMap(c.staged), cloneMap(c.released)
 	return d
 }
 
@@ -41,7 +45,7 @@ func cloneMap[K comparable, V any](m map[K]V) map[K]V {
 }
 
 func (c *checker) key() string {
-	return fmt.Sprint(c.loadsOut, c.inNIXL, c.ended, c.rooms, c.failedOf, c.linked, c.closed, c.probeOut)
+	return fmt.Sprint(c.loadsOut, c.inNIXL, c.ended, c.rooms, c.failedOf, c.linked, c.closed, c.probeOut, c.released)
 }
 
 // step applies msg to m and checks every invariant one step can break.
@@ -49,6 +53,16 @@ func (c *checker) step(m *Machine, msg Msg) (Effects, error) {
 	before, incBefore := m.State(), m.Inc()
 	if w, ok := msg.(Write); ok {
 		c.writes[w.ID]++
+		if w.Staged {
+			c.staged[w.ID] = true
+		}
+	}
+	if w, ok := msg.(Writable); ok {
+		for _, id := range w.IDs {
+			if _, ended := c.ended[id]; !ended && c.staged[id] && slices.ContainsFunc(m.waiting, func(x waitingWrite) bool { return x.id == id }) {
+				c.released[id] = true
+			}
+		}
 	}
 	if d, ok := msg.(LoadDone); ok {
 		i := slices.Index(c.loadsOut, d.Inc)
@@ -82,6 +96,14 @@ func (c *checker) step(m *Machine, msg Msg) (Effects, error) {
 			return fx, err
 		}
 	}
+	for _, id := range fx.Withdrawn {
+		if !c.staged[id] || c.released[id] {
+			return fx, fmt.Errorf("write %d withdrawn but not a staged write waiting", id)
+		}
+		if err := c.end(id, "withdrawn"); err != nil {
+			return fx, err
+		}
+	}
 	if fx.CloseLink {
 		c.linked = false
 	}
@@ -104,6 +126,10 @@ func (c *checker) step(m *Machine, msg Msg) (Effects, error) {
 		// nor for a write planned for another incarnation.
 		if after != Ready || m.Loaded() != m.Inc() || !slices.Contains(c.inNIXL, m.Inc()) {
 			return fx, fmt.Errorf("write %d posted while %v (loaded %d, incarnation %d, NIXL %v)", id, after, m.Loaded(), m.Inc(), c.inNIXL)
+		}
+		// A staged write is posted only once a Writable released it.
+		if c.staged[id] && !c.released[id] {
+			return fx, fmt.Errorf("staged write %d posted before a Writable named it", id)
 		}
 		if err := c.end(id, "posted"); err != nil {
 			return fx, err
@@ -147,8 +173,10 @@ func (c *checker) step(m *Machine, msg Msg) (Effects, error) {
 	}
 	// A peer that holds writes takes every write after them (the daemon
 	// posts straight only when WritesVia is false): none overtakes.
-	if m.Held() > 0 && !m.WritesVia() {
-		return fx, fmt.Errorf("%d writes held while %v lets writes go straight", m.Held(), after)
+	// (Staged writes always go through the actor and wait for their
+	// region in any order.)
+	if n := len(m.held) + len(m.confirm); n > 0 && !m.WritesVia() {
+		return fx, fmt.Errorf("%d writes held while %v lets writes go straight", n, after)
 	}
 	// A fenced peer is still watched: it comes back or goes, never stays
 	// fenced unprobed.

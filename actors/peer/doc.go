@@ -28,6 +28,11 @@
 // fenced, and a fenced peer whose endpoint answers for FenceHold is loaded
 // again from its last registration.
 //
+// A staged write (a chunk into decode's staging ring) is held by the machine,
+// with the other held writes and ended with them, until a Writable names it; a Withdraw of its room ends it unwritten, and
+// every end of the incarnation fails it. Which regions are writable is the
+// actor's to decide (it keeps them); the machine only orders and ends.
+//
 // The transition table is in machine.go; explorer_test.go walks every
 // ordering of a bounded set of peer events and checks the invariants after
 // every step.

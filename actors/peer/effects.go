@@ -13,10 +13,11 @@ type Effects struct {
 	// FailRooms: every room of the incarnation that ended fails with Reason.
 	FailRooms bool
 	Reason    string
-	// Fail are the held writes to fail peer_lost; Post those to post now.
-	Fail, Post []uint64
-	CloseLink  bool
-	Forget     bool // the stored registration goes
+	// Fail are the held writes to fail peer_lost; Post those to post now;
+	// Withdrawn the staged writes of a failed room, never posted.
+	Fail, Post, Withdrawn []uint64
+	CloseLink             bool
+	Forget                bool // the stored registration goes
 
 	// Load starts loading incarnation Load.Inc (off the actor; LoadDone).
 	Load *Load

@@ -154,6 +154,7 @@ func (e *explorer) try(m *Machine, c *checker, msg Msg, remaining uint32, probes
 	m2.held = append([]uint64(nil), m.held...)
 	m2.confirm = append([]uint64(nil), m.confirm...)
 	m2.confirmAt = append([]uint64(nil), m.confirmAt...)
+	m2.waiting = append([]waitingWrite(nil), m.waiting...)
 	if m.pending != nil {
 		p := *m.pending
 		m2.pending = &p
@@ -256,6 +257,17 @@ func scenarios() []*scenario {
 				{msg: Register{From: ep1, Reg: "r2"}, after: []int{3}},
 				{msg: Write{ID: 2, Inc: 2}, after: []int{5}},
 				{msg: XferFailed{Inc: 1}, after: []int{1}},
+				{msg: Shutdown{}, after: last},
+			}},
+		{name: "staged writes: writable, withdrawn, held while suspect, failed with the incarnation", cfg: exploreCfg,
+			probes: 2, deadlines: 3, want: []Note{NoteLost, NoteFenced, NoteRegistered},
+			msgs: []fixed{
+				{msg: Register{From: ep1, Reg: "r1"}},
+				{msg: Write{ID: 1, Inc: 1, Staged: true, Room: 1}, after: []int{0}},
+				{msg: Write{ID: 2, Inc: 1, Staged: true, Room: 2, Confirm: true}, after: []int{0}},
+				{msg: Writable{IDs: []uint64{2, 1}}, after: []int{1, 2}},
+				{msg: Withdraw{Room: 1}, after: []int{1}},
+				{msg: Staging{Payload: "watermark"}},
 				{msg: Shutdown{}, after: last},
 			}},
 		{name: "watch outside: lost while loading, gone, back refused", cfg: Config{NoLiveness: true},

@@ -1,17 +1,20 @@
 package peer
 
-import "time"
+import (
+	"slices"
+	"time"
+)
 
 // The transition table. Rows are states, columns are messages.
 //
-//	state    Register            LoadDone(cur)      Probed ok/unreach/refused       Deadline                Write          Info       XferFailed(cur)  LinkLost  Drop   Shutdown  Back
-//	absent   start               ·                  ·                               ·                       fail           apply      ·                ·         ·      close     ·
-//	loading  duplicate           ready | gone       ·                               ·                       fail           queue      ·                ·         gone   close     ·
-//	ready    comeback* | dup     ·                  post confirmed/suspect†/lose    probe                   post|confirm   apply      lose             probe     gone   close     ·
-//	suspect  comeback* | dup     ·                  back|fence† / ·|fence† / lose   probe; outage: fence    hold           apply      lose             probe     gone   close     ·
-//	fenced   start (unfence)     ·                  hold-up / hold-down / gone      probe; hold: restore    fail           fail room  ·                probe     gone   close     restore|gone
-//	gone     start               ·                  ·                               ·                       fail           apply      ·                ·         ·      close     ·
-//	closed   ·                   ·                  ·                               ·                       fail           refuse     ·                ·         ·      ·         ·
+//	state    Register            LoadDone(cur)      Probed ok/unreach/refused       Deadline                Write          Staged write  Writable   Withdraw   Info       XferFailed(cur)  LinkLost  Drop   Shutdown  Back
+//	absent   start               ·                  ·                               ·                       fail           fail          ·          ·          apply      ·                ·         ·      close     ·
+//	loading  duplicate           ready | gone       ·                               ·                       fail           fail          ·          ·          queue      ·                ·         gone   close     ·
+//	ready    comeback* | dup     ·                  post confirmed/suspect†/lose    probe                   post|confirm   wait          post|conf  withdraw   apply      lose             probe     gone   close     ·
+//	suspect  comeback* | dup     ·                  back|fence† / ·|fence† / lose   probe; outage: fence    hold           wait          hold       withdraw   apply      lose             probe     gone   close     ·
+//	fenced   start (unfence)     ·                  hold-up / hold-down / gone      probe; hold: restore    fail           fail          ·          ·          fail room  ·                probe     gone   close     restore|gone
+//	gone     start               ·                  ·                               ·                       fail           fail          ·          ·          apply      ·                ·         ·      close     ·
+//	closed   ·                   ·                  ·                               ·                       fail           fail          ·          ·          refuse     ·                ·         ·      ·         ·
 //
 // "·" is absorbed (a stale message). †: decided by the time since the last
 // answer (Probed.At): suspect's outage deadline is armed for what is left of
@@ -24,6 +27,13 @@ import "time"
 // releases what it loaded, then starts the load that waited for it. Ending an
 // incarnation (lose, fence, comeback, drop) fails its rooms and its held writes
 // in the same step, and releases it from NIXL and the pool by incarnation.
+//
+// A staged write (a chunk into decode's staging ring) waits in the live
+// incarnation until a Writable names it (its region is answered and the
+// watermark is past it: the executor, which owns the regions, decides), then
+// goes as any write (post, confirm, or held while suspect); a Withdraw of its
+// room ends it unwritten, and every end of the incarnation fails it with the
+// other held writes. Staging (a frame for the executor) changes nothing here.
 //
 // Outages are measured from the last answer (Probed.At, LoadDone.At: time
 // enters as messages): an unanswered probe arms Outage for what is left of
@@ -39,6 +49,12 @@ import "time"
 // other state.
 
 type queued struct{ info Info }
+
+// waitingWrite is a staged write waiting for its region.
+type waitingWrite struct {
+	id, room uint64
+	confirm  bool
+}
 
 // Machine is one decode peer.
 type Machine struct {
@@ -60,7 +76,9 @@ type Machine struct {
 	// restoring: the loading incarnation is a restore (its refusal is quiet)
 	restoring bool
 	held      []uint64 // writes held while suspect
-	confirm   []uint64 // writes waiting for a probe begun after them
+	// waiting are the staged writes waiting for their region (Writable).
+	waiting []waitingWrite
+	confirm []uint64 // writes waiting for a probe begun after them
 	// writes counts the Write messages stepped; confirmAt is, for each
 	// confirm entry, the count once it was stepped (Probed.Began).
 	writes    uint64
@@ -103,8 +121,12 @@ func (m *Machine) LoadOut() bool { return m.loadOut != 0 }
 // started can still come back.
 func (m *Machine) Quiet() bool { return m.state == Closed && m.loadOut == 0 }
 
-// Held is how many writes wait (suspect, or for a confirmation).
-func (m *Machine) Held() int { return len(m.held) + len(m.confirm) }
+// Held is how many writes wait (suspect, for a confirmation, or staged for
+// their region).
+func (m *Machine) Held() int { return len(m.held) + len(m.confirm) + len(m.waiting) }
+
+// Waiting is how many staged writes wait for their region.
+func (m *Machine) Waiting() int { return len(m.waiting) }
 
 // Queued is how many infos and aborts wait for the load.
 func (m *Machine) Queued() int { return len(m.queue) }
@@ -123,6 +145,10 @@ func (m *Machine) Step(msg Msg) Effects {
 		m.deadline(&fx, msg)
 	case Write:
 		m.write(&fx, msg)
+	case Writable:
+		m.writable(&fx, msg)
+	case Withdraw:
+		m.withdraw(&fx, msg)
 	case Info:
 		m.info(&fx, msg)
 	case XferFailed:
@@ -411,18 +437,53 @@ func (m *Machine) write(fx *Effects, w Write) {
 		fx.Fail = append(fx.Fail, w.ID)
 		return
 	}
+	if w.Staged {
+		m.waiting = append(m.waiting, waitingWrite{id: w.ID, room: w.Room, confirm: w.Confirm})
+		return
+	}
+	m.gate(fx, w.ID, w.Confirm)
+}
+
+// gate is where a write of a live peer goes: held while suspect, waiting for
+// a confirmation, or posted now.
+func (m *Machine) gate(fx *Effects, id uint64, confirm bool) {
 	switch {
 	case m.state == Suspect:
-		m.held = append(m.held, w.ID)
-	case (w.Confirm || m.confirmAll) && !m.cfg.NoLiveness:
-		m.confirm = append(m.confirm, w.ID)
+		m.held = append(m.held, id)
+	case (confirm || m.confirmAll) && !m.cfg.NoLiveness:
+		m.confirm = append(m.confirm, id)
 		m.confirmAt = append(m.confirmAt, m.writes)
 		if !m.probing {
 			m.probeNow(fx)
 		}
 	default:
-		fx.Post = append(fx.Post, w.ID)
+		fx.Post = append(fx.Post, id)
 	}
+}
+
+// writable releases the staged writes named, in that order, through the
+// gate (a live peer: every end of an incarnation failed what waited).
+func (m *Machine) writable(fx *Effects, w Writable) {
+	for _, id := range w.IDs {
+		i := slices.IndexFunc(m.waiting, func(x waitingWrite) bool { return x.id == id })
+		if i < 0 {
+			continue // withdrawn, failed, or released already
+		}
+		x := m.waiting[i]
+		m.waiting = slices.Delete(m.waiting, i, i+1)
+		m.gate(fx, x.id, x.confirm)
+	}
+}
+
+// withdraw ends the staged writes of a failed room still waiting.
+func (m *Machine) withdraw(fx *Effects, w Withdraw) {
+	m.waiting = slices.DeleteFunc(m.waiting, func(x waitingWrite) bool {
+		if x.room == w.Room {
+			fx.Withdrawn = append(fx.Withdrawn, x.id)
+			return true
+		}
+		return false
+	})
 }
 
 func (m *Machine) info(fx *Effects, i Info) {
@@ -599,7 +660,10 @@ func (m *Machine) failQueue(fx *Effects) {
 func (m *Machine) failHeld(fx *Effects) {
 	fx.Fail = append(fx.Fail, m.held...)
 	fx.Fail = append(fx.Fail, m.confirm...)
-	m.held, m.confirm, m.confirmAt = nil, nil, nil
+	for _, x := range m.waiting {
+		fx.Fail = append(fx.Fail, x.id)
+	}
+	m.held, m.confirm, m.confirmAt, m.waiting = nil, nil, nil, nil
 	m.covers = 0 // a probe still out answers for none of what comes next
 }
 

@@ -287,3 +287,55 @@ func TestWatchOutsideLostAndBack(t *testing.T) {
 	}
 	r.want(Gone)
 }
+
+// A staged write waits for its region in every live state: a Writable
+// releases it through the gate (held while suspect, posted in order after
+// the writes held before it), a Withdraw of its room ends it unwritten, and
+// the end of the incarnation fails what still waits; nothing is written to
+// a peer that is not live.
+func TestStagedWritesWaitForTheirRegion(t *testing.T) {
+	r := newRig(t, exploreCfg)
+	if fx := r.step(Write{ID: 9, Inc: 1, Staged: true, Room: 1}); !slices.Equal(fx.Fail, []uint64{9}) {
+		t.Fatalf("staged write to an absent peer: %+v", fx)
+	}
+	r.ready()
+	for id := uint64(1); id <= 3; id++ {
+		if fx := r.step(Write{ID: id, Inc: 1, Staged: true, Room: id % 2}); len(fx.Post)+len(fx.Fail) != 0 {
+			t.Fatalf("staged write %d not waiting: %+v", id, fx)
+		}
+	}
+	if r.m.Waiting() != 3 || r.m.WritesVia() {
+		t.Fatalf("waiting %d, via %v", r.m.Waiting(), r.m.WritesVia())
+	}
+	if fx := r.step(Writable{IDs: []uint64{3, 2, 7}}); !slices.Equal(fx.Post, []uint64{3, 2}) {
+		t.Fatalf("writable while ready: %+v", fx)
+	}
+	if fx := r.step(Writable{IDs: []uint64{3}}); len(fx.Post) != 0 {
+		t.Fatalf("released twice: %+v", fx)
+	}
+	r.step(Write{ID: 4, Inc: 1, Staged: true, Room: 4})
+	r.step(Write{ID: 5, Inc: 1, Staged: true, Room: 5})
+	if fx := r.step(Withdraw{Room: 1}); !slices.Equal(fx.Withdrawn, []uint64{1}) {
+		t.Fatalf("withdraw: %+v", fx)
+	}
+	r.fire(ProbeTick)
+	r.step(Probed{Result: ProbeUnreachable})
+	r.want(Suspect)
+	r.step(Write{ID: 6, Inc: 1})
+	if fx := r.step(Writable{IDs: []uint64{4}}); len(fx.Post) != 0 || r.m.Held() != 3 {
+		t.Fatalf("writable while suspect: %+v (held %d)", fx, r.m.Held())
+	}
+	if fx := r.step(Staging{Payload: "rsp"}); len(fx.Post)+len(fx.Fail)+len(fx.Withdrawn) != 0 || fx.FailRooms {
+		t.Fatalf("a staging frame changed the machine: %+v", fx)
+	}
+	r.fire(ProbeTick)
+	if fx := r.step(Probed{Result: ProbeOK}); !slices.Equal(fx.Post, []uint64{6, 4}) {
+		t.Fatalf("back: %+v", fx)
+	}
+	if fx := r.step(XferFailed{Inc: 1}); !slices.Equal(fx.Fail, []uint64{5}) || r.m.Held() != 0 {
+		t.Fatalf("lost: %+v", fx)
+	}
+	if fx := r.step(Withdraw{Room: 5}); len(fx.Withdrawn) != 0 {
+		t.Fatalf("withdraw after the end: %+v", fx)
+	}
+}

@@ -58,7 +58,27 @@ type Write struct {
 	// Payload is the write itself, carried opaquely: the machine names it
 	// by ID in Post and Fail.
 	Payload any
+	// Staged: a chunk into decode's staging ring; it waits until a Writable
+	// names it (its region answered, the watermark past it), or fails with
+	// its incarnation, or is withdrawn with its Room.
+	Staged bool
+	Room   uint64
 }
+
+// Writable releases, in the order named, the staged writes whose regions may
+// be written now (the executor decides from decode's STAGING_RSP and
+// WATERMARK); a released write then goes as any other (held while suspect).
+// IDs the machine does not hold waiting are ignored.
+type Writable struct{ IDs []uint64 }
+
+// Withdraw ends the staged writes of Room still waiting for their region (the
+// room failed: decode may reuse its regions); they are never posted.
+type Withdraw struct{ Room uint64 }
+
+// Staging is a staging frame of the agent's decode (STAGING_RSP, WATERMARK)
+// or the end of a staged write (its slot is forgotten): the machine changes
+// nothing for it; the executor applies Payload while the peer is live.
+type Staging struct{ Payload any }
 
 // Info is a transfer info of the agent for a room.
 type Info struct {
@@ -120,3 +140,6 @@ func (Drop) isMsg()       {}
 func (Shutdown) isMsg()   {}
 func (Lost) isMsg()       {}
 func (Back) isMsg()       {}
+func (Writable) isMsg()   {}
+func (Withdraw) isMsg()   {}
+func (Staging) isMsg()    {}
