@@ -37,3 +37,6 @@ func SetCoreFree(f func() bool) (restore func()) {
 	coreFree = f
 	return func() { coreFree = old }
 }
+
+// SpinTicks is how many empty polls a spinning worker makes before it parks.
+const SpinTicks = spinTicks
