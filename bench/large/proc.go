@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 )
@@ -19,24 +18,31 @@ type proc struct {
 	cmd    *exec.Cmd
 	in     io.WriteCloser
 	out    *bufio.Reader
-	stderr *limitWriter
+	stderr *os.File // the child writes it directly; read back for error messages
 }
 
 func (r *runner) start(argv []string) (*proc, error) {
 	cmd := exec.Command(argv[0], argv[1:]...)
-	p := &proc{cmd: cmd, stderr: &limitWriter{n: 64 << 10}}
-	cmd.Stderr = p.stderr
-	var err error
-	if p.in, err = cmd.StdinPipe(); err != nil {
-		return nil, err
-	}
-	stdout, err := cmd.StdoutPipe()
+	// A file, not a buffer: the child writes it itself, so nothing in this
+	// process writes while an error message reads it.
+	errf, err := os.CreateTemp("", "kvxfer-large-peer-*.stderr")
 	if err != nil {
 		return nil, err
 	}
+	_ = os.Remove(errf.Name()) // the open descriptors keep it until both ends close
+	p := &proc{cmd: cmd, stderr: errf}
+	cmd.Stderr = errf
+	fail := func(err error) (*proc, error) { errf.Close(); return nil, err }
+	if p.in, err = cmd.StdinPipe(); err != nil {
+		return fail(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return fail(err)
+	}
 	p.out = bufio.NewReaderSize(stdout, 1<<20)
 	if err := cmd.Start(); err != nil {
-		return nil, err
+		return fail(err)
 	}
 	return p, nil
 }
@@ -65,11 +71,11 @@ func (p *proc) read(v any) error {
 	select {
 	case r := <-ch:
 		if r.err != nil {
-			return fmt.Errorf("python peer: %v\n%s", r.err, p.stderr.String())
+			return fmt.Errorf("python peer: %v\n%s", r.err, p.stderrHead())
 		}
 		return json.Unmarshal(r.line, v)
 	case <-time.After(120 * time.Second):
-		return fmt.Errorf("python peer silent for 120s\n%s", p.stderr.String())
+		return fmt.Errorf("python peer silent for 120s\n%s", p.stderrHead())
 	}
 }
 
@@ -86,29 +92,14 @@ func (p *proc) stop() {
 		p.cmd.Process.Kill()
 		<-done
 	}
+	p.stderr.Close()
 }
 
-// limitWriter keeps the first n bytes written (the child's stderr, for
-// error messages); exec writes it from its own goroutine.
-type limitWriter struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-	n  int
-}
-
-func (w *limitWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if room := w.n - w.b.Len(); room > 0 {
-		w.b.Write(p[:min(len(p), room)])
-	}
-	return len(p), nil
-}
-
-func (w *limitWriter) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.String()
+// stderrHead is the first 64 KiB the child wrote to its stderr.
+func (p *proc) stderrHead() string {
+	b := make([]byte, 64<<10)
+	n, _ := p.stderr.ReadAt(b, 0)
+	return string(b[:n])
 }
 
 func cpuNow() time.Duration {
