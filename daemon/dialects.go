@@ -264,6 +264,12 @@ func (t *dialects) rejectionAt(to kv.Endpoint) string {
 	return ""
 }
 
+// dropped says whether the agent's last record is a drop.
+func (t *dialects) dropped(agent string) bool {
+	p, ok := t.table.Load().byAgent[agent]
+	return ok && p.Dropped != ""
+}
+
 // list returns every peer, by agent name, for /debug/peers.
 func (t *dialects) list() []peerInfo {
 	cur := t.table.Load()

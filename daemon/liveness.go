@@ -394,9 +394,12 @@ func (d *Daemon) gateTransfer(t kv.Transfer, epoch uint64, post, fail func()) bo
 }
 
 // linkAllowed says whether a link may be dialled to an endpoint: a
-// registered decode's (dialects.known). A fenced decode keeps the pinned
-// link it had, so that a room failed by the fence still tells decode.
-func (d *Daemon) linkAllowed(at kv.Endpoint) bool { return d.dialects.known(at) }
+// registered decode's (dialects.known) or one the state file names that was
+// not dropped since (replayedAt). A fenced decode keeps the pinned link it
+// had, so that a room failed by the fence still tells decode.
+func (d *Daemon) linkAllowed(at kv.Endpoint) bool {
+	return d.dialects.known(at) || d.replayedAt(at)
+}
 
 // linkLost runs when the link's monitor sees its TCP connection to decode's
 // PULL socket close: each peer at the endpoint probes now (a dead process is

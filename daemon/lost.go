@@ -20,6 +20,7 @@ import (
 // registrations the state file replays.
 type lostTarget struct {
 	to      kv.Endpoint
+	agent   string
 	dialect wire.Dialect
 }
 
@@ -39,9 +40,23 @@ func (d *Daemon) replayTargets(msgs [][][]byte) []lostTarget {
 			continue
 		}
 		seen[to] = true
-		out = append(out, lostTarget{to: to, dialect: d.dialects.of(r)})
+		out = append(out, lostTarget{to: to, agent: r.AgentName, dialect: d.dialects.of(r)})
 	}
 	return out
+}
+
+// replayedAt says whether a decode the state file names is at an endpoint
+// and has not been dropped since. Its link may be dialled before its
+// replayed registration is recorded: the scheduler names the lost rooms as
+// soon as the successor is live, while the peer actors may still be taking
+// the replayed registrations.
+func (d *Daemon) replayedAt(at kv.Endpoint) bool {
+	for _, t := range d.replayTo {
+		if t.to == at {
+			return !d.dialects.dropped(t.agent)
+		}
+	}
+	return false
 }
 
 // lostTargets is every decode endpoint this rank knows of: the replayed

@@ -25,8 +25,8 @@ func (r *decodeRank) statuses(id uint64) int {
 
 // The successor of a kvxferd that died (no shutdown: nothing was told) is
 // named the rooms the scheduler had open in it. Every decode it knows from the
-// state file hears KV_STATUS "0" for each, before the replay has necessarily
-// run; an ABORT for one is ACKed and its poll says transfer_process_lost.
+// state file hears KV_STATUS "0" for each, even before the replay has run;
+// an ABORT for one is ACKed and its poll says transfer_process_lost.
 func TestLostRoomsOfAPredecessorReachTheDecodesItKnew(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "state")
 	port := freePort(t)
@@ -39,15 +39,22 @@ func TestLostRoomsOfAPredecessorReachTheDecodesItKnew(t *testing.T) {
 	d1.Shutdown(ctx) // it held no rooms, so it told the decode nothing
 	cancel()
 
+	// The rooms are named before the scheduler registers its memory, so
+	// before the replay (which runs at activation) has recorded the decode.
 	d2 := startDaemonWith(t, mod)
-	s2 := newScheduler(t, d2)
+	early, err := control.Dial(d2.ControlEndpoint())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer early.Close()
 	const a, b = 7001, 7002
-	told, err := s2.cli.Lost(a, b)
+	told, err := early.Lost(a, b)
 	if err != nil || told != 1 {
 		t.Fatalf("lost: told %d, err %v; want 1 decode endpoint", told, err)
 	}
 	dec.waitFrame(t, lostStatus(dec, a))
 	dec.waitFrame(t, lostStatus(dec, b))
+	s2 := newScheduler(t, d2)
 	if rep := s2.waitTerminal(t, a); rep.Status != kv.StatusFailed || rep.Reason != kv.ReasonTransferProcessLost {
 		t.Fatalf("lost room polls %v/%v", rep.Status, rep.Reason)
 	}
@@ -104,5 +111,34 @@ func TestLostRoomsTellOnlyDecodesThatReadStatuses(t *testing.T) {
 				t.Fatalf("lost_rooms %d after the refused list, want 1", n)
 			}
 		})
+	}
+}
+
+// A decode the state file names gets a link before its replayed registration
+// is recorded, and not once it was dropped (its replay no longer loads, or it
+// was lost); an endpoint the file does not name gets none.
+func TestLinksToReplayedDecodes(t *testing.T) {
+	d := &Daemon{dialects: newDialects(wire.DialectUnknown, wire.Dialect0520)}
+	defer d.dialects.close()
+	named, other := tableReg("dec-1", 31001), tableReg("dec-2", 31002)
+	d.replayTo = []lostTarget{{to: kv.Endpoint{IP: named.DecodeIP, Port: named.DecodePort}, agent: named.AgentName}}
+	at := func(r *wire.Registration) kv.Endpoint { return kv.Endpoint{IP: r.DecodeIP, Port: r.DecodePort} }
+	for _, step := range []struct {
+		what         string
+		do           func()
+		named, other bool
+	}{
+		{"before the replay", func() {}, true, false},
+		{"replayed", func() { _, _ = d.dialects.register(named) }, true, false},
+		{"dropped", func() { d.dialects.drop(named.AgentName, "replayed registration no longer loads", false) }, false, false},
+		{"the other registered", func() { _, _ = d.dialects.register(other) }, false, true},
+	} {
+		step.do()
+		if got := d.linkAllowed(at(named)); got != step.named {
+			t.Errorf("%s: a link to the named decode allowed %v, want %v", step.what, got, step.named)
+		}
+		if got := d.linkAllowed(at(other)); got != step.other {
+			t.Errorf("%s: a link to the other endpoint allowed %v, want %v", step.what, got, step.other)
+		}
 	}
 }
