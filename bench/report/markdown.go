@@ -321,7 +321,7 @@ func settingStormTable(b *strings.Builder, sets []suite.RunSet) {
 
 func abortTable(b *strings.Builder, set *suite.RunSet) {
 	t := table{b}
-	t.head("engine", "aborted rooms", "never terminal", "A2T p50", "A2T p99", "A2T p999", "pinned (hard + deadline)", "pinned at", "late posts", "failure notices", "ABORT_ACKs", "leaked entries (by map)")
+	t.head("engine", "aborted rooms", "never terminal", "A2T p50", "A2T p99", "A2T p999", "A2T in iterations p50 / p99", "poll p50 / p99", "pinned (hard + deadline)", "pinned at", "late posts", "failure notices", "ABORT_ACKs", "leaked entries (by map)")
 	for _, e := range set.Engines {
 		var ab, never, hard, dl, late, fn, acks int
 		at := map[string]int{}
@@ -343,10 +343,11 @@ func abortTable(b *strings.Builder, set *suite.RunSet) {
 			leaks = fmt.Sprintf("%d (status %d, infos %d, prefix %d, failure records %d, exceptions %d, senders %d, drains %d)",
 				e.Leaked, l.RequestStatus, l.TransferInfos, l.PrefixLen, l.FailureRecords, l.Exceptions, l.Senders, l.Drains)
 		}
-		t.row(e.Engine, ab, never, Dur(e.A2T.P50), Dur(e.A2T.P99), Dur(e.A2T.P999), fmt.Sprintf("%d (%d + %d)", hard+dl, hard, dl),
+		t.row(e.Engine, ab, never, Dur(e.A2T.P50), Dur(e.A2T.P99), Dur(e.A2T.P999),
+			fmt.Sprintf("%d / %d", e.A2TIters.P50, e.A2TIters.P99), Dur(e.Poll.P50)+" / "+Dur(e.Poll.P99), fmt.Sprintf("%d (%d + %d)", hard+dl, hard, dl),
 			mapText(at), late, fn, acks, leaks)
 	}
-	b.WriteString("\nTotals over every repetition; A2T percentiles count rooms that never reached a terminal answer as ∞. Late posts: writes of chunks the scheduler sent after it issued the room's abort. Leaked: entries left after every clearable room was cleared and a further grace period (the last repetition's split).\n\n")
+	b.WriteString("\nTotals over every repetition; A2T percentiles count rooms that never reached a terminal answer as ∞; in iterations, 1 is the scheduler's next poll (rooms that never ended are left out). Poll: the batched poll of every live room, call to return, per iteration. Late posts: writes of chunks the scheduler sent after it issued the room's abort. Leaked: entries left after every clearable room was cleared and a further grace period (the last repetition's split).\n\n")
 }
 
 func mapText(m map[string]int) string {

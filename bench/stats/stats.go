@@ -109,3 +109,28 @@ func Ratio(a, b float64) float64 {
 	}
 	return a / b
 }
+
+// Counted is the percentiles of counts (scheduler iterations per abort).
+type Counted struct {
+	N   int `json:"n"`
+	P50 int `json:"p50"`
+	P99 int `json:"p99"`
+	Max int `json:"max"`
+}
+
+// SummarizeCounts computes the Counted of xs (nearest rank, as Percentile).
+func SummarizeCounts(xs []int) Counted {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	at := func(p float64) int {
+		if len(s) == 0 {
+			return 0
+		}
+		return s[min(max(int(math.Ceil(p*float64(len(s)))), 1), len(s))-1]
+	}
+	out := Counted{N: len(s), P50: at(0.50), P99: at(0.99)}
+	if len(s) > 0 {
+		out.Max = s[len(s)-1]
+	}
+	return out
+}

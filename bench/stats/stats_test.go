@@ -83,3 +83,19 @@ func TestMedianAndRatio(t *testing.T) {
 		t.Fatal("ratio")
 	}
 }
+
+func TestSummarizeCountsNearestRank(t *testing.T) {
+	xs := make([]int, 0, 100)
+	for i := 100; i >= 1; i-- { // unsorted on purpose
+		xs = append(xs, i)
+	}
+	if got := SummarizeCounts(xs); got != (Counted{N: 100, P50: 50, P99: 99, Max: 100}) {
+		t.Fatalf("counts of 1..100: %+v", got)
+	}
+	if xs[0] != 100 {
+		t.Fatal("SummarizeCounts sorted its input in place")
+	}
+	if got := SummarizeCounts(nil); got != (Counted{}) {
+		t.Fatalf("no samples: %+v", got)
+	}
+}

@@ -178,6 +178,8 @@ func (r *runner) runSet(name string, st Setting, spec workload.Spec, reps int) R
 		runs       []RunSummary
 		byPhase    map[string]*workload.PhaseA2T
 		ttt, a2t   []time.Duration
+		a2tIters   []int
+		polls      []time.Duration
 		never      int
 		pinned     int
 		leaked     int
@@ -210,6 +212,8 @@ func (r *runner) runSet(name string, st Setting, spec workload.Spec, reps int) R
 			a.runs = append(a.runs, s)
 			a.ttt = append(a.ttt, res.TTT...)
 			a.a2t = append(a.a2t, res.A2T...)
+			a.a2tIters = append(a.a2tIters, res.A2TIters...)
+			a.polls = append(a.polls, res.Polls...)
 			a.never += res.AbortsNever
 			for k, ph := range res.ByPhase {
 				if a.byPhase == nil {
@@ -252,6 +256,7 @@ func (r *runner) runSet(name string, st Setting, spec workload.Spec, reps int) R
 		set.Engines = append(set.Engines, EngineRuns{
 			Engine: string(k), Runs: a.runs, RoomsPerSec: stats.Median(a.rates), CPUPer1k: stats.Median(a.cpu),
 			TTT: stats.Summarize(a.ttt, 0), A2T: stats.Summarize(a.a2t, a.never), A2TCDF: stats.CDF(sorted, 200), A2TByPhase: byPhase,
+			A2TIters: stats.SummarizeCounts(a.a2tIters), Poll: stats.Summarize(a.polls, 0),
 			Pinned: a.pinned, Leaked: a.leaked, HeapPerRoom: stats.Median(a.heap), LoadAvg: a.load,
 		})
 	}

@@ -91,6 +91,7 @@ type live struct {
 	sent    int
 	start   time.Duration
 	abortAt time.Duration // -1: not aborted
+	abortIt int           // d.res.Iterations when the abort was issued
 	first   int32         // first prefill page
 }
 
@@ -180,9 +181,11 @@ func (d *driver) loop() {
 		for i := range d.live {
 			d.ids = append(d.ids, d.live[i].id)
 		}
+		polled := d.now()
 		d.out = eng.Poll(d.ids, d.out)
 		d.res.Iterations++
 		now = d.now()
+		d.res.Polls = append(d.res.Polls, now-polled)
 		kept, ended := d.live[:0], false
 		for i := range d.live {
 			r := &d.live[i]
@@ -289,7 +292,7 @@ func (d *driver) admit(i int, now time.Duration) {
 
 // abort injects the plan's abort now.
 func (d *driver) abort(r *live, now time.Duration) {
-	r.abortAt = now
+	r.abortAt, r.abortIt = now, d.res.Iterations
 	d.rig.aborted.add(r.id, r.sent)
 	if d.plans[r.plan].Abort.From() == wl.Decode {
 		d.rig.Engine.DecodeAbort(r.id, decodeEP[0])
@@ -375,6 +378,7 @@ func (d *driver) finish(r *live, rep kv.Reply, now time.Duration) {
 	if r.abortAt >= 0 {
 		d.res.Aborted++
 		d.res.A2T = append(d.res.A2T, now-r.abortAt)
+		d.res.A2TIters = append(d.res.A2TIters, d.res.Iterations-r.abortIt)
 		ph := d.res.phase(d.plans[r.plan])
 		ph.A2T = append(ph.A2T, now-r.abortAt)
 	}

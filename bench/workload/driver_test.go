@@ -46,6 +46,15 @@ func TestDriverAccountsForEveryRoom(t *testing.T) {
 			if res.Aborted+res.AbortsNever == 0 || res.Aborted != len(res.A2T) {
 				t.Fatalf("abort samples: aborted %d never %d samples %d", res.Aborted, res.AbortsNever, len(res.A2T))
 			}
+			if len(res.A2TIters) != len(res.A2T) || len(res.Polls) != res.Iterations {
+				t.Fatalf("%d A2T samples in iterations for %d in time; %d poll latencies for %d iterations",
+					len(res.A2TIters), len(res.A2T), len(res.Polls), res.Iterations)
+			}
+			for _, it := range res.A2TIters {
+				if it < 1 || it > res.Iterations {
+					t.Fatalf("an abort ended %d iterations after it was issued (run of %d)", it, res.Iterations)
+				}
+			}
 			n, never := 0, 0
 			for _, ph := range res.ByPhase {
 				n, never = n+len(ph.A2T), never+ph.Never

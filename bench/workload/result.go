@@ -34,8 +34,13 @@ type Result struct {
 	// while not yet terminal that ended during the workload; AbortsNever
 	// counts the aborted rooms that never did (pinned, or ended only by a
 	// deadline).
-	TTT         []time.Duration `json:"-"`
-	A2T         []time.Duration `json:"-"`
+	TTT []time.Duration `json:"-"`
+	A2T []time.Duration `json:"-"`
+	// A2TIters is A2T counted in scheduler iterations: the polls from the
+	// abort to the first terminal answer (1: the next poll). Polls is each
+	// iteration's batched poll, call to return (what the scheduler waits).
+	A2TIters    []int           `json:"-"`
+	Polls       []time.Duration `json:"-"`
 	Aborted     int             `json:"aborted"`
 	AbortsNever int             `json:"aborts_never_terminal"`
 	// ByPhase splits A2T by where and from whom the abort came
