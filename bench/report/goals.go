@@ -79,8 +79,12 @@ func Goals(r *suite.Results) []Goal {
 		if a, ok := engineRuns(s, "actors"); ok && a.TTT.P50 > 0 {
 			g.Known = true
 			g.Met = float64(a.TTT.P99) <= goalTailRatio*float64(a.TTT.P50)
-			g.Figure = fmt.Sprintf("p99 %s, p50 %s (%.1f×); load %s", Dur(a.TTT.P99), Dur(a.TTT.P50),
-				float64(a.TTT.P99)/float64(a.TTT.P50), rowLoad(*s))
+			g.Figure = fmt.Sprintf("p99 %s, p50 %s (%.1f×; in scheduler iterations %d / %d)", Dur(a.TTT.P99), Dur(a.TTT.P50),
+				float64(a.TTT.P99)/float64(a.TTT.P50), a.TTTIters.P99, a.TTTIters.P50)
+			if f, ok := engineRuns(s, "fixed"); ok && f.TTT.P50 > 0 {
+				g.Figure += fmt.Sprintf("; fixed %.1f× (%d / %d)", float64(f.TTT.P99)/float64(f.TTT.P50), f.TTTIters.P99, f.TTTIters.P50)
+			}
+			g.Figure += "; load " + rowLoad(*s)
 		}
 	}
 	return append(out, g)

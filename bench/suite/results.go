@@ -69,10 +69,11 @@ type EngineRuns struct {
 	A2TCDF      []stats.Point `json:"abort_to_terminal_cdf,omitempty"`
 	// A2TByPhase splits A2T by abort phase and source ("in-chunk/decode").
 	A2TByPhase map[string]stats.Summary `json:"abort_to_terminal_by_phase,omitempty"`
-	// A2TIters is A2T in scheduler iterations (1: the poll after the
-	// abort); Poll is the batched poll's latency per iteration (what the
+	// A2TIters and TTTIters are A2T and TTT in scheduler iterations (1:
+	// the poll after the abort or the admission); Poll is the batched poll's latency per iteration (what the
 	// scheduler waits for the engine each iteration).
 	A2TIters stats.Counted `json:"abort_to_terminal_iterations"`
+	TTTIters stats.Counted `json:"time_to_terminal_iterations"`
 	Poll     stats.Summary `json:"poll_latency"`
 	Pinned   int           `json:"pinned_total"` // over every repetition
 	Leaked   int           `json:"leaked_max"`

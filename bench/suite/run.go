@@ -179,6 +179,7 @@ func (r *runner) runSet(name string, st Setting, spec workload.Spec, reps int) R
 		byPhase    map[string]*workload.PhaseA2T
 		ttt, a2t   []time.Duration
 		a2tIters   []int
+		tttIters   []int
 		polls      []time.Duration
 		never      int
 		pinned     int
@@ -213,6 +214,7 @@ func (r *runner) runSet(name string, st Setting, spec workload.Spec, reps int) R
 			a.ttt = append(a.ttt, res.TTT...)
 			a.a2t = append(a.a2t, res.A2T...)
 			a.a2tIters = append(a.a2tIters, res.A2TIters...)
+			a.tttIters = append(a.tttIters, res.TTTIters...)
 			a.polls = append(a.polls, res.Polls...)
 			a.never += res.AbortsNever
 			for k, ph := range res.ByPhase {
@@ -256,7 +258,7 @@ func (r *runner) runSet(name string, st Setting, spec workload.Spec, reps int) R
 		set.Engines = append(set.Engines, EngineRuns{
 			Engine: string(k), Runs: a.runs, RoomsPerSec: stats.Median(a.rates), CPUPer1k: stats.Median(a.cpu),
 			TTT: stats.Summarize(a.ttt, 0), A2T: stats.Summarize(a.a2t, a.never), A2TCDF: stats.CDF(sorted, 200), A2TByPhase: byPhase,
-			A2TIters: stats.SummarizeCounts(a.a2tIters), Poll: stats.Summarize(a.polls, 0),
+			A2TIters: stats.SummarizeCounts(a.a2tIters), TTTIters: stats.SummarizeCounts(a.tttIters), Poll: stats.Summarize(a.polls, 0),
 			Pinned: a.pinned, Leaked: a.leaked, HeapPerRoom: stats.Median(a.heap), LoadAvg: a.load,
 		})
 	}

@@ -92,6 +92,7 @@ type live struct {
 	start   time.Duration
 	abortAt time.Duration // -1: not aborted
 	abortIt int           // d.res.Iterations when the abort was issued
+	startIt int           // d.res.Iterations when the room was admitted
 	first   int32         // first prefill page
 }
 
@@ -255,7 +256,7 @@ var decodeEP = [2]kv.Endpoint{{IP: "10.0.0.8", Port: 17000}, {IP: "10.0.0.9", Po
 func (d *driver) admit(i int, now time.Duration) {
 	p := d.plans[i]
 	eng := d.rig.Engine
-	r := live{id: d.base + uint64(i), plan: i, start: now, abortAt: -1}
+	r := live{id: d.base + uint64(i), plan: i, start: now, abortAt: -1, startIt: d.res.Iterations}
 	r.first = int32((i * 16) % max(d.o.Slots-64, 1))
 	d.o.Progress.Admitted.Add(1)
 	ph := p.Abort.Phase()
@@ -375,6 +376,7 @@ func (d *driver) finish(r *live, rep kv.Reply, now time.Duration) {
 		d.res.count(rep.Reason)
 	}
 	d.res.TTT = append(d.res.TTT, now-r.start)
+	d.res.TTTIters = append(d.res.TTTIters, d.res.Iterations-r.startIt)
 	if r.abortAt >= 0 {
 		d.res.Aborted++
 		d.res.A2T = append(d.res.A2T, now-r.abortAt)

@@ -46,6 +46,9 @@ func TestDriverAccountsForEveryRoom(t *testing.T) {
 			if res.Aborted+res.AbortsNever == 0 || res.Aborted != len(res.A2T) {
 				t.Fatalf("abort samples: aborted %d never %d samples %d", res.Aborted, res.AbortsNever, len(res.A2T))
 			}
+			if len(res.TTTIters) != len(res.TTT) {
+				t.Fatalf("%d TTT samples in iterations for %d in time", len(res.TTTIters), len(res.TTT))
+			}
 			if len(res.A2TIters) != len(res.A2T) || len(res.Polls) != res.Iterations {
 				t.Fatalf("%d A2T samples in iterations for %d in time; %d poll latencies for %d iterations",
 					len(res.A2TIters), len(res.A2T), len(res.Polls), res.Iterations)

@@ -36,10 +36,12 @@ type Result struct {
 	// deadline).
 	TTT []time.Duration `json:"-"`
 	A2T []time.Duration `json:"-"`
-	// A2TIters is A2T counted in scheduler iterations: the polls from the
-	// abort to the first terminal answer (1: the next poll). Polls is each
-	// iteration's batched poll, call to return (what the scheduler waits).
+	// A2TIters and TTTIters are A2T and TTT counted in scheduler
+	// iterations: the polls from the abort (or the admission) to the first
+	// terminal answer (1: the next poll). Polls is each iteration's batched
+	// poll, call to return (what the scheduler waits).
 	A2TIters    []int           `json:"-"`
+	TTTIters    []int           `json:"-"`
 	Polls       []time.Duration `json:"-"`
 	Aborted     int             `json:"aborted"`
 	AbortsNever int             `json:"aborts_never_terminal"`
