@@ -362,7 +362,9 @@ func (l *links) send(to kv.Endpoint, frames [][]byte) error {
 		e.used.Store(l.tick.Add(1))
 	}
 	err := e.link.Send(frames)
-	if errors.Is(err, zmqio.ErrLinkClosed) {
+	// Send returns the sentinel itself: a plain compare, so that a notice
+	// dropped on a full queue costs no errors.Is.
+	if err == zmqio.ErrLinkClosed {
 		// Retired as it was read (its incarnation ended, or evicted): the
 		// endpoint's link now, if another, takes it.
 		if n := l.table.Load().to[to]; n != nil && n != e {
