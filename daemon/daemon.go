@@ -174,8 +174,14 @@ type Daemon struct {
 	debug    *http.Server
 	debugLn  net.Listener
 
-	// mu guards memory registration and activation: an I/O boundary (control
-	// API requests, NIXL memory registration, the ZMQ bind, PUT /route).
+	// mu guards the fields of memory registration and activation: an I/O
+	// boundary (control API requests, NIXL memory registration, the ZMQ bind,
+	// PUT /route, Shutdown). It is never held across those calls (activate.go),
+	// only while a field is read or set. An owner does not fit: the fields
+	// change a few times in a process's life, between blocking NIXL and
+	// network calls that must not run on an actor, and their readers (the
+	// control API, a peer's load, Shutdown) need the value at once; an owner
+	// would add a round trip to each read for nothing.
 	mu       sync.Mutex
 	agent    Agent
 	mem      memory

@@ -39,7 +39,12 @@ func WithFileMapping(a nixl.Agent) Agent {
 
 type fileMapped struct {
 	nixl.Agent
-	mu   sync.Mutex // an I/O boundary: the mmaps of the scheduler's memory files, unmapped at close
+	// mu is an I/O boundary: the mmaps of the scheduler's memory files,
+	// added by the NIXL agent's Attach (memory registration, on the control
+	// API's goroutine) and unmapped by its Close. An owner does not fit: the
+	// list is touched only around those two syscalls, each a handful of times
+	// per process, and both callers must have the result before they return.
+	mu   sync.Mutex
 	maps [][]byte
 }
 

@@ -3,6 +3,8 @@ package daemon
 import (
 	"errors"
 	"log/slog"
+	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -10,6 +12,7 @@ import (
 
 	zmq "github.com/pebbe/zmq4"
 
+	"github.com/kvxfer/kvxfer/actors"
 	"github.com/kvxfer/kvxfer/kv"
 	"github.com/kvxfer/kvxfer/transport/zmqio"
 )
@@ -48,15 +51,23 @@ func defaultMaxLinks() int {
 }
 
 // links are the PUSH sockets to decode PULL endpoints, all in one ZMQ context
-// (one set of I/O threads). A registered decode's link is dialled at
-// registration and pinned: it watches the connection, and a decode whose
-// socket goes away (its process died) is reported to lost. Other links are
-// dialled on first use, and only to an endpoint known says is a registered
-// decode's (a rejected registration's included, so it hears why); an address
-// taken from a frame alone never gets a link. At most max links live: past it
-// the least recently used unpinned link is evicted (closed in the background,
-// its flush bounded by evictFlush). Each link's socket is owned by its own
-// goroutine; this map only finds them.
+// (one set of I/O threads). Each link's socket is owned by its own goroutine
+// (zmqio.PushLink); what is shared is only which link carries the notices to
+// an endpoint, and that table has one owner (actors.Owned): every change is
+// an edit on the owner, which publishes the table whole, and a notice reads
+// the table published last without waiting for anyone.
+//
+// A registered decode's link is pinned: its peer actor dials it when the
+// incarnation is ready, keeps it (peerLocal.link) and unpins it when the
+// incarnation ends, so a link never outlives the incarnation it was dialled
+// for (a new agent at the same endpoint dials its own). It watches the
+// connection: a decode whose socket goes away (its process died) is reported
+// to lost. Other links are dialled on first use by the owner, and only to an
+// endpoint known says is a registered decode's (a rejected registration's
+// included, so it hears why); an address taken from a frame alone never gets
+// a link. At most max links live: past it the least recently used unpinned
+// link is evicted (closed in the background, its flush bounded by
+// evictFlush).
 type links struct {
 	log   *slog.Logger
 	zctx  *zmq.Context
@@ -64,23 +75,61 @@ type links struct {
 	known func(kv.Endpoint) bool
 	max   int
 
-	// mu guards the index of the ZMQ sockets, an I/O boundary: every room
-	// actor's notice looks its link up here (an owner actor would add a hop
-	// to every notice), and each socket is owned by its own goroutine.
-	mu     sync.Mutex
-	by     map[kv.Endpoint]*linkEntry
-	tick   uint64
-	closed bool
-	bg     sync.WaitGroup // evicted and retired links closing
+	table *actors.Owned[linkTable, struct{}]
+	// tick orders the uses of unpinned links (linkEntry.used): a notice
+	// marks its link without asking the owner, which evicts by the marks.
+	tick atomic.Uint64
+	bg   sync.WaitGroup // evicted and retired links closing; added to on the owner only
 
 	evicted, refused atomic.Int64
 	sendFailed       atomic.Int64 // closed links' libzmq send failures and flush discards
 }
 
+// linkTable is one published version of the links: never changed once
+// published (an edit clones it).
+type linkTable struct {
+	// to is where a notice to each endpoint goes: the pinned link of the
+	// incarnation that pinned there last, else the unpinned link.
+	to map[kv.Endpoint]*linkEntry
+	// all is every live link, pinned or not (an older incarnation's pinned
+	// link at an endpoint another one pinned since included): the cap
+	// counts them, shutdown flushes them.
+	all    []*linkEntry
+	closed bool
+}
+
+// linkEntry is one live link. Only used and ended change, atomically.
 type linkEntry struct {
+	to     kv.Endpoint
 	link   *zmqio.PushLink
-	used   uint64
 	pinned bool
+	used   atomic.Uint64 // the tick of its last use (unpinned links: the LRU)
+	ended  atomic.Bool   // out of the table: closing, its monitor reports nothing
+}
+
+func (c *linkTable) clone() *linkTable {
+	return &linkTable{to: maps.Clone(c.to), all: slices.Clone(c.all)}
+}
+
+// remove takes e out of a version not published yet; false if it was not in.
+func (c *linkTable) remove(e *linkEntry) bool {
+	i := slices.Index(c.all, e)
+	if i < 0 {
+		return false
+	}
+	c.all = slices.Delete(c.all, i, i+1)
+	if c.to[e.to] == e {
+		delete(c.to, e.to)
+		// An older incarnation's pinned link at the endpoint (fenced, not yet
+		// gone) carries its notices again.
+		for j := len(c.all) - 1; j >= 0; j-- {
+			if o := c.all[j]; o.pinned && o.to == e.to {
+				c.to[e.to] = o
+				break
+			}
+		}
+	}
+	return true
 }
 
 func newLinks(log *slog.Logger, maxLinks int, known func(kv.Endpoint) bool, lost func(kv.Endpoint)) (*links, error) {
@@ -97,75 +146,131 @@ func newLinks(log *slog.Logger, maxLinks int, known func(kv.Endpoint) bool, lost
 		_ = zctx.Term()
 		return nil, err
 	}
-	return &links{log: log, zctx: zctx, lost: lost, known: known, max: maxLinks, by: map[kv.Endpoint]*linkEntry{}}, nil
+	first := &linkTable{to: map[kv.Endpoint]*linkEntry{}}
+	return &links{log: log, zctx: zctx, lost: lost, known: known, max: maxLinks,
+		table: actors.NewOwned[linkTable, struct{}](first)}, nil
 }
 
-// get returns the link to an endpoint, dialling it first if needed. pin marks
-// it a registered decode's (its peer actor asks, once loaded): never evicted,
-// and dialled without asking known.
-func (l *links) get(to kv.Endpoint, pin bool) (*zmqio.PushLink, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.closed {
-		return nil, errLinksClosed
-	}
-	l.tick++
-	if e, ok := l.by[to]; ok {
-		e.used = l.tick
-		e.pinned = e.pinned || pin
-		return e.link, nil
-	}
-	if !pin && !l.known(to) {
-		l.refused.Add(1)
-		return nil, errUnregistered
-	}
-	if len(l.by) >= l.max && !l.evictLocked() {
-		l.refused.Add(1)
-		return nil, errLinksFull
-	}
-	e := &linkEntry{used: l.tick, pinned: pin}
+// dial opens the link of e. ZMQ connects asynchronously (DialPush returns
+// whether or not decode listens, and never waits on the network), so a peer
+// actor or the owner may dial.
+func (l *links) dial(e *linkEntry) error {
+	to := e.to
 	link, err := zmqio.DialPush(zmqio.PushConfig{
 		Context: l.zctx, Endpoint: zmqio.TCPEndpoint(to.IP, to.Port), Logger: l.log,
 		// Flush at close (bounded: CloseBy): the last notices of a graceful
 		// shutdown must reach decode.
 		FlushTimeout: evictFlush,
 		OnDisconnect: func() {
-			if l.current(to, e) { // not a link already replaced or evicted
+			if !e.ended.Load() { // not a link already retired or evicted
 				l.lost(to)
 			}
 		},
 	})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	e.link = link
-	l.by[to] = e
-	return link, nil
+	return nil
 }
 
-// evictLocked closes the least recently used unpinned link.
-func (l *links) evictLocked() bool {
-	var (
-		victim kv.Endpoint
-		best   *linkEntry
-	)
-	for ep, e := range l.by {
-		if !e.pinned && (best == nil || e.used < best.used) {
-			victim, best = ep, e
+// pin dials a registered decode's link for its peer actor, which keeps it
+// and hands it back to unpin when the incarnation ends. It is never evicted;
+// it takes the place of an unpinned link to the same endpoint, and past the
+// cap it evicts the least recently used unpinned one (errLinksFull when
+// every link is pinned).
+func (l *links) pin(to kv.Endpoint) (*linkEntry, error) {
+	if l.table.Load().closed {
+		return nil, errLinksClosed
+	}
+	e := &linkEntry{to: to, pinned: true}
+	if err := l.dial(e); err != nil {
+		return nil, err
+	}
+	err := errLinksClosed // stays so if the owner is gone
+	l.table.Edit(func(cur *linkTable, _ *struct{}) *linkTable {
+		if cur.closed {
+			return nil
+		}
+		next := cur.clone()
+		var gone []*linkEntry
+		if old := next.to[to]; old != nil && !old.pinned {
+			next.remove(old)
+			gone = append(gone, old)
+		}
+		victim, ok := l.room(next)
+		if !ok {
+			err = errLinksFull
+			return nil
+		}
+		if victim != nil {
+			gone = append(gone, victim)
+			l.evicted.Add(1)
+		}
+		for _, g := range gone {
+			l.closeLater(g)
+		}
+		next.to[to] = e
+		next.all = append(next.all, e)
+		err = nil
+		return next
+	})
+	if err != nil {
+		if errors.Is(err, errLinksFull) {
+			l.refused.Add(1)
+		}
+		e.ended.Store(true)
+		e.link.CloseBy(time.Time{}) // it never carried anything: nothing to flush
+		return nil, err
+	}
+	return e, nil
+}
+
+// unpin retires a pinned link its incarnation ended with (closed in the
+// background); from now on the endpoint's notices find the link of whoever
+// registered there since, if any.
+func (l *links) unpin(e *linkEntry) {
+	if e == nil {
+		return
+	}
+	l.table.Edit(func(cur *linkTable, _ *struct{}) *linkTable {
+		next := cur.clone()
+		if !next.remove(e) {
+			return nil // retired wholesale already, or flushed by closeAll
+		}
+		l.closeLater(e)
+		return next
+	})
+}
+
+// current says whether a pinned link is still in the table (not retired).
+func (e *linkEntry) current() bool { return e != nil && !e.ended.Load() }
+
+// room makes room for one more link in a version not published yet (on the
+// owner): past the cap the least recently used unpinned link leaves it,
+// returned for the caller to close once it publishes; false when every link
+// is pinned.
+func (l *links) room(next *linkTable) (victim *linkEntry, ok bool) {
+	if len(next.all) < l.max {
+		return nil, true
+	}
+	for _, e := range next.all {
+		if !e.pinned && (victim == nil || e.used.Load() < victim.used.Load()) {
+			victim = e
 		}
 	}
-	if best == nil {
-		return false
+	if victim == nil {
+		return nil, false
 	}
-	delete(l.by, victim)
-	l.evicted.Add(1)
-	l.closeLater(best)
-	return true
+	next.remove(victim)
+	return victim, true
 }
 
-// closeLater closes a link that is out of the map in the background, its
-// flush bounded by evictFlush. l.mu is held or the link is unreachable.
+// closeLater closes a link taken out of the table in the background, its
+// flush bounded by evictFlush. It runs on the owner, so a closeAll that
+// follows waits for it.
 func (l *links) closeLater(e *linkEntry) {
+	e.ended.Store(true)
 	l.bg.Add(1)
 	go func() {
 		defer l.bg.Done()
@@ -179,57 +284,104 @@ func (l *links) account(link *zmqio.PushLink) {
 	l.sendFailed.Add(int64(st.Failed + st.Discarded))
 }
 
-func (l *links) current(to kv.Endpoint, e *linkEntry) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.by[to] == e
-}
-
-// retire closes the link to an endpoint (in the background) so that the next
-// use dials a fresh one: a decode re-registered there, or the one there is
-// gone. Its monitor no longer reports anything.
-func (l *links) retire(to kv.Endpoint) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if e, ok := l.by[to]; ok {
-		delete(l.by, to)
-		l.closeLater(e)
+// unpinned returns the unpinned link to an endpoint, dialling it on the
+// owner if there is none (two notices to a new endpoint get one link).
+func (l *links) unpinned(to kv.Endpoint) (*linkEntry, error) {
+	var (
+		got *linkEntry
+		err = errLinksClosed // stays so if the owner is gone
+	)
+	l.table.Edit(func(cur *linkTable, _ *struct{}) *linkTable {
+		if cur.closed {
+			return nil
+		}
+		if e := cur.to[to]; e != nil { // dialled since the caller looked
+			got, err = e, nil
+			return nil
+		}
+		next := cur.clone()
+		victim, ok := l.room(next)
+		if !ok {
+			err = errLinksFull
+			return nil
+		}
+		e := &linkEntry{to: to}
+		e.used.Store(l.tick.Add(1))
+		if err = l.dial(e); err != nil {
+			return nil // nothing evicted: the version stays as it was
+		}
+		if victim != nil {
+			l.evicted.Add(1)
+			l.closeLater(victim)
+		}
+		next.to[to] = e
+		next.all = append(next.all, e)
+		got = e
+		return next
+	})
+	if errors.Is(err, errLinksFull) {
+		l.refused.Add(1)
 	}
+	return got, err
 }
 
 // retireAll closes every link in the background (a rolled-back activation);
 // the links stay usable.
 func (l *links) retireAll() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for ep, e := range l.by {
-		delete(l.by, ep)
-		l.closeLater(e)
-	}
+	l.table.Edit(func(cur *linkTable, _ *struct{}) *linkTable {
+		if cur.closed {
+			return nil
+		}
+		for _, e := range cur.all {
+			l.closeLater(e)
+		}
+		return &linkTable{to: map[kv.Endpoint]*linkEntry{}}
+	})
 }
 
+// send queues a notice on the endpoint's link: the table published last
+// finds it without waiting; an endpoint with none gets an unpinned link,
+// only where known says so.
 func (l *links) send(to kv.Endpoint, frames [][]byte) error {
-	link, err := l.get(to, false)
-	if err != nil {
-		return err
+	t := l.table.Load()
+	e := t.to[to]
+	if e == nil {
+		if t.closed {
+			return errLinksClosed
+		}
+		if !l.known(to) {
+			l.refused.Add(1)
+			return errUnregistered
+		}
+		var err error
+		if e, err = l.unpinned(to); err != nil {
+			return err
+		}
 	}
-	return link.Send(frames)
+	if !e.pinned {
+		e.used.Store(l.tick.Add(1))
+	}
+	err := e.link.Send(frames)
+	// Send returns the sentinel itself: a plain compare, so that a notice
+	// dropped on a full queue costs no errors.Is.
+	if err == zmqio.ErrLinkClosed {
+		// Retired as it was read (its incarnation ended, or evicted): the
+		// endpoint's link now, if another, takes it.
+		if n := l.table.Load().to[to]; n != nil && n != e {
+			return n.link.Send(frames)
+		}
+	}
+	return err
 }
 
 // len is the number of live links.
-func (l *links) len() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.by)
-}
+func (l *links) len() int { return len(l.table.Load().all) }
 
 // failed is every libzmq send failure and flush discard of links closed so
 // far plus the live links' failures.
 func (l *links) failed() int64 {
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	n := l.sendFailed.Load()
-	for _, e := range l.by {
+	for _, e := range l.table.Load().all {
 		n += int64(e.link.Stats().Failed)
 	}
 	return n
@@ -239,18 +391,22 @@ func (l *links) failed() int64 {
 // ZMQ context (whose linger is bounded by the same deadline). It returns by
 // the deadline plus the monitors' poll and a second's grace for libzmq.
 func (l *links) closeAll(deadline time.Time) {
-	l.mu.Lock()
-	if l.closed {
-		l.mu.Unlock()
+	var all []*linkEntry
+	first := false
+	l.table.Edit(func(cur *linkTable, _ *struct{}) *linkTable {
+		if cur.closed {
+			return nil
+		}
+		first, all = true, cur.all
+		for _, e := range all {
+			e.ended.Store(true)
+		}
+		return &linkTable{to: map[kv.Endpoint]*linkEntry{}, closed: true}
+	})
+	if !first {
 		return
 	}
-	l.closed = true
-	all := make([]*linkEntry, 0, len(l.by))
-	for ep, e := range l.by {
-		all = append(all, e)
-		delete(l.by, ep)
-	}
-	l.mu.Unlock()
+	l.table.Close() // nothing is dialled from now on: the table stays closed
 	var wg sync.WaitGroup
 	for _, e := range all {
 		wg.Add(1)

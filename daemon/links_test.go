@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -164,7 +165,7 @@ func TestLinksCapEvictsLeastRecentlyUsed(t *testing.T) {
 		known[ep(i)] = true
 	}
 	mu.Unlock()
-	if _, err := l.get(ep(0), true); err != nil { // a registered decode's
+	if _, err := l.pin(ep(0)); err != nil { // a registered decode's
 		t.Fatal(err)
 	}
 	for i := 1; i <= 10; i++ {
@@ -178,15 +179,14 @@ func TestLinksCapEvictsLeastRecentlyUsed(t *testing.T) {
 	if n, ev := l.len(), l.evicted.Load(); n != 4 || ev != 7 {
 		t.Fatalf("%d links, %d evicted; want 4, 7", n, ev)
 	}
-	l.mu.Lock()
-	_, pinned := l.by[ep(0)]
-	_, recent := l.by[ep(10)]
-	l.mu.Unlock()
+	tab := l.table.Load()
+	_, pinned := tab.to[ep(0)]
+	_, recent := tab.to[ep(10)]
 	if !pinned || !recent {
 		t.Fatal("the pinned link or the newest one was evicted")
 	}
 	for i := 11; i <= 13; i++ {
-		if _, err := l.get(ep(i), true); err != nil {
+		if _, err := l.pin(ep(i)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -375,5 +375,86 @@ func TestDroppedNoticesAreRateLimited(t *testing.T) {
 	}
 	if d.links.len() != 0 {
 		t.Fatal("a link was dialled for an unregistered endpoint")
+	}
+}
+
+// linkAt is the link notices to an endpoint go out on now (nil: none).
+func linkAt(d *Daemon, at kv.Endpoint) *zmqio.PushLink {
+	if e := d.links.table.Load().to[at]; e != nil {
+		return e.link
+	}
+	return nil
+}
+
+// A pinned link lives as long as its incarnation: a decode restarted at the
+// same endpoint under a new agent name gets a link of its own, the old
+// agent's link is closed with it, and the next notice to the endpoint goes
+// out on the new link.
+func TestPinnedLinkEndsWithItsIncarnation(t *testing.T) {
+	d := startDaemon(t, wire.DialectUnknown)
+	newScheduler(t, d)
+	dec := newDecode(t, d)
+	at := endpointOf(dec)
+	waitFor(t, "the registered decode's link", func() bool { return linkAt(d, at) != nil })
+	old := linkAt(d, at)
+	newDecodeWith(t, decodeShape(false), func(r *wire.Registration) { r.DecodePort = at.Port }, d)
+	waitFor(t, "the new agent registered, the old one dropped", func() bool {
+		c := d.Counters()
+		return c["registrations"] == 2 && c["peers_dropped"] == 1
+	})
+	waitFor(t, "one link to the endpoint", func() bool { return d.links.len() == 1 })
+	if l := linkAt(d, at); l == nil || l == old {
+		t.Fatalf("the endpoint's link after the restart: %p, the old agent's %p", l, old)
+	}
+	probe := (&wire.KVStatus{Room: 1, Status: kv.StatusFailed, Reason: "test"}).Encode()
+	waitFor(t, "the old agent's link closed", func() bool { return errors.Is(old.Send(probe), zmqio.ErrLinkClosed) })
+	const id = 8001
+	d.Notify(id, room.Notice{Kind: room.FailureStatus, To: at, Reason: kv.ReasonShutdown})
+	dec.waitFrame(t, func(m wire.Outbound) bool {
+		s, ok := m.(*wire.KVStatus)
+		return ok && s.Room == id
+	})
+}
+
+// Each incarnation's pinned link is its own: two pinned at one endpoint
+// (a fenced agent's and its successor's) both count; the newer carries the
+// notices, the older again once the newer is unpinned; with both gone an
+// endpoint no longer known gets no link.
+func TestPinnedLinksAreOneIncarnationsEach(t *testing.T) {
+	var known atomic.Bool
+	known.Store(true)
+	l, err := newLinks(slog.New(slog.DiscardHandler), 4, func(kv.Endpoint) bool { return known.Load() }, func(kv.Endpoint) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.closeAll(time.Now())
+	at := kv.Endpoint{IP: "127.0.0.1", Port: deadPort(t)}
+	frames := [][]byte{[]byte("KV_STATUS")}
+	if err := l.send(at, frames); err != nil { // an unpinned link first
+		t.Fatal(err)
+	}
+	a, err := l.pin(at)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := l.len(); n != 1 || l.table.Load().to[at] != a {
+		t.Fatalf("%d links; the pinned link did not replace the unpinned one", n)
+	}
+	b, err := l.pin(at)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := l.len(); n != 2 || l.table.Load().to[at] != b {
+		t.Fatalf("%d links; the newer pinned link does not carry the endpoint's notices", n)
+	}
+	l.unpin(b)
+	if n := l.len(); n != 1 || l.table.Load().to[at] != a || b.current() {
+		t.Fatalf("%d links after unpinning the newer one", n)
+	}
+	l.unpin(a)
+	l.unpin(a) // twice: nothing more happens
+	known.Store(false)
+	if err := l.send(at, frames); !errors.Is(err, errUnregistered) || l.len() != 0 {
+		t.Fatalf("after both unpinned: %v, %d links", err, l.len())
 	}
 }

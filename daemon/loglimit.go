@@ -13,7 +13,12 @@ import (
 // count suppressed since the last one; every suppressed line also counts in
 // total (the log_lines_suppressed counter).
 type logLimiter struct {
-	mu    sync.Mutex // an I/O boundary: the log, written from many goroutines
+	// mu is an I/O boundary: the log, written from many goroutines (room
+	// actors, link monitors, the ingest), each asking before its line. An
+	// owner does not fit: the answer is needed at once on the caller's
+	// path, and a hop per warning to an owner's mailbox would cost more
+	// than the line; mu is held for one comparison, never across the write.
+	mu    sync.Mutex
 	l     loglimit.Limiter
 	total *atomic.Int64
 }

@@ -23,9 +23,14 @@ type peerLocal struct {
 	dialect  wire.Dialect
 	started  time.Time // on the daemon's clock, when its load began
 	restored bool
-	holding  bool // counted in peers.slots
-	gated    bool // counted in peers.gated
-	fenced   bool // counted in peers.fenced
+	// link is the incarnation's pinned link to its decode (links.pin),
+	// dialled when it is ready and unpinned when it ends; a fenced
+	// incarnation keeps it (the rooms its fence fails still tell decode)
+	// into its restore. Shutdown leaves it to links.closeAll.
+	link    *linkEntry
+	holding bool // counted in peers.slots
+	gated   bool // counted in peers.gated
+	fenced  bool // counted in peers.fenced
 	// writes are the writes the machine holds, by ID (it names them in
 	// Post and Fail); probed is when the last probe began (its rate bound).
 	writes map[uint64]*heldWrite
@@ -129,7 +134,7 @@ func (p *peers) Exec(pc *actors.PeerCtx, fx peer.Effects) {
 		}
 	}
 	if fx.FailRooms {
-		p.forget(agent, fx.Reason, fx.Has(peer.NoteLost), pc.State == peer.Fenced)
+		p.forget(agent, l, fx.Reason, fx.Has(peer.NoteLost), pc.State == peer.Fenced)
 	}
 	for _, id := range fx.Fail { // after the rooms: the decode is dropped first
 		if h := l.take(id); h != nil {
@@ -144,7 +149,7 @@ func (p *peers) Exec(pc *actors.PeerCtx, fx peer.Effects) {
 		}
 	}
 	if fx.CloseLink && !shutdown {
-		p.retire(agent, l.to)
+		p.unlink(l)
 	}
 	if fx.Forget && !shutdown {
 		d.state.remove(agent)
@@ -254,28 +259,29 @@ func (p *peers) letGo(i peer.Info) {
 }
 
 // forget is the bookkeeping of an incarnation that ended: the agent leaves
-// the dialect table, its rooms fail peer_lost, and its link goes
-// unless another agent registered at its endpoint since, or it is fenced (the
-// link then tells decode of the rooms the fence fails, until the peer goes).
-func (p *peers) forget(agent, why string, lost, fenced bool) {
+// the dialect table, its rooms fail peer_lost, and its link goes unless it is
+// fenced (the link then tells decode of the rooms the fence fails, until the
+// peer goes).
+func (p *peers) forget(agent string, l *peerLocal, why string, lost, fenced bool) {
 	d := p.d
-	to, inDialects := d.dialects.drop(agent, why, lost)
+	to, _ := d.dialects.drop(agent, why, lost)
 	d.counters.peersDropped.Add(1)
 	d.eng.PeerLost(agent)
 	if ok, suppressed := d.dropLogs.allow(); ok {
 		d.log.Warn("decode agent dropped; its rooms fail peer_lost", "agent", agent, "endpoint", to.String(), "why", why,
 			"suppressed", suppressed)
 	}
-	if inDialects && !fenced {
-		p.retire(agent, to)
+	if !fenced {
+		p.unlink(l)
 	}
 }
 
-// retire closes the link to an ended peer's endpoint unless another agent
-// registered there since.
-func (p *peers) retire(agent string, to kv.Endpoint) {
-	if cur := p.d.dialects.acceptedAt(to); cur == "" || cur == agent {
-		p.d.links.retire(to)
+// unlink retires the incarnation's pinned link (in the background): a
+// decode that registers at the endpoint again, under any name, dials its own.
+func (p *peers) unlink(l *peerLocal) {
+	if l.link != nil {
+		p.d.links.unpin(l.link)
+		l.link = nil
 	}
 }
 
@@ -362,9 +368,15 @@ func (p *peers) ready(agent string, l *peerLocal) {
 		d.state.put(r, l.cur.frames)
 	}
 	d.counters.registrations.Add(1) // once it is kept: a shutdown that follows the count keeps it
-	if _, err := d.links.get(l.to, true); err != nil {
-		if ok, suppressed := p.rejectLogs.allow(); ok {
-			d.log.Warn("link to decode; its loss will not be detected", "agent", agent, "err", err, "suppressed", suppressed)
+	// A restore keeps the link it was fenced with; any other incarnation
+	// dials its own.
+	if !l.link.current() || l.link.to != l.to {
+		p.unlink(l)
+		var err error
+		if l.link, err = d.links.pin(l.to); err != nil {
+			if ok, suppressed := p.rejectLogs.allow(); ok {
+				d.log.Warn("link to decode; its loss will not be detected", "agent", agent, "err", err, "suppressed", suppressed)
+			}
 		}
 	}
 	if ok, suppressed := p.addLogs.allow(); ok {
