@@ -387,7 +387,7 @@ func roomOfPID(pid *actor.PID) (uint64, bool) {
 }
 
 func (s *shard) routeOne(ctx actor.Context, env *envelope) {
-	if !env.bounced && s.bounces[env.room] > 0 {
+	if !env.bounced && len(s.bounces) > 0 && s.bounces[env.room] > 0 {
 		// Earlier messages to this room are bouncing off its retired actor:
 		// this one waits for them (bounceRouted), or it would overtake them
 		// (a poll answered by the tombstone before a bounced Open revives
