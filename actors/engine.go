@@ -383,7 +383,8 @@ func (e *Engine) TransferInfo(roomID uint64, ti room.TransferInfo) {
 	e.route(roomID, ti)
 }
 
-// Batch collects decode-side room messages for one hand-off: Flush sends
+// Batch collects room messages for one hand-off (a decode frame's, a drain
+// of the scheduler's shared-memory ring): Flush sends
 // each shard its part as one mailbox message (a part is also sent as soon as
 // it holds batchPart messages), instead of one per message, and
 // the shard routes them in the order they were added. Messages to one room
@@ -413,14 +414,16 @@ func (e *Engine) NewBatch() *Batch {
 	return &Batch{e: e, parts: make([]*envBatch, len(e.shards)), last: make([]int, len(e.shards))}
 }
 
-func (b *Batch) add(roomID uint64, msg room.Msg) {
-	s := b.e.shardIndex(roomID)
+func (b *Batch) add(roomID uint64, msg room.Msg) { b.addEnv(envelope{room: roomID, msg: msg}) }
+
+func (b *Batch) addEnv(env envelope) {
+	s := b.e.shardIndex(env.room)
 	p := b.parts[s]
 	if p == nil {
 		p = &envBatch{envs: make([]envelope, 0, min(batchPart, max(partMin, b.last[s])))}
 		b.parts[s] = p
 	}
-	p.envs = append(p.envs, envelope{room: roomID, msg: msg})
+	p.envs = append(p.envs, env)
 	if len(p.envs) == batchPart {
 		// A full part goes at once: its shard starts on it while the
 		// rest of the batch is being built.
@@ -444,6 +447,30 @@ func (b *Batch) Len() int {
 	}
 	return n
 }
+
+// Open adds Engine.Open(roomID).
+func (b *Batch) Open(roomID uint64) { b.add(roomID, room.Open{}) }
+
+// OpenTraced adds Engine.OpenTraced(roomID, traceparent).
+func (b *Batch) OpenTraced(roomID uint64, traceparent string) {
+	b.addEnv(envelope{room: roomID, msg: room.Open{}, trace: traceparent})
+}
+
+// Init adds Engine.Init(roomID, numPages, auxIndex).
+func (b *Batch) Init(roomID uint64, numPages, auxIndex int) {
+	b.add(roomID, room.Init{NumPages: numPages, AuxIndex: auxIndex})
+}
+
+// Send adds Engine.Send(roomID, pages, state); the engine keeps the slices.
+func (b *Batch) Send(roomID uint64, pages []int32, state [][]int32) {
+	b.add(roomID, room.Send{Pages: pages, State: state})
+}
+
+// Abort adds Engine.Abort(roomID).
+func (b *Batch) Abort(roomID uint64) { b.add(roomID, room.Abort{}) }
+
+// Clear adds Engine.Clear(roomID).
+func (b *Batch) Clear(roomID uint64) { b.add(roomID, room.Clear{}) }
 
 // TransferInfo adds Engine.TransferInfo(roomID, ti).
 func (b *Batch) TransferInfo(roomID uint64, ti room.TransferInfo) { b.add(roomID, ti) }
