@@ -383,7 +383,8 @@ func (e *Engine) TransferInfo(roomID uint64, ti room.TransferInfo) {
 	e.route(roomID, ti)
 }
 
-// Batch collects decode-side room messages for one hand-off: Flush sends
+// Batch collects room messages for one hand-off (a decode frame's, a drain
+// of the scheduler's shared-memory ring): Flush sends
 // each shard its part as one mailbox message (a part is also sent as soon as
 // it holds batchPart messages), instead of one per message, and
 // the shard routes them in the order they were added. Messages to one room
@@ -392,41 +393,42 @@ func (e *Engine) TransferInfo(roomID uint64, ti room.TransferInfo) {
 // reusable after Flush. What each method does to a room is exactly what the
 // Engine method of the same name does.
 type Batch struct {
-	e     *Engine
-	parts []*envBatch // per shard, nil until used since it was last sent
-	// last is, per shard, how many messages its part held when Flush last
-	// sent it: the next part is made that big (within partMin..batchPart),
-	// since a part always made for batchPart messages cost 2.3 KB per
-	// decode frame when frames come one or two per Flush (the demo: a fifth
-	// of kvxferd's allocated bytes).
-	last []int
+	e *Engine
+	// parts holds, per shard, the messages added since its part was last
+	// sent. It is scratch space, reused: what a shard is sent is an exact
+	// copy (send), since a part made for more messages than it got (the
+	// most a batch may hold, or as many as the last one held) cost up to
+	// 2.3 KB per hand-off, and parts of a ring drain or a decode frame vary
+	// from one message to dozens.
+	parts [][]envelope
 }
-
-// partMin is the smallest capacity a part is made with.
-const partMin = 4
 
 // envBatch is one shard's part of a Batch, routed in order.
 type envBatch struct{ envs []envelope }
 
 // NewBatch returns an empty Batch for this engine.
 func (e *Engine) NewBatch() *Batch {
-	return &Batch{e: e, parts: make([]*envBatch, len(e.shards)), last: make([]int, len(e.shards))}
+	return &Batch{e: e, parts: make([][]envelope, len(e.shards))}
 }
 
-func (b *Batch) add(roomID uint64, msg room.Msg) {
-	s := b.e.shardIndex(roomID)
-	p := b.parts[s]
-	if p == nil {
-		p = &envBatch{envs: make([]envelope, 0, min(batchPart, max(partMin, b.last[s])))}
-		b.parts[s] = p
-	}
-	p.envs = append(p.envs, envelope{room: roomID, msg: msg})
-	if len(p.envs) == batchPart {
+func (b *Batch) add(roomID uint64, msg room.Msg) { b.addEnv(envelope{room: roomID, msg: msg}) }
+
+func (b *Batch) addEnv(env envelope) {
+	s := b.e.shardIndex(env.room)
+	b.parts[s] = append(b.parts[s], env)
+	if len(b.parts[s]) == batchPart {
 		// A full part goes at once: its shard starts on it while the
 		// rest of the batch is being built.
-		b.e.toShard(s, p)
-		b.parts[s], b.last[s] = nil, batchPart
+		b.send(s)
 	}
+}
+
+// send hands shard s a copy of its part and empties the scratch space.
+func (b *Batch) send(s int) {
+	part := b.parts[s]
+	b.e.toShard(s, &envBatch{envs: append(make([]envelope, 0, len(part)), part...)})
+	clear(part) // the scratch keeps no message alive
+	b.parts[s] = part[:0]
 }
 
 // batchPart is how many messages a shard's part of a Batch holds before it
@@ -438,12 +440,34 @@ const batchPart = 32
 func (b *Batch) Len() int {
 	n := 0
 	for _, p := range b.parts {
-		if p != nil {
-			n += len(p.envs)
-		}
+		n += len(p)
 	}
 	return n
 }
+
+// Open adds Engine.Open(roomID).
+func (b *Batch) Open(roomID uint64) { b.add(roomID, room.Open{}) }
+
+// OpenTraced adds Engine.OpenTraced(roomID, traceparent).
+func (b *Batch) OpenTraced(roomID uint64, traceparent string) {
+	b.addEnv(envelope{room: roomID, msg: room.Open{}, trace: traceparent})
+}
+
+// Init adds Engine.Init(roomID, numPages, auxIndex).
+func (b *Batch) Init(roomID uint64, numPages, auxIndex int) {
+	b.add(roomID, room.Init{NumPages: numPages, AuxIndex: auxIndex})
+}
+
+// Send adds Engine.Send(roomID, pages, state); the engine keeps the slices.
+func (b *Batch) Send(roomID uint64, pages []int32, state [][]int32) {
+	b.add(roomID, room.Send{Pages: pages, State: state})
+}
+
+// Abort adds Engine.Abort(roomID).
+func (b *Batch) Abort(roomID uint64) { b.add(roomID, room.Abort{}) }
+
+// Clear adds Engine.Clear(roomID).
+func (b *Batch) Clear(roomID uint64) { b.add(roomID, room.Clear{}) }
 
 // TransferInfo adds Engine.TransferInfo(roomID, ti).
 func (b *Batch) TransferInfo(roomID uint64, ti room.TransferInfo) { b.add(roomID, ti) }
@@ -459,10 +483,8 @@ func (b *Batch) DecodeAbort(roomID uint64, from kv.Endpoint) {
 // Flush sends what was added, one message per shard that has any.
 func (b *Batch) Flush() {
 	for s, p := range b.parts {
-		if p != nil {
-			b.last[s] = len(p.envs)
-			b.e.toShard(s, p)
-			b.parts[s] = nil // the shard owns it now
+		if len(p) > 0 {
+			b.send(s)
 		}
 	}
 }

@@ -15,13 +15,16 @@ import (
 
 // envelope carries one room message; answers, when the message is a Poll, go
 // to answers[index].
+//
+// Its flags come last, together: 64 bytes (a size class) where each flag
+// padded to a word made it 80.
 type envelope struct {
 	room    uint64
 	msg     room.Msg
 	answers chan<- pollAnswer
 	index   int
-	sync    bool   // a Poll the room itself answers (PollSync)
 	trace   string // an Open's W3C traceparent (Engine.OpenTraced)
+	sync    bool   // a Poll the room itself answers (PollSync)
 	// bounced: sent back by a room that retired before handling it, for
 	// the shard to route to its tombstone (counted in directory.bouncing).
 	bounced bool

@@ -387,7 +387,7 @@ func roomOfPID(pid *actor.PID) (uint64, bool) {
 }
 
 func (s *shard) routeOne(ctx actor.Context, env *envelope) {
-	if !env.bounced && s.bounces[env.room] > 0 {
+	if !env.bounced && len(s.bounces) > 0 && s.bounces[env.room] > 0 {
 		// Earlier messages to this room are bouncing off its retired actor:
 		// this one waits for them (bounceRouted), or it would overtake them
 		// (a poll answered by the tombstone before a bounced Open revives
@@ -410,9 +410,9 @@ func (s *shard) routeOne(ctx actor.Context, env *envelope) {
 		return
 	}
 	var m *room.Machine
-	created := false
+	created, revived := false, false
 	if te, ok := s.tombs[env.room]; ok {
-		m = room.FromTombstone(&s.eng.cfg.Room, te.t)
+		m, revived = room.FromTombstone(&s.eng.cfg.Room, te.t), true
 	} else if room.Creates(env.msg) {
 		m, created = room.New(&s.eng.cfg.Room, env.room), true
 	} else {
@@ -449,7 +449,9 @@ func (s *shard) routeOne(ctx actor.Context, env *envelope) {
 		_, open := env.msg.(room.Open)
 		lr := &live{id: env.room, opened: open || m.Tombstone().Opened, born: s.eng.cfg.Clock.Now().UnixNano(), rec: rec}
 		lr.store(0, fx.View)
-		delete(s.tombs, env.room)
+		if revived { // a lookup less per new room: the maps are large
+			delete(s.tombs, env.room)
+		}
 		s.next = newRoomActor(s.eng, m, fx, env, lr)
 		// Spawned with the shard as its parent (its failures and its
 		// Terminated come here) but not as a protoactor child: the
@@ -606,8 +608,10 @@ func (s *shard) forget(id uint64, lr *live) {
 func (s *shard) keepTombstone(t room.Tombstone) {
 	now := s.eng.cfg.Clock.Now()
 	exp := now.Add(s.eng.cfg.TombstoneTTL)
-	if _, ok := s.tombs[t.Room]; !ok && len(s.tombs) >= s.capacity {
-		s.evictOldest()
+	if len(s.tombs) >= s.capacity {
+		if _, ok := s.tombs[t.Room]; !ok {
+			s.evictOldest()
+		}
 	}
 	s.tombs[t.Room] = tombEntry{t: t, expires: exp}
 	s.queue = append(s.queue, tombRef{room: t.Room, expires: exp})

@@ -15,7 +15,13 @@ var (
 	_ control.Engine       = ctlEngine{}
 	_ control.TracedOpener = ctlEngine{}
 	_ control.SinkEngine   = ctlEngine{}
+	_ control.BatchEngine  = ctlEngine{}
+	_ control.BatchEngine  = cpDummyEngine{}
 )
+
+// NewRecordBatch gives the shared-memory ring an engine batch: a drain's
+// records reach each shard as one mailbox message.
+func (e ctlEngine) NewRecordBatch() control.RecordBatch { return e.Engine.NewBatch() }
 
 // SetStatusSink makes every room opened from now on publish to s; nil
 // removes the sink.

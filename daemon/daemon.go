@@ -616,11 +616,13 @@ func (l *lazyTransfers) watch(t kv.Transfer, done kv.DoneFunc) (kv.DoneFunc, uin
 	if l.peerLost == nil {
 		return done, 0
 	}
-	inner := done
+	// The closure takes the agent alone: capturing t would move the whole
+	// transfer to the heap on every post.
+	inner, agent := done, t.Agent
 	epoch := l.epoch()
 	return func(fail kv.Reason, signal [][]byte) {
 		if fail == kv.ReasonPeerLost {
-			l.peerLost(t.Agent, epoch)
+			l.peerLost(agent, epoch)
 		}
 		inner(fail, signal)
 	}, epoch
@@ -648,6 +650,13 @@ func (l *lazyTransfers) post(t kv.Transfer, done kv.DoneFunc) {
 		p.Post(t, done)
 		return
 	}
+	l.gatedPost(p, t, done, epoch)
+}
+
+// gatedPost asks the gate about t. It is a function of its own so that the
+// copy of t its closure holds is made for a gated peer's transfer only (a
+// parameter captured by a closure is moved to the heap on entry).
+func (l *lazyTransfers) gatedPost(p *xfer.Pool, t kv.Transfer, done kv.DoneFunc, epoch uint64) {
 	post := func() { p.Post(t, done) }
 	if l.gate(t, epoch, post, func() { done(kv.ReasonPeerLost, nil) }) {
 		return

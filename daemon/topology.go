@@ -114,6 +114,27 @@ func (e cpDummyEngine) dummyInfo(roomID uint64) {
 	e.Engine.TransferInfo(roomID, room.TransferInfo{Agent: cpDummyAgent, Required: 1, Dummy: true})
 }
 
+// NewRecordBatch is the engine's batch with the same dummy transfer info
+// after each open.
+func (e cpDummyEngine) NewRecordBatch() control.RecordBatch { return dummyBatch{e.Engine.NewBatch()} }
+
+// dummyBatch is cpDummyEngine's open for a batch of records.
+type dummyBatch struct{ *actors.Batch }
+
+func (b dummyBatch) Open(roomID uint64) {
+	b.Batch.Open(roomID)
+	b.dummyInfo(roomID)
+}
+
+func (b dummyBatch) OpenTraced(roomID uint64, traceparent string) {
+	b.Batch.OpenTraced(roomID, traceparent)
+	b.dummyInfo(roomID)
+}
+
+func (b dummyBatch) dummyInfo(roomID uint64) {
+	b.Batch.TransferInfo(roomID, room.TransferInfo{Agent: cpDummyAgent, Required: 1, Dummy: true})
+}
+
 // controlEngine is the engine the control API drives.
 func (d *Daemon) controlEngine(eng *actors.Engine) control.Engine {
 	if d.dummyCP() {

@@ -18,6 +18,7 @@ import (
 	"os"
 	"runtime"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -67,19 +68,25 @@ func (p *Probe) Free() bool {
 }
 
 // readLoadavg parses the runnable count ("r" of "r/t") from /proc/loadavg.
+// The file is opened once and read from its start each time (pread): the
+// loops ask every millisecond, and an open and a close per read were two of
+// its three system calls.
 func readLoadavg() (int, error) {
-	f, err := os.Open("/proc/loadavg")
+	f, err := loadavg()
 	if err != nil {
 		return 0, err
 	}
-	defer f.Close()
 	var buf [128]byte
-	n, err := f.Read(buf[:])
-	if err != nil {
+	n, err := f.ReadAt(buf[:], 0)
+	if n == 0 && err != nil {
 		return 0, err
 	}
 	return parseRunnable(buf[:n])
 }
+
+// loadavg is /proc/loadavg, opened at the first read and kept for the
+// process's life.
+var loadavg = sync.OnceValues(func() (*os.File, error) { return os.Open("/proc/loadavg") })
 
 // parseRunnable reads the fourth field's numerator of a /proc/loadavg line.
 func parseRunnable(b []byte) (int, error) {

@@ -2,6 +2,7 @@ package loopback
 
 import (
 	"runtime/debug"
+	"sync"
 
 	"github.com/kvxfer/kvxfer/nixl"
 )
@@ -90,21 +91,44 @@ func (a *Agent) Make(op nixl.Op, local nixl.ListID, li []int32, remote nixl.List
 		return 0, nixl.Errorf(nixl.ErrPeerUnknown, "loopback make: list %d was prepared for %q, which has been dropped", remote, rl.peer.name)
 	}
 	a.mu.Unlock()
-	// Lists are immutable; resolve without the lock.
-	segs := make([]seg, 0, 16)
+	// Lists are immutable; resolve without the lock. The segments are
+	// merged in scratch space and the request keeps an exact copy: how many
+	// there are is known only once merged, and growing the request's own
+	// slice to it was a fifth of the bytes kvxferd allocated per room.
+	sp := segScratch.Get().(*[]seg)
+	segs, err := resolveSegs((*sp)[:0], op, ll, li, rl, ri)
+	var own []seg
+	if err == nil {
+		own = append(make([]seg, 0, len(segs)), segs...)
+	}
+	clear(segs)
+	*sp = segs[:0]
+	segScratch.Put(sp)
+	if err != nil {
+		return 0, err
+	}
+	return a.addXfer(op, rl.peer, own, notif)
+}
+
+// segScratch holds the scratch slices Make merges segments in.
+var segScratch = sync.Pool{New: func() any { s := make([]seg, 0, 64); return &s }}
+
+// resolveSegs appends the copies of index pairs li/ri of lists ll and rl to
+// segs, adjacent ones merged.
+func resolveSegs(segs []seg, op nixl.Op, ll *plist, li []int32, rl *plist, ri []int32) ([]seg, error) {
 	lh, rh := 0, 0
 	for i := range li {
 		lr, loff, ok1 := ll.at(int(li[i]), &lh)
 		rr, roff, ok2 := rl.at(int(ri[i]), &rh)
 		if !ok1 || !ok2 {
-			return 0, nixl.Errorf(nixl.ErrInvalid, "loopback make: index pair %d (%d of %d local, %d of %d remote) out of range", i, li[i], ll.n, ri[i], rl.n)
+			return segs, nixl.Errorf(nixl.ErrInvalid, "loopback make: index pair %d (%d of %d local, %d of %d remote) out of range", i, li[i], ll.n, ri[i], rl.n)
 		}
 		if lr.len != rr.len {
-			return 0, nixl.Errorf(nixl.ErrInvalid, "loopback make: index pair %d length %d local vs %d remote", i, lr.len, rr.len)
+			return segs, nixl.Errorf(nixl.ErrInvalid, "loopback make: index pair %d length %d local vs %d remote", i, lr.len, rr.len)
 		}
 		segs = appendSeg(segs, orient(op, lr.reg.m, loff, rr.reg.m, roff, lr.len))
 	}
-	return a.addXfer(op, rl.peer, segs, notif)
+	return segs, nil
 }
 
 // Create implements nixl.Agent.

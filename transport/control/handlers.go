@@ -26,6 +26,28 @@ type TracedOpener interface {
 	OpenTraced(roomID uint64, traceparent string)
 }
 
+// RecordBatch gathers room operations for one hand-off to the engine, at
+// Flush; operations on one room keep their order, within a batch and against
+// those of a later batch. Each does what the Engine method of its name does.
+// It belongs to the goroutine that made it.
+type RecordBatch interface {
+	Open(roomID uint64)
+	OpenTraced(roomID uint64, traceparent string)
+	Init(roomID uint64, numPages, auxIndex int)
+	Send(roomID uint64, pages []int32, state [][]int32)
+	Abort(roomID uint64)
+	Fail(roomID uint64, why kv.Reason)
+	Clear(roomID uint64)
+	Flush()
+}
+
+// BatchEngine is an Engine that takes the records of one drain of a
+// shared-memory ring as one batch (a mailbox message per shard, not per
+// record). OpenTraced is used only where the Engine is a TracedOpener.
+type BatchEngine interface {
+	NewRecordBatch() RecordBatch
+}
+
 // MemoryFunc receives every register_memory that passed Validate, on the socket's
 // goroutine: it may map files (fast) but must not wait on the network. An error with
 // a *Error is sent as is; any other error is sent with CodeRejected. Validate only

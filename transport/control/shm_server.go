@@ -300,6 +300,7 @@ func (s *Server) shmAttach(b []byte, q *request) ([]byte, *Error) {
 	}
 	ss := &shmSession{id: id, pid: q.shm.pid, hub: h, eng: s.cfg.Engine, log: s.log, r: &region{mem: mem, g: g}, path: path, watch: watch,
 		bindings: make([]*slotBinding, g.slots), done: make(chan struct{}), polls: make(chan []*slotBinding, 64)}
+	ss.ops = recordOps(s.cfg.Engine)
 	ss.r.initHeader()
 	ss.spinNs.Store(int64(shmSpin))
 	ss.spinMax = spinMax
@@ -410,6 +411,9 @@ type shmSession struct {
 	unmapped bool
 	done     chan struct{}
 	polls    chan []*slotBinding
+	// ops takes the records' room operations: a BatchEngine's batch, sent
+	// at the end of each drain (flush), or the engine itself.
+	ops RecordBatch
 
 	bindings []*slotBinding
 	head     uint64
@@ -536,6 +540,7 @@ func (ss *shmSession) run() {
 			ss.head++
 			ss.hub.records.Add(1)
 		}
+		ss.ops.Flush()
 		r.u64(hdrIdxHead).Store(ss.cursor)
 		r.u64(hdrHead).Store(ss.head)
 		if len(ss.opened) > 0 {
@@ -580,14 +585,14 @@ func (ss *shmSession) apply(b []byte) error {
 		nb.reset()
 		ss.bindings[rec.Slot] = nb
 		ss.hub.sink.deposit(nb)
-		if to, ok := ss.eng.(TracedOpener); ok && tp != "" && validTraceparent(tp) {
+		if _, ok := ss.eng.(TracedOpener); ok && tp != "" && validTraceparent(tp) {
 			ss.hub.traced.Add(1)
-			to.OpenTraced(rec.Room, tp)
+			ss.ops.OpenTraced(rec.Room, tp)
 		} else {
 			if rec.Flags != 0 {
 				ss.hub.untraced.Add(1)
 			}
-			ss.eng.Open(rec.Room)
+			ss.ops.Open(rec.Room)
 		}
 		ss.opened = append(ss.opened, nb)
 	case RecInit:
@@ -596,7 +601,7 @@ func (ss *shmSession) apply(b []byte) error {
 			ss.invalidRoom(rec.Room)
 			return nil
 		}
-		ss.eng.Init(rec.Room, int(numPages), int(aux))
+		ss.ops.Init(rec.Room, int(numPages), int(aux))
 	case RecSend:
 		words, err := ss.takeIndex(rec.A, rec.B)
 		if err != nil {
@@ -607,9 +612,9 @@ func (ss *shmSession) apply(b []byte) error {
 			ss.invalidRoom(rec.Room)
 			return nil
 		}
-		ss.eng.Send(rec.Room, pages, state)
+		ss.ops.Send(rec.Room, pages, state)
 	case RecAbort:
-		ss.eng.Abort(rec.Room)
+		ss.ops.Abort(rec.Room)
 	case RecClear:
 		b := ss.bindings[rec.Slot]
 		if b == nil || b.room != rec.Room {
@@ -618,7 +623,7 @@ func (ss *shmSession) apply(b []byte) error {
 		b.close(false)
 		ss.hub.sink.withdraw(b)
 		ss.bindings[rec.Slot] = nil
-		ss.eng.Clear(rec.Room)
+		ss.ops.Clear(rec.Room)
 	}
 	return nil
 }
@@ -652,13 +657,35 @@ func (ss *shmSession) invalidRoom(id uint64) {
 }
 
 // failRoom fails a room with why; an engine without Fail gets an Abort.
-func (ss *shmSession) failRoom(id uint64, why kv.Reason) {
-	if f, ok := ss.eng.(interface{ Fail(uint64, kv.Reason) }); ok {
+func (ss *shmSession) failRoom(id uint64, why kv.Reason) { ss.ops.Fail(id, why) }
+
+// recordOps is where a session's records go: a BatchEngine's batch, or
+// the engine one call per record.
+func recordOps(eng Engine) RecordBatch {
+	if be, ok := eng.(BatchEngine); ok {
+		if b := be.NewRecordBatch(); b != nil {
+			return b
+		}
+	}
+	return directOps{eng}
+}
+
+// directOps hands each record's operation to the engine at once.
+type directOps struct{ Engine }
+
+func (d directOps) OpenTraced(id uint64, traceparent string) {
+	d.Engine.(TracedOpener).OpenTraced(id, traceparent)
+}
+
+func (d directOps) Fail(id uint64, why kv.Reason) {
+	if f, ok := d.Engine.(interface{ Fail(uint64, kv.Reason) }); ok {
 		f.Fail(id, why)
 		return
 	}
-	ss.eng.Abort(id)
+	d.Engine.Abort(id)
 }
+
+func (directOps) Flush() {}
 
 // teardown ends the session on the consumer's goroutine: every bound room
 // that is not terminal fails client_lost (in the table and in the engine),
@@ -683,9 +710,10 @@ func (ss *shmSession) teardown(code uint32, why string) {
 			h.lost.Add(1)
 			ss.failRoom(b.room, kv.ReasonClientLost)
 		}
-		ss.eng.Clear(b.room)
+		ss.ops.Clear(b.room)
 		ss.bindings[i] = nil
 	}
+	ss.ops.Flush() // after the records taken before: a room's operations keep their order
 	close(ss.polls)
 	ss.watch.Close()
 	os.Remove(ss.path)

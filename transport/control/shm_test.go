@@ -64,9 +64,21 @@ func info(prefix int) room.TransferInfo {
 // TestShmRoomLifecycle drives a room through the ring and reads every status
 // from the table: open, decode's transfer info, init, two chunks, success,
 // clear; the engine's own poll agrees with the table.
+// It runs with the records handed over one call each and as a drain's batch
+// (BatchEngine, as the daemon's engine takes them).
 func TestShmRoomLifecycle(t *testing.T) {
+	for _, batched := range []bool{false, true} {
+		t.Run(fmt.Sprintf("batched=%v", batched), func(t *testing.T) { testShmRoomLifecycle(t, batched) })
+	}
+}
+
+func testShmRoomLifecycle(t *testing.T, batched bool) {
 	eng := newEngine(t)
-	srv := startServer(t, eng, nil)
+	var srvEng Engine = eng
+	if batched {
+		srvEng = batchedEngine{eng}
+	}
+	srv := startServer(t, srvEng, nil)
 	s := attach(t, srv.Endpoint(), ShmOptions{})
 	const id = 1<<62 + 7
 	if err := s.Open(id); err != nil {
@@ -395,8 +407,18 @@ func TestShmSlotReuseNoStale(t *testing.T) {
 // session (its open rooms fail client_lost), and another client's session
 // and rooms carry on.
 func TestShmGarbageDropsOnlyThatClient(t *testing.T) {
+	for _, batched := range []bool{false, true} {
+		t.Run(fmt.Sprintf("batched=%v", batched), func(t *testing.T) { testShmGarbageDropsOnlyThatClient(t, batched) })
+	}
+}
+
+func testShmGarbageDropsOnlyThatClient(t *testing.T, batched bool) {
 	eng := newEngine(t)
-	srv := startServer(t, eng, nil)
+	var srvEng Engine = eng
+	if batched {
+		srvEng = batchedEngine{eng}
+	}
+	srv := startServer(t, srvEng, nil)
 	good := attach(t, srv.Endpoint(), ShmOptions{})
 	bad := attach(t, srv.Endpoint(), ShmOptions{})
 	if err := good.Open(1); err != nil {
@@ -876,5 +898,61 @@ func TestShmSpinInProcessClient(t *testing.T) {
 	ss := srv.ShmSessions()
 	if st.Wakes < 3 || len(ss) != 1 || ss[0].SpinMicros != shmSpin.Microseconds() {
 		t.Fatalf("stats %+v sessions %+v", st, ss)
+	}
+}
+
+// batchedEngine is realEngine taking a drain's records as one batch, as the
+// daemon's engine does.
+type batchedEngine struct{ realEngine }
+
+func (e batchedEngine) NewRecordBatch() RecordBatch { return e.Engine.NewBatch() }
+
+// batchStub is a BatchEngine over stubEngine: its batch logs each operation
+// and each flush in the stub's log, so the order of both is checked.
+type batchStub struct{ *stubEngine }
+
+func (e batchStub) OpenTraced(r uint64, tp string) { e.log("open %d traced %s", r, tp) }
+
+func (e batchStub) NewRecordBatch() RecordBatch { return stubBatch{e.stubEngine} }
+
+func (batchStub) SetStatusSink(StatusSink) {} // rooms publish nothing: never terminal
+
+type stubBatch struct{ e *stubEngine }
+
+func (b stubBatch) Open(r uint64)                         { b.e.log("batch open %d", r) }
+func (b stubBatch) OpenTraced(r uint64, tp string)        { b.e.log("batch open %d traced %s", r, tp) }
+func (b stubBatch) Init(r uint64, n, a int)               { b.e.log("batch init %d %d %d", r, n, a) }
+func (b stubBatch) Send(r uint64, p []int32, _ [][]int32) { b.e.log("batch send %d %d", r, len(p)) }
+func (b stubBatch) Abort(r uint64)                        { b.e.log("batch abort %d", r) }
+func (b stubBatch) Fail(r uint64, why kv.Reason)          { b.e.log("batch fail %d %v", r, why) }
+func (b stubBatch) Clear(r uint64)                        { b.e.log("batch clear %d", r) }
+func (b stubBatch) Flush()                                { b.e.log("flush") }
+
+// TestShmBatchEngine: records published together are drained together and
+// reach a BatchEngine through its batch, flushed once at the end of the drain
+// (before the opens are polled); a session dropped for a bad record in the
+// middle of a drain still flushes the records before it, then its teardown's
+// clears, in that order. Nothing goes to the engine directly.
+func TestShmBatchEngine(t *testing.T) {
+	stub := newStub()
+	srv := startServer(t, batchStub{stub}, nil)
+	s := attach(t, srv.Endpoint(), ShmOptions{})
+	s.put(Record{Op: RecOpen, Slot: 0, Room: 11, A: 1})
+	s.put(Record{Op: RecOpen, Slot: 1, Room: 12, A: 1})
+	s.put(Record{Op: RecInit, Room: 11, A: 4, B: 2})
+	s.publish()
+	testrig.Eventually(t, hangLimit, "3 records consumed", func() bool { return srv.ShmStats().Records == 3 })
+	want := []string{"batch open 11", "batch open 12", "batch init 11 4 2", "flush"}
+	if got := stub.callLog(); !reflect.DeepEqual(got, want) {
+		t.Fatalf("one drain: calls %q, want %q", got, want)
+	}
+	s.put(Record{Op: RecAbort, Room: 12})
+	s.put(Record{Op: 77, Room: 13})
+	s.publish()
+	testrig.Eventually(t, hangLimit, "the session dropped for garbage", func() bool { return s.Dropped() == DropGarbage })
+	got := stub.callLog()[len(want):]
+	want = []string{"batch abort 12", "batch clear 11", "batch clear 12", "flush"}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("drain ended by a bad record: calls %q, want %q", got, want)
 	}
 }

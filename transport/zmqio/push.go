@@ -249,6 +249,24 @@ func (l *PushLink) sendUntil(sock *zmq.Socket, frames [][]byte, limit time.Time)
 	if len(frames) == 0 {
 		return
 	}
+	// Most messages find room in libzmq's queue at once: try without waiting
+	// first, which needs no send timeout set (a setsockopt, one more cgo
+	// call, per message). A closing link takes the timed path, which applies
+	// the close's deadline.
+	select {
+	case <-l.stop:
+	default:
+		first, err := sendParts(sock, frames, zmq.DONTWAIT)
+		if err == nil {
+			l.sent.Add(1)
+			return
+		}
+		if !first || zmq.AsErrno(err) != zmq.Errno(syscall.EAGAIN) {
+			l.failed.Add(1)
+			l.warn(err)
+			return
+		}
+	}
 	for {
 		select {
 		case <-l.stop:
