@@ -100,18 +100,28 @@ func (d *Daemon) dummyCP() bool {
 // last chunk is sent. Everything else is the engine's.
 type cpDummyEngine struct{ ctlEngine }
 
-func (e cpDummyEngine) Open(roomID uint64) {
-	e.Engine.Open(roomID)
-	e.dummyInfo(roomID)
-}
+func (e cpDummyEngine) Open(roomID uint64) { openDummy(e.Engine, roomID, nil) }
 
 func (e cpDummyEngine) OpenTraced(roomID uint64, traceparent string) {
-	e.Engine.OpenTraced(roomID, traceparent)
-	e.dummyInfo(roomID)
+	openDummy(e.Engine, roomID, &traceparent)
 }
 
-func (e cpDummyEngine) dummyInfo(roomID uint64) {
-	e.Engine.TransferInfo(roomID, room.TransferInfo{Agent: cpDummyAgent, Required: 1, Dummy: true})
+// dummyOpener is what opens a room: the engine, or a batch of it.
+type dummyOpener interface {
+	Open(roomID uint64)
+	OpenTraced(roomID uint64, traceparent string)
+	TransferInfo(roomID uint64, ti room.TransferInfo)
+}
+
+// openDummy opens a room (traced when traceparent is set) and gives it its
+// dummy transfer info.
+func openDummy(o dummyOpener, roomID uint64, traceparent *string) {
+	if traceparent != nil {
+		o.OpenTraced(roomID, *traceparent)
+	} else {
+		o.Open(roomID)
+	}
+	o.TransferInfo(roomID, room.TransferInfo{Agent: cpDummyAgent, Required: 1, Dummy: true})
 }
 
 // NewRecordBatch is the engine's batch with the same dummy transfer info
@@ -121,18 +131,10 @@ func (e cpDummyEngine) NewRecordBatch() control.RecordBatch { return dummyBatch{
 // dummyBatch is cpDummyEngine's open for a batch of records.
 type dummyBatch struct{ *actors.Batch }
 
-func (b dummyBatch) Open(roomID uint64) {
-	b.Batch.Open(roomID)
-	b.dummyInfo(roomID)
-}
+func (b dummyBatch) Open(roomID uint64) { openDummy(b.Batch, roomID, nil) }
 
 func (b dummyBatch) OpenTraced(roomID uint64, traceparent string) {
-	b.Batch.OpenTraced(roomID, traceparent)
-	b.dummyInfo(roomID)
-}
-
-func (b dummyBatch) dummyInfo(roomID uint64) {
-	b.Batch.TransferInfo(roomID, room.TransferInfo{Agent: cpDummyAgent, Required: 1, Dummy: true})
+	openDummy(b.Batch, roomID, &traceparent)
 }
 
 // controlEngine is the engine the control API drives.

@@ -3,6 +3,11 @@ package daemon
 import (
 	"slices"
 	"testing"
+	"time"
+
+	"github.com/kvxfer/kvxfer/internal/testrig"
+	"github.com/kvxfer/kvxfer/kv"
+	"github.com/kvxfer/kvxfer/transport/control"
 
 	"github.com/kvxfer/kvxfer/nixl/sglang"
 )
@@ -84,5 +89,53 @@ func TestApplyTopology(t *testing.T) {
 	l.KV.Ptrs = l.KV.Ptrs[:2]
 	if err := d.applyTopology(&l); err == nil {
 		t.Fatal("4 layer ids for 2 KV buffers accepted")
+	}
+}
+
+// On SGLang's dummy CP rank every room the scheduler opens succeeds after its
+// last chunk with no decode at all, over request/reply and over the
+// shared-memory ring (whose records reach the engine as a batch), traced or
+// not.
+func TestDummyCPRankRoomsSucceedWithoutDecode(t *testing.T) {
+	d := startDaemonWith(t, func(c *Config) { c.Rank = Rank{CPSize: 2, CPRank: 1} })
+	s := newScheduler(t, d)
+	if _, err := s.cli.Open(41, ""); err != nil {
+		t.Fatal(err)
+	}
+	s.cli.Init(41, 2, 0)
+	s.cli.Send(41, []int32{0, 1}, nil)
+	if rep := s.waitTerminal(t, 41); rep.Status != kv.StatusSuccess {
+		t.Fatalf("request/reply room: %v/%v, want Success", rep.Status, rep.Reason)
+	}
+	sh, err := control.AttachShm(s.cli, control.ShmOptions{RingEntries: 16, Slots: 8, IndexWords: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sh.Close()
+	ids := []uint64{42, 43}
+	for i, id := range ids {
+		open := func() error { return sh.Open(id) }
+		if i == 1 {
+			open = func() error { return sh.OpenTraced(id, "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01") }
+		}
+		if err := open(); err != nil {
+			t.Fatal(err)
+		}
+		if err := sh.Init(id, 2, i); err != nil {
+			t.Fatal(err)
+		}
+		if err := sh.Send(id, []int32{int32(2 * i), int32(2*i + 1)}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var reps []kv.Reply
+	testrig.Eventually(t, 20*time.Second, "both ring rooms terminal", func() bool {
+		reps, err = sh.Poll(ids, reps)
+		return err == nil && reps[0].Status.Terminal() && reps[1].Status.Terminal()
+	})
+	for i, rep := range reps {
+		if rep.Status != kv.StatusSuccess {
+			t.Fatalf("ring room %d: %v/%v, want Success", ids[i], rep.Status, rep.Reason)
+		}
 	}
 }
