@@ -100,7 +100,7 @@ func TestRecordClockOutsideStep(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := obs.RoomCreated(1).(*roomRec)
+	r := obs.created(1).(*roomRec)
 	at := func() time.Duration { return time.Duration(r.now()) }
 	clk.Advance(time.Millisecond)
 	if at() != time.Millisecond {
