@@ -71,7 +71,7 @@ type RoomObserver interface {
 // reads the clock. It belongs to one room's actor: only the goroutine
 // running that actor (or its shard, once the actor died) may use it.
 //
-// It is a struct, not an interface, so that a record's calls are inlined:
+// It is a struct, not an interface, so that a record calls it directly:
 // an interface with a call per callback, and two calls per step to begin
 // and end it (found by a type assertion each step), cost about 280
 // instructions per room.
@@ -127,10 +127,6 @@ func (c *StepClock) Since(base time.Time, own clock.Clock) (time.Duration, bool)
 	}
 	return c.since, true
 }
-
-// Since0 is Since's value if this step computed it already (inlined: the
-// callbacks after a step's first).
-func (c *StepClock) Since0() (time.Duration, bool) { return c.since, c.sinceOK }
 
 // NopObserver ignores everything.
 type NopObserver struct{}
