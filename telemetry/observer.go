@@ -139,9 +139,6 @@ type Observer struct {
 	exported, exportErrors     atomic.Int64
 	src                        atomic.Pointer[sourceBox]
 	engines                    atomic.Pointer[[]*actors.Engine]
-	// unbound is the step clock of a record until its actor binds its
-	// own: the Observer's clock, never in a step (so never written).
-	unbound actors.StepClock
 	// ownClock: an engine watched runs on another clock than this
 	// Observer's, so records read their own. Otherwise a room's step reads
 	// the clock once for the engine and its record (actors.StepClock).
@@ -264,7 +261,7 @@ type shardStats struct {
 // each part starts a cache line (TestRecordLines).
 type roomRec struct {
 	o *Observer // set once: a record serves one Observer
-	// The room's actor's step clock (BindSteps; o.unbound until then): the
+	// The room's actor's step clock (BindSteps; noSteps until then): the
 	// callbacks of one step share its reading, unless the Observer reads
 	// its own clock (ownClock).
 	clk *actors.StepClock
@@ -569,7 +566,6 @@ func New(cfg Config) (*Observer, error) {
 		cfg.ExportTimeout = 10 * time.Second
 	}
 	o := &Observer{cfg: cfg, clk: cfg.Clock, start: time.Now(), base: cfg.Clock.Now(), stopped: make(chan struct{})}
-	o.unbound = *actors.NewStepClock(cfg.Clock)
 	o.all = make([]stripe, numStripes)
 	// MaxRooms shared out over capStripes stripes (a power of two), with
 	// at least 1,024 records each, so that rooms counted on different
@@ -754,7 +750,7 @@ func reset(r *roomRec) {
 	if r.hasParent {
 		r.parent = trace.SpanContext{}
 	}
-	r.clk, r.roomHead = &r.o.unbound, roomHead{}
+	r.clk, r.roomHead = noSteps, roomHead{}
 }
 
 // trim empties m, keeping buffers of up to maxKeptMore entries.
@@ -852,28 +848,25 @@ func (r *roomRec) Step(msg room.Msg, fx room.Effects) {
 // the step that posted it (inside Transfers.Post) thus lasts 0.
 func (r *roomRec) BindSteps(c *actors.StepClock) { r.clk = c }
 
-// now is the time of the room's current step: its actor's one reading of
-// the engine's clock for the step (StepClock.Now, which the deadlines the
-// step arms share), or the clock outside a step (a record's step clock
-// until its actor binds one is the Observer's unbound, never in a step).
-// With the engine on another clock, it is the Observer's own clock, read
-// once per step (nowOwn).
+// now is the time of the room's current step (its actor's StepClock: one
+// reading of the engine's clock per step, which the deadlines the step arms
+// share, or with the engine on another clock one reading of the
+// Observer's), or the Observer's clock outside a step.
 func (r *roomRec) now() tick {
 	o := r.o
+	var own clock.Clock
 	if o.ownClock.Load() {
-		return r.nowOwn()
+		own = o.clk
 	}
-	return tick(r.clk.Now().Sub(o.base))
-}
-
-// nowOwn is now on the Observer's own clock.
-func (r *roomRec) nowOwn() tick {
-	o := r.o
-	if d, in := r.clk.Since(o.base, o.clk); in {
+	if d, in := r.clk.Since(o.base, own); in {
 		return tick(d)
 	}
 	return o.now()
 }
+
+// noSteps is the step clock of a record until its actor binds its own: it
+// is never in a step (and so never written).
+var noSteps = actors.NewStepClock(clock.Real{})
 
 // Traceparent implements actors.RoomObserver: the room's span joins that
 // trace. Invalid values are ignored (counted).
