@@ -566,7 +566,7 @@ func (s *shard) onRetired(ctx actor.Context, m *retired) {
 		s.dir.bouncing.Add(n)
 	}
 	ctx.Poison(lr.pid)
-	s.keepTombstone(m.tomb)
+	s.keepTombstoneAt(m.tomb, m.at)
 }
 
 // bounceRouted counts out a bounced envelope of room id, routed again; after
@@ -607,8 +607,11 @@ func (s *shard) forget(id uint64, lr *live) {
 	}
 }
 
-func (s *shard) keepTombstone(t room.Tombstone) {
-	now := s.eng.cfg.Clock.Now()
+// keepTombstone keeps t, retired now.
+func (s *shard) keepTombstone(t room.Tombstone) { s.keepTombstoneAt(t, s.eng.cfg.Clock.Now()) }
+
+// keepTombstoneAt keeps t, retired at now, for the TTL.
+func (s *shard) keepTombstoneAt(t room.Tombstone, now time.Time) {
 	exp := now.Add(s.eng.cfg.TombstoneTTL)
 	if _, ok := s.tombs[t.Room]; !ok && len(s.tombs) >= s.capacity {
 		s.evictOldest()

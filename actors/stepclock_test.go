@@ -30,6 +30,9 @@ func TestStepClockSince(t *testing.T) {
 		t.Fatal("a step time outside a step")
 	}
 	c.Begin()
+	if _, ok := c.Since0(); ok {
+		t.Fatal("Since0 valid before the step's first Since")
+	}
 	eng.Advance(time.Second)
 	d1, in := c.Since(base, nil)
 	eng.Advance(time.Second)
@@ -40,7 +43,13 @@ func TestStepClockSince(t *testing.T) {
 	if at := c.Now(); !at.Equal(base.Add(time.Second)) || eng.reads.Load() != 1 {
 		t.Fatalf("Now %v after Since, %d readings: not the step's reading", at, eng.reads.Load())
 	}
+	if d, ok := c.Since0(); !ok || d != time.Second {
+		t.Fatalf("Since0 %v, %v within the step, want 1s", d, ok)
+	}
 	c.End()
+	if _, ok := c.Since0(); ok {
+		t.Fatal("Since0 valid after the step")
+	}
 	c.Begin()
 	if d, _ := c.Since(base, nil); d != 2*time.Second || eng.reads.Load() != 2 {
 		t.Fatalf("next step: %v after %d readings, want 2s after 2", d, eng.reads.Load())

@@ -853,6 +853,14 @@ func (r *roomRec) BindSteps(c *actors.StepClock) { r.clk = c }
 // share, or with the engine on another clock one reading of the
 // Observer's), or the Observer's clock outside a step.
 func (r *roomRec) now() tick {
+	if d, ok := r.clk.Since0(); ok {
+		return tick(d)
+	}
+	return r.nowFirst()
+}
+
+// nowFirst is now at a step's first call (or outside a step).
+func (r *roomRec) nowFirst() tick {
 	o := r.o
 	var own clock.Clock
 	if o.ownClock.Load() {
