@@ -63,8 +63,8 @@ type stepPanickyRoom struct {
 	id uint64
 }
 
-func (s stepPanicky) RoomCreated(id uint64) RoomObserver {
-	return stepPanickyRoom{s.Observer.RoomCreated(id), s.p, id}
+func (s stepPanicky) RoomCreated(id uint64, at time.Time) RoomObserver {
+	return stepPanickyRoom{s.Observer.RoomCreated(id, at), s.p, id}
 }
 
 func (r stepPanickyRoom) BindSteps(*StepClock) { r.p.hit("BindSteps", r.id) }
@@ -272,7 +272,9 @@ type recordPanicsRoom struct {
 	id uint64
 }
 
-func (p *recordPanics) RoomCreated(id uint64) RoomObserver { return &recordPanicsRoom{p: p, id: id} }
+func (p *recordPanics) RoomCreated(id uint64, _ time.Time) RoomObserver {
+	return &recordPanicsRoom{p: p, id: id}
+}
 func (p *recordPanics) LateTransferDone(id uint64, _ uint32, _ kv.Reason) {
 	if id == p.victim {
 		p.hits.Add(1)

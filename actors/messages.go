@@ -45,10 +45,14 @@ type pollAnswer struct {
 // broadcast goes to every live room of a shard (PeerLost, shutdown).
 type broadcast struct{ msg room.Msg }
 
-// retired is a room actor telling its shard that only a tombstone is left.
+// retired is a room actor telling its shard that only a tombstone is left,
+// at the time of the step that retired it (the tombstone's TTL runs from
+// there: the step's reading of the clock, which the room's record took for
+// its retirement, so the shard need not read the clock again).
 type retired struct {
 	tomb room.Tombstone
 	pid  *actor.PID
+	at   time.Time
 }
 
 // postDone is one posted transfer's completion. Its done function (fn, what

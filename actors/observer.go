@@ -26,7 +26,9 @@ import (
 // LateTransferDone (called on the goroutine that reports the completion; a
 // panic there is logged).
 type Observer interface {
-	RoomCreated(roomID uint64) RoomObserver
+	// RoomCreated: at is when, on the engine's clock (the reading the
+	// engine takes for the room's birth).
+	RoomCreated(roomID uint64, at time.Time) RoomObserver
 	// Ignored: a message absorbed by a tombstone, or for a room nobody named.
 	Ignored(roomID uint64, msg room.Msg)
 	// LateTransferDone: a write of a room that retired completed.
@@ -69,7 +71,7 @@ type RoomObserver interface {
 // reads the clock. It belongs to one room's actor: only the goroutine
 // running that actor (or its shard, once the actor died) may use it.
 //
-// It is a struct, not an interface, so that a record's calls are inlined:
+// It is a struct, not an interface, so that a record calls it directly:
 // an interface with a call per callback, and two calls per step to begin
 // and end it (found by a type assertion each step), cost about 280
 // instructions per room.
@@ -133,7 +135,7 @@ func (c *StepClock) Since0() (time.Duration, bool) { return c.since, c.sinceOK }
 // NopObserver ignores everything.
 type NopObserver struct{}
 
-func (NopObserver) RoomCreated(uint64) RoomObserver            { return nopRoom{} }
+func (NopObserver) RoomCreated(uint64, time.Time) RoomObserver { return nopRoom{} }
 func (NopObserver) Ignored(uint64, room.Msg)                   {}
 func (NopObserver) LateTransferDone(uint64, uint32, kv.Reason) {}
 func (NopObserver) TombstoneEvicted(uint64)                    {}
@@ -178,7 +180,7 @@ type flatRefusals struct {
 	RefusalObserver
 }
 
-func (f flat) RoomCreated(id uint64) RoomObserver {
+func (f flat) RoomCreated(id uint64, _ time.Time) RoomObserver {
 	f.c.RoomCreated(id)
 	return &flatRoom{c: f.c, id: id}
 }

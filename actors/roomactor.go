@@ -461,7 +461,7 @@ func (a *roomActor) retire(ctx actor.Context) {
 	a.stopTimer()
 	a.gone = true
 	a.lr.flags.Or(viewRetired)
-	ctx.Send(a.eng.shardFor(a.m.Room()), &retired{tomb: a.m.Tombstone(), pid: a.self})
+	ctx.Send(a.eng.shardFor(a.m.Room()), &retired{tomb: a.m.Tombstone(), pid: a.self, at: a.Now()})
 }
 
 // execStateless runs the effects that need neither an actor nor a timer

@@ -432,10 +432,14 @@ func (s *shard) routeOne(ctx actor.Context, env *envelope) {
 		}
 	}
 	var rec RoomObserver
+	var born time.Time // the room's creation (one reading for its record and its entry)
+	if created || fx.Revived || alive {
+		born = s.eng.cfg.Clock.Now()
+	}
 	failTrace := false
 	if created || fx.Revived {
 		s.creating = true
-		rec = s.eng.cfg.Observer.RoomCreated(env.room) // new, or a tombstone came back to life
+		rec = s.eng.cfg.Observer.RoomCreated(env.room, born) // new, or a tombstone came back to life
 		s.rec, s.announced = rec, true
 		if env.trace != "" {
 			failTrace = !traced(s.eng, rec, env)
@@ -447,7 +451,7 @@ func (s *shard) routeOne(ctx actor.Context, env *envelope) {
 		// the actor's from the spawn on: what the shard needs of them is
 		// taken before.
 		_, open := env.msg.(room.Open)
-		lr := &live{id: env.room, opened: open || m.Tombstone().Opened, born: s.eng.cfg.Clock.Now().UnixNano(), rec: rec}
+		lr := &live{id: env.room, opened: open || m.Tombstone().Opened, born: born.UnixNano(), rec: rec}
 		lr.store(0, fx.View)
 		if revived { // a lookup less per new room: the maps are large
 			delete(s.tombs, env.room)
@@ -521,7 +525,7 @@ func (s *shard) refuse(env *envelope, why refusal) {
 	if _, open := env.msg.(room.Open); open {
 		// The scheduler's room: it gets a (short) story of its own.
 		t.Opened = true
-		rec := obs.RoomCreated(env.room)
+		rec := obs.RoomCreated(env.room, s.eng.cfg.Clock.Now())
 		s.rec, s.announced = rec, true
 		msg, fx := failedSteps(t)
 		rec.Step(msg, fx[0])
@@ -564,7 +568,7 @@ func (s *shard) onRetired(ctx actor.Context, m *retired) {
 		s.dir.bouncing.Add(n)
 	}
 	ctx.Poison(lr.pid)
-	s.keepTombstone(m.tomb)
+	s.keepTombstoneAt(m.tomb, m.at)
 }
 
 // bounceRouted counts out a bounced envelope of room id, routed again; after
@@ -605,8 +609,11 @@ func (s *shard) forget(id uint64, lr *live) {
 	}
 }
 
-func (s *shard) keepTombstone(t room.Tombstone) {
-	now := s.eng.cfg.Clock.Now()
+// keepTombstone keeps t, retired now.
+func (s *shard) keepTombstone(t room.Tombstone) { s.keepTombstoneAt(t, s.eng.cfg.Clock.Now()) }
+
+// keepTombstoneAt keeps t, retired at now, for the TTL.
+func (s *shard) keepTombstoneAt(t room.Tombstone, now time.Time) {
 	exp := now.Add(s.eng.cfg.TombstoneTTL)
 	if len(s.tombs) >= s.capacity {
 		if _, ok := s.tombs[t.Room]; !ok {

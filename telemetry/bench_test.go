@@ -222,7 +222,7 @@ func BenchmarkObserverCalls(b *testing.B) {
 		id++
 		fx[1].Posts[0].Room, fx[3].Posts[0].Room = id, id
 		fx[5].Tomb = room.Tombstone{Room: id, Status: kv.StatusSuccess, Opened: true}
-		r := obs.RoomCreated(id)
+		r := obs.created(id)
 		for i := range fx {
 			r.Step(msgs[i], fx[i])
 		}
@@ -252,8 +252,7 @@ func BenchmarkEmit(b *testing.B) {
 			if err := obs.Close(context.Background()); err != nil { // stop the emitter: emit runs here
 				b.Fatal(err)
 			}
-			r := &roomRec{roomState: roomState{id: 5, created: 0, retiredAt: 5e6, status: kv.StatusSuccess, retired: true,
-				chunks: 2, transfers: 2, pages: 4, bytes: 4096, keep: keepSampled}}
+			r := &roomRec{roomState: roomState{roomHead: roomHead{id: 5, created: 0, retiredAt: 5e6, status: kv.StatusSuccess, retired: true, keep: keepSampled}, roomBody: roomBody{chunks: 2, transfers: 2, pages: 4, bytes: 4096}}}
 			r.putEvent(1e6, kv.StatusWaitingForInput, 0)
 			r.putEvent(2e6, kv.StatusTransferring, 0)
 			r.putEvent(4e6, kv.StatusSuccess, 0)

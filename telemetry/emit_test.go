@@ -27,7 +27,7 @@ func TestEmitAgentAttrCached(t *testing.T) {
 		t.Fatal(err)
 	}
 	mk := func(id uint64, agents ...string) *roomRec {
-		r := &roomRec{roomState: roomState{id: id, retiredAt: 5e6, status: kv.StatusSuccess, retired: true, keep: keepSampled}}
+		r := &roomRec{roomState: roomState{roomHead: roomHead{id: id, retiredAt: 5e6, status: kv.StatusSuccess, retired: true, keep: keepSampled}}}
 		for i, a := range agents {
 			r.putSpan(xferRec{seq: uint32(i + 1), start: 1e6, end: 2e6, flags: xDone}, a)
 		}
@@ -84,7 +84,7 @@ func TestEmitterWakesBeforeTick(t *testing.T) {
 	const rooms = exportBatch + 100 // one span each: more than a batch
 	deadline := time.Now().Add(30 * time.Second)
 	for id := uint64(1); id <= rooms; id++ {
-		r := byFact{obs.RoomCreated(id)}
+		r := byFact{obs.created(id)}
 		r.StatusChanged(kv.StatusSuccess, kv.ReasonNone)
 		r.Retired(room.Tombstone{Room: id, Status: kv.StatusSuccess, Opened: true})
 		// Let the emitter catch up: this test is about waking it, not

@@ -236,3 +236,7 @@ func (f byFact) TransferDone(seq uint32, fail kv.Reason) {
 }
 func (f byFact) Ignored(msg room.Msg)     { f.Step(msg, room.Effects{Ignored: true}) }
 func (f byFact) Retired(t room.Tombstone) { f.Step(nil, room.Effects{Retire: true, Tomb: t}) }
+
+// created is RoomCreated at the Observer's clock's now, as an engine on
+// that clock would call it.
+func (o *Observer) created(id uint64) actors.RoomObserver { return o.RoomCreated(id, o.clk.Now()) }

@@ -78,7 +78,7 @@ func reasonIndex(r kv.Reason) int {
 	return numReasons - 1
 }
 
-// hist is a snapshot of fixed-bucket histograms (see ahist), summed.
+// hist is a snapshot of fixed-bucket histograms (a stripe's), summed.
 type hist struct {
 	n      int // buckets in use: len(bounds)+1
 	counts [maxBuckets]uint64
@@ -89,11 +89,12 @@ const maxBuckets = 18
 
 func (h *hist) init(bounds int) { h.n = bounds + 1 }
 
-func (h *hist) add(from *ahist) {
-	for i := range h.counts {
-		h.counts[i] += uint64(from.counts[i].Load())
+// add adds histogram i of st.
+func (h *hist) add(st *stripe, i int) {
+	for b := range h.counts {
+		h.counts[b] += uint64(st.rows[b][i].Load())
 	}
-	h.sumNs += from.sumNs.Load()
+	h.sumNs += st.sums[i].Load()
 }
 
 func (h *hist) point(set attribute.Set, secs []float64, start, now time.Time) metricdata.HistogramDataPoint[float64] {
@@ -139,7 +140,7 @@ func (o *Observer) totals() *shardStats {
 		t.bytesFailed += st.bytesFailed.Load()
 		for s := range numStatuses {
 			t.retired[s] += st.retired[s].Load()
-			t.statusDur[s].add(&st.statusDur[s])
+			t.statusDur[s].add(st, s)
 		}
 		for r := range numReasons {
 			t.failures[r] += st.failures[r].Load()
@@ -151,7 +152,7 @@ func (o *Observer) totals() *shardStats {
 		for d := range numDecisions {
 			t.decisions[d] += st.decisions[d].Load()
 		}
-		t.xferDur.add(&st.xferDur)
+		t.xferDur.add(st, xferHist)
 	}
 	return t
 }

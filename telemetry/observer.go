@@ -177,38 +177,58 @@ type sourceBox struct{ s Source }
 // by Produce. Tracked rooms are those created minus those released. The
 // first len(all) & capMask stripes also share MaxRooms out: inUse counts the
 // records in use of their rooms, at most limit.
+//
+// It is laid out by lines so that a room adds to few of them, wherever its
+// durations fall: the counters every room adds to (line 0), the histograms'
+// sums (line 1), the retirements and the rarer outcomes (line 2), the
+// sampling decisions (line 3), then the histograms' buckets as rows across
+// the histograms (rows[i] is bucket i of every status's and of the
+// transfers'), so that a room's durations of one order share a line, where
+// one histogram per status put each in a line (two, with its sum) of its
+// own: a successful room adds to 4 or 5 lines of its stripe, not 12. Then
+// what failed rooms and absorbed messages count. Stripes are whole lines
+// (TestStripeLines).
 type stripe struct {
-	inUse                      atomic.Int64
-	limit                      int64 // set by New
-	created, released          atomic.Int64
-	untracked                  atomic.Int64
-	evicted                    atomic.Int64 // tombstones: one per room once the shards are full
-	posted, xferOK, xferFailed atomic.Int64
-	bytesOK, bytesFailed       atomic.Int64
-	retired                    [numStatuses]atomic.Int64
-	failures                   [numReasons]atomic.Int64
-	absorbed                   [numMsgKinds][2]atomic.Int64 // [kind][0 live room, 1 retired or unknown]
-	decisions                  [numDecisions]atomic.Int64
-	statusDur                  [numStatuses]ahist
-	xferDur                    ahist
-	_                          [64]byte // keep neighbouring stripes off one cache line
+	// Line 0.
+	inUse             atomic.Int64
+	limit             int64 // set by New
+	created, released atomic.Int64
+	posted, xferOK    atomic.Int64
+	bytesOK           atomic.Int64
+	evicted           atomic.Int64 // tombstones: one per room once the shards are full
+	sums              [numHists]atomic.Int64
+	_                 [8 - numHists]int64
+	retired           [numStatuses]atomic.Int64
+	xferFailed        atomic.Int64
+	bytesFailed       atomic.Int64
+	untracked         atomic.Int64
+	decisions         [numDecisions]atomic.Int64
+	_                 [8 - numDecisions]int64
+	rows              [maxBuckets][8]atomic.Int64 // rows[i][h]: bucket i of histogram h (status, or xferHist)
+	failures          [numReasons]atomic.Int64
+	absorbed          [numMsgKinds][2]atomic.Int64 // [kind][0 live room, 1 retired or unknown]
+	_                 [stripePad]byte
 }
 
-// ahist is a fixed-bucket histogram of durations updated with atomics.
-type ahist struct {
-	counts [maxBuckets]atomic.Int64
-	sumNs  atomic.Int64
-}
+// The histograms of a stripe: one per status (the time spent in it), then
+// the transfers' durations.
+const (
+	xferHist = numStatuses
+	numHists = numStatuses + 1
+	// stripePad makes a stripe whole lines: 4 lines of scalars, the rows
+	// and failures (whole lines), then absorbed (208 bytes) before it.
+	stripePad = 64 - (numMsgKinds*2*8)%64
+)
 
-// observe records d in h.
-func (h *ahist) observe(d time.Duration, bounds []time.Duration) {
+// observe records d in histogram h of st.
+func (st *stripe) observe(h int, d time.Duration, bounds []time.Duration) {
 	d = max(d, 0)
 	i := 0
 	for i < len(bounds) && d > bounds[i] {
 		i++
 	}
-	h.counts[i].Add(1)
-	h.sumNs.Add(int64(d))
+	st.rows[i][h].Add(1)
+	st.sums[h].Add(int64(d))
 }
 
 // shardStats is a snapshot of the stripes, summed (totals), plus the live
@@ -228,14 +248,23 @@ type shardStats struct {
 
 // roomRec is what the Observer keeps of one live room until it retires.
 //
-// What every room writes comes first: the state (the step's time is kept by
-// the actor's StepClock, not here), then two transfer entries, the first
-// agent and three status events inline (a typical traced room has three
-// status events, two transfers and one agent); longer lists spill over into
-// more. What most rooms never touch (the counters of failures and drops,
-// the overflow buffers, a parent trace context) comes last.
+// Its first line (o and roomHead) is what a room touches at its creation
+// and its retirement: a dropped room's retirement, and its record's reset,
+// touch nothing else. The next (roomBody, then the first transfer entry) is
+// what every room's steps write; it is zeroed when the record is given to
+// a room, which writes it soon after anyway. Then the second transfer
+// entry, the first agent and three status events (a typical traced room
+// has three status events, two transfers and one agent); longer lists
+// spill over into more. What most rooms never touch (the counters of
+// failures and drops, the overflow buffers, a parent trace context) comes
+// last. Records are 320 bytes, a size class of 64-byte-aligned objects, so
+// each part starts a cache line (TestRecordLines).
 type roomRec struct {
 	o *Observer // set once: a record serves one Observer
+	// The room's actor's step clock (BindSteps; noSteps until then): the
+	// callbacks of one step share its reading, unless the Observer reads
+	// its own clock (ownClock).
+	clk *actors.StepClock
 	roomState
 	xf     [inlineXfers]xferRec // transfers: spans first, then in flight (see xfers)
 	agent0 [1]string            // the first agent (see agents)
@@ -265,27 +294,19 @@ const (
 	maxXfers = math.MaxUint16
 )
 
-// roomState is the hot part of a record: what every room writes, reset
-// between rooms.
+// roomState is what every room writes: its head and its body.
 type roomState struct {
-	// The room's actor's step clock (BindSteps; noSteps until then): the
-	// callbacks of one step share its reading, unless the Observer reads
-	// its own clock (ownClock).
-	clk       *actors.StepClock
-	st        *stripe // the room's share of the metrics (stripeIndex)
-	id        uint64
+	roomHead
+	roomBody
+}
+
+// roomHead is the rest of a record's first line (after o and clk): what the room's creation,
+// its retirement and the sampler read and write. Reset at retirement.
+type roomHead struct {
+	id        uint64 // its stripe is o.stripe(id)
 	created   tick
 	statusAt  tick // when the current status was entered (once terminal, it stays: terminal statuses are absorbing)
 	retiredAt tick
-	bytes     int64 // successfully written
-	pages     int32 // saturating, as chunks and transfers
-	chunks    int32
-	transfers int32  // posted
-	required  uint16 // required_dst_info_num from decode's transfer infos (saturating)
-	nX        uint16 // entries in xfers() (at most maxXfers)
-	nSpans    uint16 // of which the first nSpans are child spans (tracing)
-	nAg       uint16 // len(agents())
-	nEv       uint8  // len(events())
 	status    kv.Status
 	reason    kv.Reason
 	keep      keepReason
@@ -295,6 +316,20 @@ type roomState struct {
 	hasParent, parentSampled bool
 	rare                     bool  // rareState was written
 	spill                    uint8 // spillX | spillA | spillE: in more
+}
+
+// roomBody is what a room's steps count, zeroed when a room takes the
+// record (begin).
+type roomBody struct {
+	bytes     int64 // successfully written
+	pages     int32 // saturating, as chunks and transfers
+	chunks    int32
+	transfers int32  // posted
+	required  uint16 // required_dst_info_num from decode's transfer infos (saturating)
+	nX        uint16 // entries in xfers() (at most maxXfers)
+	nSpans    uint16 // of which the first nSpans are child spans (tracing)
+	nAg       uint16 // len(agents())
+	nEv       uint8  // len(events())
 }
 
 // Which of a record's lists live in its recMore.
@@ -413,13 +448,19 @@ func (r *roomRec) extra() *recMore {
 // addXfer appends a zeroed entry and returns it, or nil if r holds
 // maxXfers.
 func (r *roomRec) addXfer() *xferRec {
+	if r.spill&spillX == 0 && int(r.nX) < len(r.xf) {
+		r.nX++
+		x := &r.xf[r.nX-1]
+		*x = xferRec{} // a recycled record holds old ones
+		return x
+	}
+	return r.addXferMore()
+}
+
+// addXferMore is addXfer past the inline entries (the entry it returns is
+// zeroed too).
+func (r *roomRec) addXferMore() *xferRec {
 	if r.spill&spillX == 0 {
-		if int(r.nX) < len(r.xf) {
-			r.nX++
-			x := &r.xf[r.nX-1]
-			*x = xferRec{} // a recycled record holds old ones
-			return x
-		}
 		m := r.extra()
 		m.xfers, r.spill = append(m.xfers[:0], r.xf[:]...), r.spill|spillX
 	}
@@ -460,12 +501,17 @@ func (r *roomRec) addAgent(a string) {
 
 // addEvent appends e to events.
 func (r *roomRec) addEvent(e statusEvent) {
+	if r.spill&spillE == 0 && int(r.nEv) < len(r.evs) {
+		r.evs[r.nEv] = e
+		r.nEv++
+		return
+	}
+	r.addEventMore(e)
+}
+
+// addEventMore is addEvent past the inline events.
+func (r *roomRec) addEventMore(e statusEvent) {
 	if r.spill&spillE == 0 {
-		if int(r.nEv) < len(r.evs) {
-			r.evs[r.nEv] = e
-			r.nEv++
-			return
-		}
 		m := r.extra()
 		m.events, r.spill = append(m.events[:0], r.evs[:]...), r.spill|spillE
 	}
@@ -657,7 +703,7 @@ func (o *Observer) watched() []*actors.Engine {
 // recycled one if any), or the untracked record once the room's share of
 // MaxRooms is tracked (capStripe: with a large cap, a room may be untracked
 // while another share has room).
-func (o *Observer) RoomCreated(id uint64) actors.RoomObserver {
+func (o *Observer) RoomCreated(id uint64, at time.Time) actors.RoomObserver {
 	st, cs := o.stripe(id), o.capStripe(id)
 	if cs.inUse.Add(1) > cs.limit {
 		cs.inUse.Add(-1)
@@ -670,19 +716,31 @@ func (o *Observer) RoomCreated(id uint64) actors.RoomObserver {
 		reset(r)
 	}
 	st.created.Add(1)
-	now := o.now()
-	r.st, r.id, r.created, r.statusAt, r.status = st, id, now, now, kv.StatusBootstrapping
+	var now tick
+	if o.ownClock.Load() {
+		now = o.now()
+	} else {
+		now = tick(at.Sub(o.base)) // the engine's reading, on this Observer's clock
+	}
+	r.begin(id, now)
 	return r
 }
 
-// reset empties r for reuse. It writes only what the room used: the state,
-// and the agent, the rare counters, the overflow lists and the parent only
-// if the room wrote them (the inline entries need no clearing: they hold no
-// pointers, and are overwritten before use).
+// begin gives the reset record r to room id, created at t: its body is
+// zeroed here, where the room is about to write it, rather than at the
+// last room's retirement, whose line it is not.
+func (r *roomRec) begin(id uint64, t tick) {
+	r.id, r.created, r.statusAt, r.status = id, t, t, kv.StatusBootstrapping
+	r.roomBody = roomBody{}
+}
+
+// reset empties r for reuse. It writes only what the room used: the head,
+// and the rare counters, the overflow lists and the parent only if the room
+// wrote them; the body is zeroed by begin (the inline entries need no
+// clearing: they hold no pointers, and are overwritten before use). The
+// first agent's name stays until the record's next room names one: a
+// decode agent's, and pooled records go at the collector's next cycles.
 func reset(r *roomRec) {
-	if r.nAg > 0 {
-		r.agent0 = [1]string{}
-	}
 	if r.spill != 0 {
 		r.more.trim()
 	}
@@ -692,7 +750,7 @@ func reset(r *roomRec) {
 	if r.hasParent {
 		r.parent = trace.SpanContext{}
 	}
-	r.roomState = roomState{clk: noSteps}
+	r.clk, r.roomHead = noSteps, roomHead{}
 }
 
 // trim empties m, keeping buffers of up to maxKeptMore entries.
@@ -758,20 +816,28 @@ func (r *roomRec) Step(msg room.Msg, fx room.Effects) {
 	if fx.Info.Seen {
 		r.transferInfo(fx.Info.Required)
 	}
+	if !fx.Done.Seen && len(fx.Posts) == 0 && !fx.Published && !fx.Retire {
+		if fx.Ignored {
+			r.absorb(msg)
+		}
+		return
+	}
+	// The step's facts share its time and the room's stripe.
+	now, st := r.now(), r.o.stripe(r.id)
 	if fx.Done.Seen {
-		r.transferDone(fx.Done.Seq, fx.Done.Fail)
+		r.transferDone(st, now, fx.Done.Seq, fx.Done.Fail)
 	}
 	for i := range fx.Posts {
-		r.posted(&fx.Posts[i])
+		r.posted(st, now, &fx.Posts[i])
 	}
 	if fx.Published {
-		r.statusChanged(fx.Status, fx.Reason)
+		r.statusChanged(st, now, fx.Status, fx.Reason)
 	}
 	if fx.Ignored && !fx.Retire {
 		r.absorb(msg)
 	}
 	if fx.Retire {
-		r.retire(fx.Tomb)
+		r.retire(st, now, fx.Tomb)
 	}
 }
 
@@ -782,17 +848,16 @@ func (r *roomRec) Step(msg room.Msg, fx room.Effects) {
 // the step that posted it (inside Transfers.Post) thus lasts 0.
 func (r *roomRec) BindSteps(c *actors.StepClock) { r.clk = c }
 
-// now is the time of the room's current step, or the clock outside a step.
+// now is the time of the room's current step (its actor's StepClock: one
+// reading of the engine's clock per step, which the deadlines the step arms
+// share, or with the engine on another clock one reading of the
+// Observer's), or the Observer's clock outside a step.
 func (r *roomRec) now() tick {
 	if d, ok := r.clk.Since0(); ok {
 		return tick(d)
 	}
 	return r.nowFirst()
 }
-
-// noSteps is the step clock of a record until its actor binds its own: it
-// is never in a step (and so never written).
-var noSteps = actors.NewStepClock(clock.Real{})
 
 // nowFirst is now at a step's first call (or outside a step).
 func (r *roomRec) nowFirst() tick {
@@ -806,6 +871,10 @@ func (r *roomRec) nowFirst() tick {
 	}
 	return o.now()
 }
+
+// noSteps is the step clock of a record until its actor binds its own: it
+// is never in a step (and so never written).
+var noSteps = actors.NewStepClock(clock.Real{})
 
 // Traceparent implements actors.RoomObserver: the room's span joins that
 // trace. Invalid values are ignored (counted).
@@ -826,22 +895,25 @@ func (r *roomRec) transferInfo(required int) {
 }
 
 // statusChanged records a published status change.
-func (r *roomRec) statusChanged(s kv.Status, why kv.Reason) {
+func (r *roomRec) statusChanged(st *stripe, now tick, s kv.Status, why kv.Reason) {
 	o := r.o
-	now := r.now()
 	ri, si := reasonIndex(why), statusIndex(r.status)
-	st := r.st
 	if s == kv.StatusFailed {
 		st.failures[ri].Add(1)
 	}
-	st.statusDur[si].observe(time.Duration(now-r.statusAt), statusBoundsNs)
+	st.observe(si, time.Duration(now-r.statusAt), statusBoundsNs)
 	r.status, r.reason, r.statusAt = s, why, now
 	if s.Terminal() {
 		r.terminal = true
 	}
 	if o.tracing {
 		if int(r.nEv) < o.cfg.MaxEvents {
-			r.addEvent(newEvent(r.created, now, s, why))
+			if e := newEvent(r.created, now, s, why); r.spill&spillE == 0 && int(r.nEv) < len(r.evs) { // addEvent, inline
+				r.evs[r.nEv] = e
+				r.nEv++
+			} else {
+				r.addEventMore(e)
+			}
 		} else {
 			r.rare = true
 			r.droppedEvents++
@@ -850,26 +922,27 @@ func (r *roomRec) statusChanged(s kv.Status, why kv.Reason) {
 }
 
 // posted records a transfer posted.
-func (r *roomRec) posted(t *kv.Transfer) {
+func (r *roomRec) posted(st *stripe, now tick, t *kv.Transfer) {
 	o := r.o
-	now := r.now()
 	pages := len(t.SrcPages)
-	st := r.st
 	st.posted.Add(1)
 	r.transfers = sat(r.transfers, 1)
 	r.pages = sat(r.pages, pages)
 	if c := int32(min(t.Chunk, math.MaxInt32-1)) + 1; c > r.chunks {
 		r.chunks = c
 	}
-	x := r.addXfer()
-	if x == nil { // past maxXfers, so past the spans too
+	var x *xferRec
+	if r.spill&spillX == 0 && int(r.nX) < len(r.xf) { // addXfer, inline
+		x = &r.xf[r.nX]
+		r.nX++
+	} else if x = r.addXferMore(); x == nil { // past maxXfers, so past the spans too
 		if o.tracing {
 			r.rare = true
 			r.droppedSpans++
 		}
 		return
 	}
-	x.seq, x.start, x.pages = t.Seq, now, int32(min(pages, math.MaxInt32))
+	*x = xferRec{seq: t.Seq, start: now, pages: int32(min(pages, math.MaxInt32))}
 	if o.tracing {
 		r.addSpan(x, t)
 	}
@@ -881,7 +954,10 @@ func (r *roomRec) posted(t *kv.Transfer) {
 // either way.
 func (r *roomRec) addSpan(x *xferRec, t *kv.Transfer) {
 	span := int(r.nSpans) < r.o.cfg.MaxTransferSpans
-	agent := r.agentIndex(t.Agent, span)
+	agent := 0 // the first agent, as most rooms' every transfer
+	if r.nAg == 0 || r.spill&spillA != 0 || r.agent0[0] != t.Agent {
+		agent = r.agentIndex(t.Agent, span)
+	}
 	if !span {
 		r.rare = true
 		r.droppedSpans++
@@ -895,8 +971,7 @@ func (r *roomRec) addSpan(x *xferRec, t *kv.Transfer) {
 }
 
 // transferDone records a transfer's completion.
-func (r *roomRec) transferDone(seq uint32, fail kv.Reason) {
-	now := r.now()
+func (r *roomRec) transferDone(st *stripe, now tick, seq uint32, fail kv.Reason) {
 	ok := fail == kv.ReasonNone
 	if !ok {
 		r.rare = true
@@ -924,14 +999,13 @@ func (r *roomRec) transferDone(seq uint32, fail kv.Reason) {
 		}
 		break
 	}
-	st := r.st
 	if ok {
 		st.xferOK.Add(1)
 	} else {
 		st.xferFailed.Add(1)
 	}
 	if found {
-		st.xferDur.observe(time.Duration(now-start), transferBoundsNs)
+		st.observe(xferHist, time.Duration(now-start), transferBoundsNs)
 		if ok {
 			st.bytesOK.Add(bytes)
 		} else {
@@ -945,15 +1019,14 @@ func (r *roomRec) absorb(msg room.Msg) {
 	r.rare = true
 	r.ignored++
 	k := msgIndex(msg)
-	st := r.st
+	st := r.o.stripe(r.id)
 	st.absorbed[k][0].Add(1)
 }
 
 // retire closes the record (t: the room's tombstone), and hands it to the
 // emitter if the tail sampler keeps the room.
-func (r *roomRec) retire(t room.Tombstone) {
+func (r *roomRec) retire(st *stripe, now tick, t room.Tombstone) {
 	o := r.o
-	now := r.now()
 	ti, si := statusIndex(t.Status), statusIndex(r.status)
 	d := time.Duration(now - r.statusAt)
 	r.status, r.reason, r.retiredAt, r.retired = t.Status, t.Reason, now, true
@@ -961,10 +1034,9 @@ func (r *roomRec) retire(t room.Tombstone) {
 	if o.tracing {
 		keep = o.sampling.decide(r)
 	}
-	st := r.st
 	st.released.Add(1)
 	st.retired[ti].Add(1)
-	st.statusDur[si].observe(d, statusBoundsNs)
+	st.observe(si, d, statusBoundsNs)
 	if o.tracing {
 		st.decisions[keep].Add(1)
 	}
@@ -993,7 +1065,7 @@ func (r *roomRec) retire(t room.Tombstone) {
 // retired), ended when it was handed over.
 func (r *roomRec) Abandoned() {
 	o := r.o
-	st := r.st
+	st := r.o.stripe(r.id)
 	st.released.Add(1)
 	if !o.tracing || o.closed.Load() {
 		o.recycle(r)

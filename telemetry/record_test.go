@@ -3,6 +3,7 @@ package telemetry
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"testing"
 	"time"
 
@@ -39,15 +40,15 @@ func TestMaxRoomsCountsRoomsInUse(t *testing.T) {
 	retire := func(r actors.RoomObserver, id uint64) {
 		byFact{r}.Retired(room.Tombstone{Room: id, Status: kv.StatusSuccess, Opened: true})
 	}
-	r1, r2 := o.RoomCreated(1), o.RoomCreated(2)
+	r1, r2 := o.created(1), o.created(2)
 	if _, ok := r2.(*roomRec); !ok {
 		t.Fatal("second room untracked under MaxRooms 2")
 	}
-	if _, ok := o.RoomCreated(3).(*untracked); !ok {
+	if _, ok := o.created(3).(*untracked); !ok {
 		t.Fatal("a third live room was tracked under MaxRooms 2")
 	}
 	retire(r1, 1)
-	r4 := o.RoomCreated(4)
+	r4 := o.created(4)
 	if _, ok := r4.(*roomRec); !ok {
 		t.Fatal("room untracked although a tracked room retired")
 	}
@@ -74,7 +75,7 @@ func TestMaxRoomsCountsRoomsInUse(t *testing.T) {
 	}
 	var recs []actors.RoomObserver
 	for id := uint64(1); id <= 2*max; id++ {
-		recs = append(recs, o2.RoomCreated(id))
+		recs = append(recs, o2.created(id))
 	}
 	if n := o2.totals().tracked; n > max || n < max*9/10 || n != o2.inUse() {
 		t.Fatalf("%d rooms tracked (%d records in use) of %d, want at most %d and most of it", n, o2.inUse(), 2*max, max)
@@ -107,7 +108,7 @@ func recordObserver(t *testing.T, cfg Config) (*Observer, *clock.Fake, *tracetes
 // nothing left of the first.
 func TestRecordSpillsAndResets(t *testing.T) {
 	o, clk, exp := recordObserver(t, Config{})
-	rr := byFact{o.RoomCreated(1)}
+	rr := byFact{o.created(1)}
 	r := rr.RoomObserver.(*roomRec)
 	rr.TransferInfo("a0", 3)
 	rr.StatusChanged(kv.StatusWaitingForInput, kv.ReasonNone)
@@ -185,8 +186,9 @@ func TestRecordSpillsAndResets(t *testing.T) {
 	recycled := *r // the spilled record, as retired
 	recycled.o = o2
 	reset(&recycled)
+	recycled.begin(2, 0)
 	if recycled.spill != 0 || recycled.nX != 0 || recycled.nAg != 0 || recycled.nEv != 0 || recycled.rare ||
-		recycled.failedX != 0 || recycled.agent0[0] != "" || len(recycled.more.xfers) != 0 || len(recycled.more.agents) != 0 ||
+		recycled.failedX != 0 || len(recycled.agents()) != 0 || len(recycled.more.xfers) != 0 || len(recycled.more.agents) != 0 ||
 		len(recycled.more.events) != 0 || cap(recycled.more.xfers) == 0 {
 		t.Fatalf("reset left %+v (more %+v)", recycled.roomState, *recycled.more)
 	}
@@ -196,7 +198,6 @@ func TestRecordSpillsAndResets(t *testing.T) {
 		}
 	}
 	drive := func(rec *roomRec) {
-		rec.id, rec.st = 2, o2.stripe(2)
 		f := byFact{rec}
 		f.StatusChanged(kv.StatusWaitingForInput, kv.ReasonNone)
 		f.Posted(&kv.Transfer{Room: 2, Agent: "b", Seq: 1, Last: true, SrcPages: []int32{1}})
@@ -232,7 +233,7 @@ func TestRecordInflightOnly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := o.RoomCreated(1).(*roomRec)
+	r := o.created(1).(*roomRec)
 	for i := range 6 {
 		byFact{r}.Posted(&kv.Transfer{Room: 1, Agent: "a", Seq: uint32(i + 1), SrcPages: make([]int32, 2)})
 	}
@@ -257,7 +258,7 @@ func TestRecordInflightOnly(t *testing.T) {
 // each transfer span still names its own agent.
 func TestRecordManyAgents(t *testing.T) {
 	o, _, exp := recordObserver(t, Config{MaxTransferSpans: 20})
-	r := byFact{o.RoomCreated(1)}
+	r := byFact{o.created(1)}
 	for i := range 24 {
 		r.Posted(&kv.Transfer{Room: 1, Agent: fmt.Sprintf("a%02d", i), Seq: uint32(i + 1), SrcPages: []int32{1}})
 		r.TransferDone(uint32(i+1), kv.ReasonNone)
@@ -333,7 +334,7 @@ func TestRecordCaps(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := o.RoomCreated(1).(*roomRec)
+	r := o.created(1).(*roomRec)
 	const n = maxXfers + 10
 	for i := range n {
 		byFact{r}.Posted(&kv.Transfer{Room: 1, Agent: "a", Seq: uint32(i + 1), SrcPages: []int32{1}})
@@ -349,5 +350,31 @@ func TestRecordCaps(t *testing.T) {
 	if r.nX != 0 || r.bytes != maxXfers || got.bytesOK != maxXfers || got.xferOK != n {
 		t.Fatalf("after completion: %d entries, %d bytes (%d counted), %d writes ok; want 0, %d, %d, %d",
 			r.nX, r.bytes, got.bytesOK, got.xferOK, maxXfers, maxXfers, n)
+	}
+}
+
+// A record's parts start cache lines: its first line is the Observer and
+// the head (what creation and retirement touch), the body and the first
+// transfer entry are the second, and it is 320 bytes, a size class whose
+// objects are 64-byte aligned (a multiple of 64).
+func TestRecordLines(t *testing.T) {
+	rt := reflect.TypeOf(roomRec{})
+	field := func(typ reflect.Type, name string) reflect.StructField {
+		f, ok := typ.FieldByName(name)
+		if !ok {
+			t.Fatalf("%s has no field %s", typ, name)
+		}
+		return f
+	}
+	state := field(rt, "roomState")
+	body := state.Offset + field(state.Type, "roomBody").Offset
+	if body != 64 {
+		t.Errorf("the body starts at byte %d, want 64 (the first line is the Observer and the head)", body)
+	}
+	if xf := field(rt, "xf").Offset; xf+reflect.TypeOf(xferRec{}).Size() > 128 {
+		t.Errorf("the first transfer entry ends at byte %d, past the second line", xf+reflect.TypeOf(xferRec{}).Size())
+	}
+	if n := rt.Size(); n <= 256 || n > 320 {
+		t.Errorf("a record is %d bytes: want 257..320 (the 320-byte size class)", n)
 	}
 }

@@ -68,8 +68,7 @@ func reuseRooms() []*roomRec {
 	var out []*roomRec
 	for i := range 400 {
 		id := uint64(1000 + i)
-		r := &roomRec{roomState: roomState{id: id, created: tick(i), retiredAt: tick(9e6 + i), status: kv.StatusSuccess, retired: true,
-			keep: keepSampled, chunks: 2, transfers: 2, pages: 4, bytes: 4096, required: 1}}
+		r := &roomRec{roomState: roomState{roomHead: roomHead{id: id, created: tick(i), retiredAt: tick(9e6 + i), status: kv.StatusSuccess, retired: true, keep: keepSampled}, roomBody: roomBody{chunks: 2, transfers: 2, pages: 4, bytes: 4096, required: 1}}}
 		r.putEvent(1e6, kv.StatusWaitingForInput, 0)
 		r.putEvent(2e6, kv.StatusTransferring, 0)
 		r.putEvent(4e6, kv.StatusSuccess, 0)

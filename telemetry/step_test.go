@@ -10,6 +10,7 @@ import (
 
 	"github.com/kvxfer/kvxfer/actors"
 	"github.com/kvxfer/kvxfer/internal/clock"
+	"github.com/kvxfer/kvxfer/internal/testrig"
 	"github.com/kvxfer/kvxfer/kv"
 )
 
@@ -100,7 +101,7 @@ func TestRecordClockOutsideStep(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := obs.RoomCreated(1).(*roomRec)
+	r := obs.created(1).(*roomRec)
 	at := func() time.Duration { return time.Duration(r.now()) }
 	clk.Advance(time.Millisecond)
 	if at() != time.Millisecond {
@@ -176,6 +177,18 @@ func TestStepReadsTheClockOnce(t *testing.T) {
 			}
 			if !shared && (engReads != 1 || obsReads != 1) {
 				t.Errorf("two clocks: engine read %d times, Observer %d, want 1 and 1", engReads, obsReads)
+			}
+			// The Clear step: the record's retirement and the tombstone's
+			// TTL (kept by the shard) share the step's reading.
+			engBefore, obsBefore = engClk.reads.Load(), obsClk.reads.Load()
+			eng.Clear(id)
+			testrig.Eventually(t, 10*time.Second, "the room retired to a tombstone", func() bool { return eng.Live() == actors.LiveRooms{} })
+			engReads, obsReads = engClk.reads.Load()-engBefore, obsClk.reads.Load()-obsBefore
+			if shared && engReads != 1 {
+				t.Errorf("one clock: %d readings for the Clear step, want 1", engReads)
+			}
+			if !shared && (engReads != 1 || obsReads != 1) {
+				t.Errorf("two clocks, Clear: engine read %d times, Observer %d, want 1 and 1", engReads, obsReads)
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()

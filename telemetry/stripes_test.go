@@ -1,6 +1,7 @@
 package telemetry
 
 import (
+	"reflect"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -41,7 +42,7 @@ func TestStripesCountExactly(t *testing.T) {
 				id := uint64(g*rooms + i + 1)
 				t1 := kv.Transfer{Room: id, Agent: "a", Seq: 1, SrcPages: []int32{1, 2}}
 				t2 := kv.Transfer{Room: id, Agent: "a", Seq: 2, Chunk: 1, Last: true, SrcPages: []int32{3}}
-				r := byFact{o.RoomCreated(id)}
+				r := byFact{o.created(id)}
 				r.StatusChanged(kv.StatusWaitingForInput, kv.ReasonNone)
 				runtime.Gosched()
 				r.Posted(&t1)
@@ -94,4 +95,21 @@ func TestStripesCountExactly(t *testing.T) {
 		}
 	}
 	t.Logf("%d concurrent reads", reads.Load())
+}
+
+// A stripe is whole cache lines, and what a room adds to starts the lines
+// its layout gives it (the stripes are one allocation, page aligned).
+func TestStripeLines(t *testing.T) {
+	st := reflect.TypeOf(stripe{})
+	if st.Size()%64 != 0 {
+		t.Fatalf("a stripe is %d bytes, not whole lines", st.Size())
+	}
+	for name, off := range map[string]uintptr{"inUse": 0, "sums": 64, "retired": 128, "decisions": 192, "rows": 256} {
+		if f, _ := st.FieldByName(name); f.Offset != off {
+			t.Errorf("stripe.%s at byte %d, want %d", name, f.Offset, off)
+		}
+	}
+	if f, _ := st.FieldByName("rows"); f.Type.Elem().Size() != 64 {
+		t.Errorf("a bucket row is %d bytes, want one line", f.Type.Elem().Size())
+	}
 }

@@ -427,7 +427,7 @@ func TestTailSampling(t *testing.T) {
 	h3 := newHarness(t, &manualXfers{auto: true}, func(c *Config) { c.Sampling = &Sampling{Ratio: 0.5, Slow: -1} })
 	kept := 0
 	for id := uint64(1); id <= 400; id++ {
-		r := &roomRec{roomState: roomState{id: id, status: kv.StatusSuccess}}
+		r := &roomRec{roomState: roomState{roomHead: roomHead{id: id, status: kv.StatusSuccess}}}
 		if h3.obs.sampling.decide(r) == keepSampled {
 			kept++
 		}
