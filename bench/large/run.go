@@ -4,7 +4,6 @@ import (
 	"bytes"
 	_ "embed"
 	"encoding/base64"
-	"errors"
 	"fmt"
 	"hash/crc32"
 	"io"
@@ -264,33 +263,25 @@ func (r *runner) cell(g Geometry, n, slots int, gs *goSide, tgt, ini *proc) (Cel
 	}
 	gs.setRooms(rooms)
 	// Bytes first: a kvxfer round into zeroed decode memory must leave every
-	// merged destination range holding its source range.
-	tgt.send(map[string]bool{"zero": true})
-	if err := tgt.read(&ack); err != nil {
-		return c, err
-	}
-	if err := gs.merged(1); err != nil {
-		return c, err
-	}
-	if c.Verified, err = verify(gs, tgt, rooms); err != nil {
-		return c, err
-	}
-	if !c.Verified {
-		return c, errors.New("decode memory does not hold the source bytes after a merged write")
-	}
-	// And SGLang's per-page request leaves the same bytes in the same places.
-	tgt.send(map[string]bool{"zero": true})
-	if err := tgt.read(&ack); err != nil {
-		return c, err
-	}
-	if err := gs.prepped(1); err != nil {
-		return c, err
-	}
-	if c.Verified, err = verify(gs, tgt, rooms); err != nil {
-		return c, err
-	}
-	if !c.Verified {
-		return c, errors.New("decode memory does not hold the source bytes after a per-page write")
+	// merged destination range holding its source range, and SGLang's
+	// per-page request the same bytes in the same places.
+	for _, w := range []struct {
+		post func(int) error
+		what string
+	}{{gs.merged, "merged"}, {gs.prepped, "per-page"}} {
+		tgt.send(map[string]bool{"zero": true})
+		if err := tgt.read(&ack); err != nil {
+			return c, err
+		}
+		if err := w.post(1); err != nil {
+			return c, err
+		}
+		if c.Verified, err = verify(gs, tgt, rooms); err != nil {
+			return c, err
+		}
+		if !c.Verified {
+			return c, fmt.Errorf("decode memory does not hold the source bytes after a %s write", w.what)
+		}
 	}
 	ini.signal(syscall.SIGSTOP)
 	defer ini.signal(syscall.SIGCONT)
