@@ -908,12 +908,7 @@ func (r *roomRec) statusChanged(st *stripe, now tick, s kv.Status, why kv.Reason
 	}
 	if o.tracing {
 		if int(r.nEv) < o.cfg.MaxEvents {
-			if e := newEvent(r.created, now, s, why); r.spill&spillE == 0 && int(r.nEv) < len(r.evs) { // addEvent, inline
-				r.evs[r.nEv] = e
-				r.nEv++
-			} else {
-				r.addEventMore(e)
-			}
+			r.addEvent(newEvent(r.created, now, s, why))
 		} else {
 			r.rare = true
 			r.droppedEvents++
@@ -931,11 +926,8 @@ func (r *roomRec) posted(st *stripe, now tick, t *kv.Transfer) {
 	if c := int32(min(t.Chunk, math.MaxInt32-1)) + 1; c > r.chunks {
 		r.chunks = c
 	}
-	var x *xferRec
-	if r.spill&spillX == 0 && int(r.nX) < len(r.xf) { // addXfer, inline
-		x = &r.xf[r.nX]
-		r.nX++
-	} else if x = r.addXferMore(); x == nil { // past maxXfers, so past the spans too
+	x := r.addXfer()
+	if x == nil { // past maxXfers, so past the spans too
 		if o.tracing {
 			r.rare = true
 			r.droppedSpans++
