@@ -4,8 +4,12 @@ One JSON object per line on stdout; requests on stdin.
 
   target     stands for a decode node: a slab of --bufs buffers of --size bytes in
              all, each buffer registered as its own region (as SGLang registers its
-             KV buffers). Prints {"name", "md", "addr", "len"}; drains notifications
-             every 1 ms (no NIXL progress thread: puts are done by the initiator);
+             KV buffers). Prints {"name", "md", "addr", "len"}. Its NIXL progress
+             thread (SGLang's decode has one) waits for UCX events instead of
+             spinning (--target-delay-us, see event_driven): the initiator's
+             requests complete once the target has progressed, and a decode on
+             another host spends none of this host's two cores. Notifications are
+             drained every 1 ms;
              {"sum": [[off, len], ...]} -> {"sums": [crc32, ...]} (bytes landed);
              {"zero": true} clears the slab; "end" or EOF ends it.
   initiator  the same slab shape on the prefill side, filled with the pattern
@@ -44,8 +48,33 @@ def say(obj):
     sys.stdout.flush()
 
 
-def new_agent(name, size, bufs, prog_thread):
-    agent = nixl_agent(name, nixl_agent_config(enable_prog_thread=prog_thread, backends=["UCX"]))
+def event_driven(delay_us):
+    """Makes the next nixl_agent's progress thread wait up to delay_us for a
+    UCX event between rounds of progress. NIXL's Python API fixes that wait
+    (nixlAgentConfig.pthrDelay) at 0, a thread that spins on a core; the
+    agent config is made inside nixl_agent, so its binding's constructor is
+    wrapped for the one call. Returns the function that restores it."""
+    api = sys.modules[nixl_agent.__module__]
+    make = api.nixlBind.nixlAgent
+
+    def with_delay(name, cfg):
+        cfg.pthrDelay = delay_us
+        return make(name, cfg)
+
+    api.nixlBind.nixlAgent = with_delay
+
+    def restore():
+        api.nixlBind.nixlAgent = make
+
+    return restore
+
+
+def new_agent(name, size, bufs, prog_thread, delay_us=None):
+    restore = event_driven(delay_us) if prog_thread and delay_us else (lambda: None)
+    try:
+        agent = nixl_agent(name, nixl_agent_config(enable_prog_thread=prog_thread, backends=["UCX"]))
+    finally:
+        restore()
     buf = np.empty(size, dtype=np.uint8)  # large: numpy asks for huge pages
     buf.fill(0)
     addr = buf.ctypes.data
@@ -55,7 +84,7 @@ def new_agent(name, size, bufs, prog_thread):
 
 
 def target(args):
-    agent, buf, addr = new_agent(args.name, args.size, args.bufs, False)
+    agent, buf, addr = new_agent(args.name, args.size, args.bufs, args.target_delay_us > 0, args.target_delay_us)
     say({"name": agent.name, "md": base64.b64encode(agent.get_agent_metadata()).decode(), "addr": addr, "len": args.size})
     import select
 
@@ -156,6 +185,9 @@ def main():
     p.add_argument("--size", type=int, required=True)
     p.add_argument("--bufs", type=int, required=True)
     p.add_argument("--no-progress-thread", action="store_true", help="initiator: no NIXL progress thread")
+    p.add_argument("--target-delay-us", type=int, default=1000,
+                   help="target: its progress thread's wait for a UCX event, in µs (0: no progress thread, "
+                        "the worker progressed only by the 1 ms notification drain)")
     args = p.parse_args()
     {"target": target, "initiator": initiator}[args.mode](args)
 
