@@ -122,3 +122,44 @@ type Waker interface {
 type Dueer interface {
 	Due() (at time.Time, ok bool)
 }
+
+// Requests is the per-transfer part of Agent: what a Batch hands out.
+type Requests interface {
+	Make(op Op, local ListID, localIdx []int32, remote ListID, remoteIdx []int32, notif []byte) (XferID, error)
+	Create(op Op, localKind MemKind, local []Desc, peer string, remoteKind MemKind, remote []Desc, notif []byte) (XferID, error)
+	Post(x XferID) (State, error)
+	Poll(xs []XferID, out []Status) error
+	Release(x XferID) error
+}
+
+// Batcher is an optional Agent interface for backends whose every call hops
+// onto an owner thread (libnixl: the hop costs 10–20 µs on two cores, the
+// call itself about 1 µs). Batch makes one hop and runs f there; the calls f
+// makes on r run in place. f must make them from its own goroutine, must
+// not block or call the Agent itself (that call would wait for the hop f
+// holds), and must not keep r: once f returns, r's calls fail with
+// ErrInvalid. A panic in f is raised again in Batch's caller, and the agent
+// goes on. Once the agent is closed Batch returns ErrClosed without running
+// f.
+type Batcher interface {
+	Batch(f func(r Requests)) error
+}
+
+// InBatch runs f in one Batch of a if it is a Batcher, and on a itself
+// otherwise.
+func InBatch(a Agent, f func(r Requests)) error {
+	if b, ok := a.(Batcher); ok {
+		return b.Batch(f)
+	}
+	f(a)
+	return nil
+}
+
+// SelfPoller is an optional Agent interface: while requests are in flight
+// the agent polls them itself and calls its Waker's functions when one ends
+// (libnixl's owner goroutine, whose polling is what moves the bytes on CPU
+// transports). A poller that found nothing done parks at once: polling on
+// its own would only add calls, for libnixl each a hop.
+type SelfPoller interface {
+	PollsItself() bool
+}

@@ -162,3 +162,84 @@ func TestPoolParksAtOnceWithoutAFreeCore(t *testing.T) {
 	r.verify(ok)
 	r.abandon(hung.id)
 }
+
+// selfPollingAgent is a countingAgent that says it polls its own requests
+// (nixl.SelfPoller; the loopback agent does wake its pollers when a request
+// ends) and runs batches (nixl.Batcher), counting posts made inside a batch
+// and on the agent itself.
+type selfPollingAgent struct {
+	countingAgent
+	batches, batchPosts, loosePosts atomic.Int64
+}
+
+func (a *selfPollingAgent) PollsItself() bool { return true }
+
+func (a *selfPollingAgent) Batch(f func(nixl.Requests)) error {
+	a.batches.Add(1)
+	f(batchOf{a})
+	return nil
+}
+
+func (a *selfPollingAgent) Post(x nixl.XferID) (nixl.State, error) {
+	a.loosePosts.Add(1)
+	return a.countingAgent.Post(x)
+}
+
+// batchOf is what selfPollingAgent's batches hand out.
+type batchOf struct{ a *selfPollingAgent }
+
+func (b batchOf) Make(op nixl.Op, l nixl.ListID, li []int32, r nixl.ListID, ri []int32, n []byte) (nixl.XferID, error) {
+	return b.a.Agent.Make(op, l, li, r, ri, n)
+}
+
+func (b batchOf) Create(op nixl.Op, lk nixl.MemKind, l []nixl.Desc, p string, rk nixl.MemKind, r []nixl.Desc, n []byte) (nixl.XferID, error) {
+	return b.a.Agent.Create(op, lk, l, p, rk, r, n)
+}
+
+func (b batchOf) Post(x nixl.XferID) (nixl.State, error) {
+	b.a.batchPosts.Add(1)
+	return b.a.Agent.Post(x)
+}
+
+func (b batchOf) Poll(xs []nixl.XferID, out []nixl.Status) error { return b.a.countingAgent.Poll(xs, out) }
+
+func (b batchOf) Release(x nixl.XferID) error { return b.a.Agent.Release(x) }
+
+// A worker over an agent that polls its own requests (libnixl: every call a
+// hop onto its owner thread) posts each job's requests in one batch, and
+// does not spin even with a processor free: it parks after its first poll
+// that found nothing done, and the agent's wake-up brings the next.
+func TestPoolParksAtOnceOnASelfPollingAgent(t *testing.T) {
+	fakePace(t)
+	t.Cleanup(xfer.SetCoreFree(func() bool { return true }))
+	var ag *selfPollingAgent
+	r := newRigOpts(t, rigOpts{actors: 1, wrap: func(a nixl.Agent) nixl.Agent {
+		ag = &selfPollingAgent{countingAgent: countingAgent{Agent: a}}
+		return ag
+	}})
+	r.pre.Agent.SetFault(r.dec[1].Agent.Name(), loopback.Fault{Hang: true})
+	hung := &roomCase{id: 731, chunks: []int{1}, srcBase: 0, dstBase: 0, aux: 1}
+	r.start(hung)
+	until(t, "the hung room's writes posted", func() bool { return r.pool.Stats().Requests >= 4 })
+	var last int64
+	until(t, "the worker parked", func() bool {
+		barrier(t, r.pool)
+		last = ag.polls.Load()
+		barrier(t, r.pool)
+		return ag.polls.Load() == last
+	})
+	if last >= xfer.SpinTicks {
+		t.Fatalf("%d polls before parking on a self-polling agent; want fewer than a spin's %d", last, xfer.SpinTicks)
+	}
+	ok := &roomCase{id: 732, chunks: []int{2}, srcBase: 10, dstBase: 10, aux: 2, dummyB: true}
+	r.start(ok)
+	r.wait(ok.id, kv.StatusSuccess)
+	r.verify(ok)
+	if n := ag.loosePosts.Load(); n != 0 {
+		t.Fatalf("%d requests posted outside a batch", n)
+	}
+	if ag.batchPosts.Load() == 0 || ag.batches.Load() == 0 {
+		t.Fatalf("no request posted in a batch (%d batches)", ag.batches.Load())
+	}
+	r.abandon(hung.id)
+}

@@ -140,6 +140,9 @@ type worker struct {
 	wake     func() // registered with the agent (nixl.Waker)
 	stopWake func()
 	due      nixl.Dueer // the agent's due times, if it has them
+	// selfPolling: the agent polls its requests itself and wakes the worker
+	// (nixl.SelfPoller), so a poll that found nothing done parks at once.
+	selfPolling bool
 	// Timers: the quarantine deadline of the oldest active job and the
 	// next pacing poll, each armed at most once (on Config.Clock and on
 	// the wall clock).
@@ -177,6 +180,8 @@ func (w *worker) Receive(ctx actor.Context) {
 		w.self = ctx.Self()
 		w.due, _ = w.p.cfg.Agent.(nixl.Dueer)
 		if wk, ok := w.p.cfg.Agent.(nixl.Waker); ok {
+			sp, ok := w.p.cfg.Agent.(nixl.SelfPoller)
+			w.selfPolling = ok && sp.PollsItself()
 			self, root := w.self, w.p.system.Root
 			w.wake = func() {
 				if w.parked.CompareAndSwap(true, false) {
@@ -289,7 +294,22 @@ func (w *worker) startJob(j *job) {
 		w.finish(j)
 		return
 	}
-	ag := w.p.cfg.Agent
+	// The requests are made and posted in one batch (one hop for an agent
+	// whose calls run on an owner thread); nothing in it calls out.
+	if err := nixl.InBatch(w.p.cfg.Agent, func(ag nixl.Requests) { w.post(j, pe, ag) }); err != nil && j.fail == kv.ReasonNone {
+		j.fail = classify(err)
+	}
+	if len(j.reqs) == 0 {
+		w.finish(j)
+		return
+	}
+	w.inflight += len(j.reqs)
+	w.active = append(w.active, j)
+}
+
+// post makes and posts the requests of j's plan (w.plan) through ag,
+// keeping those in flight in j.reqs. It stops at the first failure.
+func (w *worker) post(j *job, pe peerEntry, ag nixl.Requests) {
 	for i := range w.plan.Reqs {
 		r := &w.plan.Reqs[i]
 		notif := r.Notif
@@ -303,14 +323,14 @@ func (w *worker) startJob(j *job) {
 		r.Notif = notif // keep the buffer for the next plan
 		if err != nil {
 			j.fail = classify(err)
-			break
+			return
 		}
 		st, err := ag.Post(x)
 		w.p.requests.Add(1)
 		if err != nil {
 			_ = ag.Release(x) // a request whose post failed is not in flight
 			j.fail = classify(err)
-			break
+			return
 		}
 		if st == nixl.Done {
 			_ = ag.Release(x)
@@ -318,12 +338,6 @@ func (w *worker) startJob(j *job) {
 		}
 		j.reqs = append(j.reqs, x)
 	}
-	if len(j.reqs) == 0 {
-		w.finish(j)
-		return
-	}
-	w.inflight += len(j.reqs)
-	w.active = append(w.active, j)
 }
 
 // startWaiting starts queued transfers, in order, while the window has room.
@@ -365,7 +379,7 @@ func (w *worker) pollJobs(list *[]*job, mayQuarantine bool) bool {
 	}
 	st := w.st[:len(w.ids)]
 	var err error
-	if p := recoverFrom(func() { err = w.p.cfg.Agent.Poll(w.ids, st) }); p != nil {
+	if p := recoverFrom(func() { err = w.pollRelease(w.ids, st) }); p != nil {
 		// Find the jobs whose requests make the agent panic: poll each job
 		// alone; those fail (internal_error), the rest go on.
 		w.p.cfg.Logger.Error("polling transfers panicked; polling each transfer alone", "panic", fmt.Sprint(p))
@@ -380,7 +394,7 @@ func (w *worker) pollJobs(list *[]*job, mayQuarantine bool) bool {
 		}
 		st = w.st[:len(w.ids)]
 		if err == nil {
-			err = w.p.cfg.Agent.Poll(w.ids, st)
+			err = w.pollRelease(w.ids, st)
 		}
 	}
 	if err != nil {
@@ -405,7 +419,6 @@ func (w *worker) pollJobs(list *[]*job, mayQuarantine bool) bool {
 				if s.State == nixl.Failed && j.fail == kv.ReasonNone {
 					j.fail = classify(s.Err)
 				}
-				_ = w.p.cfg.Agent.Release(x)
 			default:
 				left = append(left, x)
 			}
@@ -426,6 +439,26 @@ func (w *worker) pollJobs(list *[]*job, mayQuarantine bool) bool {
 	clear(jobs[len(kept):])
 	*list = kept
 	return progress
+}
+
+// pollRelease polls ids into st and releases the requests it finds
+// terminal, in one batch (one hop for an agent whose calls run on an owner
+// thread): the jobs' bookkeeping, which steps rooms, comes after, outside it.
+func (w *worker) pollRelease(ids []nixl.XferID, st []nixl.Status) error {
+	var err error
+	if berr := nixl.InBatch(w.p.cfg.Agent, func(ag nixl.Requests) {
+		if err = ag.Poll(ids, st); err != nil {
+			return
+		}
+		for i, x := range ids {
+			if s := st[i].State; s == nixl.Done || s == nixl.Failed {
+				_ = ag.Release(x)
+			}
+		}
+	}); berr != nil {
+		return berr
+	}
+	return err
 }
 
 // isolate polls each job's requests alone and fails the jobs whose poll
@@ -473,7 +506,8 @@ func (w *worker) finish(j *job) {
 }
 
 // schedule arranges the next poll. While completions are likely the worker
-// spins: it polls through its own mailbox (new jobs get in between). After
+// spins: it polls through its own mailbox (new jobs get in between), unless
+// the agent polls its requests itself (nixl.SelfPoller). After
 // spinTicks polls without progress, unless the agent reports a request due
 // within spinHorizon, it parks: nothing is queued, and the agent's wake-up
 // (nixl.Waker) sends the next poll; an agent without one is polled every
@@ -495,7 +529,9 @@ func (w *worker) schedule(ctx actor.Context) {
 	// (cores.Free): where every core has a runnable task the spin takes
 	// one from work, and the worker parks until the agent's wake-up or the
 	// due time instead.
-	if len(w.active) > 0 && (w.idle < spinTicks || w.dueSoon()) && (w.idle == 0 || coreFree()) {
+	// An agent that polls its own requests wakes the worker when one ends:
+	// its polling would only add calls.
+	if len(w.active) > 0 && !w.selfPolling && (w.idle < spinTicks || w.dueSoon()) && (w.idle == 0 || coreFree()) {
 		if w.idle > 0 {
 			// A poll that found nothing: give the processor to whoever
 			// waits for it (the scheduler's loop, a shard, another

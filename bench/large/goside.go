@@ -1,6 +1,7 @@
 package large
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -119,65 +120,81 @@ func (gs *goSide) memcpy(iters int) error {
 var notif = []byte("r")
 
 func (gs *goSide) merged(iters int) error {
-	return gs.rounds(iters, func(i int) (nixl.XferID, error) {
-		return gs.ag.Create(nixl.Write, nixl.DRAM, gs.abs[i][0], gs.peer, nixl.DRAM, gs.abs[i][1], notif)
+	return gs.rounds(iters, func(r nixl.Requests, i int) (nixl.XferID, error) {
+		return r.Create(nixl.Write, nixl.DRAM, gs.abs[i][0], gs.peer, nixl.DRAM, gs.abs[i][1], notif)
 	})
 }
 
 func (gs *goSide) prepped(iters int) error {
-	return gs.rounds(iters, func(i int) (nixl.XferID, error) {
-		return gs.ag.Make(nixl.Write, gs.lList, gs.rooms[i].SrcIdx, gs.rList, gs.rooms[i].DstIdx, notif)
+	return gs.rounds(iters, func(r nixl.Requests, i int) (nixl.XferID, error) {
+		return r.Make(nixl.Write, gs.lList, gs.rooms[i].SrcIdx, gs.rList, gs.rooms[i].DstIdx, notif)
 	})
 }
 
-// rounds makes and posts one request per room, waits for all of them as
-// actors/xfer's pool does (16 polls back to back, then park until the
-// owner goroutine sees one end) and releases them; iters times.
-func (gs *goSide) rounds(iters int, mk func(i int) (nixl.XferID, error)) error {
+// rounds makes and posts one request per room, waits for all of them and
+// releases them, iters times, as actors/xfer's pool does with this agent:
+// the requests made and posted in one batch (nixl.InBatch: one hop onto
+// libnixl's owner thread), polled and the ended ones released in one batch,
+// and between polls a park until the agent's owner, which polls its own
+// requests (nixl.SelfPoller), sees one end; an agent that does not poll
+// itself is polled 16 times back to back before the park.
+func (gs *goSide) rounds(iters int, mk func(r nixl.Requests, i int) (nixl.XferID, error)) error {
+	sp, ok := nixl.Agent(gs.ag).(nixl.SelfPoller)
+	selfPolling := ok && sp.PollsItself()
+	var err error
 	for range iters {
 		gs.ids = gs.ids[:0]
-		for i := range gs.rooms {
-			x, err := mk(i)
-			if err != nil {
-				return err
-			}
-			gs.ids = append(gs.ids, x)
-			if _, err := gs.ag.Post(x); err != nil {
-				return err
-			}
-		}
-		gs.st = append(gs.st[:0], make([]nixl.Status, len(gs.ids))...)
-		deadline := time.Now().Add(60 * time.Second)
-		for polls := 0; ; polls++ {
-			if err := gs.ag.Poll(gs.ids, gs.st); err != nil {
-				return err
-			}
-			busy := 0
-			for _, s := range gs.st {
-				switch s.State {
-				case nixl.Failed:
-					return s.Err
-				case nixl.Done:
-				default:
-					busy++
+		if berr := nixl.InBatch(gs.ag, func(r nixl.Requests) {
+			for i := range gs.rooms {
+				var x nixl.XferID
+				if x, err = mk(r, i); err != nil {
+					return
+				}
+				gs.ids = append(gs.ids, x)
+				if _, err = r.Post(x); err != nil {
+					return
 				}
 			}
-			if busy == 0 {
+		}); berr != nil || err != nil {
+			return errors.Join(berr, err)
+		}
+		gs.st = append(gs.st[:0], make([]nixl.Status, len(gs.ids))...)
+		left := slices.Clone(gs.ids)
+		deadline := time.Now().Add(60 * time.Second)
+		for polls := 0; len(left) > 0; polls++ {
+			if berr := nixl.InBatch(gs.ag, func(r nixl.Requests) {
+				if err = r.Poll(left, gs.st); err != nil {
+					return
+				}
+				kept := left[:0]
+				for i, x := range left {
+					switch gs.st[i].State {
+					case nixl.Failed:
+						err = gs.st[i].Err
+						return
+					case nixl.Done:
+						if err = r.Release(x); err != nil {
+							return
+						}
+					default:
+						kept = append(kept, x)
+					}
+				}
+				left = kept
+			}); berr != nil || err != nil {
+				return errors.Join(berr, err)
+			}
+			if len(left) == 0 {
 				break
 			}
 			if time.Now().After(deadline) {
-				return fmt.Errorf("%d requests in flight after 60s", busy)
+				return fmt.Errorf("%d requests in flight after 60s", len(left))
 			}
-			if polls >= 16 {
+			if selfPolling || polls >= 16 {
 				select {
 				case <-gs.woke:
 				case <-time.After(10 * time.Millisecond):
 				}
-			}
-		}
-		for _, x := range gs.ids {
-			if err := gs.ag.Release(x); err != nil {
-				return err
 			}
 		}
 	}

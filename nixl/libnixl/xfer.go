@@ -7,14 +7,18 @@ import (
 )
 
 // Make builds a request from a local and a remote prepared list by indices.
-func (a *Agent) Make(op nixl.Op, local nixl.ListID, localIdx []int32, remote nixl.ListID, remoteIdx []int32, notif []byte) (id nixl.XferID, err error) {
+func (a *Agent) Make(op nixl.Op, local nixl.ListID, localIdx []int32, remote nixl.ListID, remoteIdx []int32, notif []byte) (nixl.XferID, error) {
+	return a.make(a.do, op, local, localIdx, remote, remoteIdx, notif)
+}
+
+func (a *Agent) make(run runner, op nixl.Op, local nixl.ListID, localIdx []int32, remote nixl.ListID, remoteIdx []int32, notif []byte) (id nixl.XferID, err error) {
 	if op != nixl.Write && op != nixl.Read {
 		return 0, nixl.Errorf(nixl.ErrInvalid, "libnixl Make: op %v", op)
 	}
 	if len(localIdx) == 0 || len(localIdx) != len(remoteIdx) {
 		return 0, nixl.Errorf(nixl.ErrInvalid, "libnixl Make: %d local and %d remote indices", len(localIdx), len(remoteIdx))
 	}
-	cerr := a.do(func() {
+	cerr := run(func() {
 		s := a.st
 		l, lok := s.lists[local]
 		r, rok := s.lists[remote]
@@ -56,7 +60,11 @@ func (a *Agent) Make(op nixl.Op, local nixl.ListID, localIdx []int32, remote nix
 }
 
 // Create builds a request from explicit descriptors (createXferReq).
-func (a *Agent) Create(op nixl.Op, localKind nixl.MemKind, local []nixl.Desc, peerName string, remoteKind nixl.MemKind, remote []nixl.Desc, notif []byte) (id nixl.XferID, err error) {
+func (a *Agent) Create(op nixl.Op, localKind nixl.MemKind, local []nixl.Desc, peerName string, remoteKind nixl.MemKind, remote []nixl.Desc, notif []byte) (nixl.XferID, error) {
+	return a.create(a.do, op, localKind, local, peerName, remoteKind, remote, notif)
+}
+
+func (a *Agent) create(run runner, op nixl.Op, localKind nixl.MemKind, local []nixl.Desc, peerName string, remoteKind nixl.MemKind, remote []nixl.Desc, notif []byte) (id nixl.XferID, err error) {
 	switch {
 	case op != nixl.Write && op != nixl.Read, !localKind.Valid(), !remoteKind.Valid():
 		return 0, nixl.Errorf(nixl.ErrInvalid, "libnixl Create: op %v, kinds %v/%v", op, localKind, remoteKind)
@@ -70,7 +78,7 @@ func (a *Agent) Create(op nixl.Op, localKind nixl.MemKind, local []nixl.Desc, pe
 			return 0, nixl.Errorf(nixl.ErrInvalid, "libnixl Create: pair %d lengths %d != %d", i, local[i].Len, remote[i].Len)
 		}
 	}
-	cerr := a.do(func() {
+	cerr := run(func() {
 		s := a.st
 		p, ok := s.known(peerName)
 		if !ok {
@@ -102,8 +110,10 @@ func (a *Agent) Create(op nixl.Op, localKind nixl.MemKind, local []nixl.Desc, pe
 }
 
 // Post starts a request; at most one post per request is in flight.
-func (a *Agent) Post(id nixl.XferID) (state nixl.State, err error) {
-	cerr := a.do(func() {
+func (a *Agent) Post(id nixl.XferID) (nixl.State, error) { return a.post(a.do, id) }
+
+func (a *Agent) post(run runner, id nixl.XferID) (state nixl.State, err error) {
+	cerr := run(func() {
 		s := a.st
 		x, ok := s.xfers[id]
 		switch {
@@ -137,11 +147,13 @@ func (a *Agent) Post(id nixl.XferID) (state nixl.State, err error) {
 }
 
 // Poll reports the state of many requests; only unknown ones call nothing.
-func (a *Agent) Poll(xs []nixl.XferID, out []nixl.Status) error {
+func (a *Agent) Poll(xs []nixl.XferID, out []nixl.Status) error { return a.poll(a.do, xs, out) }
+
+func (a *Agent) poll(run runner, xs []nixl.XferID, out []nixl.Status) error {
 	if len(out) < len(xs) {
 		return nixl.Errorf(nixl.ErrInvalid, "libnixl Poll: %d slots for %d requests", len(out), len(xs))
 	}
-	return a.do(func() {
+	return run(func() {
 		s := a.st
 		for i, id := range xs {
 			x, ok := s.xfers[id]
@@ -159,8 +171,10 @@ func (a *Agent) Poll(xs []nixl.XferID, out []nixl.Status) error {
 
 // Release frees a request in a terminal state. An in-flight request is kept:
 // NIXL's release of a running request is not an abort and bytes may still land.
-func (a *Agent) Release(id nixl.XferID) (err error) {
-	cerr := a.do(func() {
+func (a *Agent) Release(id nixl.XferID) error { return a.release(a.do, id) }
+
+func (a *Agent) release(run runner, id nixl.XferID) (err error) {
+	cerr := run(func() {
 		s := a.st
 		x, ok := s.xfers[id]
 		if !ok {

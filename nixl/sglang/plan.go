@@ -298,7 +298,7 @@ func stateDescs(src, dst []nixl.Desc, st *Buffers, dstPtrs []uint64, dstDev uint
 // prepared KV list and the peer's list of r's KV run (r.List, or peerKV for a
 // single-run peer planned before PrepPeerKV) for ReqKV by indices, Create with
 // explicit descriptors otherwise (a merged ReqKV included).
-func MakeReq(a nixl.Agent, localKV, peerKV nixl.ListID, peer string, r *Req) (nixl.XferID, error) {
+func MakeReq(a nixl.Requests, localKV, peerKV nixl.ListID, peer string, r *Req) (nixl.XferID, error) {
 	if r.Kind == ReqKV && len(r.Src) == 0 {
 		dst := peerKV
 		if r.HasList {
