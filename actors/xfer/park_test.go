@@ -62,6 +62,15 @@ func parkOnHungRoom(t *testing.T, id uint64) (*rig, *countingAgent, *roomCase, i
 	t.Helper()
 	var ag *countingAgent
 	r := newRigOpts(t, rigOpts{actors: 1, wrap: func(a nixl.Agent) nixl.Agent { ag = &countingAgent{Agent: a}; return ag }})
+	hung, last := startHung(t, r, id, &ag.polls)
+	return r, ag, hung, last
+}
+
+// startHung starts room id, whose writes to decode 1 hang, on r, and
+// returns once its pool actor stopped polling: its polls so far, counted in
+// polls.
+func startHung(t *testing.T, r *rig, id uint64, polls *atomic.Int64) (*roomCase, int64) {
+	t.Helper()
 	r.pre.Agent.SetFault(r.dec[1].Agent.Name(), loopback.Fault{Hang: true})
 	hung := &roomCase{id: id, chunks: []int{1}, srcBase: 0, dstBase: 0, aux: 1}
 	r.start(hung)
@@ -69,11 +78,11 @@ func parkOnHungRoom(t *testing.T, id uint64) (*rig, *countingAgent, *roomCase, i
 	var last int64
 	until(t, "the worker parked", func() bool {
 		barrier(t, r.pool)
-		last = ag.polls.Load()
+		last = polls.Load()
 		barrier(t, r.pool)
-		return ag.polls.Load() == last
+		return polls.Load() == last
 	})
-	return r, ag, hung, last
+	return hung, last
 }
 
 // A worker whose requests make no progress parks on the agent's wake-up: it
@@ -217,17 +226,7 @@ func TestPoolParksAtOnceOnASelfPollingAgent(t *testing.T) {
 		ag = &selfPollingAgent{countingAgent: countingAgent{Agent: a}}
 		return ag
 	}})
-	r.pre.Agent.SetFault(r.dec[1].Agent.Name(), loopback.Fault{Hang: true})
-	hung := &roomCase{id: 731, chunks: []int{1}, srcBase: 0, dstBase: 0, aux: 1}
-	r.start(hung)
-	until(t, "the hung room's writes posted", func() bool { return r.pool.Stats().Requests >= 4 })
-	var last int64
-	until(t, "the worker parked", func() bool {
-		barrier(t, r.pool)
-		last = ag.polls.Load()
-		barrier(t, r.pool)
-		return ag.polls.Load() == last
-	})
+	hung, last := startHung(t, r, 731, &ag.polls)
 	if last >= xfer.SpinTicks {
 		t.Fatalf("%d polls before parking on a self-polling agent; want fewer than a spin's %d", last, xfer.SpinTicks)
 	}

@@ -35,35 +35,17 @@ func inTime(t *testing.T, limit time.Duration, what string, f func()) {
 // the bytes, and a second batch polls it to Done and releases it (the
 // request is gone afterwards); the calls run in place, so the batches return.
 func TestBatchWritesAndReleases(t *testing.T) {
-	a, c := newAgent(t, "batch-a"), newAgent(t, "batch-c")
-	src, dst := alloc(t, a, 64<<10), alloc(t, c, 64<<10)
+	p := newPair(t, "batch", 64<<10)
+	a, src, dst := p.a, p.src, p.dst
 	for i := range src {
 		src[i] = byte(i*7 + 3)
 	}
-	if _, err := a.Register(nixl.DRAM, []nixl.Desc{nixl.DescOf(src, 0)}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Register(nixl.DRAM, []nixl.Desc{nixl.DescOf(dst, 0)}); err != nil {
-		t.Fatal(err)
-	}
-	md, _ := c.LocalMetadata()
-	peer, err := a.LoadPeer(md)
-	if err != nil {
-		t.Fatal(err)
-	}
-	woke := make(chan struct{}, 1)
-	defer a.OnProgress(func() {
-		select {
-		case woke <- struct{}{}:
-		default:
-		}
-	})()
 	var x nixl.XferID
 	var st nixl.State
 	var berr, perr error
 	inTime(t, 10*time.Second, "create and post", func() {
 		berr = a.Batch(func(r nixl.Requests) {
-			if x, perr = r.Create(nixl.Write, nixl.DRAM, []nixl.Desc{nixl.DescOf(src, 0)}, peer, nixl.DRAM, []nixl.Desc{nixl.DescOf(dst, 0)}, []byte("b")); perr != nil {
+			if x, perr = r.Create(nixl.Write, nixl.DRAM, whole(src), p.peer, nixl.DRAM, whole(dst), []byte("b")); perr != nil {
 				return
 			}
 			st, perr = r.Post(x)
@@ -90,7 +72,7 @@ func TestBatchWritesAndReleases(t *testing.T) {
 				t.Fatal("the write is still in flight after 10 s")
 			}
 			select {
-			case <-woke:
+			case <-p.woke:
 			case <-time.After(100 * time.Millisecond):
 			}
 		}

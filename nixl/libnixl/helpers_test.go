@@ -61,3 +61,40 @@ func alloc(t testing.TB, ag nixl.Agent, n int) []byte {
 	}
 	return b
 }
+
+// pair is two fresh agents in this process, each with one registered buffer
+// of n bytes (src on a, dst on c), c loaded into a as peer, and a channel
+// that a's OnProgress wakes (one buffered signal).
+type pair struct {
+	a, c     *libnixl.Agent
+	src, dst []byte
+	peer     string
+	woke     chan struct{}
+}
+
+func newPair(t testing.TB, prefix string, n int) *pair {
+	t.Helper()
+	p := &pair{a: newAgent(t, prefix+"-a"), c: newAgent(t, prefix+"-c"), woke: make(chan struct{}, 1)}
+	p.src, p.dst = alloc(t, p.a, n), alloc(t, p.c, n)
+	if _, err := p.a.Register(nixl.DRAM, []nixl.Desc{nixl.DescOf(p.src, 0)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.c.Register(nixl.DRAM, []nixl.Desc{nixl.DescOf(p.dst, 0)}); err != nil {
+		t.Fatal(err)
+	}
+	md, _ := p.c.LocalMetadata()
+	var err error
+	if p.peer, err = p.a.LoadPeer(md); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.a.OnProgress(func() {
+		select {
+		case p.woke <- struct{}{}:
+		default:
+		}
+	}))
+	return p
+}
+
+// whole is a request's descriptor list: all of b.
+func whole(b []byte) []nixl.Desc { return []nixl.Desc{nixl.DescOf(b, 0)} }

@@ -29,30 +29,12 @@ func BenchmarkCallHop(b *testing.B) {
 //
 //	go test -run '^$' -bench SmallWrite ./nixl/libnixl/
 func BenchmarkSmallWrite(b *testing.B) {
-	a, c := newAgent(b, "small-a"), newAgent(b, "small-b")
-	src, dst := alloc(b, a, 4096), alloc(b, c, 4096)
-	if _, err := a.Register(nixl.DRAM, []nixl.Desc{nixl.DescOf(src, 0)}); err != nil {
-		b.Fatal(err)
-	}
-	if _, err := c.Register(nixl.DRAM, []nixl.Desc{nixl.DescOf(dst, 0)}); err != nil {
-		b.Fatal(err)
-	}
-	md, _ := c.LocalMetadata()
-	peer, err := a.LoadPeer(md)
+	p := newPair(b, "small", 4096)
+	a := p.a
+	x, err := a.Create(nixl.Write, nixl.DRAM, whole(p.src), p.peer, nixl.DRAM, whole(p.dst), []byte("s"))
 	if err != nil {
 		b.Fatal(err)
 	}
-	x, err := a.Create(nixl.Write, nixl.DRAM, []nixl.Desc{nixl.DescOf(src, 0)}, peer, nixl.DRAM, []nixl.Desc{nixl.DescOf(dst, 0)}, []byte("s"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	woke := make(chan struct{}, 1)
-	defer a.OnProgress(func() {
-		select {
-		case woke <- struct{}{}:
-		default:
-		}
-	})()
 	ids, out := []nixl.XferID{x}, make([]nixl.Status, 1)
 	b.ReportAllocs()
 	for b.Loop() {
@@ -65,7 +47,7 @@ func BenchmarkSmallWrite(b *testing.B) {
 				b.Fatal(err)
 			}
 			if st = out[0].State; st == nixl.InProgress {
-				<-woke
+				<-p.woke
 			}
 		}
 		if st != nixl.Done {
