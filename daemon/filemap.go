@@ -53,6 +53,12 @@ func (f *fileMapped) SendNotifs(peer string, msgs [][]byte) error {
 	return nixl.SendNotifs(f.Agent, peer, msgs)
 }
 
+// Batch implements nixl.Batcher: the agent's own batch, if it has one.
+func (f *fileMapped) Batch(fn func(nixl.Requests)) error { return nixl.InBatch(f.Agent, fn) }
+
+// PollsItself implements nixl.SelfPoller: the agent's own answer.
+func (f *fileMapped) PollsItself() bool { return nixl.PollsItself(f.Agent) }
+
 func (f *fileMapped) Attach(path string) ([]byte, error) {
 	// The same checks as the loopback backend's Attach: a regular file of
 	// ours, writable by no one else, not reached through a final symlink.

@@ -46,6 +46,21 @@ func TestWrappersKeepProgress(t *testing.T) {
 			t.Errorf("%s: Waker %v Dueer %v VRAMImporter %v, want %v %v %v", c.name, w, d, vi, c.waker, c.dueer, c.vram)
 		}
 	}
+	// A batch through the wrappers is the agent's own (libnixl's, one hop),
+	// and so is whether it polls itself.
+	self := selfPolling{la, new(int)}
+	for _, a := range []Agent{WithFileMapping(self), WithCUDAIPC(WithFileMapping(self), g.Process())} {
+		if !nixl.PollsItself(a) {
+			t.Errorf("%T: a self-polling agent's wrapper says it does not poll itself", a)
+		}
+		before := *self.batches
+		if err := a.(nixl.Batcher).Batch(func(nixl.Requests) {}); err != nil || *self.batches != before+1 {
+			t.Errorf("%T: Batch %v, the agent's batches %d → %d, want one more", a, err, before, *self.batches)
+		}
+	}
+	if nixl.PollsItself(WithFileMapping(la)) {
+		t.Error("a wrapper over loopback, which does not poll itself, says it does")
+	}
 	// The wake-up registered through the wrapper is the agent's own: an
 	// injected fault (which wakes pollers) reaches it, and stop removes it.
 	woken := 0
@@ -60,4 +75,18 @@ func TestWrappersKeepProgress(t *testing.T) {
 	if woken != n {
 		t.Fatal("woken after stop")
 	}
+}
+
+// selfPolling is an agent that says it polls itself and counts its batches.
+type selfPolling struct {
+	nixl.Agent
+	batches *int
+}
+
+func (s selfPolling) PollsItself() bool { return true }
+
+func (s selfPolling) Batch(f func(nixl.Requests)) error {
+	*s.batches++
+	f(s.Agent)
+	return nil
 }

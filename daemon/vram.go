@@ -46,7 +46,8 @@ func WithCUDAIPC(a Agent, drv cuda.Driver) Agent {
 // embeds only the Agent interface hides them, and without them the transfer
 // pool cannot park on the agent's wake-ups (it polls every millisecond), so
 // the wrappers here pass them on (a Dueer only with a Waker: no backend has
-// one without the other).
+// one without the other). Batch and PollsItself, whose absence is an answer
+// of its own, the wrappers implement by asking the agent.
 func progressOf(a nixl.Agent) (nixl.Waker, nixl.Dueer) {
 	w, _ := a.(nixl.Waker)
 	d, _ := a.(nixl.Dueer)
@@ -68,6 +69,12 @@ func (c *cudaIPC) ReleaseVRAM(x *cuda.Import) error { return c.im.Close(x) }
 func (c *cudaIPC) SendNotifs(peer string, msgs [][]byte) error {
 	return nixl.SendNotifs(c.Agent, peer, msgs)
 }
+
+// Batch implements nixl.Batcher: the agent's own batch, if it has one.
+func (c *cudaIPC) Batch(fn func(nixl.Requests)) error { return nixl.InBatch(c.Agent, fn) }
+
+// PollsItself implements nixl.SelfPoller: the agent's own answer.
+func (c *cudaIPC) PollsItself() bool { return nixl.PollsItself(c.Agent) }
 
 // Close closes the agent, then the handles.
 func (c *cudaIPC) Close() error {

@@ -163,3 +163,9 @@ func InBatch(a Agent, f func(r Requests)) error {
 type SelfPoller interface {
 	PollsItself() bool
 }
+
+// PollsItself reports whether a is a SelfPoller that says it polls itself.
+func PollsItself(a Agent) bool {
+	sp, ok := a.(SelfPoller)
+	return ok && sp.PollsItself()
+}

@@ -6,8 +6,10 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/kvxfer/kvxfer/internal/cores"
 	"github.com/kvxfer/kvxfer/nixl"
 )
 
@@ -58,6 +60,15 @@ type Options struct {
 	// CloseWait bounds how long Close waits for requests in flight to settle
 	// before destroying the agent. Default 5s.
 	CloseWait time.Duration
+}
+
+// coreFree reports whether spinning is free: a processor has nothing else to
+// run (replaced in tests: SetCoreFree).
+var coreFree atomic.Pointer[func() bool]
+
+func init() {
+	f := cores.Free
+	coreFree.Store(&f)
 }
 
 // Agent is a nixl.Agent over the real NIXL library. Every NIXL call runs on one
@@ -167,7 +178,10 @@ func (a *Agent) loop(ready chan<- error) {
 		return st.dead
 	}
 	for {
-		if st.inflight > 0 && (a.opts.Spin == 0 || a.opts.Spin > 0 && time.Since(last) < a.opts.Spin) {
+		// The spin takes a core: only while one is free (cores.Free), as the
+		// transfer pool's and the ring's. Otherwise the requests in flight
+		// are polled every PollInterval, with every call served at once.
+		if st.inflight > 0 && (a.opts.Spin == 0 || a.opts.Spin > 0 && time.Since(last) < a.opts.Spin) && (*coreFree.Load())() {
 			select {
 			case c := <-a.calls:
 				if run(c) {

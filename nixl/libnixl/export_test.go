@@ -8,3 +8,17 @@ package libnixl
 // them into BACKEND. It is true when libnixl.so exports those symbols and
 // $KVXFER_LIBNIXL_STATUS is not "capi".
 func RawStatus() bool { return rawStatus }
+
+// SetCoreFree replaces the free-processor probe the owner's spin asks until
+// the returned func is called.
+func SetCoreFree(f func() bool) (restore func()) {
+	old := coreFree.Swap(&f)
+	return func() { coreFree.Store(old) }
+}
+
+// OwnerPolls is how many times the owner goroutine polled its requests in
+// flight on its own (not for a caller).
+func (a *Agent) OwnerPolls() (n int) {
+	_ = a.do(func() { n = a.st.polls })
+	return n
+}

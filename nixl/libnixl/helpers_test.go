@@ -37,11 +37,18 @@ func setDefault(k, v string) {
 // or loaded here (CI without the wheel).
 func newAgent(t testing.TB, prefix string) *libnixl.Agent {
 	t.Helper()
+	return newAgentOpts(t, prefix, libnixl.Options{})
+}
+
+// newAgentOpts is newAgent with options (Path is filled in).
+func newAgentOpts(t testing.TB, prefix string, o libnixl.Options) *libnixl.Agent {
+	t.Helper()
 	findOnce.Do(func() { libPath, findErr = libnixl.Find("") })
 	if findErr != nil {
 		t.Skipf("NIXL not available: %v", findErr)
 	}
-	a, err := libnixl.New(fmt.Sprintf("%s-%d-%d", prefix, os.Getpid(), seq.Add(1)), libnixl.Options{Path: libPath})
+	o.Path = libPath
+	a, err := libnixl.New(fmt.Sprintf("%s-%d-%d", prefix, os.Getpid(), seq.Add(1)), o)
 	if err != nil {
 		t.Skipf("NIXL could not start: %v", err)
 	}

@@ -25,6 +25,7 @@ type state struct {
 	lists    map[nixl.ListID]*list
 	xfers    map[nixl.XferID]*xfer
 	inflight int
+	polls    int // the owner's own polls of the requests in flight (progress)
 	dead     bool
 	// hit is the registered descriptor that covered the last one checked
 	// (valid while hitOK): a room's descriptors mostly lie in the region of
@@ -203,6 +204,7 @@ func (s *state) settle(x *xfer, st int) {
 // makes NIXL send notifications it defers to getXferStatus. It reports
 // whether any request left InProgress.
 func (s *state) progress() bool {
+	s.polls++
 	ended := false
 	for _, x := range s.xfers {
 		if x.state == nixl.InProgress {
