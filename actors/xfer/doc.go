@@ -12,6 +12,11 @@
 // parks: nothing is queued until the agent's wake-up
 // (nixl.Waker) says a request changed state, or a timer of at least 1 ms
 // fires for the next due time. There is no sub-millisecond timer or sleep.
+// An agent that polls its own requests and wakes the worker when one ends
+// (nixl.SelfPoller: libnixl, whose every call is a hop onto its owner
+// thread) gets no spin: the worker parks after its first poll that found
+// nothing done. A job's requests are made and posted in one nixl.InBatch,
+// and each poll and the releases it allows in another: one hop each.
 //
 // A request that never completes is never released: after QuarantineAfter its
 // job is moved to a slowly polled quarantine list and counted. The room has
