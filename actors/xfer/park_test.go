@@ -210,7 +210,9 @@ func (b batchOf) Post(x nixl.XferID) (nixl.State, error) {
 	return b.a.Agent.Post(x)
 }
 
-func (b batchOf) Poll(xs []nixl.XferID, out []nixl.Status) error { return b.a.countingAgent.Poll(xs, out) }
+func (b batchOf) Poll(xs []nixl.XferID, out []nixl.Status) error {
+	return b.a.countingAgent.Poll(xs, out)
+}
 
 func (b batchOf) Release(x nixl.XferID) error { return b.a.Agent.Release(x) }
 
