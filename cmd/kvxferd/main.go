@@ -15,7 +15,6 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
-	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
@@ -53,23 +52,6 @@ func procsWith(base, spare int, envSet bool) int {
 		return base
 	}
 	return base + spare
-}
-
-// defaultGCPercent is kvxferd's GC target unless GOGC is set. Its live heap
-// is small (about 1.1 KB a live room) while it allocates about 7 KB a room,
-// so at Go's 100 it collects every few hundred rooms and each cycle's fixed
-// work (stacks, globals, the sweep) is paid that often; at 400 a cycle comes
-// a quarter as often, for a peak heap of five times the live one (10,000
-// live rooms: about 55 MB). docs/kvxferd.md gives the measurement.
-const defaultGCPercent = 400
-
-// gcPercentWith is the GC percent kvxferd sets: the flag's, or none (-1: keep
-// the runtime's) where the operator set GOGC.
-func gcPercentWith(flagValue int, envSet bool) int {
-	if envSet {
-		return -1
-	}
-	return flagValue
 }
 
 func envInt(getenv func(string) string, name string, def int) int {
@@ -146,7 +128,6 @@ func runWithOutput(args []string, getenv func(string) string, usage io.Writer) e
 	bytesPerPage := fs.Int64("kv-bytes-per-page", 0, "KV bytes of one page over all layers of this rank, for kv_transfer.bytes and kvxfer_transfer_bytes_total (0: taken from the registered memory)")
 	memfds := fs.String("memfd", "", "memory files (sealed memfds) the parent passed at exec, by descriptor number (comma separated): the scheduler's host KV, state and aux pools; register_memory names them as {memfd: N}")
 	spare := fs.Int("spare-procs", 1, "Go processors added to the machine's GOMAXPROCS, unless the GOMAXPROCS environment sets it: the shared-memory ring's consumer spins on one while a scheduler submits fast, and while every processor is busy Go polls the network (decode frames: transfer infos, ABORTs) only from its 10 ms monitor (docs/benchmarks.md, the fourth engine)")
-	gcPercent := fs.Int("gc-percent", envInt(getenv, "KVXFER_GC_PERCENT", defaultGCPercent), "Go's GC target in percent of the live heap (as GOGC; KVXFER_GC_PERCENT), unless the GOGC environment sets it")
 	var prof profiles
 	fs.StringVar(&prof.cpu, "cpuprofile", "", "write a CPU profile of the whole run to this file (at shutdown)")
 	fs.StringVar(&prof.block, "blockprofile", "", "write a block profile (one sample per 10 µs blocked) to this file at shutdown")
@@ -162,12 +143,6 @@ func runWithOutput(args []string, getenv func(string) string, usage io.Writer) e
 	// from following later changes of the cgroup's CPU limit.
 	if n := procsWith(baseProcs, *spare, getenv("GOMAXPROCS") != ""); n != runtime.GOMAXPROCS(0) {
 		runtime.GOMAXPROCS(n)
-	}
-	if *gcPercent < 1 {
-		return fmt.Errorf("-gc-percent %d: want 1 or more (GOGC=off in the environment turns the collector off)", *gcPercent)
-	}
-	if p := gcPercentWith(*gcPercent, getenv("GOGC") != ""); p > 0 {
-		debug.SetGCPercent(p)
 	}
 	if ids, err := daemon.ParseLayerIDs(*layerIDs); err != nil {
 		return fmt.Errorf("-kv-layer-ids: %w", err)
