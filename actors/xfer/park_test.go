@@ -102,10 +102,7 @@ func TestPoolParksOnWakeup(t *testing.T) {
 		t.Fatalf("a parked worker polled %d times with nothing in progress", n-last)
 	}
 	// Work for the healthy decode wakes it: the room completes.
-	ok := &roomCase{id: 702, chunks: []int{2}, srcBase: 10, dstBase: 10, aux: 2, dummyB: true}
-	r.start(ok)
-	r.wait(ok.id, kv.StatusSuccess)
-	r.verify(ok)
+	r.healthyRoom(702)
 	r.abandon(hung.id)
 }
 
@@ -165,10 +162,7 @@ func TestPoolParksAtOnceWithoutAFreeCore(t *testing.T) {
 	if last >= xfer.SpinTicks {
 		t.Fatalf("%d polls before parking with no core free; want fewer than a spin's %d", last, xfer.SpinTicks)
 	}
-	ok := &roomCase{id: 722, chunks: []int{2}, srcBase: 10, dstBase: 10, aux: 2, dummyB: true}
-	r.start(ok)
-	r.wait(ok.id, kv.StatusSuccess)
-	r.verify(ok)
+	r.healthyRoom(722)
 	r.abandon(hung.id)
 }
 
@@ -232,10 +226,7 @@ func TestPoolParksAtOnceOnASelfPollingAgent(t *testing.T) {
 	if last >= xfer.SpinTicks {
 		t.Fatalf("%d polls before parking on a self-polling agent; want fewer than a spin's %d", last, xfer.SpinTicks)
 	}
-	ok := &roomCase{id: 732, chunks: []int{2}, srcBase: 10, dstBase: 10, aux: 2, dummyB: true}
-	r.start(ok)
-	r.wait(ok.id, kv.StatusSuccess)
-	r.verify(ok)
+	r.healthyRoom(732)
 	if n := ag.loosePosts.Load(); n != 0 {
 		t.Fatalf("%d requests posted outside a batch", n)
 	}
@@ -243,4 +234,13 @@ func TestPoolParksAtOnceOnASelfPollingAgent(t *testing.T) {
 		t.Fatalf("no request posted in a batch (%d batches)", ag.batches.Load())
 	}
 	r.abandon(hung.id)
+}
+
+// healthyRoom runs room id, whose writes go to the healthy decode, to
+// Success and checks its bytes.
+func (r *rig) healthyRoom(id uint64) {
+	ok := &roomCase{id: id, chunks: []int{2}, srcBase: 10, dstBase: 10, aux: 2, dummyB: true}
+	r.start(ok)
+	r.wait(ok.id, kv.StatusSuccess)
+	r.verify(ok)
 }
