@@ -180,8 +180,7 @@ func (w *worker) Receive(ctx actor.Context) {
 		w.self = ctx.Self()
 		w.due, _ = w.p.cfg.Agent.(nixl.Dueer)
 		if wk, ok := w.p.cfg.Agent.(nixl.Waker); ok {
-			sp, ok := w.p.cfg.Agent.(nixl.SelfPoller)
-			w.selfPolling = ok && sp.PollsItself()
+			w.selfPolling = nixl.PollsItself(w.p.cfg.Agent)
 			self, root := w.self, w.p.system.Root
 			w.wake = func() {
 				if w.parked.CompareAndSwap(true, false) {

@@ -139,8 +139,7 @@ func (gs *goSide) prepped(iters int) error {
 // requests (nixl.SelfPoller), sees one end; an agent that does not poll
 // itself is polled 16 times back to back before the park.
 func (gs *goSide) rounds(iters int, mk func(r nixl.Requests, i int) (nixl.XferID, error)) error {
-	sp, ok := nixl.Agent(gs.ag).(nixl.SelfPoller)
-	selfPolling := ok && sp.PollsItself()
+	selfPolling := nixl.PollsItself(gs.ag)
 	var err error
 	for range iters {
 		gs.ids = gs.ids[:0]

@@ -6,7 +6,6 @@ import (
 	"runtime"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/kvxfer/kvxfer/internal/cores"
@@ -63,13 +62,8 @@ type Options struct {
 }
 
 // coreFree reports whether spinning is free: a processor has nothing else to
-// run (replaced in tests: SetCoreFree).
-var coreFree atomic.Pointer[func() bool]
-
-func init() {
-	f := cores.Free
-	coreFree.Store(&f)
-}
+// run (replaced in tests, before their agents start and after they close).
+var coreFree = cores.Free
 
 // Agent is a nixl.Agent over the real NIXL library. Every NIXL call runs on one
 // owner goroutine locked to its OS thread: the UCX plugin keeps a worker per OS
@@ -181,7 +175,7 @@ func (a *Agent) loop(ready chan<- error) {
 		// The spin takes a core: only while one is free (cores.Free), as the
 		// transfer pool's and the ring's. Otherwise the requests in flight
 		// are polled every PollInterval, with every call served at once.
-		if st.inflight > 0 && (a.opts.Spin == 0 || a.opts.Spin > 0 && time.Since(last) < a.opts.Spin) && (*coreFree.Load())() {
+		if st.inflight > 0 && (a.opts.Spin == 0 || a.opts.Spin > 0 && time.Since(last) < a.opts.Spin) && coreFree() {
 			select {
 			case c := <-a.calls:
 				if run(c) {

@@ -10,10 +10,11 @@ package libnixl
 func RawStatus() bool { return rawStatus }
 
 // SetCoreFree replaces the free-processor probe the owner's spin asks until
-// the returned func is called.
+// the returned func is called. No agent may be running at either call.
 func SetCoreFree(f func() bool) (restore func()) {
-	old := coreFree.Swap(&f)
-	return func() { coreFree.Store(old) }
+	old := coreFree
+	coreFree = f
+	return func() { coreFree = old }
 }
 
 // OwnerPolls is how many times the owner goroutine polled its requests in

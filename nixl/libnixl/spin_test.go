@@ -18,7 +18,7 @@ import (
 // progresses.
 func TestOwnerSpinsOnlyWithACoreFree(t *testing.T) {
 	var free atomic.Bool
-	defer libnixl.SetCoreFree(free.Load)()
+	t.Cleanup(libnixl.SetCoreFree(free.Load)) // registered first: restored after the agents closed
 	a := newAgentOpts(t, "spin-a", libnixl.Options{PollInterval: time.Hour})
 	c := newAgentOpts(t, "spin-c", libnixl.Options{NoProgressThread: true})
 	src, dst := alloc(t, a, 4096), alloc(t, c, 4096)
