@@ -143,6 +143,16 @@ type worker struct {
 	// selfPolling: the agent polls its requests itself and wakes the worker
 	// (nixl.SelfPoller), so a poll that found nothing done parks at once.
 	selfPolling bool
+	// The two batches (nixl.InBatch), made once so that a batch allocates
+	// nothing, and their arguments and result: postBatch posts batchJob's
+	// plan to batchPeer, pollBatch polls batchIDs into batchSt and releases
+	// the ended ones.
+	postBatch, pollBatch func(nixl.Requests)
+	batchJob             *job
+	batchPeer            peerEntry
+	batchIDs             []nixl.XferID
+	batchSt              []nixl.Status
+	batchErr             error
 	// Timers: the quarantine deadline of the oldest active job and the
 	// next pacing poll, each armed at most once (on Config.Clock and on
 	// the wall clock).
@@ -150,7 +160,12 @@ type worker struct {
 	quarAt, paceAt       time.Time
 }
 
-func newWorker(p *Pool) *worker { return &worker{p: p, peers: map[string]peerEntry{}} }
+func newWorker(p *Pool) *worker {
+	w := &worker{p: p, peers: map[string]peerEntry{}}
+	w.postBatch = func(ag nixl.Requests) { w.post(w.batchJob, w.batchPeer, ag) }
+	w.pollBatch = func(ag nixl.Requests) { w.batchErr = pollRelease(ag, w.batchIDs, w.batchSt) }
+	return w
+}
 
 // pace is the clock that spaces the polls of a worker whose agent gives no
 // wake-up. It decides nothing (quarantine and every other decision is on
@@ -295,7 +310,10 @@ func (w *worker) startJob(j *job) {
 	}
 	// The requests are made and posted in one batch (one hop for an agent
 	// whose calls run on an owner thread); nothing in it calls out.
-	if err := nixl.InBatch(w.p.cfg.Agent, func(ag nixl.Requests) { w.post(j, pe, ag) }); err != nil && j.fail == kv.ReasonNone {
+	w.batchJob, w.batchPeer = j, pe
+	err := nixl.InBatch(w.p.cfg.Agent, w.postBatch)
+	w.batchJob, w.batchPeer = nil, peerEntry{}
+	if err != nil && j.fail == kv.ReasonNone {
 		j.fail = classify(err)
 	}
 	if len(j.reqs) == 0 {
@@ -378,7 +396,7 @@ func (w *worker) pollJobs(list *[]*job, mayQuarantine bool) bool {
 	}
 	st := w.st[:len(w.ids)]
 	var err error
-	if p := recoverFrom(func() { err = w.pollRelease(w.ids, st) }); p != nil {
+	if p := recoverFrom(func() { err = w.pollRelease(st) }); p != nil {
 		// Find the jobs whose requests make the agent panic: poll each job
 		// alone; those fail (internal_error), the rest go on.
 		w.p.cfg.Logger.Error("polling transfers panicked; polling each transfer alone", "panic", fmt.Sprint(p))
@@ -393,7 +411,7 @@ func (w *worker) pollJobs(list *[]*job, mayQuarantine bool) bool {
 		}
 		st = w.st[:len(w.ids)]
 		if err == nil {
-			err = w.pollRelease(w.ids, st)
+			err = w.pollRelease(st)
 		}
 	}
 	if err != nil {
@@ -440,24 +458,30 @@ func (w *worker) pollJobs(list *[]*job, mayQuarantine bool) bool {
 	return progress
 }
 
-// pollRelease polls ids into st and releases the requests it finds
+// pollRelease polls w.ids into st and releases the requests it finds
 // terminal, in one batch (one hop for an agent whose calls run on an owner
 // thread): the jobs' bookkeeping, which steps rooms, comes after, outside it.
-func (w *worker) pollRelease(ids []nixl.XferID, st []nixl.Status) error {
-	var err error
-	if berr := nixl.InBatch(w.p.cfg.Agent, func(ag nixl.Requests) {
-		if err = ag.Poll(ids, st); err != nil {
-			return
-		}
-		for i, x := range ids {
-			if s := st[i].State; s == nixl.Done || s == nixl.Failed {
-				_ = ag.Release(x)
-			}
-		}
-	}); berr != nil {
-		return berr
+func (w *worker) pollRelease(st []nixl.Status) error {
+	w.batchIDs, w.batchSt, w.batchErr = w.ids, st, nil
+	err := nixl.InBatch(w.p.cfg.Agent, w.pollBatch)
+	if err == nil {
+		err = w.batchErr
 	}
+	w.batchIDs, w.batchSt, w.batchErr = nil, nil, nil
 	return err
+}
+
+// pollRelease polls ids into st through ag and releases those terminal.
+func pollRelease(ag nixl.Requests, ids []nixl.XferID, st []nixl.Status) error {
+	if err := ag.Poll(ids, st); err != nil {
+		return err
+	}
+	for i, x := range ids {
+		if s := st[i].State; s == nixl.Done || s == nixl.Failed {
+			_ = ag.Release(x)
+		}
+	}
+	return nil
 }
 
 // isolate polls each job's requests alone and fails the jobs whose poll
