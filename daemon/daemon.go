@@ -594,10 +594,14 @@ type lazyTransfers struct {
 }
 
 // Withdraw implements actors.Withdrawer: a failed room's staged chunks still
-// waiting for their region are not written (staging.go).
+// waiting for their region (staging.go) and its transfers waiting for the
+// pool's in-flight window (xfer.Pool.Withdraw) are not written.
 func (l *lazyTransfers) Withdraw(roomID uint64, agents []string) {
 	if l.withdraw != nil {
 		l.withdraw(roomID, agents)
+	}
+	if p := l.pool.Load(); p != nil {
+		p.Withdraw(roomID, agents)
 	}
 }
 

@@ -165,8 +165,8 @@ func BenchmarkTelemetryOverheadLoopback(b *testing.B) {
 // Each side runs in a process of its own, as kvxferd runs one engine: the
 // benchmark starts its own binary (BenchmarkTelemetrySide) for every side of
 // every pair, so that neither side's heap, collector, caches or goroutines
-// touch the other's (two engines in one process differed by up to 6% with
-// neither observed). A pair is three processes in a rotating order: off, on,
+// touch the other's (in one process, one side's garbage is collected in the
+// other's batches). A pair is three processes in a rotating order: off, on,
 // and off again as the A/A control, whose ratio to off is the run's noise
 // floor (control-%). It reports the median over the pairs of on ÷ off − 1
 // (median-cpu-overhead-%) and of off' ÷ off − 1 (control-%), with the

@@ -365,6 +365,7 @@ func (o *Observer) Produce(context.Context) ([]metricdata.ScopeMetrics, error) {
 		sum("kvxfer_pool_posted", "{transfer}", "Transfers accepted by the pool.", pt(noAttrs, ps.Posted))
 		sum("kvxfer_pool_requests", "{request}", "NIXL requests posted by the pool.", pt(noAttrs, ps.Requests))
 		sum("kvxfer_pool_failed", "{transfer}", "Transfers the pool ended with a failure.", pt(noAttrs, ps.Failed))
+		sum("kvxfer_pool_withdrawn", "{transfer}", "Transfers of failed rooms the pool ended before they started (counted in failed too).", pt(noAttrs, ps.Withdrawn))
 	}
 	return []metricdata.ScopeMetrics{{Scope: instrumentation.Scope{Name: Scope}, Metrics: ms}}, nil
 }

@@ -50,7 +50,7 @@ func Scrape(t testing.TB, url string) map[string]float64 {
 type fakeSource struct{}
 
 func (fakeSource) PoolStats() xfer.Stats {
-	return xfer.Stats{Posted: 7, Requests: 21, Failed: 1, InFlight: 3, Quarantined: 2}
+	return xfer.Stats{Posted: 7, Requests: 21, Failed: 1, InFlight: 3, Quarantined: 2, Withdrawn: 1}
 }
 func (fakeSource) Counters() map[string]int64 {
 	return map[string]int64{"bad_frames": 5, "registrations": 2, "notices_dropped": 0, "duplicate_registrations": 0,
@@ -93,7 +93,7 @@ func TestMetricsEndpoint(t *testing.T) {
 	}
 	for k, v := range map[string]float64{
 		`kvxfer_bad_frames_total`: 5, `kvxfer_registrations_total`: 2, `kvxfer_pool_inflight`: 3,
-		`kvxfer_pool_quarantined_total`: 2, `kvxfer_rooms{status="Bootstrapping"}`: 0,
+		`kvxfer_pool_quarantined_total`: 2, `kvxfer_pool_withdrawn_total`: 1, `kvxfer_rooms{status="Bootstrapping"}`: 0,
 		`kvxfer_shm_sessions`: 1, `kvxfer_shm_records_total`: 40, `kvxfer_shm_full_waits_total`: 2,
 		`kvxfer_shm_clients_lost_total{cause="process_exit"}`: 1, `kvxfer_shm_clients_lost_total{cause="bad_record"}`: 1,
 	} {

@@ -73,6 +73,7 @@ type rigOpts struct {
 	// advances it past its due time.
 	latencyOnFake bool
 	actors        int                         // pool actors (default the pool's)
+	maxInFlight   int                         // the pool's window (default the pool's)
 	wrap          func(nixl.Agent) nixl.Agent // what the pool sees of prefill's agent
 }
 
@@ -88,7 +89,7 @@ func newRigOpts(t testing.TB, o rigOpts) *rig {
 	if o.wrap != nil {
 		agent = o.wrap(agent)
 	}
-	pool, err := xfer.New(xfer.Config{Agent: agent, Local: &r.pre.Geo, QuarantineAfter: quarantineAfter, Clock: r.clk, Actors: o.actors})
+	pool, err := xfer.New(xfer.Config{Agent: agent, Local: &r.pre.Geo, QuarantineAfter: quarantineAfter, Clock: r.clk, Actors: o.actors, MaxInFlight: o.maxInFlight})
 	if err != nil {
 		t.Fatal(err)
 	}

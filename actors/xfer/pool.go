@@ -49,6 +49,7 @@ type Stats struct {
 	Failed      int64 // transfers that ended with a failure
 	InFlight    int64 // transfers not yet reported done (the queue depth)
 	Quarantined int64 // transfers whose requests never completed in time
+	Withdrawn   int64 // transfers of failed rooms ended before they started (Withdraw)
 }
 
 // Pool implements actors.Transfers over a NIXL agent.
@@ -59,7 +60,7 @@ type Pool struct {
 	loops  []*dispatch.Loop // the workers' mailbox goroutines, ended by Close
 	localL nixl.ListID
 
-	posted, requests, failed, inflight, quarantined atomic.Int64
+	posted, requests, failed, inflight, quarantined, withdrawn atomic.Int64
 }
 
 // New starts a pool in its own actor system. The local KV descriptors are
@@ -134,7 +135,21 @@ func (p *Pool) RemovePeer(agent string) {
 func (p *Pool) Post(t kv.Transfer, done kv.DoneFunc) {
 	p.posted.Add(1)
 	p.inflight.Add(1)
-	p.system.Root.Send(p.pids[int((t.Room*0x9E3779B97F4A7C15)>>33)%len(p.pids)], &job{t: t, done: done})
+	p.system.Root.Send(p.worker(t.Room), &job{t: t, done: done})
+}
+
+// worker is the actor every transfer of room goes to.
+func (p *Pool) worker(room uint64) *actor.PID {
+	return p.pids[int((room*0x9E3779B97F4A7C15)>>33)%len(p.pids)]
+}
+
+// Withdraw implements actors.Withdrawer: the transfers of a failed room that
+// still wait for the in-flight window (Config.MaxInFlight) end unwritten,
+// reported done with transfer_error, so that the room drains only what was
+// started. A failed room's writes are wasted bytes, and its terminal status
+// waits for every transfer it posted.
+func (p *Pool) Withdraw(roomID uint64, _ []string) {
+	p.system.Root.Send(p.worker(roomID), withdraw{room: roomID})
 }
 
 // Signal sends completion notifications held back from a room's last chunk
@@ -158,7 +173,7 @@ func (p *Pool) Notify(roomID uint64, n room.Notice) {
 // Stats returns the counters.
 func (p *Pool) Stats() Stats {
 	return Stats{Posted: p.posted.Load(), Requests: p.requests.Load(), Failed: p.failed.Load(),
-		InFlight: p.inflight.Load(), Quarantined: p.quarantined.Load()}
+		InFlight: p.inflight.Load(), Quarantined: p.quarantined.Load(), Withdrawn: p.withdrawn.Load()}
 }
 
 // Close stops the pool actors. Requests still in flight are abandoned to the

@@ -22,6 +22,9 @@ type job struct {
 	reqs    []nixl.XferID // posted and not yet terminal
 	fail    kv.Reason
 	started time.Time
+	// withdrawn: ended before it started (its room failed); skipped when
+	// its turn in the waiting list comes.
+	withdrawn bool
 }
 
 type addPeer struct {
@@ -30,6 +33,8 @@ type addPeer struct {
 }
 
 type removePeer struct{ agent string }
+
+type withdraw struct{ room uint64 }
 
 type peerEntry struct {
 	peer *sglang.Peer
@@ -122,9 +127,12 @@ type worker struct {
 	gone  goneAgents
 	plan  sglang.Plan
 
-	active     []*job
-	waiting    []*job // not yet started: the in-flight window is full
-	inflight   int    // requests of the active jobs
+	active  []*job
+	waiting []*job // not yet started: the in-flight window is full
+	// waitingOf is each room's jobs in waiting, in order (a withdrawn job
+	// stays in waiting, ended, until its turn comes and is skipped).
+	waitingOf  map[uint64][]*job
+	inflight   int // requests of the active jobs
 	quarantine []*job
 	lastQuar   time.Time
 
@@ -161,7 +169,7 @@ type worker struct {
 }
 
 func newWorker(p *Pool) *worker {
-	w := &worker{p: p, peers: map[string]peerEntry{}}
+	w := &worker{p: p, peers: map[string]peerEntry{}, waitingOf: map[uint64][]*job{}}
 	w.postBatch = func(ag nixl.Requests) { w.post(w.batchJob, w.batchPeer, ag) }
 	w.pollBatch = func(ag nixl.Requests) { w.batchErr = pollRelease(ag, w.batchIDs, w.batchSt) }
 	return w
@@ -213,13 +221,20 @@ func (w *worker) Receive(ctx actor.Context) {
 			w.gone.add(m.agent)
 		}
 	case *job:
+		w.startWaiting() // withdrawn jobs may be all that waits
 		if w.inflight >= w.p.cfg.MaxInFlight || len(w.waiting) > 0 {
 			w.waiting = append(w.waiting, m)
+			w.waitingOf[m.t.Room] = append(w.waitingOf[m.t.Room], m)
 			return
 		}
 		w.start(m)
 		w.idle = 0
 		w.schedule(ctx)
+	case withdraw:
+		if w.withdraw(m.room) {
+			w.startWaiting()
+			w.schedule(ctx)
+		}
 	case tick:
 		w.pending = false
 		w.pollNow(ctx)
@@ -361,14 +376,41 @@ func (w *worker) post(j *job, pe peerEntry, ag nixl.Requests) {
 func (w *worker) startWaiting() {
 	n := 0
 	for n < len(w.waiting) && w.inflight < w.p.cfg.MaxInFlight {
-		w.start(w.waiting[n])
+		j := w.waiting[n]
 		n++
+		if j.withdrawn {
+			continue
+		}
+		if rest := w.waitingOf[j.t.Room][1:]; len(rest) > 0 {
+			w.waitingOf[j.t.Room] = rest
+		} else {
+			delete(w.waitingOf, j.t.Room)
+		}
+		w.start(j)
 	}
 	if n > 0 {
 		clear(w.waiting[:n])
 		w.waiting = w.waiting[n:]
 		w.idle = 0
 	}
+}
+
+// withdraw ends the jobs of a failed room that wait for the window, unwritten
+// (transfer_error): the room drains only what was started. Its jobs are all
+// here or started: a room's jobs and its withdrawal come through this
+// worker's mailbox in the order the room sent them.
+func (w *worker) withdraw(room uint64) bool {
+	js := w.waitingOf[room]
+	if len(js) == 0 {
+		return false
+	}
+	delete(w.waitingOf, room)
+	for _, j := range js {
+		j.withdrawn, j.fail = true, kv.ReasonTransferError
+		w.p.withdrawn.Add(1)
+		w.finish(j)
+	}
+	return true
 }
 
 // poll checks every request of the active jobs in one batched call (and the
