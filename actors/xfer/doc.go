@@ -18,6 +18,11 @@
 // nothing done. A job's requests are made and posted in one nixl.InBatch,
 // and each poll and the releases it allows in another: one hop each.
 //
+// Each actor keeps at most Config.MaxInFlight requests posted; later
+// transfers wait in its FIFO, and those of a room that failed meanwhile are
+// withdrawn (Pool.Withdraw): ended unwritten, so that a failed room drains
+// only what was started.
+//
 // A request that never completes is never released: after QuarantineAfter its
 // job is moved to a slowly polled quarantine list and counted. The room has
 // failed by its own no-progress and drain deadlines long before. Quarantine
