@@ -270,6 +270,30 @@ class Room:
         return out
 
 
+def progress_delay(delay_us):
+    """Makes the NIXL agent SGLang's manager creates wait up to delay_us for a
+    UCX event between its progress thread's rounds (nixlAgentConfig.pthrDelay),
+    for the one construction; returns the function that undoes it. NIXL's
+    Python API fixes that wait at 0: a thread that spins, which on a host of
+    two cores takes one from the prefill under test (a deployment's decode
+    runs on hosts of its own). None: SGLang's agent as it ships."""
+    if delay_us is None:
+        return lambda: None
+    from nixl import _api
+    make = _api.nixlBind.nixlAgent
+
+    def with_delay(name, cfg):
+        cfg.pthrDelay = delay_us
+        return make(name, cfg)
+
+    _api.nixlBind.nixlAgent = with_delay
+
+    def restore():
+        _api.nixlBind.nixlAgent = make
+
+    return restore
+
+
 class Peer:
     def __init__(self, args):
         self.args = args
@@ -277,7 +301,11 @@ class Peer:
         self.mem = Memory(args.layers, args.slots, args.item, args.aux_slots, args.hidden_size, mla=args.mla)
         self.kv_args = build_kv_args(self.mem, args)
         self.server_args = kvx_sglang_shim.server_args()
-        self.mgr = NixlKVManager(self.kv_args, DisaggregationMode.DECODE, self.server_args, bool(args.mla))
+        restore = progress_delay(args.progress_delay_us)
+        try:
+            self.mgr = NixlKVManager(self.kv_args, DisaggregationMode.DECODE, self.server_args, bool(args.mla))
+        finally:
+            restore()
         # decode.py's transfer queue reads these two envs (0.5.20+).
         self.deferred_env = _env_bool("SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE")
         self.release_timeout = _env_float("SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE_TIMEOUT", 30.0)
@@ -634,6 +662,10 @@ def main():
     ap.add_argument("--heads", type=int, default=1, help="kv_head_num of this rank")
     ap.add_argument("--total-heads", type=int, default=0, help="total_kv_head_num (0: heads × tp size)")
     ap.add_argument("--log-level", default=os.environ.get("KVX_PEER_LOG", "WARNING"))
+    env_delay = os.environ.get("KVX_DECODE_PROGRESS_DELAY_US")
+    ap.add_argument("--progress-delay-us", type=int, default=int(env_delay) if env_delay else None,
+                    help="NIXL progress thread's wait for a UCX event, µs (default $KVX_DECODE_PROGRESS_DELAY_US, "
+                         "else SGLang's agent as it ships: 0, a spinning thread)")
     args = ap.parse_args()
     _setup_logging(getattr(logging, args.log_level.upper(), logging.WARNING))
     kvx_sglang_shim.set_rank(tp_size=args.tp_size, tp_rank=args.tp_rank, pp_size=args.pp_size, pp_rank=args.pp_rank)

@@ -138,6 +138,8 @@ def _run(a, work, Peer, free_port, install_plugin):
     mgr = M(args, DisaggregationMode.PREFILL, sa, False)
     kvxferd_pid = getattr(getattr(mgr, "daemon", None), "pid", None)
     os.environ["SGLANG_DISAGGREGATION_WAITING_TIMEOUT"] = str(a.waiting_timeout)
+    if a.decode_progress_delay_us >= 0:
+        os.environ["KVX_DECODE_PROGRESS_DELAY_US"] = str(a.decode_progress_delay_us)
     peer = Peer(f"127.0.0.1:{port}")
 
     def new_sender(room):
@@ -348,7 +350,7 @@ def _run(a, work, Peer, free_port, install_plugin):
         "succeeded": sum(1 for r in results if r.term == int(KVPoll.Success)),
         "aborted": sum(1 for r in results if r.t_abort is not None) + a2t_never,
         "a2t_p50_ms": (pct(a2t, 0.5) or 0) * 1e3 if a2t else None, "a2t_p99_ms": (pct(a2t, 0.99) or 0) * 1e3 if a2t else None,
-        "a2t_never": a2t_never, "loadavg": [load0, load1],
+        "a2t_never": a2t_never, "loadavg": [load0, load1], "decode_progress_delay_us": a.decode_progress_delay_us,
     }
     peer.close()
     if hasattr(mgr, "shutdown"):
@@ -372,7 +374,8 @@ def both(a):
                 cmd = [sys.executable, os.path.abspath(__file__), "--engine", eng, "--kvxferd", a.kvxferd,
                        "--rooms", str(a.rooms), "--concurrency", str(a.concurrency), "--seed", str(a.seed),
                        "--abort-share", str(share), "--bootstrap-timeout", str(a.bootstrap_timeout),
-                       "--waiting-timeout", str(a.waiting_timeout), "--max-seconds", str(a.max_seconds)]
+                       "--waiting-timeout", str(a.waiting_timeout), "--max-seconds", str(a.max_seconds),
+                       "--decode-progress-delay-us", str(a.decode_progress_delay_us)]
                 env = dict(os.environ)
                 if spin is not None:
                     env["KVXFER_SHM_SPIN_MAX_US"] = str(spin)
@@ -402,7 +405,9 @@ def report(rows, a):
     lines = ["# SGLang's own Python prefill against kvxfer (the fourth engine)", "",
              f"`tests/sglang/prefill_bench.py --engine both` ({a.reps} repetitions, engines alternating, "
              f"{a.rooms} rooms, {a.concurrency} concurrent, seed {a.seed}; SGLang {rows[0].get('sglang', '?')}; "
-             f"one decode_peer.py: SGLang's real NixlKVReceiver; NIXL UCX over DRAM, UCX_TLS={os.environ.get('UCX_TLS')}; "
+             f"one decode_peer.py: SGLang's real NixlKVReceiver, its NIXL progress thread "
+             f"{'as SGLang ships it (spinning)' if a.decode_progress_delay_us < 0 else f'waiting up to {a.decode_progress_delay_us} µs for a UCX event'}; "
+             f"NIXL UCX over DRAM, UCX_TLS={os.environ.get('UCX_TLS')}; "
              f"bootstrap timeout {a.bootstrap_timeout} s, decode waiting timeout {a.waiting_timeout} s). "
              "Medians over repetitions; load average (1, 5, 15 min) per run in results.json.", "",
              "| scenario | engine | rooms/s | kvxfer ÷ sglang rooms/s (median of per-rep ratios) | CPU s per 1k rooms (scheduler + kvxferd) | decode CPU s per 1k rooms | cores busy (all three processes, of "
@@ -455,6 +460,10 @@ def main():
     ap.add_argument("--max-seconds", type=float, default=90)
     ap.add_argument("--kvxfer-spin", default="1000,50",
                     help="--engine both: run kvxfer once per value of KVXFER_SHM_SPIN_MAX_US (comma-separated; '' for kvxferd's default only)")
+    ap.add_argument("--decode-progress-delay-us", type=int, default=1000,
+                    help="the decode's NIXL progress thread waits up to this long for a UCX event (decode_peer.py "
+                         "--progress-delay-us); -1: SGLang's agent as it ships, a thread that spins on one of this "
+                         "host's cores, which a deployment's decode runs on hosts of its own")
     ap.add_argument("--out", default="")
     ap.add_argument("--idle", type=float, default=0, help="measure idle CPU for this many seconds after one room, instead of the workload")
     a = ap.parse_args()
