@@ -276,22 +276,13 @@ def progress_delay(delay_us):
     for the one construction; returns the function that undoes it. NIXL's
     Python API fixes that wait at 0: a thread that spins, which on a host of
     two cores takes one from the prefill under test (a deployment's decode
-    runs on hosts of its own). None: SGLang's agent as it ships."""
+    runs on hosts of its own). None: SGLang's agent as it ships. The large-room
+    benchmark's decode stand-in does the same (bench/large/peer.py)."""
     if delay_us is None:
         return lambda: None
-    from nixl import _api
-    make = _api.nixlBind.nixlAgent
-
-    def with_delay(name, cfg):
-        cfg.pthrDelay = delay_us
-        return make(name, cfg)
-
-    _api.nixlBind.nixlAgent = with_delay
-
-    def restore():
-        _api.nixlBind.nixlAgent = make
-
-    return restore
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "bench", "large"))
+    from peer import event_driven
+    return event_driven(delay_us)
 
 
 class Peer:
