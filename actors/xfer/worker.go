@@ -221,7 +221,6 @@ func (w *worker) Receive(ctx actor.Context) {
 			w.gone.add(m.agent)
 		}
 	case *job:
-		w.startWaiting() // withdrawn jobs may be all that waits
 		if w.inflight >= w.p.cfg.MaxInFlight || len(w.waiting) > 0 {
 			w.waiting = append(w.waiting, m)
 			w.waitingOf[m.t.Room] = append(w.waitingOf[m.t.Room], m)
@@ -398,7 +397,10 @@ func (w *worker) startWaiting() {
 // withdraw ends the jobs of a failed room that wait for the window, unwritten
 // (transfer_error): the room drains only what was started. Its jobs are all
 // here or started: a room's jobs and its withdrawal come through this
-// worker's mailbox in the order the room sent them.
+// worker's mailbox in the order the room sent them. An ended job stays in
+// waiting, skipped when its turn comes: after every handler that frees the
+// window (a poll, a withdrawal) startWaiting runs, so waiting holds a job
+// only while the window is full and an arriving job may queue behind it.
 func (w *worker) withdraw(room uint64) bool {
 	js := w.waitingOf[room]
 	if len(js) == 0 {
