@@ -9,6 +9,7 @@ import (
 	"github.com/kvxfer/kvxfer/nixl"
 	"github.com/kvxfer/kvxfer/nixl/libnixl"
 	"github.com/kvxfer/kvxfer/nixl/sglang"
+	"golang.org/x/sys/unix"
 )
 
 // goSide is the Go initiator of one geometry: its slab (registered one
@@ -29,6 +30,7 @@ type goSide struct {
 	st         []nixl.Status
 	woke       chan struct{}
 	stopWaking func()
+	tgtPID     int
 }
 
 func (r *runner) goSide(g Geometry, slots, size int, md []byte, tgtAddr uint64) (*goSide, error) {
@@ -193,6 +195,58 @@ func (gs *goSide) rounds(iters int, mk func(r nixl.Requests, i int) (nixl.XferID
 				select {
 				case <-gs.woke:
 				case <-time.After(10 * time.Millisecond):
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// attachCma readies the cma engines to write into process pid, the decode
+// stand-in whose slab is at tgtBase: one byte written as a probe (the
+// kernel refuses a process it may not ptrace).
+func (gs *goSide) attachCma(pid int) error {
+	l := []unix.Iovec{{Base: &gs.src[0]}}
+	l[0].SetLen(1)
+	if _, err := unix.ProcessVMWritev(pid, l, []unix.RemoteIovec{{Base: gs.tgtBase, Len: 1}}, 0); err != nil {
+		return fmt.Errorf("process_vm_writev into the decode stand-in: %w", err)
+	}
+	gs.tgtPID = pid
+	return nil
+}
+
+// cmaPerDesc writes the merged pairs into the decode stand-in with
+// process_vm_writev, one call per descriptor: the copy UCX's cma transport
+// makes for each put, without NIXL or UCX around it.
+func (gs *goSide) cmaPerDesc(iters int) error { return gs.cma(iters, 1) }
+
+// cmaBatched is the same copy with up to 1,024 descriptors (IOV_MAX) per
+// call.
+func (gs *goSide) cmaBatched(iters int) error { return gs.cma(iters, 1024) }
+
+func (gs *goSide) cma(iters, per int) error {
+	var l []unix.Iovec
+	var rv []unix.RemoteIovec
+	for range iters {
+		for i, rm := range gs.rooms {
+			d := gs.abs[i][1]
+			for k0 := 0; k0 < len(rm.Src); k0 += per {
+				l, rv = l[:0], rv[:0]
+				want := 0
+				for k := k0; k < min(k0+per, len(rm.Src)); k++ {
+					s := rm.Src[k]
+					v := unix.Iovec{Base: &gs.src[s.Addr]}
+					v.SetLen(int(s.Len))
+					l = append(l, v)
+					rv = append(rv, unix.RemoteIovec{Base: d[k].Addr, Len: int(d[k].Len)})
+					want += int(s.Len)
+				}
+				n, err := unix.ProcessVMWritev(gs.tgtPID, l, rv, 0)
+				if err != nil {
+					return fmt.Errorf("process_vm_writev: %w", err)
+				}
+				if n != want { // a partial write: the stand-in's mapping ended early
+					return fmt.Errorf("process_vm_writev wrote %d of %d bytes", n, want)
 				}
 			}
 		}

@@ -67,7 +67,8 @@ func TestRooms(t *testing.T) {
 
 // TestRunTiny runs a tiny cell over real NIXL (skipped where NIXL or its
 // Python API is absent): every engine reports a rate, and the kvxfer round
-// left decode memory holding the source bytes.
+// (and the kvxfer-prepped and cma ones) left decode memory holding the
+// source bytes.
 func TestRunTiny(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts NIXL and two Python processes")
@@ -97,11 +98,39 @@ func TestRunTiny(t *testing.T) {
 				t.Fatalf("%s: %v GB/s over %d rounds", e.Engine, e.GBps, len(e.Rounds))
 			}
 		}
-		if !slices.Equal(names, Engines) {
-			t.Fatalf("engines %v", names)
+		want := Engines
+		if res.CmaSkipped != "" {
+			want = []string{Memcpy, Kvxfer, KvxferPrepped, Py, PySGLang}
+		} else if _, ok := c.Ratios["kvxfer/cma"]; !ok {
+			t.Fatalf("cma ran but no kvxfer/cma ratio: %v", c.Ratios)
+		}
+		if !slices.Equal(names, want) {
+			t.Fatalf("engines %v, want %v (cma skipped: %q)", names, want, res.CmaSkipped)
 		}
 		if c.DescsMerged >= c.DescsSGLang {
 			t.Fatalf("merged %v descriptors per room, SGLang %v", c.DescsMerged, c.DescsSGLang)
+		}
+	}
+}
+
+func TestCmaOnlyOnOneHostOverSharedMemory(t *testing.T) {
+	for _, c := range []struct {
+		cfg  Config
+		runs bool
+	}{
+		{Config{Transport: "tcp,self,sm"}, true},
+		{Config{Transport: "sm,self"}, true},
+		{Config{Transport: "tcp,self"}, false},
+		{Config{Transport: "smx,tcp"}, false},
+		{Config{Transport: "tcp,self,sm", TargetWrap: []string{"ip", "netns", "exec", "d"}}, false},
+	} {
+		why := cmaUnsupported(c.cfg)
+		if (why == "") != c.runs {
+			t.Errorf("%+v: cma runs %v (%q), want %v", c.cfg, why == "", why, c.runs)
+		}
+		r := &runner{cmaSkipped: why}
+		if got := slices.Contains(r.engines(), Cma) || slices.Contains(r.engines(), CmaBatched); got != c.runs {
+			t.Errorf("%+v: engines %v", c.cfg, r.engines())
 		}
 	}
 }

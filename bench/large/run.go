@@ -30,10 +30,19 @@ const (
 	KvxferPrepped = "kvxfer-prepped" // the same binding over SGLang's per-page prepared indices (Make)
 	Py            = "nixl-py"        // NIXL's Python API posting the merged list (initialize_xfer)
 	PySGLang      = "nixl-py-sglang" // NIXL's Python API as SGLang posts: make_prepped_xfer, per-page indices
+	// Cma is the copy under UCX's shared-memory transport without NIXL or
+	// UCX: process_vm_writev of the merged pairs into the decode stand-in,
+	// one call per descriptor, as UCX's cma transport makes one per put.
+	Cma = "cma"
+	// CmaBatched is the same copy with up to 1,024 descriptors per call:
+	// what the kernel does when descriptors are not copied one by one.
+	CmaBatched = "cma-batched"
 )
 
-// Engines lists them.
-var Engines = []string{Memcpy, Kvxfer, KvxferPrepped, Py, PySGLang}
+// Engines lists them. The cma engines run only where the decode stand-in is
+// on this host and the transport is shared memory (Results.CmaSkipped says
+// why not).
+var Engines = []string{Memcpy, Kvxfer, KvxferPrepped, Py, PySGLang, Cma, CmaBatched}
 
 // Config is a large-room run: every geometry at every in-flight count.
 type Config struct {
@@ -67,8 +76,10 @@ type Results struct {
 	Config  Config    `json:"config"`
 	Skipped string    `json:"skipped,omitempty"` // why nothing ran (no NIXL here)
 	Started time.Time `json:"started"`
-	LoadAvg [2]string `json:"loadavg"`
-	Cells   []Cell    `json:"cells"`
+	// CmaSkipped says why the cma engines did not run ("": they did).
+	CmaSkipped string    `json:"cma_skipped,omitempty"`
+	LoadAvg    [2]string `json:"loadavg"`
+	Cells      []Cell    `json:"cells"`
 }
 
 // Cell is one geometry at one in-flight count.
@@ -82,13 +93,15 @@ type Cell struct {
 	DescsMerged float64 `json:"descs_per_room_merged"`
 	DescsSGLang float64 `json:"descs_per_room_sglang"`
 	// Verified: after a kvxfer round into zeroed decode memory, and again
-	// after a kvxfer-prepped one, every merged destination range held its
-	// source bytes (CRC-32 on both sides).
+	// after a kvxfer-prepped one (and each cma engine's, where they run),
+	// every merged destination range held its source bytes (CRC-32 on both
+	// sides).
 	Verified bool           `json:"verified"`
 	Engines  []EngineResult `json:"engines"`
 	// Ratios are medians of per-pair ratios of kvxfer's rate to memcpy's
-	// ("kvxfer/memcpy"), to nixl-py's, to nixl-py-sglang's and to the better of
-	// memcpy and nixl-py in that pair ("kvxfer/best").
+	// ("kvxfer/memcpy"), to nixl-py's, to nixl-py-sglang's, to the better of
+	// memcpy and nixl-py in that pair ("kvxfer/best") and, where it ran, to
+	// cma's ("kvxfer/cma").
 	Ratios  map[string]float64 `json:"ratios"`
 	LoadAvg [2]string          `json:"loadavg"`
 }
@@ -142,7 +155,8 @@ func Run(cfg Config, progress io.Writer) (*Results, error) {
 		return res, nil
 	}
 	defer ag.Close()
-	r := &runner{cfg: cfg, ag: ag, py: py, script: script, progress: progress}
+	r := &runner{cfg: cfg, ag: ag, py: py, script: script, progress: progress, cmaSkipped: cmaUnsupported(cfg)}
+	defer func() { res.CmaSkipped = r.cmaSkipped }()
 	for _, g := range cfg.Geometries {
 		cells, err := r.geometry(g)
 		res.Cells = append(res.Cells, cells...)
@@ -160,6 +174,28 @@ type runner struct {
 	script   string
 	progress io.Writer
 	seq      int
+	// cmaSkipped says why the cma engines do not run ("": they do).
+	cmaSkipped string
+}
+
+// cmaUnsupported says why cfg's decode stand-in cannot be written with
+// process_vm_writev as UCX's shared-memory transport writes it ("": it can).
+func cmaUnsupported(cfg Config) string {
+	switch {
+	case len(cfg.TargetWrap) > 0:
+		return "the decode stand-in runs under " + strings.Join(cfg.TargetWrap, " ") + " (another host)"
+	case !slices.Contains(strings.Split(cfg.Transport, ","), "sm"):
+		return fmt.Sprintf("UCX_TLS=%s has no shared-memory transport", cfg.Transport)
+	}
+	return ""
+}
+
+// engines are the engines a cell runs.
+func (r *runner) engines() []string {
+	if r.cmaSkipped == "" {
+		return Engines
+	}
+	return slices.DeleteFunc(slices.Clone(Engines), func(e string) bool { return e == Cma || e == CmaBatched })
 }
 
 func (r *runner) logf(format string, args ...any) {
@@ -198,6 +234,12 @@ func (r *runner) geometry(g Geometry) (cells []Cell, err error) {
 		return nil, err
 	}
 	defer gs.close()
+	if r.cmaSkipped == "" {
+		if err := gs.attachCma(tgt.cmd.Process.Pid); err != nil {
+			r.cmaSkipped = err.Error()
+			r.logf("cma engines skipped: %v", err)
+		}
+	}
 	iargs := []string{r.py, r.script, "initiator",
 		"--name", fmt.Sprintf("large-ini-%d-%d", os.Getpid(), r.seq), "--size", fmt.Sprint(size), "--bufs", fmt.Sprint(g.Bufs())}
 	if r.cfg.NoProgressThread {
@@ -265,10 +307,20 @@ func (r *runner) cell(g Geometry, n, slots int, gs *goSide, tgt, ini *proc) (Cel
 	// Bytes first: a kvxfer round into zeroed decode memory must leave every
 	// merged destination range holding its source range, and SGLang's
 	// per-page request the same bytes in the same places.
-	for _, w := range []struct {
+	writes := []struct {
 		post func(int) error
 		what string
-	}{{gs.merged, "merged"}, {gs.prepped, "per-page"}} {
+	}{{gs.merged, "merged"}, {gs.prepped, "per-page"}}
+	if r.cmaSkipped == "" {
+		writes = append(writes, struct {
+			post func(int) error
+			what string
+		}{gs.cmaPerDesc, "cma"}, struct {
+			post func(int) error
+			what string
+		}{gs.cmaBatched, "cma batched"})
+	}
+	for _, w := range writes {
 		tgt.send(map[string]bool{"zero": true})
 		if err := tgt.read(&ack); err != nil {
 			return c, err
@@ -300,17 +352,20 @@ func (r *runner) cell(g Geometry, n, slots int, gs *goSide, tgt, ini *proc) (Cel
 	}
 	round := map[string]func() (float64, float64, error){
 		Memcpy:        func() (float64, float64, error) { return goRound(gs.memcpy) },
+		Cma:           func() (float64, float64, error) { return goRound(gs.cmaPerDesc) },
+		CmaBatched:    func() (float64, float64, error) { return goRound(gs.cmaBatched) },
 		Kvxfer:        func() (float64, float64, error) { return goRound(gs.merged) },
 		KvxferPrepped: func() (float64, float64, error) { return goRound(gs.prepped) },
 		Py:            func() (float64, float64, error) { return pyRound("merged") },
 		PySGLang:      func() (float64, float64, error) { return pyRound("sglang") },
 	}
 	bytesPerRound := float64(c.Iters * n * g.RoomBytes())
+	engines := r.engines()
 	rates := map[string][]float64{}
 	cpu := map[string]float64{}
 	for i := range r.cfg.Warm + r.cfg.Pairs {
-		for k := range Engines {
-			e := Engines[(i+k)%len(Engines)]
+		for k := range engines {
+			e := engines[(i+k)%len(engines)]
 			sec, cs, err := round[e]()
 			if err != nil {
 				return c, fmt.Errorf("%s: %w", e, err)
@@ -322,7 +377,7 @@ func (r *runner) cell(g Geometry, n, slots int, gs *goSide, tgt, ini *proc) (Cel
 		}
 	}
 	gb := bytesPerRound * float64(r.cfg.Pairs) / 1e9
-	for _, e := range Engines {
+	for _, e := range engines {
 		c.Engines = append(c.Engines, EngineResult{Engine: e, GBps: stats.Median(rates[e]), Rounds: rates[e], CPUPerGB: cpu[e] / gb})
 	}
 	ratio := func(other func(i int) float64) float64 {
@@ -337,6 +392,9 @@ func (r *runner) cell(g Geometry, n, slots int, gs *goSide, tgt, ini *proc) (Cel
 	c.Ratios["kvxfer/nixl-py-sglang"] = ratio(func(i int) float64 { return rates[PySGLang][i] })
 	c.Ratios["kvxfer-prepped/nixl-py-sglang"] = stats.Median(pairRatios(rates[KvxferPrepped], rates[PySGLang]))
 	c.Ratios["kvxfer/best"] = ratio(func(i int) float64 { return max(rates[Memcpy][i], rates[Py][i]) })
+	if len(rates[Cma]) > 0 {
+		c.Ratios["kvxfer/cma"] = ratio(func(i int) float64 { return rates[Cma][i] })
+	}
 	c.LoadAvg[1] = loadavg()
 	return c, nil
 }
