@@ -173,7 +173,7 @@ func Markdown(r *suite.Results) string {
 	w("## Goals\n\nThe targets the actor engine is held to (`docs/benchmarks.md`, *Goals*), checked on this run; the end-to-end goal is checked by `kvxfer-demo`, which prints its own line. A goal whose scenario this run skipped is not measured.\n\n%s\n", GoalsTable(r))
 
 	if len(r.Throughput) > 0 {
-		w("## Throughput at three transfer settings\n\nClosed loop, no aborts, every point at every setting: **instant** (writes complete at once: bookkeeping only), **copies** (real bytes over the loopback NIXL fabric, no injected latency), **rdma** (loopback copies plus a modelled wire: %s, no timers: a request completes when polled at or after its due time). The actor engine posts through the transfer pool (`actors/xfer`); the dict engines' workers post straight to the NIXL agent and busy-wait on their handles as SGLang's `transfer_worker` does (`dict.Direct`). Medians over the repetitions; engines interleaved within each repetition. CPU: process user+system (`getrusage`) over the run per 1k rooms. Heap: live heap per live room mid-run, after a GC (driver state included). Load: 1-minute load average after the engine's last run. Time-to-terminal: open → first terminal poll, pooled over repetitions.\n\n", rdmaText(r.Throughput))
+		w("## Throughput at three transfer settings\n\nClosed loop, no aborts, every point at every setting: **instant** (writes complete at once: bookkeeping only), **copies** (real bytes over the loopback NIXL fabric, no injected latency), **rdma** (loopback copies plus a modelled wire: %s, no timers: a request completes when polled at or after its due time). The actor engine posts through the transfer pool (`actors/xfer`); the dict engines' workers post straight to the NIXL agent and busy-wait on their handles as SGLang's `transfer_worker` does (`dict.Direct`). Medians over the repetitions; engines interleaved within each repetition. CPU: process user+system (`getrusage`) over the run per 1k rooms. Heap: live heap per live room mid-run, after a GC (driver state included; — where fewer than 100 rooms were live). Load: 1-minute load average after the engine's last run. Time-to-terminal: open → first terminal poll, pooled over repetitions.\n\n", rdmaText(r.Throughput))
 		runTable(&b, r.Throughput, false)
 		w("![throughput](throughput.svg)\n\n")
 	}
@@ -295,7 +295,7 @@ func runTable(b *strings.Builder, sets []suite.RunSet, aborts bool) {
 				load = f[0]
 			}
 			t.row(set.Name, e.Engine, fmt.Sprintf("%.0f", e.RoomsPerSec), ratio, fmt.Sprintf("%.3f", e.CPUPer1k),
-				fmt.Sprintf("%.0f", e.HeapPerRoom), load, Dur(e.TTT.P50), Dur(e.TTT.P99), Dur(e.TTT.P999), e.Pinned, e.Leaked)
+				heapCell(e.HeapPerRoom), load, Dur(e.TTT.P50), Dur(e.TTT.P99), Dur(e.TTT.P999), e.Pinned, e.Leaked)
 		}
 	}
 	b.WriteString("\n")
@@ -312,7 +312,7 @@ func settingStormTable(b *strings.Builder, sets []suite.RunSet) {
 			if f := strings.Fields(e.LoadAvg); len(f) > 0 {
 				load = f[0]
 			}
-			t.row(set.Setting, e.Engine, fmt.Sprintf("%.0f", e.RoomsPerSec), fmt.Sprintf("%.3f", e.CPUPer1k), fmt.Sprintf("%.0f", e.HeapPerRoom),
+			t.row(set.Setting, e.Engine, fmt.Sprintf("%.0f", e.RoomsPerSec), fmt.Sprintf("%.3f", e.CPUPer1k), heapCell(e.HeapPerRoom),
 				e.Pinned, e.Leaked, Dur(e.A2T.P50), Dur(e.A2T.P99), load)
 		}
 	}
@@ -435,4 +435,13 @@ func phaseTable(b *strings.Builder, set *suite.RunSet) {
 		t.row(cells...)
 	}
 	b.WriteString("\nAborts after Success are not in these figures: the room was already terminal.\n\n")
+}
+
+// heapCell is a run's heap per live room; a run whose probe could not say
+// (too few rooms live mid-run, as in an open loop) shows a dash.
+func heapCell(b float64) string {
+	if b <= 0 {
+		return "—"
+	}
+	return fmt.Sprintf("%.0f", b)
 }

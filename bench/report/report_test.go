@@ -171,3 +171,12 @@ func TestGoals(t *testing.T) {
 		t.Errorf("the report lacks the goals table")
 	}
 }
+
+func TestHeapCellDashesARunThatCouldNotMeasure(t *testing.T) {
+	if got := heapCell(0); got != "—" {
+		t.Fatalf("unmeasured heap shows %q", got)
+	}
+	if got := heapCell(1149.4); got != "1149" {
+		t.Fatalf("heap shows %q", got)
+	}
+}

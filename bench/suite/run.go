@@ -361,7 +361,8 @@ func startHeapProbe(p *workload.Progress, n int) *heapProbe {
 	return h
 }
 
-// stop returns the heap per live room, 0 when the probe saw no mid-run point.
+// stop returns the heap per live room, 0 when the probe saw no mid-run point
+// or one that cannot say (see heapPerRoom).
 func (h *heapProbe) stop() float64 {
 	close(h.quit)
 	m := <-h.done
@@ -371,5 +372,19 @@ func (h *heapProbe) stop() float64 {
 	var ms runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&ms)
-	return (m[0] - float64(ms.HeapAlloc)) / m[1]
+	return heapPerRoom(m[0], float64(ms.HeapAlloc), m[1])
+}
+
+// minProbeRooms is the fewest live rooms a heap probe divides by: below it
+// (an open loop holds a handful) the rest of the heap's drift between the two
+// GCs outweighs the rooms, and the quotient can even be negative.
+const minProbeRooms = 100
+
+// heapPerRoom is (mid − after) ÷ live, or 0 (not measured) when fewer than
+// minProbeRooms were live or the heap did not shrink once they ended.
+func heapPerRoom(mid, after, live float64) float64 {
+	if live < minProbeRooms || mid <= after {
+		return 0
+	}
+	return (mid - after) / live
 }
