@@ -10,35 +10,44 @@
 // own — and CPU per room rises while throughput falls. The kernel's count of
 // runnable tasks right now is the fourth field of /proc/loadavg
 // ("running/total"); Free compares it with the processors this process may
-// run on, reading the file at most once per Probe.Every.
+// run on, reading the file at most once per Probe.Every. The kernel does not
+// see this process's own goroutines that are ready but wait for a Go
+// processor (every P busy, two of them spinning, say): Free also asks the Go
+// runtime for that count (/sched/goroutines/runnable) and answers false while
+// any wait, since a spin would hold a processor one of them needs.
 package cores
 
 import (
 	"bytes"
 	"os"
 	"runtime"
+	"runtime/metrics"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 )
 
-// Probe caches the answer. Read returns the runnable tasks now; Now is the
-// clock that spaces the reads. The zero Probe is not usable: see New.
+// Probe caches the answer. Read returns the runnable tasks now; Waiting, if
+// set, this process's goroutines ready to run but waiting for a processor;
+// Now is the clock that spaces the reads. The zero Probe is not usable: see
+// New.
 type Probe struct {
-	Read  func() (int, error)
-	Now   func() time.Time
-	CPUs  int
-	Every time.Duration
+	Read    func() (int, error)
+	Waiting func() int
+	Now     func() time.Time
+	CPUs    int
+	Every   time.Duration
 
 	at   atomic.Int64 // UnixNano of the last read; 0: never
 	free atomic.Bool
 	busy atomic.Bool // a read is in progress
 }
 
-// New is a probe of this machine: /proc/loadavg, every 1 ms, runtime.NumCPU.
+// New is a probe of this machine and process: /proc/loadavg and the Go
+// runtime's runnable goroutines, every 1 ms, runtime.NumCPU.
 func New() *Probe {
-	return &Probe{Read: readLoadavg, Now: time.Now, CPUs: runtime.NumCPU(), Every: time.Millisecond}
+	return &Probe{Read: readLoadavg, Waiting: goWaiting, Now: time.Now, CPUs: runtime.NumCPU(), Every: time.Millisecond}
 }
 
 // Default is the process's probe.
@@ -48,9 +57,10 @@ var Default = New()
 func Free() bool { return Default.Free() }
 
 // Free reports whether no more tasks are runnable than there are processors
-// (the caller, running, counts as one of them). Until the first read, and
-// when the file cannot be read, it answers true: spinning is what the
-// loops did before they asked.
+// (the caller, running, counts as one of them) and no goroutine of this
+// process waits for a Go processor. Until the first read, and when the file
+// cannot be read, the kernel's side answers true: spinning is what the loops
+// did before they asked.
 func (p *Probe) Free() bool {
 	now := p.Now().UnixNano()
 	last := p.at.Load()
@@ -62,7 +72,11 @@ func (p *Probe) Free() bool {
 	}
 	defer p.busy.Store(false)
 	n, err := p.Read()
-	p.free.Store(err != nil || n <= p.CPUs)
+	free := err != nil || n <= p.CPUs
+	if free && p.Waiting != nil {
+		free = p.Waiting() == 0
+	}
+	p.free.Store(free)
 	p.at.Store(now)
 	return p.free.Load()
 }
@@ -99,4 +113,16 @@ func parseRunnable(b []byte) (int, error) {
 		return 0, strconv.ErrSyntax
 	}
 	return strconv.Atoi(string(r))
+}
+
+// goWaiting is the Go runtime's count of goroutines ready to run but not
+// running (its run queues; approximate, read under the scheduler's lock, about
+// 50 ns).
+func goWaiting() int {
+	s := [1]metrics.Sample{{Name: "/sched/goroutines/runnable:goroutines"}}
+	metrics.Read(s[:])
+	if s[0].Value.Kind() != metrics.KindUint64 {
+		return 0 // a runtime without the metric: the kernel's count decides
+	}
+	return int(s[0].Value.Uint64())
 }

@@ -3,6 +3,7 @@ package cores
 import (
 	"bytes"
 	"errors"
+	"runtime"
 	"testing"
 	"time"
 )
@@ -72,4 +73,46 @@ func FuzzParseRunnable(f *testing.F) {
 			t.Fatalf("parseRunnable(%q) = %d without a minus sign", b, n)
 		}
 	})
+}
+
+// TestProbeWaitsForGoroutines: with the kernel's count free, a goroutine of
+// this process waiting for a processor makes the answer not free.
+func TestProbeWaitsForGoroutines(t *testing.T) {
+	now := time.Unix(1000, 0)
+	waiting := 0
+	p := &Probe{CPUs: 2, Every: time.Millisecond, Now: func() time.Time { return now },
+		Read: func() (int, error) { return 1, nil }, Waiting: func() int { return waiting }}
+	if !p.Free() {
+		t.Fatal("1 runnable on 2 CPUs, no goroutine waiting: want free")
+	}
+	waiting = 3
+	now = now.Add(time.Millisecond)
+	if p.Free() {
+		t.Fatal("goroutines waiting for a processor: want not free")
+	}
+	p.Read = func() (int, error) { return 0, errors.New("no /proc") }
+	now = now.Add(time.Millisecond)
+	if p.Free() {
+		t.Fatal("unreadable /proc but goroutines waiting: want not free")
+	}
+}
+
+// TestGoWaitingCountsQueuedGoroutines: goroutines started while this one
+// holds the only processor wait in its run queue, and the runtime says so.
+func TestGoWaitingCountsQueuedGoroutines(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	done := make(chan struct{})
+	for range 4 {
+		go func() { done <- struct{}{} }()
+	}
+	n := goWaiting()
+	for range 4 {
+		<-done
+	}
+	if n < 1 {
+		t.Fatalf("4 goroutines queued on the only processor: runtime reports %d waiting", n)
+	}
+	if n := goWaiting(); n > 1 {
+		t.Logf("after they ran: %d waiting", n)
+	}
 }
