@@ -56,6 +56,15 @@ var Default = New()
 // Free is Default.Free.
 func Free() bool { return Default.Free() }
 
+// Machine is a probe of the kernel's count alone, for a spinner on an OS
+// thread of its own (libnixl's owner, locked to its thread for NIXL's sake),
+// where the goroutines waiting for a Go processor are not the ones its spin
+// delays.
+var Machine = &Probe{Read: readLoadavg, Now: time.Now, CPUs: runtime.NumCPU(), Every: time.Millisecond}
+
+// MachineFree is Machine.Free.
+func MachineFree() bool { return Machine.Free() }
+
 // Free reports whether no more tasks are runnable than there are processors
 // (the caller, running, counts as one of them) and no goroutine of this
 // process waits for a Go processor. Until the first read, and when the file

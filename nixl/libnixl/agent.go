@@ -63,7 +63,7 @@ type Options struct {
 
 // coreFree reports whether spinning is free: a processor has nothing else to
 // run (replaced in tests, before their agents start and after they close).
-var coreFree = cores.Free
+var coreFree = cores.MachineFree
 
 // Agent is a nixl.Agent over the real NIXL library. Every NIXL call runs on one
 // owner goroutine locked to its OS thread: the UCX plugin keeps a worker per OS
