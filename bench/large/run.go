@@ -307,18 +307,13 @@ func (r *runner) cell(g Geometry, n, slots int, gs *goSide, tgt, ini *proc) (Cel
 	// Bytes first: a kvxfer round into zeroed decode memory must leave every
 	// merged destination range holding its source range, and SGLang's
 	// per-page request the same bytes in the same places.
-	writes := []struct {
+	type write struct {
 		post func(int) error
 		what string
-	}{{gs.merged, "merged"}, {gs.prepped, "per-page"}}
+	}
+	writes := []write{{gs.merged, "merged"}, {gs.prepped, "per-page"}}
 	if r.cmaSkipped == "" {
-		writes = append(writes, struct {
-			post func(int) error
-			what string
-		}{gs.cmaPerDesc, "cma"}, struct {
-			post func(int) error
-			what string
-		}{gs.cmaBatched, "cma batched"})
+		writes = append(writes, write{gs.cmaPerDesc, "cma"}, write{gs.cmaBatched, "cma batched"})
 	}
 	for _, w := range writes {
 		tgt.send(map[string]bool{"zero": true})

@@ -47,7 +47,15 @@ type Probe struct {
 // New is a probe of this machine and process: /proc/loadavg and the Go
 // runtime's runnable goroutines, every 1 ms, runtime.NumCPU.
 func New() *Probe {
-	return &Probe{Read: readLoadavg, Waiting: goWaiting, Now: time.Now, CPUs: runtime.NumCPU(), Every: time.Millisecond}
+	p := newMachine()
+	p.Waiting = goWaiting
+	return p
+}
+
+// newMachine is a probe of the kernel's count alone: /proc/loadavg, every
+// 1 ms, runtime.NumCPU.
+func newMachine() *Probe {
+	return &Probe{Read: readLoadavg, Now: time.Now, CPUs: runtime.NumCPU(), Every: time.Millisecond}
 }
 
 // Default is the process's probe.
@@ -56,11 +64,10 @@ var Default = New()
 // Free is Default.Free.
 func Free() bool { return Default.Free() }
 
-// Machine is a probe of the kernel's count alone, for a spinner on an OS
-// thread of its own (libnixl's owner, locked to its thread for NIXL's sake),
-// where the goroutines waiting for a Go processor are not the ones its spin
-// delays.
-var Machine = &Probe{Read: readLoadavg, Now: time.Now, CPUs: runtime.NumCPU(), Every: time.Millisecond}
+// Machine is a probe of the kernel's count alone, for a spin that does the
+// work rather than wait for it: libnixl's owner, whose progress calls are
+// what copy the bytes on shared memory, cma and tcp.
+var Machine = newMachine()
 
 // MachineFree is Machine.Free.
 func MachineFree() bool { return Machine.Free() }
