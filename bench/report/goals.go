@@ -59,22 +59,9 @@ func Goals(r *suite.Results) []Goal {
 		}
 		out = append(out, g)
 	}
-	g := Goal{Name: "abort storm 50 %: actors' abort-to-terminal p99 ≤ fixed's, no write after terminal (late posts 0)"}
-	if s := r.Storm; s != nil {
-		a, okA := engineRuns(s, "actors")
-		f, okF := engineRuns(s, "fixed")
-		if okA && okF {
-			late := int64(0)
-			for _, run := range a.Runs {
-				late += run.LatePosts
-			}
-			g.Known = true
-			g.Met = a.A2T.P99 <= f.A2T.P99 && late == 0
-			g.Figure = fmt.Sprintf("%s vs %s, late posts %d; load %s", Dur(a.A2T.P99), Dur(f.A2T.P99), late, rowLoad(*s))
-		}
-	}
-	out = append(out, g)
-	g = Goal{Name: fmt.Sprintf("RDMA model, c=100: actors' time-to-terminal p99 ≤ %.0f× p50", goalTailRatio)}
+	out = append(out, stormGoal("abort storm 50 %, closed loop", r.Storm))
+	out = append(out, stormGoal("abort storm 50 %, open loop (the same arrivals for every engine)", r.OpenLoop))
+	g := Goal{Name: fmt.Sprintf("RDMA model, c=100: actors' time-to-terminal p99 ≤ %.0f× p50", goalTailRatio)}
 	if s := findSet(r.Throughput, "rdma", 100); s != nil {
 		if a, ok := engineRuns(s, "actors"); ok && a.TTT.P50 > 0 {
 			g.Known = true
@@ -88,6 +75,33 @@ func Goals(r *suite.Results) []Goal {
 		}
 	}
 	return append(out, g)
+}
+
+// stormGoal checks the abort-to-terminal goal on a storm's run set s (nil:
+// not measured). A closed loop admits a room as one ends, so a faster engine
+// also carries more rooms' calls in each scheduler iteration; an open loop
+// gives every engine the same arrivals, as a deployment's clients do.
+func stormGoal(scenario string, s *suite.RunSet) Goal {
+	g := Goal{Name: scenario + ": actors' abort-to-terminal p99 ≤ fixed's, no write after terminal (late posts 0)"}
+	if s == nil {
+		return g
+	}
+	a, okA := engineRuns(s, "actors")
+	f, okF := engineRuns(s, "fixed")
+	if !okA || !okF {
+		return g
+	}
+	late := int64(0)
+	for _, run := range a.Runs {
+		late += run.LatePosts
+	}
+	g.Known = true
+	g.Met = a.A2T.P99 <= f.A2T.P99 && late == 0
+	g.Figure = fmt.Sprintf("%s vs %s, late posts %d; load %s", Dur(a.A2T.P99), Dur(f.A2T.P99), late, rowLoad(*s))
+	if s.Spec.Rate > 0 {
+		g.Figure = fmt.Sprintf("at %.0f rooms/s: %s", s.Spec.Rate, g.Figure)
+	}
+	return g
 }
 
 // findSet is the throughput set of a setting at a concurrency.

@@ -158,14 +158,41 @@ func TestGoals(t *testing.T) {
 	check("bookkeeping only (instant), c=1000: actors ≥ 1.0× fixed rooms/s", true, false)
 	check("bookkeeping only (instant), c=100: actors ≥ 1.0× fixed rooms/s", false, false)
 	// sample's storm: the same A2T samples for every engine, no late posts.
-	check("abort storm 50 %: actors' abort-to-terminal p99 ≤ fixed's, no write after terminal (late posts 0)", true, true)
+	check("abort storm 50 %, closed loop: actors' abort-to-terminal p99 ≤ fixed's, no write after terminal (late posts 0)", true, true)
+	// sample has no open loop.
+	openLoop := "abort storm 50 %, open loop (the same arrivals for every engine): actors' abort-to-terminal p99 ≤ fixed's, no write after terminal (late posts 0)"
+	check(openLoop, false, false)
 	// p99 30 against p50 10: 3×.
 	check("RDMA model, c=100: actors' time-to-terminal p99 ≤ 2× p50", true, false)
-	r.Storm.Engines[2].Runs[0].LatePosts = 1
+	// An open loop whose actors end aborts later than the fixed dict: not
+	// met, and the figure names the rate.
+	ol := *r.Storm
+	ol.Spec.Rate = 1000
+	ol.Engines = append([]suite.EngineRuns(nil), ol.Engines...)
+	ol.Engines[2].A2T = stats.Summarize([]time.Duration{5 * time.Millisecond}, 0)
+	r.OpenLoop = &ol
+	got = map[string]Goal{}
 	for _, g := range Goals(r) {
-		if strings.HasPrefix(g.Name, "abort storm") && g.Met {
-			t.Errorf("a late post must fail the storm goal: %+v", g)
+		got[g.Name] = g
+	}
+	check(openLoop, true, false)
+	if f := got[openLoop].Figure; !strings.HasPrefix(f, "at 1000 rooms/s: 5") {
+		t.Errorf("open loop figure %q", f)
+	}
+	ol.Engines[2].A2T = ol.Engines[1].A2T
+	r.Storm.Engines[2].Runs[0].LatePosts = 1
+	ol.Engines[2].Runs = []suite.RunSummary{{LatePosts: 1}}
+	n := 0
+	for _, g := range Goals(r) {
+		if strings.HasPrefix(g.Name, "abort storm") {
+			n++
+			if g.Met || !g.Known {
+				t.Errorf("a late post must fail the storm goal: %+v", g)
+			}
 		}
+	}
+	if n != 2 {
+		t.Errorf("%d storm goals, want the closed and the open loop", n)
 	}
 	if md := Markdown(r); !strings.Contains(md, "## Goals") || !strings.Contains(md, "**not met**") || !strings.Contains(md, "not measured") {
 		t.Errorf("the report lacks the goals table")

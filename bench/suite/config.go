@@ -87,9 +87,12 @@ type Config struct {
 	// PinShares: the pins-vs-abort-rate sweep, one run per share at PinPoint.
 	PinShares []float64
 	PinPoint  Point
-	// OpenLoop, if Rate > 0: an open-loop run at Rate rooms/s with the storm's mix.
+	// OpenLoop, if Rate > 0: an open-loop run at Rate rooms/s with the storm's
+	// mix, OpenLoopReps times (default 1): every engine gets the same
+	// arrivals, where the closed-loop storm gives a faster engine more.
 	OpenLoopRate  float64
 	OpenLoopRooms int
+	OpenLoopReps  int
 	// Memory: live rooms held at once, per measurement.
 	Memory []int
 	// PollRooms live rooms polled in one batch, PollRounds times.
@@ -120,6 +123,9 @@ func Quick() Config {
 		StormSettingReps: 1,
 		PinShares:        []float64{0.05, 0.25, 0.5, 1},
 		PinPoint:         Point{256, 800, 1},
+		OpenLoopRate:     1000,
+		OpenLoopRooms:    2000,
+		OpenLoopReps:     3,
 		Memory:           []int{1000, 10000},
 		PollRooms:        1000,
 		PollRounds:       40,
@@ -172,7 +178,7 @@ func Full() Config {
 	c.StormSlowShare, c.StormSlow = 0.01, 20*time.Millisecond
 	c.PinShares = []float64{0.01, 0.05, 0.1, 0.25, 0.5, 0.75, 1}
 	c.PinPoint = Point{1000, 3000, 2}
-	c.OpenLoopRate, c.OpenLoopRooms = 1500, 20000
+	c.OpenLoopRate, c.OpenLoopRooms, c.OpenLoopReps = 1500, 20000, 1
 	c.Memory = []int{1000, 10000, 100000}
 	c.PollRounds = 200
 	c.Large = FullLarge()
@@ -186,7 +192,7 @@ func (c Config) WithReps(n int) Config {
 			ps[i].Reps = n
 		}
 	}
-	c.Storm.Reps, c.PinPoint.Reps = n, n
+	c.Storm.Reps, c.PinPoint.Reps, c.OpenLoopReps = n, n, n
 	return c
 }
 

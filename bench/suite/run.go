@@ -88,7 +88,7 @@ func Run(cfg Config, command string, progress io.Writer) (*Results, error) {
 	if cfg.OpenLoopRate > 0 {
 		spec := cfg.stormSpec(Point{Rooms: cfg.OpenLoopRooms}, cfg.StormShare)
 		spec.Rate = cfg.OpenLoopRate
-		s := r.runSet(fmt.Sprintf("open loop %.0f rooms/s", cfg.OpenLoopRate), stormSetting, spec, 1)
+		s := r.runSet(fmt.Sprintf("open loop %.0f rooms/s", cfg.OpenLoopRate), stormSetting, spec, max(cfg.OpenLoopReps, 1))
 		res.OpenLoop = &s
 	}
 	for _, n := range cfg.Memory {
