@@ -164,8 +164,8 @@ func Markdown(r *suite.Results) string {
 	var b strings.Builder
 	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	w("# kvxfer benchmark report (%s suite)\n\n", r.Suite)
-	w("Produced by `%s` on %s: %s, GOMAXPROCS=%d, %d CPUs, %s wall. ", r.Command, r.Started.Format("2006-01-02 15:04 UTC"),
-		r.GoVersion, r.GOMAXPROCS, r.NumCPU, r.Duration.Round(time.Second))
+	w("Produced by `%s` on %s: %s, GOMAXPROCS=%d, %d CPUs, %s, %s wall. ", r.Command, r.Started.Format("2006-01-02 15:04 UTC"),
+		r.GoVersion, r.GOMAXPROCS, r.NumCPU, gcPolicy(r.GCFloorMiB), r.Duration.Round(time.Second))
 	w("Load average (1, 5, 15 min) at the start %s, at the end %s: the machine is shared. ", r.LoadAvg[0], r.LoadAvg[1])
 	w("Engines: %s. `docs/benchmarks.md` explains every scenario and metric.\n\n", strings.Join(r.Engines, ", "))
 	w("## Headline\n\n%s\n", Headline(r))
@@ -444,4 +444,12 @@ func heapCell(b float64) string {
 		return "—"
 	}
 	return fmt.Sprintf("%.0f", b)
+}
+
+// gcPolicy says how the run's process collected: every engine shares it.
+func gcPolicy(floorMiB int) string {
+	if floorMiB <= 0 {
+		return "GC: GOGC alone"
+	}
+	return fmt.Sprintf("GC heap floor %d MiB (kvxferd's -gc-floor-mib)", floorMiB)
 }

@@ -101,6 +101,9 @@ type Config struct {
 	// Large, if set: the large-room scenario over real NIXL (bench/large;
 	// skipped with the reason where NIXL is absent).
 	Large *large.Config
+	// GCFloorMiB is the process's GC heap floor during the run
+	// (internal/gcfloor; kvxferd's -gc-floor-mib, default 64; 0: GOGC alone).
+	GCFloorMiB int
 	// Quiet overrides how long a run waits, with nothing changing, before it
 	// declares the workload quiesced (default: workload.Options' 400 ms).
 	Quiet time.Duration
@@ -131,6 +134,7 @@ func Quick() Config {
 		PollRounds:       40,
 		Races:            true,
 		Large:            QuickLarge(),
+		GCFloorMiB:       64,
 	}
 }
 

@@ -19,7 +19,10 @@ type Results struct {
 	GoVersion  string        `json:"go_version"`
 	GOMAXPROCS int           `json:"gomaxprocs"`
 	NumCPU     int           `json:"num_cpu"`
-	Engines    []string      `json:"engines"`
+	// GCFloorMiB is the heap floor the run's process kept (internal/gcfloor,
+	// as kvxferd's -gc-floor-mib); 0: GOGC alone.
+	GCFloorMiB int      `json:"gc_floor_mib"`
+	Engines    []string `json:"engines"`
 	// LoadAvg is /proc/loadavg at the start and the end: the machine is
 	// shared, and a load above the CPU count explains noisy figures.
 	LoadAvg [2]string `json:"loadavg"`

@@ -17,6 +17,7 @@ import (
 	"github.com/kvxfer/kvxfer/bench/stats"
 	"github.com/kvxfer/kvxfer/bench/workload"
 	wl "github.com/kvxfer/kvxfer/emul/workload"
+	"github.com/kvxfer/kvxfer/internal/gcfloor"
 	"github.com/kvxfer/kvxfer/nixl/loopback"
 	"github.com/kvxfer/kvxfer/nixl/sglang"
 )
@@ -37,7 +38,14 @@ type runner struct {
 // line per second (nil: none).
 func Run(cfg Config, command string, progress io.Writer) (*Results, error) {
 	res := &Results{Suite: cfg.Name, Command: command, Started: time.Now().UTC(), GoVersion: runtime.Version(),
-		GOMAXPROCS: runtime.GOMAXPROCS(0), NumCPU: runtime.NumCPU()}
+		GOMAXPROCS: runtime.GOMAXPROCS(0), NumCPU: runtime.NumCPU(), GCFloorMiB: cfg.GCFloorMiB}
+	// Every engine runs in this process under kvxferd's GC policy: a heap
+	// floor (internal/gcfloor), or GOGC alone where cfg turns it off.
+	if tu := gcfloor.Start(uint64(max(cfg.GCFloorMiB, 0)) << 20); tu != nil {
+		defer tu.Stop()
+	} else {
+		res.GCFloorMiB = 0
+	}
 	for _, k := range cfg.Engines {
 		res.Engines = append(res.Engines, string(k))
 	}

@@ -45,6 +45,7 @@ func run(args []string) error {
 	only := fs.String("only", "", "comma-separated parts to run (throughput,paced,overhead,storm,pins,openloop,memory,poll,races,large) or throughput settings (instant,copies,rdma: throughput at those only); default all")
 	largeTLS := fs.String("large-tls", "", "UCX_TLS of the large-room scenario (default: the suite's, tcp,self,sm)")
 	largeWrap := fs.String("large-target-wrap", "", "command prefix for the large-room scenario's decode stand-in, e.g. 'ip netns exec NS' (a second host)")
+	gcFloor := fs.Int("gc-floor-mib", -1, "the process's GC heap floor in MiB, as kvxferd's -gc-floor-mib (0: GOGC alone; negative: the suite's, 64)")
 	largeNPT := fs.Bool("large-no-progress-thread", false, "large-room scenario: both initiators without NIXL's progress thread")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -66,6 +67,9 @@ func run(args []string) error {
 		}
 	}
 	cfg.Races = cfg.Races && !*noRaces
+	if *gcFloor >= 0 {
+		cfg.GCFloorMiB = *gcFloor
+	}
 	if cfg.Large != nil {
 		if *largeTLS != "" {
 			cfg.Large.Transport = *largeTLS

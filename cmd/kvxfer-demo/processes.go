@@ -61,6 +61,7 @@ func processesMain(args []string) error {
 	keep := fs.Bool("keep", false, "keep the run directory (logs, JSON summaries)")
 	spinMax := fs.Duration("spin-max", 0, "the scheduler's shm_attach spin_max_us: the most kvxferd's ring consumer keeps spinning while records keep coming (0: kvxferd's default)")
 	emulProcs := fs.Int("emulator-procs", 1, "GOMAXPROCS of the emulator processes, which stand in for single-threaded Python event loops (0: Go's default; a GOMAXPROCS in the environment wins)")
+	gcFloor := fs.Int("gc-floor-mib", -1, "kvxferd's -gc-floor-mib (negative: its default)")
 	profDir := fs.String("profile", "", "write kvxferd's CPU, block, mutex and heap profiles of the whole run into this directory (kvxferd.{cpu,block,mutex,heap}.pprof)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -119,6 +120,9 @@ func processesMain(args []string) error {
 		"-decode-protocol", *proto, "-log-level", "warn", "-debug-addr", ""}
 	if *legacy != "" {
 		dargs = append(dargs, "-decode-protocol-legacy", *legacy)
+	}
+	if *gcFloor >= 0 {
+		dargs = append(dargs, "-gc-floor-mib", strconv.Itoa(*gcFloor))
 	}
 	if *profDir != "" {
 		if err := os.MkdirAll(*profDir, 0o755); err != nil {

@@ -25,6 +25,7 @@ import (
 
 	"github.com/kvxfer/kvxfer/actors"
 	"github.com/kvxfer/kvxfer/daemon"
+	"github.com/kvxfer/kvxfer/internal/gcfloor"
 	"github.com/kvxfer/kvxfer/nixl/cuda"
 	"github.com/kvxfer/kvxfer/nixl/libnixl"
 	"github.com/kvxfer/kvxfer/nixl/loopback"
@@ -128,6 +129,7 @@ func runWithOutput(args []string, getenv func(string) string, usage io.Writer) e
 	bytesPerPage := fs.Int64("kv-bytes-per-page", 0, "KV bytes of one page over all layers of this rank, for kv_transfer.bytes and kvxfer_transfer_bytes_total (0: taken from the registered memory)")
 	memfds := fs.String("memfd", "", "memory files (sealed memfds) the parent passed at exec, by descriptor number (comma separated): the scheduler's host KV, state and aux pools; register_memory names them as {memfd: N}")
 	spare := fs.Int("spare-procs", 1, "Go processors added to the machine's GOMAXPROCS, unless the GOMAXPROCS environment sets it: the shared-memory ring's consumer spins on one while a scheduler submits fast, and while every processor is busy Go polls the network (decode frames: transfer infos, ABORTs) only from its 10 ms monitor (docs/benchmarks.md, the fourth engine)")
+	gcFloor := fs.Int("gc-floor-mib", 64, "the heap goal never falls below this many MiB while the live heap is small (GOGC's goal applies above it; 0: GOGC alone; GOGC=off wins): kvxferd's live heap is a few MiB while it allocates hundreds of MiB a second, and GOGC=100 alone collects every few milliseconds (docs/kvxferd.md)")
 	var prof profiles
 	fs.StringVar(&prof.cpu, "cpuprofile", "", "write a CPU profile of the whole run to this file (at shutdown)")
 	fs.StringVar(&prof.block, "blockprofile", "", "write a block profile (one sample per 10 µs blocked) to this file at shutdown")
@@ -144,6 +146,10 @@ func runWithOutput(args []string, getenv func(string) string, usage io.Writer) e
 	if n := procsWith(baseProcs, *spare, getenv("GOMAXPROCS") != ""); n != runtime.GOMAXPROCS(0) {
 		runtime.GOMAXPROCS(n)
 	}
+	if *gcFloor < 0 || *gcFloor > 1<<20 {
+		return fmt.Errorf("-gc-floor-mib %d: want 0 to 1048576", *gcFloor)
+	}
+	defer gcfloor.Start(uint64(*gcFloor) << 20).Stop()
 	if ids, err := daemon.ParseLayerIDs(*layerIDs); err != nil {
 		return fmt.Errorf("-kv-layer-ids: %w", err)
 	} else {

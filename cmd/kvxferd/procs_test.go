@@ -3,6 +3,7 @@ package main
 import (
 	"io"
 	"runtime"
+	"runtime/debug"
 	"strings"
 	"testing"
 )
@@ -55,5 +56,24 @@ func TestSpareProcsApplied(t *testing.T) {
 	}
 	if err := runWithOutput([]string{"-spare-procs", "-1"}, noEnv, io.Discard); err == nil || !strings.Contains(err.Error(), "-spare-procs") {
 		t.Fatalf("err = %v, want -spare-procs out of range", err)
+	}
+}
+
+// TestGCFloorFlag: -gc-floor-mib out of range is an error, and a run that
+// ends leaves the GC percent as it found it (the floor's tuner stopped).
+func TestGCFloorFlag(t *testing.T) {
+	noEnv := func(string) string { return "" }
+	for _, v := range []string{"-1", "1048577"} {
+		if err := runWithOutput([]string{"-gc-floor-mib", v}, noEnv, io.Discard); err == nil || !strings.Contains(err.Error(), "-gc-floor-mib") {
+			t.Fatalf("-gc-floor-mib %s: err = %v, want out of range", v, err)
+		}
+	}
+	before := debug.SetGCPercent(100)
+	debug.SetGCPercent(before)
+	if err := runWithOutput([]string{"-gc-floor-mib", "64"}, noEnv, io.Discard); err == nil || !strings.Contains(err.Error(), "-nixl-backend") {
+		t.Fatalf("err = %v, want the missing -nixl-backend", err)
+	}
+	if after := debug.SetGCPercent(before); after != before {
+		t.Fatalf("GC percent after the run %d, want %d as before", after, before)
 	}
 }
