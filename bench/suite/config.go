@@ -101,6 +101,12 @@ type Config struct {
 	// Large, if set: the large-room scenario over real NIXL (bench/large;
 	// skipped with the reason where NIXL is absent).
 	Large *large.Config
+	// WarmUp: before the first measured run, every engine runs this many
+	// rooms at this concurrency, untimed, at every transfer setting (Reps
+	// unused): the process's first rooms grow goroutine stacks, maps and
+	// pools, and were the time-to-terminal tail of the first set's first
+	// repetition.
+	WarmUp Point
 	// GCFloorMiB is the process's GC heap floor during the run
 	// (internal/gcfloor; kvxferd's -gc-floor-mib, default 64; 0: GOGC alone).
 	GCFloorMiB int
@@ -135,6 +141,7 @@ func Quick() Config {
 		Races:            true,
 		Large:            QuickLarge(),
 		GCFloorMiB:       64,
+		WarmUp:           Point{100, 1000, 1},
 	}
 }
 

@@ -21,7 +21,11 @@ type Results struct {
 	NumCPU     int           `json:"num_cpu"`
 	// GCFloorMiB is the heap floor the run's process kept (internal/gcfloor,
 	// as kvxferd's -gc-floor-mib); 0: GOGC alone.
-	GCFloorMiB int      `json:"gc_floor_mib"`
+	GCFloorMiB int `json:"gc_floor_mib"`
+	// WarmUpRuns is how many untimed warm-up runs came before the first
+	// measured one (Config.WarmUp; one per engine and transfer setting).
+	WarmUpRuns int      `json:"warm_up_runs"`
+	WarmUp     Point    `json:"warm_up"`
 	Engines    []string `json:"engines"`
 	// LoadAvg is /proc/loadavg at the start and the end: the machine is
 	// shared, and a load above the CPU count explains noisy figures.

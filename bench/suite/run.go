@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"runtime/metrics"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -32,13 +33,14 @@ type runner struct {
 	prog   atomic.Pointer[workload.Progress]
 	total  atomic.Int64
 	pace   time.Duration // of the runs in progress
+	res    *Results
 }
 
 // Run runs every scenario of cfg and returns the results. progress gets a
 // line per second (nil: none).
 func Run(cfg Config, command string, progress io.Writer) (*Results, error) {
 	res := &Results{Suite: cfg.Name, Command: command, Started: time.Now().UTC(), GoVersion: runtime.Version(),
-		GOMAXPROCS: runtime.GOMAXPROCS(0), NumCPU: runtime.NumCPU(), GCFloorMiB: cfg.GCFloorMiB}
+		GOMAXPROCS: runtime.GOMAXPROCS(0), NumCPU: runtime.NumCPU(), GCFloorMiB: cfg.GCFloorMiB, WarmUp: cfg.WarmUp}
 	// Every engine runs in this process under kvxferd's GC policy: a heap
 	// floor (internal/gcfloor), or GOGC alone where cfg turns it off.
 	if tu := gcfloor.Start(uint64(max(cfg.GCFloorMiB, 0)) << 20); tu != nil {
@@ -55,7 +57,7 @@ func Run(cfg Config, command string, progress io.Writer) (*Results, error) {
 		return nil, fmt.Errorf("suite: building the loopback fabric: %w", err)
 	}
 	defer f.Close()
-	r := &runner{cfg: cfg, fabric: f}
+	r := &runner{cfg: cfg, fabric: f, res: res}
 	if r.direct, err = dict.NewDirect(f.Prefill.Agent, &f.Prefill.Geo, []sglang.PeerGeometry{f.Decode[0].Peer(), f.Decode[1].Peer()}, 4); err != nil {
 		return nil, fmt.Errorf("suite: preparing the dict engines' direct NIXL path: %w", err)
 	}
@@ -63,6 +65,9 @@ func Run(cfg Config, command string, progress io.Writer) (*Results, error) {
 	stop := r.display(progress, res.Started)
 	defer stop()
 
+	if err := r.warmUp(); err != nil {
+		return nil, err
+	}
 	for _, p := range cfg.Throughput {
 		for _, st := range cfg.Settings {
 			spec := st.spec(workload.Spec{Rooms: p.Rooms, Concurrency: p.Concurrency, TwoAgents: 0.3, Seed: cfg.Seed})
@@ -134,6 +139,40 @@ func Run(cfg Config, command string, progress io.Writer) (*Results, error) {
 	res.Duration = time.Since(res.Started)
 	res.LoadAvg[1] = loadavg()
 	return res, nil
+}
+
+// warmUp runs every engine once at every transfer setting of the suite (the
+// RDMA model where it has none), Config.WarmUp's rooms, discarding the
+// results.
+func (r *runner) warmUp() error {
+	if r.cfg.WarmUp.Rooms <= 0 {
+		return nil
+	}
+	sets := r.cfg.Settings
+	if len(sets) == 0 {
+		sets = []Setting{rdmaSetting(nil)}
+	}
+	for _, st := range sets {
+		spec := st.spec(workload.Spec{Rooms: r.cfg.WarmUp.Rooms, Concurrency: r.cfg.WarmUp.Concurrency, TwoAgents: 0.3, Seed: r.cfg.Seed + 1})
+		plans, err := workload.Generate(spec)
+		if err != nil {
+			return err
+		}
+		spec, _ = spec.Normalize()
+		if st.Loopback {
+			r.setWire(spec.LatencyFunc(), st.Bandwidth)
+		}
+		for _, k := range r.cfg.Engines {
+			p := &workload.Progress{}
+			r.setLabel(fmt.Sprintf("warm-up, %s, %s", st.Name, k), p, len(plans))
+			if _, _, err := r.one(k, st.Loopback, plans, spec, p); err != nil {
+				return err
+			}
+			r.res.WarmUpRuns++
+		}
+	}
+	runtime.GC()
+	return nil
 }
 
 func loadavg() string {
@@ -330,21 +369,43 @@ func (s Setting) spec(sp workload.Spec) workload.Spec {
 	return sp
 }
 
-// heapProbe measures the live heap per live room once in a run: when half of
-// the rooms are terminal it forces a GC and reads HeapAlloc and the rooms
-// admitted and not yet terminal; after the run (every room terminal, the
-// engine still up) another GC gives the baseline. (mid − after) ÷ live rooms
-// includes the driver's per-room state (the same for every engine) and costs
-// the run one GC.
+// heapProbe measures the live heap per live room once in a run without
+// touching it: once half of the rooms are terminal, it waits for the next GC
+// cycle the run makes itself and takes the live heap that cycle found
+// (/gc/heap/live:bytes) and the rooms admitted and not yet terminal; after
+// the run (every room terminal, the engine still up) a forced GC gives the
+// baseline. (mid − after) ÷ live rooms includes the driver's per-room state
+// (the same for every engine). A forced GC mid-run stopped a timed run for
+// milliseconds: the rooms in flight then were the time-to-terminal tail. A
+// run that makes no cycle after its midpoint (a short run under the heap
+// floor) is not measured.
 type heapProbe struct {
 	quit chan struct{}
 	done chan [2]float64 // heap, live rooms
 }
 
+var gcMetrics = []string{"/gc/cycles/total:gc-cycles", "/gc/heap/live:bytes"}
+
+// readGC returns the GC cycles completed and the live heap the last one found.
+func readGC(s []metrics.Sample) (cycles, live uint64) {
+	metrics.Read(s)
+	return s[0].Value.Uint64(), s[1].Value.Uint64()
+}
+
+func gcSamples() []metrics.Sample {
+	s := make([]metrics.Sample, len(gcMetrics))
+	for i, n := range gcMetrics {
+		s[i].Name = n
+	}
+	return s
+}
+
 func startHeapProbe(p *workload.Progress, n int) *heapProbe {
 	h := &heapProbe{quit: make(chan struct{}), done: make(chan [2]float64, 1)}
 	go func() {
-		var ms runtime.MemStats
+		s := gcSamples()
+		mid := false
+		var cycles uint64
 		for {
 			select {
 			case <-h.quit:
@@ -353,14 +414,15 @@ func startHeapProbe(p *workload.Progress, n int) *heapProbe {
 			default:
 			}
 			term, adm := p.Terminal.Load(), p.Admitted.Load()
-			if term >= int64(n/2) && adm > term {
-				runtime.GC()
-				runtime.ReadMemStats(&ms)
-				live := p.Admitted.Load() - p.Terminal.Load()
-				if live <= 0 {
-					live = adm - term
+			switch c, live := readGC(s); {
+			case !mid && term >= int64(n/2) && adm > term:
+				mid, cycles = true, c
+			case mid && c > cycles:
+				rooms := p.Admitted.Load() - p.Terminal.Load()
+				if rooms <= 0 {
+					rooms = adm - term
 				}
-				h.done <- [2]float64{float64(ms.HeapAlloc), float64(live)}
+				h.done <- [2]float64{float64(live), float64(rooms)}
 				return
 			}
 			time.Sleep(time.Millisecond)
@@ -369,18 +431,17 @@ func startHeapProbe(p *workload.Progress, n int) *heapProbe {
 	return h
 }
 
-// stop returns the heap per live room, 0 when the probe saw no mid-run point
-// or one that cannot say (see heapPerRoom).
+// stop returns the heap per live room, 0 when the probe saw no mid-run
+// cycle or one that cannot say (see heapPerRoom).
 func (h *heapProbe) stop() float64 {
 	close(h.quit)
 	m := <-h.done
 	if m[1] == 0 {
 		return 0
 	}
-	var ms runtime.MemStats
 	runtime.GC()
-	runtime.ReadMemStats(&ms)
-	return heapPerRoom(m[0], float64(ms.HeapAlloc), m[1])
+	_, after := readGC(gcSamples())
+	return heapPerRoom(m[0], float64(after), m[1])
 }
 
 // minProbeRooms is the fewest live rooms a heap probe divides by: below it

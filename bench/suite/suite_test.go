@@ -23,6 +23,7 @@ func Tiny() Config {
 	c.PollRooms, c.PollRounds = 20, 3
 	c.Races = false
 	c.Quiet = 100 * time.Millisecond
+	c.WarmUp = Point{4, 24, 1}
 	return c
 }
 
@@ -35,6 +36,9 @@ func TestTinySuite(t *testing.T) {
 	if len(r.Throughput) != 2*len(Settings()) || len(r.Paced) != 1 || r.Paced[0].Pace != time.Millisecond || len(r.Overhead) != 1 || r.Storm == nil || len(r.Pins) != 1 || r.OpenLoop == nil ||
 		len(r.Memory) != 2 || len(r.Poll) != 3 {
 		t.Fatalf("missing scenarios: %+v", r)
+	}
+	if want := len(r.Engines) * len(Settings()); r.WarmUpRuns != want {
+		t.Fatalf("warm-up runs %d, want one per engine and setting (%d)", r.WarmUpRuns, want)
 	}
 	for _, set := range append(append([]RunSet{*r.Storm, *r.OpenLoop, r.Paced[0]}, r.Throughput...), r.Overhead...) {
 		if len(set.Engines) != 3 {
