@@ -229,7 +229,7 @@ func TestF7BootstrapIntegrity(t *testing.T) {
 	time.Sleep(time.Second)
 	grown := d.proc().rssMiB() - rssBefore
 	now2, _, _ := httpBody(rankURL, 5*time.Second)
-	record(t, "F7 50,000 fake rank tuples", fmt.Sprintf("≤ %d accepted (rank table capped); RSS growth ≤ %.0f MiB; route intact", bounds.f7Accepted, bounds.f7RSSMiB),
+	record(t, "F7 50,000 fake rank tuples", fmt.Sprintf("≤ %d accepted (rank table capped); RSS growth ≤ %.0f MiB (16 + the %d MiB GC heap floor); route intact", bounds.f7Accepted, bounds.f7RSSMiB, gcFloorMiB),
 		fmt.Sprintf("%.1f s, answers %v; RSS %+.1f MiB; route after %s", time.Since(start).Seconds(), codes, grown, string(now2)),
 		codes[200] <= bounds.f7Accepted && grown <= bounds.f7RSSMiB && strings.Contains(string(now2), want))
 	checkHonest(t, w, 90*time.Second)

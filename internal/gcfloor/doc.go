@@ -9,8 +9,8 @@
 // to at least Floor bytes while the live heap is small, and leaves GOGC's
 // proportional goal alone once the live heap is large: after every cycle,
 // Tuner sets the GC percent to the larger of the base (GOGC) and the percent
-// whose goal is the floor (Percent). The cost is memory: the heap may grow
-// to the floor before a cycle runs.
+// whose goal is the floor (Percent). The cost is memory: garbage may grow the
+// heap to the floor before a cycle runs.
 //
 // GOGC=off (a negative base) turns the floor off: the operator chose.
 package gcfloor

@@ -7,31 +7,38 @@ import (
 	"sync/atomic"
 )
 
-// MaxPercent caps the percent a floor sets, so that a nearly empty heap (a
-// process just started) does not ask for an absurd ratio.
-const MaxPercent = 10_000
+// runtimeMinHeap is Go's minimum heap goal at GOGC=100 (the runtime's
+// defaultHeapMinimum); it scales with the percent, so a percent above
+// floor/runtimeMinHeap × 100 would put the goal above the floor whatever the
+// live heap (4 MiB × 10,000 % is 400 MiB).
+const runtimeMinHeap = 4 << 20
 
-// Percent is the GC percent for a heap of live bytes: base (GOGC) where
-// base's goal, live × (1 + base/100), reaches floor; otherwise the smallest
-// percent whose goal does, capped at MaxPercent. A negative base (GOGC=off)
-// or a zero floor leaves base.
-func Percent(live, floor uint64, base int) int {
+// maxPercent is the largest percent whose minimum goal stays within floor.
+func maxPercent(floor uint64) uint64 { return floor * 100 / runtimeMinHeap }
+
+// Percent is the GC percent for a heap whose last cycle found live bytes
+// live and scan bytes to scan (live heap, goroutine stacks and globals: Go's
+// goal is live + scan × percent/100): base (GOGC) where base's goal reaches
+// floor; otherwise the smallest percent whose goal does, capped where Go's
+// minimum goal (4 MiB × percent/100) would pass the floor: a process before
+// its first cycle, or with a nearly empty heap, gets the floor as its goal. A
+// negative base (GOGC=off) or a zero floor leaves base.
+func Percent(live, scan, floor uint64, base int) int {
 	if base < 0 || floor == 0 {
 		return base
 	}
-	if live == 0 {
-		return max(base, MaxPercent)
+	scan = max(scan, live)
+	if scan == 0 {
+		return max(base, int(maxPercent(floor)))
 	}
-	if live >= floor {
+	if live >= floor || live+scan/100*uint64(base)+scan%100*uint64(base)/100 >= floor {
 		return base
 	}
-	// ceil(floor × 100 / live) − 100, without overflow for any floor a
+	// ceil((floor − live) × 100 / scan), without overflow for any floor a
 	// process can hold.
-	p := (floor/live)*100 + ((floor%live)*100+live-1)/live - 100
-	if p > MaxPercent {
-		p = MaxPercent
-	}
-	return max(base, int(p))
+	need := floor - live
+	p := (need/scan)*100 + ((need%scan)*100+scan-1)/scan
+	return max(base, int(min(p, maxPercent(floor))))
 }
 
 // Tuner applies Percent after every GC cycle.
@@ -59,7 +66,7 @@ func start(floor uint64, adjusted func(uint64, int)) *Tuner {
 		return nil
 	}
 	t := &Tuner{floor: floor, base: base, adjusted: adjusted,
-		sample: []metrics.Sample{{Name: "/gc/heap/live:bytes"}}}
+		sample: []metrics.Sample{{Name: "/gc/heap/live:bytes"}, {Name: "/gc/scan/stack:bytes"}, {Name: "/gc/scan/globals:bytes"}}}
 	t.tune()
 	t.arm()
 	return t
@@ -76,11 +83,14 @@ func (t *Tuner) Stop() {
 
 func (t *Tuner) tune() {
 	metrics.Read(t.sample)
-	var live uint64
-	if t.sample[0].Value.Kind() == metrics.KindUint64 {
-		live = t.sample[0].Value.Uint64()
+	var v [3]uint64
+	for i, s := range t.sample {
+		if s.Value.Kind() == metrics.KindUint64 {
+			v[i] = s.Value.Uint64()
+		}
 	}
-	p := Percent(live, t.floor, t.base)
+	live := v[0]
+	p := Percent(live, live+v[1]+v[2], t.floor, t.base)
 	debug.SetGCPercent(p)
 	if t.adjusted != nil {
 		t.adjusted(live, p)
