@@ -16,6 +16,7 @@ import (
 	"github.com/kvxfer/kvxfer/actors/room"
 	"github.com/kvxfer/kvxfer/internal/clock"
 	"github.com/kvxfer/kvxfer/internal/dispatch"
+	"github.com/kvxfer/kvxfer/internal/mailbox"
 	"github.com/kvxfer/kvxfer/kv"
 )
 
@@ -178,7 +179,7 @@ func New(cfg Config) (*Engine, error) {
 		e.loops = append(e.loops, loop)
 		props := actor.PropsFromProducer(func() actor.Actor { return newShard(e, capPerShard, lim, dir) },
 			actor.WithSupervisor(actor.NewOneForOneStrategy(0, 0, func(any) actor.Directive { return actor.StopDirective })),
-			actor.WithMailbox(actor.UnboundedLockfree()), // no mutex in a mailbox (the default's ring has one)
+			actor.WithMailbox(mailbox.Unbounded()), // no allocation per message (internal/mailbox)
 			actor.WithDispatcher(loop))
 		e.shards = append(e.shards, sys.Root.Spawn(props))
 	}

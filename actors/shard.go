@@ -11,6 +11,7 @@ import (
 
 	"github.com/kvxfer/kvxfer/actors/room"
 	"github.com/kvxfer/kvxfer/internal/clock"
+	"github.com/kvxfer/kvxfer/internal/mailbox"
 	"github.com/kvxfer/kvxfer/kv"
 )
 
@@ -155,7 +156,7 @@ func (s *shard) Receive(ctx actor.Context) {
 			a := s.next
 			s.next = nil
 			return a
-		}, actor.WithMailbox(actor.UnboundedLockfree()), actor.WithDispatcher(roomDispatcher))
+		}, actor.WithMailbox(mailbox.Unbounded()), actor.WithDispatcher(roomDispatcher))
 		s.armSweep()
 	case *envelope:
 		// Read before routing: a room actor runs on this goroutine (see

@@ -12,6 +12,7 @@ import (
 	"github.com/kvxfer/kvxfer/actors/room"
 	"github.com/kvxfer/kvxfer/internal/clock"
 	"github.com/kvxfer/kvxfer/internal/dispatch"
+	"github.com/kvxfer/kvxfer/internal/mailbox"
 	"github.com/kvxfer/kvxfer/kv"
 	"github.com/kvxfer/kvxfer/nixl"
 	"github.com/kvxfer/kvxfer/nixl/sglang"
@@ -99,7 +100,7 @@ func New(cfg Config) (*Pool, error) {
 		loop := dispatch.NewLoop(300)
 		p.loops = append(p.loops, loop)
 		p.pids = append(p.pids, system.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return newWorker(p) },
-			actor.WithDispatcher(loop))))
+			actor.WithMailbox(mailbox.Unbounded()), actor.WithDispatcher(loop))))
 	}
 	return p, nil
 }
