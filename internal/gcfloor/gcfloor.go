@@ -4,6 +4,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
+	"sync"
 	"sync/atomic"
 )
 
@@ -43,8 +44,11 @@ func Percent(live, scan, floor uint64, base int) int {
 
 // Tuner applies Percent after every GC cycle.
 type Tuner struct {
-	floor   uint64
-	base    int
+	floor uint64
+	base  int
+	// mu orders a cycle's tune against Stop, so that Stop's restored base
+	// is the last percent set.
+	mu      sync.Mutex
 	stopped atomic.Bool
 	// adjusted, if set, is called with each percent set (tests).
 	adjusted func(live uint64, percent int)
@@ -75,13 +79,23 @@ func start(floor uint64, adjusted func(uint64, int)) *Tuner {
 // Stop restores the base percent; the hook armed for the next cycle ends
 // there.
 func (t *Tuner) Stop() {
-	if t == nil || t.stopped.Swap(true) {
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.stopped.Swap(true) {
 		return
 	}
 	debug.SetGCPercent(t.base)
 }
 
 func (t *Tuner) tune() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.stopped.Load() {
+		return
+	}
 	metrics.Read(t.sample)
 	var v [3]uint64
 	for i, s := range t.sample {
