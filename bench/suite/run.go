@@ -33,7 +33,6 @@ type runner struct {
 	prog   atomic.Pointer[workload.Progress]
 	total  atomic.Int64
 	pace   time.Duration // of the runs in progress
-	res    *Results
 }
 
 // Run runs every scenario of cfg and returns the results. progress gets a
@@ -43,9 +42,9 @@ func Run(cfg Config, command string, progress io.Writer) (*Results, error) {
 		GOMAXPROCS: runtime.GOMAXPROCS(0), NumCPU: runtime.NumCPU(), GCFloorMiB: cfg.GCFloorMiB, WarmUp: cfg.WarmUp}
 	// Every engine runs in this process under kvxferd's GC policy: a heap
 	// floor (internal/gcfloor), or GOGC alone where cfg turns it off.
-	if tu := gcfloor.Start(uint64(max(cfg.GCFloorMiB, 0)) << 20); tu != nil {
-		defer tu.Stop()
-	} else {
+	tu := gcfloor.Start(uint64(max(cfg.GCFloorMiB, 0)) << 20)
+	defer tu.Stop()
+	if tu == nil {
 		res.GCFloorMiB = 0
 	}
 	for _, k := range cfg.Engines {
@@ -57,7 +56,7 @@ func Run(cfg Config, command string, progress io.Writer) (*Results, error) {
 		return nil, fmt.Errorf("suite: building the loopback fabric: %w", err)
 	}
 	defer f.Close()
-	r := &runner{cfg: cfg, fabric: f, res: res}
+	r := &runner{cfg: cfg, fabric: f}
 	if r.direct, err = dict.NewDirect(f.Prefill.Agent, &f.Prefill.Geo, []sglang.PeerGeometry{f.Decode[0].Peer(), f.Decode[1].Peer()}, 4); err != nil {
 		return nil, fmt.Errorf("suite: preparing the dict engines' direct NIXL path: %w", err)
 	}
@@ -65,9 +64,7 @@ func Run(cfg Config, command string, progress io.Writer) (*Results, error) {
 	stop := r.display(progress, res.Started)
 	defer stop()
 
-	if err := r.warmUp(); err != nil {
-		return nil, err
-	}
+	res.WarmUpRuns = r.warmUp()
 	for _, p := range cfg.Throughput {
 		for _, st := range cfg.Settings {
 			spec := st.spec(workload.Spec{Rooms: p.Rooms, Concurrency: p.Concurrency, TwoAgents: 0.3, Seed: cfg.Seed})
@@ -143,10 +140,10 @@ func Run(cfg Config, command string, progress io.Writer) (*Results, error) {
 
 // warmUp runs every engine once at every transfer setting of the suite (the
 // RDMA model where it has none), Config.WarmUp's rooms, discarding the
-// results.
-func (r *runner) warmUp() error {
+// results; it returns the runs made.
+func (r *runner) warmUp() int {
 	if r.cfg.WarmUp.Rooms <= 0 {
-		return nil
+		return 0
 	}
 	sets := r.cfg.Settings
 	if len(sets) == 0 {
@@ -154,25 +151,9 @@ func (r *runner) warmUp() error {
 	}
 	for _, st := range sets {
 		spec := st.spec(workload.Spec{Rooms: r.cfg.WarmUp.Rooms, Concurrency: r.cfg.WarmUp.Concurrency, TwoAgents: 0.3, Seed: r.cfg.Seed + 1})
-		plans, err := workload.Generate(spec)
-		if err != nil {
-			return err
-		}
-		spec, _ = spec.Normalize()
-		if st.Loopback {
-			r.setWire(spec.LatencyFunc(), st.Bandwidth)
-		}
-		for _, k := range r.cfg.Engines {
-			p := &workload.Progress{}
-			r.setLabel(fmt.Sprintf("warm-up, %s, %s", st.Name, k), p, len(plans))
-			if _, _, err := r.one(k, st.Loopback, plans, spec, p); err != nil {
-				return err
-			}
-			r.res.WarmUpRuns++
-		}
+		r.runSet("warm-up "+st.Name, st, spec, 1)
 	}
-	runtime.GC()
-	return nil
+	return len(sets) * len(r.cfg.Engines)
 }
 
 func loadavg() string {

@@ -44,20 +44,19 @@ func New() *Mailbox {
 }
 
 // PostUserMessage implements actor.Mailbox.
-func (m *Mailbox) PostUserMessage(msg any) {
-	m.mu.Lock()
-	m.in = append(m.in, msg)
-	m.mu.Unlock()
-	m.userN.Add(1)
-	m.schedule()
-}
+func (m *Mailbox) PostUserMessage(msg any) { m.post(&m.in, &m.userN, msg) }
 
 // PostSystemMessage implements actor.Mailbox.
-func (m *Mailbox) PostSystemMessage(msg any) {
+func (m *Mailbox) PostSystemMessage(msg any) { m.post(&m.sys, &m.sysN, msg) }
+
+// post appends msg to q, counts it and schedules the mailbox. The count
+// follows the append: a run that finds it zero has not missed the message,
+// it sees it once the mailbox is scheduled again.
+func (m *Mailbox) post(q *[]any, n *atomic.Int32, msg any) {
 	m.mu.Lock()
-	m.sys = append(m.sys, msg)
+	*q = append(*q, msg)
 	m.mu.Unlock()
-	m.sysN.Add(1)
+	n.Add(1)
 	m.schedule()
 }
 
