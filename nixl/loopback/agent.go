@@ -99,6 +99,7 @@ type Agent struct {
 	base time.Time
 
 	notifyTimeout time.Duration
+	datagrams     atomic.Uint64 // notification datagrams sent
 
 	wakers nixl.Wakers // OnProgress
 

@@ -30,3 +30,15 @@ func Uniform(min, max time.Duration) func() time.Duration {
 	}
 	return func() time.Duration { return min + rand.N(max-min+1) }
 }
+
+// Datagrams counts the notification datagrams a sent.
+func (a *Agent) Datagrams() uint64 { return a.datagrams.Load() }
+
+// Landed reports whether request id's bytes were copied (a delayed request
+// then waits for its due time in Poll).
+func (a *Agent) Landed(id nixl.XferID) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	x := a.xfers[id]
+	return x != nil && x.landed
+}

@@ -2,10 +2,12 @@ package loopback_test
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/kvxfer/kvxfer/internal/clock"
+	"github.com/kvxfer/kvxfer/internal/testrig"
 	"github.com/kvxfer/kvxfer/nixl"
 	"github.com/kvxfer/kvxfer/nixl/loopback"
 )
@@ -194,5 +196,80 @@ func TestRepostGetsNewDue(t *testing.T) {
 	r.clk.Advance(time.Millisecond)
 	if st := r.poll(t, x); st.State != nixl.Done {
 		t.Fatalf("repost at due: %v", st.State)
+	}
+}
+
+// TestLatencyDueNotificationsBatchPerPeer: requests to two peers that come
+// due together complete in one poll, which sends each peer its notifications
+// in one datagram, in post order, not a datagram per request (a poller sent
+// one write per request and blocked on the peer's queue).
+func TestLatencyDueNotificationsBatchPerPeer(t *testing.T) {
+	r := newLatencyRig(t)
+	d2 := newAgent(t)
+	dst2, _, err := d2.AllocRegistered(nixl.DRAM, 0, 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	md2, _ := d2.LocalMetadata()
+	peer2, err := r.a.LoadPeer(md2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{r.peer, peer2} {
+		r.a.SetFault(p, loopback.Fault{Latency: loopback.Fixed(50 * time.Microsecond)})
+	}
+	const n = 48 // 64-byte segments: request i writes segment i
+	var ids []nixl.XferID
+	want := map[string][]string{}
+	for i := range n {
+		peer, dst, to := r.peer, r.dst, r.d.Name()
+		if i%3 == 2 {
+			peer, dst, to = peer2, dst2, d2.Name()
+		}
+		msg := fmt.Sprintf("room-%d", i)
+		x, err := r.a.Create(nixl.Write, nixl.DRAM, []nixl.Desc{nixl.DescOf(r.src[i*64:(i+1)*64], 0)},
+			peer, nixl.DRAM, []nixl.Desc{nixl.DescOf(dst[i*64:(i+1)*64], 0)}, []byte(msg))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st, err := r.a.Post(x); err != nil || st != nixl.InProgress {
+			t.Fatalf("post %d: %v %v", i, st, err)
+		}
+		ids = append(ids, x)
+		want[to] = append(want[to], msg)
+	}
+	testrig.Eventually(t, 20*time.Second, "every request landed", func() bool {
+		for _, x := range ids {
+			if !r.a.Landed(x) {
+				return false
+			}
+		}
+		return true
+	})
+	before := r.a.Datagrams()
+	r.clk.Advance(time.Second)
+	st := make([]nixl.Status, n)
+	if err := r.a.Poll(ids, st); err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range st {
+		if s.State != nixl.Done || s.Err != nil {
+			t.Fatalf("request %d: %v %v", i, s.State, s.Err)
+		}
+	}
+	if got := r.a.Datagrams() - before; got != 2 {
+		t.Fatalf("%d datagrams for %d notifications to 2 peers, want one per peer", got, n)
+	}
+	for _, d := range []*loopback.Agent{r.d, d2} {
+		var got []nixl.Notif
+		testrig.Eventually(t, 20*time.Second, "notifications of "+d.Name(), func() bool {
+			got, _ = d.Notifs(got)
+			return len(got) >= len(want[d.Name()])
+		})
+		for i, m := range want[d.Name()] {
+			if got[i].Msg != m || got[i].Peer != r.a.Name() {
+				t.Fatalf("%s notification %d: %+v, want %q", d.Name(), i, got[i], m)
+			}
+		}
 	}
 }

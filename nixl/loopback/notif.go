@@ -122,6 +122,9 @@ func (a *Agent) sendRaw(p *peer, frame []byte) error {
 			_, err = c.Write(frame)
 		}
 	}
+	if err == nil {
+		a.datagrams.Add(1)
+	}
 	if err != nil {
 		a.mu.Lock()
 		p.disconnd = true

@@ -279,10 +279,7 @@ func (a *Agent) Poll(xs []nixl.XferID, out []nixl.Status) error {
 		// Send outside the lock (a datagram write), then settle.
 		a.mu.Unlock()
 		var errBuf [16]error
-		errs := errBuf[:0]
-		for _, j := range send {
-			errs = append(errs, a.sendRaw(j.x.peer, j.x.notif))
-		}
+		errs := a.sendDue(send, errBuf[:0])
 		a.mu.Lock()
 		for i, j := range send {
 			x := j.x
@@ -307,6 +304,55 @@ func (a *Agent) Poll(xs []nixl.XferID, out []nixl.Status) error {
 	a.mu.Unlock()
 	return nil
 }
+
+// sendDue sends the notifications of requests that came due in one poll,
+// those of one peer batched into as few datagrams as fit (appendNotifs), as
+// the copy workers send theirs: a datagram per notification made each poll
+// a write per request, and a socket whose reader lags fills up sooner,
+// blocking the poller (a transfer worker, and every room it serves) until
+// the reader drains it. It returns each request's send error, in order.
+func (a *Agent) sendDue(send []job, errs []error) []error {
+	for range send {
+		errs = append(errs, nil)
+	}
+	bp := notifBufs.Get().(*notifBuf)
+	done := bp.done[:0]
+	for range send {
+		done = append(done, false)
+	}
+	for i := range send {
+		if done[i] {
+			continue
+		}
+		p := send[i].x.peer
+		bp.msgs = bp.msgs[:0]
+		for k := i; k < len(send); k++ {
+			if !done[k] && send[k].x.peer == p {
+				bp.msgs = append(bp.msgs, send[k].x.msg)
+			}
+		}
+		var err error
+		bp.buf, err = appendNotifs(bp.buf, a.name, bp.msgs, func(frame []byte) error { return a.sendRaw(p, frame) })
+		for k := i; k < len(send); k++ {
+			if !done[k] && send[k].x.peer == p {
+				done[k], errs[k] = true, err
+			}
+		}
+	}
+	clear(bp.msgs)
+	bp.done = done[:0]
+	notifBufs.Put(bp)
+	return errs
+}
+
+// notifBuf is sendDue's scratch space, reused across polls.
+type notifBuf struct {
+	msgs [][]byte
+	buf  []byte
+	done []bool
+}
+
+var notifBufs = sync.Pool{New: func() any { return &notifBuf{} }}
 
 // pollShared answers a poll under the read lock when no request of xs is due
 // to complete now (the common case: a worker completes it, or its due time
