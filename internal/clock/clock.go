@@ -3,6 +3,7 @@ package clock
 import (
 	"container/heap"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -27,22 +28,32 @@ func (Real) Now() time.Time                            { return time.Now() }
 func (Real) AfterFunc(d time.Duration, f func()) Timer { return time.AfterFunc(d, f) }
 
 // Fake is a clock that moves only when Advance is called. It is safe for
-// concurrent use.
+// concurrent use. Now is a load, not a lock: the engine reads the clock once
+// per message on every shard and room goroutine, and a benchmark on a fake
+// clock (to run deadlines forward without waiting) must not make them queue
+// on a lock that the real clock does not have.
 type Fake struct {
 	mu     sync.Mutex
-	now    time.Time
+	now    time.Time // guarded by mu; published in cur
+	cur    atomic.Pointer[time.Time]
 	seq    uint64
 	timers timerHeap
 }
 
 // NewFake returns a fake clock set to start.
-func NewFake(start time.Time) *Fake { return &Fake{now: start} }
-
-func (f *Fake) Now() time.Time {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.now
+func NewFake(start time.Time) *Fake {
+	f := &Fake{}
+	f.set(start)
+	return f
 }
+
+// set moves the clock to t (under mu, or before the clock is shared).
+func (f *Fake) set(t time.Time) {
+	f.now = t
+	f.cur.Store(&t)
+}
+
+func (f *Fake) Now() time.Time { return *f.cur.Load() }
 
 func (f *Fake) AfterFunc(d time.Duration, fn func()) Timer {
 	f.mu.Lock()
@@ -61,13 +72,13 @@ func (f *Fake) Advance(d time.Duration) {
 	for len(f.timers) > 0 && !f.timers[0].at.After(target) {
 		t := heap.Pop(&f.timers).(*fakeTimer)
 		if t.at.After(f.now) {
-			f.now = t.at
+			f.set(t.at)
 		}
 		f.mu.Unlock()
 		t.fn()
 		f.mu.Lock()
 	}
-	f.now = target
+	f.set(target)
 	f.mu.Unlock()
 }
 

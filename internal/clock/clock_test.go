@@ -1,6 +1,7 @@
 package clock
 
 import (
+	"fmt"
 	"testing"
 	"time"
 )
@@ -40,5 +41,49 @@ func TestFakeTimerArmedByATimer(t *testing.T) {
 	c.Advance(5 * time.Second)
 	if fired != 1 {
 		t.Fatalf("a timer armed from a timer within the advance window fired %d times", fired)
+	}
+}
+
+// TestFakeNowDuringAdvance: a timer's callback reads its own due time, and
+// Now on other goroutines (a load, no lock) never goes back while Advance
+// runs, and reads the target once it returned.
+func TestFakeNowDuringAdvance(t *testing.T) {
+	start := time.Unix(100, 0)
+	c := NewFake(start)
+	var seen []time.Time
+	for i := 1; i <= 3; i++ {
+		c.AfterFunc(time.Duration(i)*time.Second, func() { seen = append(seen, c.Now()) })
+	}
+	stop := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		last := c.Now()
+		for {
+			select {
+			case <-stop:
+				done <- nil
+				return
+			default:
+			}
+			now := c.Now()
+			if now.Before(last) {
+				done <- fmt.Errorf("Now went back from %v to %v", last, now)
+				return
+			}
+			last = now
+		}
+	}()
+	c.Advance(10 * time.Second)
+	close(stop)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range seen {
+		if want := start.Add(time.Duration(i+1) * time.Second); !s.Equal(want) {
+			t.Fatalf("timer %d read %v, want its due time %v", i+1, s, want)
+		}
+	}
+	if want := start.Add(10 * time.Second); !c.Now().Equal(want) {
+		t.Fatalf("now %v, want %v", c.Now(), want)
 	}
 }
