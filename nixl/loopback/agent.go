@@ -31,11 +31,12 @@ type Options struct {
 	// real, monotonic clock). Nothing is scheduled on it: a delayed request
 	// completes when polled at or after its due time.
 	Clock clock.Clock
-	// NotifyTimeout bounds how long one notification may wait for room in
-	// a peer's receive queue (default 10 s). A live peer's reader drains its
-	// queue in microseconds; one that takes none for this long (a stopped
-	// or hung process) is marked disconnected and the send fails, so a copy
-	// worker, and the other peers' rooms behind it, are never held forever.
+	// NotifyTimeout bounds how long a notification waits in a peer's
+	// outbox for room in its receive queue (default 10 s). A live peer's
+	// reader drains its queue in microseconds; one that takes none for
+	// this long (a stopped or hung process) is marked disconnected, and
+	// its waiting requests and later sends fail (outbox.go). Nobody else
+	// waits for it meanwhile.
 	NotifyTimeout time.Duration
 }
 
@@ -73,6 +74,10 @@ type peer struct {
 	out   atomic.Pointer[net.UnixConn]
 	outMu sync.Mutex // dialOut and closeOut
 	shut  bool       // closeOut ran; under outMu
+	// ob is the notifications waiting for the peer's queue (outbox.go);
+	// obMu is held for a send to it, so that they keep their order.
+	obMu sync.Mutex
+	ob   outbox
 }
 
 // Agent is the loopback nixl.Agent. Create it with New; Close it when done.
@@ -109,6 +114,7 @@ type Agent struct {
 
 	q       queue
 	workers sync.WaitGroup
+	drains  sync.WaitGroup // outbox drains (outbox.go)
 
 	nmu         sync.Mutex
 	notifs      []nixl.Notif
@@ -522,6 +528,7 @@ func (a *Agent) Close() error {
 		}
 	}
 	a.copyMu.Unlock()
+	a.drains.Wait() // their sockets are closed: each ends at its next write
 	if e := os.RemoveAll(a.dir); e != nil {
 		err = errors.Join(err, e)
 	}

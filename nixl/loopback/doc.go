@@ -11,7 +11,9 @@
 // LoadPeer maps the peer's files into this process; a WRITE translates the peer's
 // addresses into that mapping and copies with copy(). The copy runs on a small
 // worker pool, then the notification is sent to the peer's socket, then the
-// request turns Done: the notification never overtakes the bytes.
+// request turns Done: the notification never overtakes the bytes. A peer
+// whose socket queue is full holds no sender: its notifications wait in its
+// outbox, in order, with their requests in flight (outbox.go).
 //
 // Trust: a peer's metadata is not trusted. LoadPeer maps only segments a
 // loopback agent created in this agent's own namespace (exact names, opened with

@@ -101,8 +101,9 @@ func decodeNotifs(b []byte, dst []nixl.Notif) ([]nixl.Notif, bool) {
 	return dst, true
 }
 
-// sendRaw delivers one framed notification to p's socket. A failure means the
-// peer is gone: the peer is marked disconnected, so later posts fail fast.
+// sendRaw delivers one framed notification to p's socket, waiting for room in
+// its queue (the outbox's drain). A failure means the peer is gone: the peer
+// is marked disconnected, so later posts fail fast.
 //
 // It writes on a socket connected to the peer's (dialOut), not with a sendto
 // on the agent's own socket: a peer's receive queue holds only
@@ -198,12 +199,15 @@ func (a *Agent) SendNotifs(peerName string, msgs [][]byte) error {
 		return nixl.Errorf(nixl.ErrRemoteDisconnect, "loopback send notif to %q", peerName)
 	}
 	a.mu.Unlock()
-	return a.sendMsgs(p, nil, msgs)
+	return a.sendMsgs(p, msgs)
 }
 
-// sendMsgs sends raw messages to p, batched (appendNotifs); buf is scratch.
-func (a *Agent) sendMsgs(p *peer, buf []byte, msgs [][]byte) error {
-	_, err := appendNotifs(buf, a.name, msgs, func(frame []byte) error { return a.sendRaw(p, frame) })
+// sendMsgs sends raw messages to p, batched (appendNotifs), without waiting
+// for p: what its queue does not take now waits in its outbox (outbox.go),
+// and an error there marks p gone for later sends.
+func (a *Agent) sendMsgs(p *peer, msgs [][]byte) error {
+	_, _, frames := notifFrames(nil, nil, nil, a.name, msgs)
+	_, err := a.notify(p, frames, nil)
 	return err
 }
 

@@ -279,10 +279,14 @@ func (a *Agent) Poll(xs []nixl.XferID, out []nixl.Status) error {
 		// Send outside the lock (a datagram write), then settle.
 		a.mu.Unlock()
 		var errBuf [16]error
-		errs := a.sendDue(send, errBuf[:0])
+		var queuedBuf [16]bool
+		errs, queued := a.sendDue(send, errBuf[:0], queuedBuf[:0])
 		a.mu.Lock()
 		for i, j := range send {
 			x := j.x
+			if queued[i] {
+				continue // sending until its outbox's drain settles it
+			}
 			if x.epoch == j.epoch && x.state == nixl.InProgress {
 				x.sending = false
 				if errs[i] != nil {
@@ -308,12 +312,12 @@ func (a *Agent) Poll(xs []nixl.XferID, out []nixl.Status) error {
 // sendDue sends the notifications of requests that came due in one poll,
 // those of one peer batched into as few datagrams as fit (appendNotifs), as
 // the copy workers send theirs: a datagram per notification made each poll
-// a write per request, and a socket whose reader lags fills up sooner,
-// blocking the poller (a transfer worker, and every room it serves) until
-// the reader drains it. It returns each request's send error, in order.
-func (a *Agent) sendDue(send []job, errs []error) []error {
+// a write per request, and a socket whose reader lags fills up sooner. It
+// appends each request's send error to errs, and to queued whether its
+// notification waits in the peer's outbox (notify), which then settles it.
+func (a *Agent) sendDue(send []job, errs []error, queued []bool) ([]error, []bool) {
 	for range send {
-		errs = append(errs, nil)
+		errs, queued = append(errs, nil), append(queued, false)
 	}
 	bp := notifBufs.Get().(*notifBuf)
 	done := bp.done[:0]
@@ -326,30 +330,35 @@ func (a *Agent) sendDue(send []job, errs []error) []error {
 		}
 		p := send[i].x.peer
 		bp.msgs = bp.msgs[:0]
+		var js []job
 		for k := i; k < len(send); k++ {
 			if !done[k] && send[k].x.peer == p {
 				bp.msgs = append(bp.msgs, send[k].x.msg)
+				js = append(js, send[k])
 			}
 		}
-		var err error
-		bp.buf, err = appendNotifs(bp.buf, a.name, bp.msgs, func(frame []byte) error { return a.sendRaw(p, frame) })
+		bp.buf, bp.scratch, bp.frames = notifFrames(bp.buf, bp.scratch, bp.frames, a.name, bp.msgs)
+		q, err := a.notify(p, bp.frames, func(err error) { a.settle(js, err) })
 		for k := i; k < len(send); k++ {
 			if !done[k] && send[k].x.peer == p {
-				done[k], errs[k] = true, err
+				done[k], errs[k], queued[k] = true, err, q
 			}
 		}
 	}
 	clear(bp.msgs)
+	clear(bp.frames)
 	bp.done = done[:0]
 	notifBufs.Put(bp)
-	return errs
+	return errs, queued
 }
 
 // notifBuf is sendDue's scratch space, reused across polls.
 type notifBuf struct {
-	msgs [][]byte
-	buf  []byte
-	done []bool
+	msgs    [][]byte
+	buf     []byte
+	scratch []byte
+	frames  [][]byte
+	done    []bool
 }
 
 var notifBufs = sync.Pool{New: func() any { return &notifBuf{} }}
@@ -412,10 +421,12 @@ func (a *Agent) failInflightLocked(pick func(*xfer) bool, err error) {
 
 // batch is a worker's scratch space for run.
 type batch struct {
-	jobs []job
-	res  []result
-	msgs [][]byte
-	buf  []byte
+	jobs    []job
+	res     []result
+	msgs    [][]byte
+	buf     []byte // the datagrams of one peer, end to end (notifFrames)
+	scratch []byte
+	frames  [][]byte
 }
 
 // result is what run found for one job.
@@ -426,6 +437,7 @@ type result struct {
 	err     error
 	notify  bool // its notification is to be sent (copied, not delayed)
 	sent    bool
+	queued  bool // its notification waits in the peer's outbox (notify)
 }
 
 // run executes the jobs of b on a worker: fault check and copy of each, then
@@ -468,17 +480,24 @@ func (a *Agent) run(b *batch) {
 				b.msgs = append(b.msgs, r.j.x.msg)
 			}
 		}
-		var err error
-		b.buf, err = appendNotifs(b.buf, a.name, b.msgs, func(frame []byte) error { return a.sendRaw(p, frame) })
+		var js []job // this peer's requests, settled by its outbox's drain if it queues
 		for k := i; k < len(b.res); k++ {
 			if r := &b.res[k]; r.notify && !r.sent && r.j.x.peer == p {
-				r.sent = true
+				js = append(js, r.j)
+			}
+		}
+		b.buf, b.scratch, b.frames = notifFrames(b.buf, b.scratch, b.frames, a.name, b.msgs)
+		queued, err := a.notify(p, b.frames, func(err error) { a.settle(js, err) })
+		for k := i; k < len(b.res); k++ {
+			if r := &b.res[k]; r.notify && !r.sent && r.j.x.peer == p {
+				r.sent, r.queued = true, queued
 				if err != nil {
 					r.err = err
 				}
 			}
 		}
 	}
+	clear(b.frames)
 	clear(b.msgs)
 	a.mu.Lock()
 	for _, r := range b.res {
@@ -487,6 +506,8 @@ func (a *Agent) run(b *batch) {
 			continue
 		}
 		switch {
+		case r.queued:
+			// its notification waits in the peer's outbox: drain settles it
 		case r.delayed:
 			x.landed, x.pendErr = true, r.err
 		case r.err != nil:

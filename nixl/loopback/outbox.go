@@ -1,0 +1,205 @@
+package loopback
+
+import (
+	"bytes"
+	"errors"
+	"syscall"
+
+	"github.com/kvxfer/kvxfer/nixl"
+)
+
+// A peer's outbox: the notifications its socket did not take at once, in
+// order, and the goroutine writing them (drain). A sender never waits for a
+// peer: while the peer's receive queue has room (and nothing waits before
+// it) a frame is written at once; from the first the queue refuses, the
+// frames go to the outbox, and the requests they complete stay in flight
+// until drain has written them. NIXL's notifications are asynchronous the
+// same way; a sender that waited instead held whatever called it (a copy
+// worker, a transfer worker's poll, a room's completion on its transfer
+// worker) and every other peer's requests behind it while one decode did not
+// read (a stopped process).
+type outbox struct {
+	queue []outFrame
+	bytes int
+	run   bool  // a drain goroutine is writing the queue
+	dead  error // a write failed (the peer is gone): later sends fail with it
+}
+
+// outFrame is a queued datagram; done, if set, is called once it is written
+// (nil) or the peer is found gone (the error), from the drain goroutine.
+type outFrame struct {
+	frame []byte
+	done  func(error)
+}
+
+// maxOutboxBytes bounds one peer's outbox: a peer that reads nothing is
+// found gone by the drain's first write after Options.NotifyTimeout; until
+// then at most this much waits for it.
+const maxOutboxBytes = 16 << 20
+
+// notify sends frames to p in order. queued false: every frame was written
+// (err nil) or the send failed (err) now, and done is not called. queued
+// true: the frames from the first one p's queue refused on wait in p's
+// outbox, and done is called once the last of them is written or fails.
+func (a *Agent) notify(p *peer, frames [][]byte, done func(error)) (queued bool, err error) {
+	if len(frames) == 0 {
+		return false, nil
+	}
+	ob := &p.ob
+	p.obMu.Lock()
+	defer p.obMu.Unlock()
+	if ob.dead != nil {
+		return false, ob.dead
+	}
+	i := 0
+	if len(ob.queue) == 0 && !ob.run {
+		for ; i < len(frames); i++ {
+			sent, err := a.tryWrite(p, frames[i])
+			if err != nil {
+				ob.dead = a.gone(p, err)
+				return false, ob.dead
+			}
+			if !sent {
+				break
+			}
+		}
+		if i == len(frames) {
+			return false, nil
+		}
+	}
+	n := 0
+	for _, f := range frames[i:] {
+		n += len(f)
+	}
+	if ob.bytes+n > maxOutboxBytes {
+		return false, nixl.Errorf(nixl.ErrRemoteDisconnect, "loopback: notify %q: %d bytes wait for it already", p.name, ob.bytes)
+	}
+	for _, f := range frames[i:] {
+		ob.queue = append(ob.queue, outFrame{frame: bytes.Clone(f)})
+	}
+	ob.queue[len(ob.queue)-1].done = done
+	ob.bytes += n
+	if !ob.run {
+		ob.run = true
+		a.drains.Add(1)
+		go a.drain(p)
+	}
+	return true, nil
+}
+
+// tryWrite writes frame to p's socket if its receive queue has room now.
+func (a *Agent) tryWrite(p *peer, frame []byte) (sent bool, err error) {
+	c, err := p.dialOut()
+	if err != nil {
+		return false, err
+	}
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return false, err
+	}
+	var werr error
+	if err := rc.Write(func(fd uintptr) bool {
+		_, werr = syscall.Write(int(fd), frame)
+		return true // one attempt: a full queue is the outbox's to wait for
+	}); err != nil {
+		return false, err
+	}
+	switch {
+	case werr == nil:
+		a.datagrams.Add(1)
+		return true, nil
+	case errors.Is(werr, syscall.EAGAIN):
+		return false, nil
+	}
+	return false, werr
+}
+
+// gone marks p disconnected after a failed write (later posts fail fast).
+func (a *Agent) gone(p *peer, err error) error {
+	a.mu.Lock()
+	p.disconnd = true
+	a.mu.Unlock()
+	return nixl.Errorf(nixl.ErrRemoteDisconnect, "loopback: notify %q: %v", p.name, err)
+}
+
+// drain writes p's outbox in order, each write waiting for the peer's queue
+// at most Options.NotifyTimeout (sendRaw). A failed write fails it and every
+// frame queued, and every later send to p (the peer is gone).
+func (a *Agent) drain(p *peer) {
+	defer a.drains.Done()
+	ob := &p.ob
+	for {
+		p.obMu.Lock()
+		if len(ob.queue) == 0 {
+			ob.run = false
+			p.obMu.Unlock()
+			return
+		}
+		f := ob.queue[0]
+		ob.queue[0] = outFrame{}
+		ob.queue = ob.queue[1:]
+		ob.bytes -= len(f.frame)
+		p.obMu.Unlock()
+		err := a.sendRaw(p, f.frame)
+		if err == nil {
+			if f.done != nil {
+				f.done(nil)
+			}
+			continue
+		}
+		p.obMu.Lock()
+		ob.dead = err
+		rest := ob.queue
+		ob.queue, ob.bytes, ob.run = nil, 0, false
+		p.obMu.Unlock()
+		if f.done != nil {
+			f.done(err)
+		}
+		for _, r := range rest {
+			if r.done != nil {
+				r.done(err)
+			}
+		}
+		return
+	}
+}
+
+// notifFrames frames msgs from sender into datagrams as appendNotifs does,
+// laid end to end in buf (reused; scratch too) with frames slicing it.
+func notifFrames(buf, scratch []byte, frames [][]byte, sender string, msgs [][]byte) ([]byte, []byte, [][]byte) {
+	buf, frames = buf[:0], frames[:0]
+	var ends [8]int
+	end := ends[:0]
+	scratch, _ = appendNotifs(scratch, sender, msgs, func(f []byte) error {
+		buf = append(buf, f...)
+		end = append(end, len(buf))
+		return nil
+	})
+	start := 0
+	for _, e := range end {
+		frames = append(frames, buf[start:e])
+		start = e
+	}
+	return buf, scratch, frames
+}
+
+// settle ends requests whose notifications drain wrote (err nil: Done) or
+// could not (Failed), unless they ended otherwise meanwhile, and wakes the
+// pollers.
+func (a *Agent) settle(js []job, err error) {
+	a.mu.Lock()
+	for _, j := range js {
+		x := j.x
+		if x.epoch != j.epoch || x.state != nixl.InProgress {
+			continue
+		}
+		x.sending = false
+		if err != nil {
+			x.state, x.err = nixl.Failed, err
+		} else {
+			x.state, x.err = nixl.Done, nil
+		}
+	}
+	a.mu.Unlock()
+	a.wake()
+}
