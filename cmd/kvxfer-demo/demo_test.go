@@ -43,6 +43,13 @@ func TestDemoAcrossProcesses(t *testing.T) {
 		// Pinned: every decode taken for one release.
 		{name: "pinned-0.5.22", args: []string{"-decode-protocol", "0.5.22"}, fleet: []string{"0.5.22", "0.5.22"}},
 		{name: "pinned-0.5.23", args: []string{"-decode-protocol", "0.5.23"}, fleet: []string{"0.5.23"}},
+		// One decode stopped (SIGSTOP) 4 s mid-run, its notification queue
+		// full: the other decode's rooms must not notice (the demo fails on
+		// a release timeout there: an ABORT_ACK that never came because its
+		// rooms' writes waited behind the stopped decode). A short release
+		// timeout ends the stopped decode's own waits; enough rooms that the
+		// run is still going when the pause starts (the demo fails if not).
+		{name: "paused-decode", args: []string{"-rooms", "40000", "-pause-decode", "4s", "-release-timeout", "5s"}, fleet: []string{"0.5.22", "0.5.23"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			args := append([]string{"-rooms", "400", "-concurrency", "32", "-fleet", strings.Join(tc.fleet, ",")}, tc.args...)

@@ -62,6 +62,7 @@ func processesMain(args []string) error {
 	spinMax := fs.Duration("spin-max", 0, "the scheduler's shm_attach spin_max_us: the most kvxferd's ring consumer keeps spinning while records keep coming (0: kvxferd's default)")
 	emulProcs := fs.Int("emulator-procs", 1, "GOMAXPROCS of the emulator processes, which stand in for single-threaded Python event loops (0: Go's default; a GOMAXPROCS in the environment wins)")
 	gcFloor := fs.Int("gc-floor-mib", -1, "kvxferd's -gc-floor-mib (negative: its default)")
+	pause := fs.Duration("pause-decode", 0, "stop the first decode process (SIGSTOP) this long, from "+pauseAfter.String()+" into the run, as a hung or stopped decode; the other decodes' rooms must not notice: a release timeout on one of them fails the run (needs two decodes or more)")
 	profDir := fs.String("profile", "", "write kvxferd's CPU, block, mutex and heap profiles of the whole run into this directory (kvxferd.{cpu,block,mutex,heap}.pprof)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -76,6 +77,9 @@ func processesMain(args []string) error {
 	}
 	if len(fleet) > *rooms {
 		return fmt.Errorf("-fleet: %d decode processes for %d rooms", len(fleet), *rooms)
+	}
+	if *pause > 0 && len(fleet) < 2 {
+		return errors.New("-pause-decode needs two decodes or more: the others are the ones checked")
 	}
 	exe, err := os.Executable()
 	if err != nil {
@@ -195,6 +199,7 @@ func processesMain(args []string) error {
 	start := time.Now()
 	var wg sync.WaitGroup
 	errs := make([]error, len(cmds))
+	ended := make([]time.Time, len(cmds))
 	for i, c := range cmds {
 		name := fmt.Sprintf("[%-*s] ", width, labels[i])
 		out, err := c.StdoutPipe()
@@ -210,7 +215,12 @@ func processesMain(args []string) error {
 			defer wg.Done()
 			prefix(out, name)
 			errs[i] = c.Wait()
+			ended[i] = time.Now()
 		}()
+	}
+	paused := make(chan time.Time, 1)
+	if *pause > 0 {
+		go func() { paused <- pauseProcess(ctx, fleet[0].cmd.Process, pauseAfter, *pause, os.Stdout) }()
 	}
 	wg.Wait()
 	wall := time.Since(start)
@@ -269,6 +279,17 @@ func processesMain(args []string) error {
 			failed = append(failed, fmt.Sprintf("decode %s: %d rooms completed on decode that the scheduler was told failed", d.rel, d.disagree))
 		}
 	}
+	if *pause > 0 {
+		if at := <-paused; at.IsZero() || !ended[1].After(at) {
+			failed = append(failed, "-pause-decode: decode "+fleet[0].rel.String()+" had ended before the pause: nothing was checked (raise -rooms)")
+		}
+		for _, d := range fleet[1:] {
+			if d.sum.ReleaseTimeouts > 0 {
+				failed = append(failed, fmt.Sprintf("decode %s (not paused): %d rooms whose ABORT_ACK never came (release timeouts) while decode %s was stopped",
+					d.rel, d.sum.ReleaseTimeouts, fleet[0].rel))
+			}
+		}
+	}
 	if daemonErr != nil {
 		failed = append(failed, "kvxferd: "+daemonErr.Error()+" (log: "+logFile.Name()+")")
 	}
@@ -284,6 +305,32 @@ func processesMain(args []string) error {
 	}
 	fmt.Println("OK: no room pinned, every byte decode received was verified, no page held, both sides agree, every process exited cleanly")
 	return nil
+}
+
+// pauseAfter is how far into the run -pause-decode stops its decode.
+const pauseAfter = 300 * time.Millisecond
+
+// pauseProcess stops p (SIGSTOP) after `after` for `d`, then lets it go on
+// (SIGCONT; also if ctx ends first, so that the run can end). It returns when
+// it stopped p (zero: it did not).
+func pauseProcess(ctx context.Context, p *os.Process, after, d time.Duration, w io.Writer) time.Time {
+	select {
+	case <-time.After(after):
+	case <-ctx.Done():
+		return time.Time{}
+	}
+	if p.Signal(syscall.SIGSTOP) != nil {
+		return time.Time{} // already exited
+	}
+	at := time.Now()
+	fmt.Fprintf(w, "[demo] decode process %d stopped for %s\n", p.Pid, d)
+	select {
+	case <-time.After(d):
+	case <-ctx.Done():
+	}
+	p.Signal(syscall.SIGCONT)
+	fmt.Fprintf(w, "[demo] decode process %d continued\n", p.Pid)
+	return at
 }
 
 // join compares the decode's per-room outcomes with the scheduler's.
