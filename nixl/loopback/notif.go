@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"net"
+	"syscall"
 	"time"
 
 	"github.com/kvxfer/kvxfer/nixl"
@@ -115,12 +116,12 @@ func decodeNotifs(b []byte, dst []nixl.Notif) ([]nixl.Notif, bool) {
 // bounded (Options.NotifyTimeout): a peer that takes nothing for that long
 // is treated as gone.
 func (a *Agent) sendRaw(p *peer, frame []byte) error {
-	c, err := p.dialOut()
+	o, err := p.dialOut()
 	if err == nil {
 		// A socket deadline is the kernel's and the poller's wall time; the
 		// injected clock only measures injected latency.
-		if err = c.SetWriteDeadline(time.Now().Add(a.notifyTimeout)); err == nil {
-			_, err = c.Write(frame)
+		if err = o.c.SetWriteDeadline(time.Now().Add(a.notifyTimeout)); err == nil {
+			_, err = o.c.Write(frame)
 		}
 	}
 	if err == nil {
@@ -135,16 +136,22 @@ func (a *Agent) sendRaw(p *peer, frame []byte) error {
 	return nil
 }
 
+// outConn is a peer's outgoing socket and its raw access (tryWrite).
+type outConn struct {
+	c  *net.UnixConn
+	rc syscall.RawConn
+}
+
 // dialOut returns the socket connected to the peer's notification socket,
 // connecting it on first use.
-func (p *peer) dialOut() (*net.UnixConn, error) {
-	if c := p.out.Load(); c != nil {
-		return c, nil
+func (p *peer) dialOut() (*outConn, error) {
+	if o := p.out.Load(); o != nil {
+		return o, nil
 	}
 	p.outMu.Lock()
 	defer p.outMu.Unlock()
-	if c := p.out.Load(); c != nil {
-		return c, nil
+	if o := p.out.Load(); o != nil {
+		return o, nil
 	}
 	if p.shut {
 		return nil, net.ErrClosed
@@ -153,8 +160,14 @@ func (p *peer) dialOut() (*net.UnixConn, error) {
 	if err != nil {
 		return nil, err
 	}
-	p.out.Store(c)
-	return c, nil
+	rc, err := c.SyscallConn()
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	o := &outConn{c: c, rc: rc}
+	p.out.Store(o)
+	return o, nil
 }
 
 // closeOut closes the peer's outgoing socket; a send after it fails.
@@ -162,8 +175,8 @@ func (p *peer) closeOut() {
 	p.outMu.Lock()
 	defer p.outMu.Unlock()
 	p.shut = true
-	if c := p.out.Swap(nil); c != nil {
-		c.Close()
+	if o := p.out.Swap(nil); o != nil {
+		o.c.Close()
 	}
 }
 

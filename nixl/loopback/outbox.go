@@ -3,6 +3,7 @@ package loopback
 import (
 	"bytes"
 	"errors"
+	"slices"
 	"syscall"
 
 	"github.com/kvxfer/kvxfer/nixl"
@@ -37,11 +38,13 @@ type outFrame struct {
 // then at most this much waits for it.
 const maxOutboxBytes = 16 << 20
 
-// notify sends frames to p in order. queued false: every frame was written
-// (err nil) or the send failed (err) now, and done is not called. queued
-// true: the frames from the first one p's queue refused on wait in p's
-// outbox, and done is called once the last of them is written or fails.
-func (a *Agent) notify(p *peer, frames [][]byte, done func(error)) (queued bool, err error) {
+// notify sends frames to p in order: the notifications of requests js (none
+// for SendNotifs). queued false: every frame was written (err nil) or the
+// send failed (err) now; the caller settles js. queued true: the frames from
+// the first one p's queue refused on wait in p's outbox, and js are settled
+// (settle) once the last of them is written or fails; js is copied then, so
+// a caller's scratch slice is fine.
+func (a *Agent) notify(p *peer, frames [][]byte, js []job) (queued bool, err error) {
 	if len(frames) == 0 {
 		return false, nil
 	}
@@ -77,7 +80,10 @@ func (a *Agent) notify(p *peer, frames [][]byte, done func(error)) (queued bool,
 	for _, f := range frames[i:] {
 		ob.queue = append(ob.queue, outFrame{frame: bytes.Clone(f)})
 	}
-	ob.queue[len(ob.queue)-1].done = done
+	if len(js) > 0 {
+		own := slices.Clone(js)
+		ob.queue[len(ob.queue)-1].done = func(err error) { a.settle(own, err) }
+	}
 	ob.bytes += n
 	if !ob.run {
 		ob.run = true
@@ -89,16 +95,12 @@ func (a *Agent) notify(p *peer, frames [][]byte, done func(error)) (queued bool,
 
 // tryWrite writes frame to p's socket if its receive queue has room now.
 func (a *Agent) tryWrite(p *peer, frame []byte) (sent bool, err error) {
-	c, err := p.dialOut()
-	if err != nil {
-		return false, err
-	}
-	rc, err := c.SyscallConn()
+	o, err := p.dialOut()
 	if err != nil {
 		return false, err
 	}
 	var werr error
-	if err := rc.Write(func(fd uintptr) bool {
+	if err := o.rc.Write(func(fd uintptr) bool {
 		_, werr = syscall.Write(int(fd), frame)
 		return true // one attempt: a full queue is the outbox's to wait for
 	}); err != nil {

@@ -329,16 +329,15 @@ func (a *Agent) sendDue(send []job, errs []error, queued []bool) ([]error, []boo
 			continue
 		}
 		p := send[i].x.peer
-		bp.msgs = bp.msgs[:0]
-		var js []job
+		bp.msgs, bp.js = bp.msgs[:0], bp.js[:0]
 		for k := i; k < len(send); k++ {
 			if !done[k] && send[k].x.peer == p {
 				bp.msgs = append(bp.msgs, send[k].x.msg)
-				js = append(js, send[k])
+				bp.js = append(bp.js, send[k])
 			}
 		}
 		bp.buf, bp.scratch, bp.frames = notifFrames(bp.buf, bp.scratch, bp.frames, a.name, bp.msgs)
-		q, err := a.notify(p, bp.frames, func(err error) { a.settle(js, err) })
+		q, err := a.notify(p, bp.frames, bp.js)
 		for k := i; k < len(send); k++ {
 			if !done[k] && send[k].x.peer == p {
 				done[k], errs[k], queued[k] = true, err, q
@@ -347,6 +346,7 @@ func (a *Agent) sendDue(send []job, errs []error, queued []bool) ([]error, []boo
 	}
 	clear(bp.msgs)
 	clear(bp.frames)
+	clear(bp.js)
 	bp.done = done[:0]
 	notifBufs.Put(bp)
 	return errs, queued
@@ -358,6 +358,7 @@ type notifBuf struct {
 	buf     []byte
 	scratch []byte
 	frames  [][]byte
+	js      []job
 	done    []bool
 }
 
@@ -427,6 +428,7 @@ type batch struct {
 	buf     []byte // the datagrams of one peer, end to end (notifFrames)
 	scratch []byte
 	frames  [][]byte
+	js      []job // one peer's requests (notify)
 }
 
 // result is what run found for one job.
@@ -480,14 +482,14 @@ func (a *Agent) run(b *batch) {
 				b.msgs = append(b.msgs, r.j.x.msg)
 			}
 		}
-		var js []job // this peer's requests, settled by its outbox's drain if it queues
+		b.js = b.js[:0] // this peer's requests, settled by its outbox's drain if it queues
 		for k := i; k < len(b.res); k++ {
 			if r := &b.res[k]; r.notify && !r.sent && r.j.x.peer == p {
-				js = append(js, r.j)
+				b.js = append(b.js, r.j)
 			}
 		}
 		b.buf, b.scratch, b.frames = notifFrames(b.buf, b.scratch, b.frames, a.name, b.msgs)
-		queued, err := a.notify(p, b.frames, func(err error) { a.settle(js, err) })
+		queued, err := a.notify(p, b.frames, b.js)
 		for k := i; k < len(b.res); k++ {
 			if r := &b.res[k]; r.notify && !r.sent && r.j.x.peer == p {
 				r.sent, r.queued = true, queued
@@ -498,6 +500,7 @@ func (a *Agent) run(b *batch) {
 		}
 	}
 	clear(b.frames)
+	clear(b.js)
 	clear(b.msgs)
 	a.mu.Lock()
 	for _, r := range b.res {
