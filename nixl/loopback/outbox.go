@@ -10,15 +10,15 @@ import (
 )
 
 // A peer's outbox: the notifications its socket did not take at once, in
-// order, and the goroutine writing them (drain). A sender never waits for a
-// peer: while the peer's receive queue has room (and nothing waits before
-// it) a frame is written at once; from the first the queue refuses, the
-// frames go to the outbox, and the requests they complete stay in flight
-// until drain has written them. NIXL's notifications are asynchronous the
-// same way; a sender that waited instead held whatever called it (a copy
-// worker, a transfer worker's poll, a room's completion on its transfer
-// worker) and every other peer's requests behind it while one decode did not
-// read (a stopped process).
+// order, and the goroutine writing them (drain). The copy workers and
+// SendNotifs never wait for a peer: while the peer's receive queue has room
+// (and nothing waits before it) a frame is written at once; from the first
+// the queue refuses, the frames go to the outbox, and the requests they
+// complete stay in flight until drain has written them. NIXL's notifications
+// are asynchronous the same way; a sender that waited instead held whatever
+// called it (a copy worker, a room's completion on its transfer worker) and
+// every other peer's requests behind it while one decode did not read (a
+// stopped process). A Poll completing delayed requests waits (sendDue).
 type outbox struct {
 	queue []outFrame
 	bytes int

@@ -279,14 +279,10 @@ func (a *Agent) Poll(xs []nixl.XferID, out []nixl.Status) error {
 		// Send outside the lock (a datagram write), then settle.
 		a.mu.Unlock()
 		var errBuf [16]error
-		var queuedBuf [16]bool
-		errs, queued := a.sendDue(send, errBuf[:0], queuedBuf[:0])
+		errs := a.sendDue(send, errBuf[:0])
 		a.mu.Lock()
 		for i, j := range send {
 			x := j.x
-			if queued[i] {
-				continue // sending until its outbox's drain settles it
-			}
 			if x.epoch == j.epoch && x.state == nixl.InProgress {
 				x.sending = false
 				if errs[i] != nil {
@@ -313,11 +309,15 @@ func (a *Agent) Poll(xs []nixl.XferID, out []nixl.Status) error {
 // those of one peer batched into as few datagrams as fit (appendNotifs), as
 // the copy workers send theirs: a datagram per notification made each poll
 // a write per request, and a socket whose reader lags fills up sooner. It
-// appends each request's send error to errs, and to queued whether its
-// notification waits in the peer's outbox (notify), which then settles it.
-func (a *Agent) sendDue(send []job, errs []error, queued []bool) ([]error, []bool) {
+// appends each request's send error to errs. Unlike the copy workers' and
+// SendNotifs' sends it waits for the peer's queue (sendRaw, bounded by
+// NotifyTimeout) rather than leave the request in flight in the peer's
+// outbox: a poller is the caller that asks whether its request is done,
+// and one that polls in a loop (SGLang's transfer worker) would spin on it,
+// taking the processor from the reader it waits for.
+func (a *Agent) sendDue(send []job, errs []error) []error {
 	for range send {
-		errs, queued = append(errs, nil), append(queued, false)
+		errs = append(errs, nil)
 	}
 	bp := notifBufs.Get().(*notifBuf)
 	done := bp.done[:0]
@@ -329,37 +329,31 @@ func (a *Agent) sendDue(send []job, errs []error, queued []bool) ([]error, []boo
 			continue
 		}
 		p := send[i].x.peer
-		bp.msgs, bp.js = bp.msgs[:0], bp.js[:0]
+		bp.msgs = bp.msgs[:0]
 		for k := i; k < len(send); k++ {
 			if !done[k] && send[k].x.peer == p {
 				bp.msgs = append(bp.msgs, send[k].x.msg)
-				bp.js = append(bp.js, send[k])
 			}
 		}
-		bp.buf, bp.scratch, bp.frames = notifFrames(bp.buf, bp.scratch, bp.frames, a.name, bp.msgs)
-		q, err := a.notify(p, bp.frames, bp.js)
+		var err error
+		bp.buf, err = appendNotifs(bp.buf, a.name, bp.msgs, func(frame []byte) error { return a.sendRaw(p, frame) })
 		for k := i; k < len(send); k++ {
 			if !done[k] && send[k].x.peer == p {
-				done[k], errs[k], queued[k] = true, err, q
+				done[k], errs[k] = true, err
 			}
 		}
 	}
 	clear(bp.msgs)
-	clear(bp.frames)
-	clear(bp.js)
 	bp.done = done[:0]
 	notifBufs.Put(bp)
-	return errs, queued
+	return errs
 }
 
 // notifBuf is sendDue's scratch space, reused across polls.
 type notifBuf struct {
-	msgs    [][]byte
-	buf     []byte
-	scratch []byte
-	frames  [][]byte
-	js      []job
-	done    []bool
+	msgs [][]byte
+	buf  []byte
+	done []bool
 }
 
 var notifBufs = sync.Pool{New: func() any { return &notifBuf{} }}
