@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"net"
-	"syscall"
 	"time"
 
 	"github.com/kvxfer/kvxfer/nixl"
@@ -136,10 +135,9 @@ func (a *Agent) sendRaw(p *peer, frame []byte) error {
 	return nil
 }
 
-// outConn is a peer's outgoing socket and its raw access (tryWrite).
+// outConn is a peer's outgoing socket.
 type outConn struct {
-	c  *net.UnixConn
-	rc syscall.RawConn
+	c *net.UnixConn
 }
 
 // dialOut returns the socket connected to the peer's notification socket,
@@ -160,12 +158,7 @@ func (p *peer) dialOut() (*outConn, error) {
 	if err != nil {
 		return nil, err
 	}
-	rc, err := c.SyscallConn()
-	if err != nil {
-		c.Close()
-		return nil, err
-	}
-	o := &outConn{c: c, rc: rc}
+	o := &outConn{c: c}
 	p.out.Store(o)
 	return o, nil
 }
