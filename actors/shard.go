@@ -402,12 +402,19 @@ func (s *shard) answerLive(id uint64, answers chan<- pollAnswer, index int) bool
 	if !ok {
 		return false
 	}
-	seen, r, ok := lr.load()
-	if !ok || seen != lr.sent.Load() {
-		return false
+	r, ok := lr.settled()
+	if ok {
+		answers <- pollAnswer{index: index, reply: r}
 	}
-	answers <- pollAnswer{index: index, reply: r}
-	return true
+	return ok
+}
+
+// settled is what a poll of the room answers, if the room has handled
+// everything its shard routed to it (shard goroutine only: sent is the
+// shard's).
+func (lr *live) settled() (kv.Reply, bool) {
+	seen, r, ok := lr.load()
+	return r, ok && seen == lr.sent.Load()
 }
 
 func (s *shard) routeOne(ctx actor.Context, env *envelope) {
@@ -421,8 +428,8 @@ func (s *shard) routeOne(ctx actor.Context, env *envelope) {
 	}
 	if lr, ok := s.rooms[env.room]; ok {
 		if _, poll := env.msg.(room.Poll); poll && !env.sync {
-			if seen, r, ok := lr.load(); ok && seen == lr.sent.Load() {
-				answer(env, r) // the room has handled everything routed to it
+			if r, ok := lr.settled(); ok {
+				answer(env, r)
 				return
 			}
 		}

@@ -33,8 +33,7 @@ func (Real) AfterFunc(d time.Duration, f func()) Timer { return time.AfterFunc(d
 // clock (to run deadlines forward without waiting) must not make them queue
 // on a lock that the real clock does not have.
 type Fake struct {
-	mu     sync.Mutex
-	now    time.Time // guarded by mu; published in cur
+	mu     sync.Mutex // Advance, and the timers
 	cur    atomic.Pointer[time.Time]
 	seq    uint64
 	timers timerHeap
@@ -48,10 +47,7 @@ func NewFake(start time.Time) *Fake {
 }
 
 // set moves the clock to t (under mu, or before the clock is shared).
-func (f *Fake) set(t time.Time) {
-	f.now = t
-	f.cur.Store(&t)
-}
+func (f *Fake) set(t time.Time) { f.cur.Store(&t) }
 
 func (f *Fake) Now() time.Time { return *f.cur.Load() }
 
@@ -59,7 +55,7 @@ func (f *Fake) AfterFunc(d time.Duration, fn func()) Timer {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.seq++
-	t := &fakeTimer{clock: f, at: f.now.Add(d), seq: f.seq, fn: fn, index: -1}
+	t := &fakeTimer{clock: f, at: f.Now().Add(d), seq: f.seq, fn: fn, index: -1}
 	heap.Push(&f.timers, t)
 	return t
 }
@@ -68,10 +64,10 @@ func (f *Fake) AfterFunc(d time.Duration, fn func()) Timer {
 // due order, in the caller's goroutine.
 func (f *Fake) Advance(d time.Duration) {
 	f.mu.Lock()
-	target := f.now.Add(d)
+	target := f.Now().Add(d)
 	for len(f.timers) > 0 && !f.timers[0].at.After(target) {
 		t := heap.Pop(&f.timers).(*fakeTimer)
-		if t.at.After(f.now) {
+		if t.at.After(f.Now()) {
 			f.set(t.at)
 		}
 		f.mu.Unlock()

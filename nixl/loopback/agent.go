@@ -71,7 +71,7 @@ type peer struct {
 	// out is the socket notifications to the peer go out on: connected to
 	// the peer's on the first send (dialOut), closed when the peer is
 	// dropped or the agent closes.
-	out   atomic.Pointer[outConn]
+	out   atomic.Pointer[net.UnixConn]
 	outMu sync.Mutex // dialOut and closeOut
 	shut  bool       // closeOut ran; under outMu
 	// ob is the notifications waiting for the peer's queue (outbox.go);

@@ -115,41 +115,31 @@ func decodeNotifs(b []byte, dst []nixl.Notif) ([]nixl.Notif, bool) {
 // bounded (Options.NotifyTimeout): a peer that takes nothing for that long
 // is treated as gone.
 func (a *Agent) sendRaw(p *peer, frame []byte) error {
-	o, err := p.dialOut()
+	c, err := p.dialOut()
 	if err == nil {
 		// A socket deadline is the kernel's and the poller's wall time; the
 		// injected clock only measures injected latency.
-		if err = o.c.SetWriteDeadline(time.Now().Add(a.notifyTimeout)); err == nil {
-			_, err = o.c.Write(frame)
+		if err = c.SetWriteDeadline(time.Now().Add(a.notifyTimeout)); err == nil {
+			_, err = c.Write(frame)
 		}
 	}
-	if err == nil {
-		a.datagrams.Add(1)
-	}
 	if err != nil {
-		a.mu.Lock()
-		p.disconnd = true
-		a.mu.Unlock()
-		return nixl.Errorf(nixl.ErrRemoteDisconnect, "loopback: notify %q: %v", p.name, err)
+		return a.gone(p, err)
 	}
+	a.datagrams.Add(1)
 	return nil
-}
-
-// outConn is a peer's outgoing socket.
-type outConn struct {
-	c *net.UnixConn
 }
 
 // dialOut returns the socket connected to the peer's notification socket,
 // connecting it on first use.
-func (p *peer) dialOut() (*outConn, error) {
-	if o := p.out.Load(); o != nil {
-		return o, nil
+func (p *peer) dialOut() (*net.UnixConn, error) {
+	if c := p.out.Load(); c != nil {
+		return c, nil
 	}
 	p.outMu.Lock()
 	defer p.outMu.Unlock()
-	if o := p.out.Load(); o != nil {
-		return o, nil
+	if c := p.out.Load(); c != nil {
+		return c, nil
 	}
 	if p.shut {
 		return nil, net.ErrClosed
@@ -158,9 +148,8 @@ func (p *peer) dialOut() (*outConn, error) {
 	if err != nil {
 		return nil, err
 	}
-	o := &outConn{c: c}
-	p.out.Store(o)
-	return o, nil
+	p.out.Store(c)
+	return c, nil
 }
 
 // closeOut closes the peer's outgoing socket; a send after it fails.
@@ -168,8 +157,8 @@ func (p *peer) closeOut() {
 	p.outMu.Lock()
 	defer p.outMu.Unlock()
 	p.shut = true
-	if o := p.out.Swap(nil); o != nil {
-		o.c.Close()
+	if c := p.out.Swap(nil); c != nil {
+		c.Close()
 	}
 }
 

@@ -36,12 +36,7 @@ func TestNotifyStuckPeerFailsOnlyThatPeer(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The stuck peer: a bound socket nobody reads.
-	addr := &net.UnixAddr{Name: filepath.Join(t.TempDir(), "stuck.sock"), Net: "unixgram"}
-	sink, err := net.ListenUnixgram("unixgram", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sink.Close() })
+	addr := unreadSocket(t)
 	a.mu.Lock()
 	a.peers["stuck"] = &peer{name: "stuck", sock: addr}
 	a.mu.Unlock()
@@ -116,12 +111,7 @@ func TestStuckPeerHoldsNoOtherPeer(t *testing.T) {
 		}
 	}
 	// The stuck decode's notifications go to a socket nobody reads.
-	addr := &net.UnixAddr{Name: filepath.Join(t.TempDir(), "stuck.sock"), Net: "unixgram"}
-	sink, err := net.ListenUnixgram("unixgram", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sink.Close() })
+	addr := unreadSocket(t)
 	a.mu.Lock()
 	a.peers[stuck.Name()].sock = addr
 	a.mu.Unlock()
@@ -207,4 +197,17 @@ func TestStuckPeerHoldsNoOtherPeer(t *testing.T) {
 			t.Fatalf("request %d to the stuck decode: %v, want in flight behind its notifications", i, s.State)
 		}
 	}
+}
+
+// unreadSocket is a bound datagram socket nobody reads (a stopped or hung
+// peer): its queue fills and stays full.
+func unreadSocket(t *testing.T) *net.UnixAddr {
+	t.Helper()
+	addr := &net.UnixAddr{Name: filepath.Join(t.TempDir(), "stuck.sock"), Net: "unixgram"}
+	sink, err := net.ListenUnixgram("unixgram", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sink.Close() })
+	return addr
 }

@@ -101,14 +101,14 @@ func (a *Agent) notify(p *peer, frames [][]byte, js []job) (queued bool, err err
 // fifth more CPU per room at 10,000 rooms in flight); a stopped one never
 // does, and only the first send of its backlog waits.
 func (a *Agent) tryWrite(p *peer, frame []byte) (sent bool, err error) {
-	o, err := p.dialOut()
+	c, err := p.dialOut()
 	if err != nil {
 		return false, err
 	}
-	if err := o.c.SetWriteDeadline(time.Now().Add(directWait)); err != nil {
+	if err := c.SetWriteDeadline(time.Now().Add(directWait)); err != nil {
 		return false, err
 	}
-	if _, err := o.c.Write(frame); err != nil {
+	if _, err := c.Write(frame); err != nil {
 		if errors.Is(err, os.ErrDeadlineExceeded) {
 			return false, nil
 		}
@@ -197,17 +197,24 @@ func notifFrames(buf, scratch []byte, frames [][]byte, sender string, msgs [][]b
 func (a *Agent) settle(js []job, err error) {
 	a.mu.Lock()
 	for _, j := range js {
-		x := j.x
-		if x.epoch != j.epoch || x.state != nixl.InProgress {
-			continue
-		}
-		x.sending = false
-		if err != nil {
-			x.state, x.err = nixl.Failed, err
-		} else {
-			x.state, x.err = nixl.Done, nil
-		}
+		j.sentLocked(err)
 	}
 	a.mu.Unlock()
 	a.wake()
+}
+
+// sentLocked ends j once its notification was written (err nil: Done) or
+// could not be (Failed), unless it ended otherwise meanwhile. Under
+// Agent.mu.
+func (j job) sentLocked(err error) {
+	x := j.x
+	if x.epoch != j.epoch || x.state != nixl.InProgress {
+		return
+	}
+	x.sending = false
+	if err != nil {
+		x.state, x.err = nixl.Failed, err
+	} else {
+		x.state, x.err = nixl.Done, nil
+	}
 }

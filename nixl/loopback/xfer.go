@@ -282,15 +282,7 @@ func (a *Agent) Poll(xs []nixl.XferID, out []nixl.Status) error {
 		errs := a.sendDue(send, errBuf[:0])
 		a.mu.Lock()
 		for i, j := range send {
-			x := j.x
-			if x.epoch == j.epoch && x.state == nixl.InProgress {
-				x.sending = false
-				if errs[i] != nil {
-					x.state, x.err = nixl.Failed, errs[i]
-				} else {
-					x.state, x.err = nixl.Done, nil
-				}
-			}
+			j.sentLocked(errs[i])
 		}
 	}
 	for i, id := range xs {
