@@ -15,6 +15,7 @@ import (
 	"github.com/kvxfer/kvxfer/actors"
 	"github.com/kvxfer/kvxfer/actors/peer"
 	"github.com/kvxfer/kvxfer/internal/clock"
+	"github.com/kvxfer/kvxfer/internal/testrig"
 	"github.com/kvxfer/kvxfer/kv"
 	"github.com/kvxfer/kvxfer/nixl"
 	"github.com/kvxfer/kvxfer/nixl/kvmem"
@@ -233,6 +234,11 @@ func TestFailedActivationRollsBack(t *testing.T) {
 	})
 	d2.putRoute = func(ctx context.Context, url string, reg bootstrap.RankRegistration, opt bootstrap.RegisterOptions) error {
 		if fail.Load() {
+			// Fail once the replayed registration is kept: a rollback that
+			// comes first drops it mid-load, and it is never counted.
+			if !testrig.Until(30*time.Second, func() bool { return d2.Counters()["registrations"] == 1 }) {
+				t.Error("waited 30s for the replayed registration") // not the test's goroutine: no Fatal
+			}
 			return errors.New("bootstrap server unreachable (test)")
 		}
 		return bootstrap.RegisterRank(ctx, url, reg, opt)
