@@ -18,21 +18,28 @@ import (
 // wake-ups. It is an epoll instance holding the sockets' ZMQ_FDs
 // (edge-triggered: libzmq signals that fd whenever a command reaches the
 // socket), itself watched by the netpoller. A ZMQ_FD's readiness is only a
-// hint: callers check ZMQ_EVENTS (readable) before each wait and drain
-// without waiting, as libzmq's documentation of ZMQ_FD requires.
+// hint, and an edge: libzmq signals it when a command reaches a socket
+// whose previous receive (or ZMQ_EVENTS) took all of them, so a caller reads
+// a socket whose fd fired until a receive comes back empty before it waits
+// on that socket again.
 type fdWait struct {
 	ep  *os.File
 	rc  syscall.RawConn
+	fds []int32 // in the order given to newFDWait
 	evs [8]syscall.EpollEvent
 }
 
 const epollET = 1 << 31 // EPOLLET as the uint32 of epoll_event.events
 
 func newFDWait(socks ...*zmq.Socket) (*fdWait, error) {
+	if len(socks) > 8 {
+		return nil, fmt.Errorf("transport: %d sockets: fdWait reports at most 8", len(socks))
+	}
 	epfd, err := syscall.EpollCreate1(syscall.EPOLL_CLOEXEC)
 	if err != nil {
 		return nil, fmt.Errorf("transport: epoll_create1: %w", err)
 	}
+	var fds []int32
 	fail := func(err error) (*fdWait, error) {
 		syscall.Close(epfd)
 		return nil, err
@@ -42,6 +49,7 @@ func newFDWait(socks ...*zmq.Socket) (*fdWait, error) {
 		if err != nil {
 			return fail(fmt.Errorf("transport: ZMQ_FD: %w", err))
 		}
+		fds = append(fds, int32(fd))
 		ev := syscall.EpollEvent{Events: syscall.EPOLLIN | epollET, Fd: int32(fd)}
 		if err := syscall.EpollCtl(epfd, syscall.EPOLL_CTL_ADD, fd, &ev); err != nil {
 			return fail(fmt.Errorf("transport: epoll_ctl ZMQ_FD: %w", err))
@@ -57,25 +65,32 @@ func newFDWait(socks ...*zmq.Socket) (*fdWait, error) {
 		f.Close()
 		return nil, err
 	}
-	return &fdWait{ep: f, rc: rc}, nil
+	return &fdWait{ep: f, rc: rc, fds: fds}, nil
 }
 
 // wait returns once a registered fd was signalled since the last wait (at
-// once if one was).
-func (w *fdWait) wait() error {
+// once if one was): bit i of fired is the i-th socket given to newFDWait.
+func (w *fdWait) wait() (fired uint, err error) {
 	var werr error
-	err := w.rc.Read(func(fd uintptr) bool {
+	err = w.rc.Read(func(fd uintptr) bool {
 		n, err := syscall.EpollWait(int(fd), w.evs[:], 0)
 		if err != nil && err != syscall.EINTR {
 			werr = err
 			return true
 		}
+		for _, ev := range w.evs[:max(n, 0)] {
+			for i, f := range w.fds {
+				if ev.Fd == f {
+					fired |= 1 << i
+				}
+			}
+		}
 		return n > 0
 	})
 	if err != nil {
-		return err
+		return 0, err
 	}
-	return werr
+	return fired, werr
 }
 
 func (w *fdWait) close() { w.ep.Close() }

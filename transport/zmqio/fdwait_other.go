@@ -13,6 +13,6 @@ type fdWait struct{}
 
 func newFDWait(...*zmq.Socket) (*fdWait, error) { return nil, errors.New("transport: no epoll") }
 
-func (*fdWait) wait() error { return nil }
+func (*fdWait) wait() (uint, error) { return 0, nil }
 
 func (*fdWait) close() {}

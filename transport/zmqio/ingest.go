@@ -345,88 +345,131 @@ func (in *Ingest) loop(sock, mon *zmq.Socket) {
 	if x != nil {
 		defer x.close()
 	}
+	// The wait parks in Go's netpoller (fdWait); zmq_poll is the fallback.
+	if fw, err := newFDWait(sock, mon, in.waker.Socket()); err == nil {
+		defer fw.close()
+		in.loopFD(sock, mon, x, fw)
+		return
+	}
 	poller := zmq.NewPoller()
 	poller.Add(sock, zmq.POLLIN)
 	poller.Add(mon, zmq.POLLIN)
 	poller.Add(in.waker.Socket(), zmq.POLLIN)
-	// The wait parks in Go's netpoller (fdWait); zmq_poll is the fallback.
-	fw, _ := newFDWait(sock, mon, in.waker.Socket())
-	if fw != nil {
-		defer fw.close()
-	}
 	for !in.stopping() {
 		// No timeout: a message, a monitor event or Stop's wake-up ends it.
-		if fw != nil {
-			ok, err := readable(sock, mon, in.waker.Socket())
-			if err == nil && !ok {
-				err = fw.wait()
-			}
-			if err != nil {
-				if in.fatal(err, "poll") {
-					return
-				}
-				continue
-			}
-			if !ok {
-				continue
-			}
-		} else {
-			polled, err := poller.Poll(-1)
-			if err != nil {
-				if in.fatal(err, "poll") {
-					return
-				}
-				continue
-			}
-			if len(polled) == 0 {
-				continue
-			}
-		}
-		in.waker.Drain()
-		for range drainBatch {
-			ev, _, _, err := mon.RecvEvent(zmq.DONTWAIT)
-			if err != nil {
-				break
-			}
-			if ev&zmq.EVENT_DISCONNECTED != 0 {
-				in.disconnects.Add(1)
-			}
-		}
-		if x != nil {
-			if in.drainRx(x) {
+		polled, err := poller.Poll(-1)
+		if err != nil {
+			if in.fatal(err, "poll") {
 				return
 			}
 			continue
 		}
-		for range drainBatch {
-			frames, err := sock.RecvMessageBytes(zmq.DONTWAIT)
-			if err != nil {
-				if zmq.AsErrno(err) != zmq.Errno(syscall.EAGAIN) && in.fatal(err, "recv") {
-					return
-				}
-				break
-			}
-			in.handle(frames)
+		if len(polled) == 0 {
+			continue
+		}
+		in.waker.Drain()
+		in.drainMon(mon)
+		if _, end := in.drainSock(sock, x); end {
+			return
 		}
 	}
 }
 
+// loopFD is the loop over an fdWait. A socket is read only while it may
+// have something: from the start, and from when its ZMQ_FD fired until a
+// receive on it comes back empty. That empty receive has libzmq take the
+// socket's pending commands, after which its next message signals the fd
+// again; a drain cut short by drainBatch leaves the socket marked. So a wake
+// for decode frames costs no receive or ZMQ_EVENTS on the monitor and the
+// waker (each a getpid and a poll inside libzmq).
+func (in *Ingest) loopFD(sock, mon *zmq.Socket, x *rx, fw *fdWait) {
+	const (
+		frames uint = 1 << iota // the PULL socket, in newFDWait's order
+		events
+		wake
+	)
+	maybe := frames | events | wake
+	for !in.stopping() {
+		if maybe == 0 {
+			fired, err := fw.wait()
+			if err != nil {
+				if in.fatal(err, "poll") {
+					return
+				}
+				maybe = frames | events | wake
+			}
+			maybe |= fired
+			continue
+		}
+		if maybe&wake != 0 {
+			in.waker.Drain()
+			maybe &^= wake
+		}
+		if maybe&events != 0 && in.drainMon(mon) {
+			maybe &^= events
+		}
+		if maybe&frames != 0 {
+			empty, end := in.drainSock(sock, x)
+			if end {
+				return
+			}
+			if empty {
+				maybe &^= frames
+			}
+		}
+	}
+}
+
+// drainMon counts the monitor's disconnect events; true once it came back
+// empty.
+func (in *Ingest) drainMon(mon *zmq.Socket) bool {
+	for range drainBatch {
+		ev, _, _, err := mon.RecvEvent(zmq.DONTWAIT)
+		if err != nil {
+			return true // EAGAIN; any other error ends the drain the same way
+		}
+		if ev&zmq.EVENT_DISCONNECTED != 0 {
+			in.disconnects.Add(1)
+		}
+	}
+	return false
+}
+
+// drainSock handles up to drainBatch decode messages: empty says a receive
+// came back empty, end that the loop must end.
+func (in *Ingest) drainSock(sock *zmq.Socket, x *rx) (empty, end bool) {
+	if x != nil {
+		return in.drainRx(x)
+	}
+	for range drainBatch {
+		frames, err := sock.RecvMessageBytes(zmq.DONTWAIT)
+		if err != nil {
+			if zmq.AsErrno(err) == zmq.Errno(syscall.EAGAIN) {
+				return true, false
+			}
+			return false, in.fatal(err, "recv")
+		}
+		in.handle(frames)
+	}
+	return false, false
+}
+
 // drainRx drains up to drainBatch messages through the batch receiver: one cgo
-// call per batch, frames read in place. It reports whether the loop must end.
-func (in *Ingest) drainRx(x *rx) bool {
+// call per batch, frames read in place. It reports as drainSock does.
+func (in *Ingest) drainRx(x *rx) (empty, end bool) {
 	for got := 0; got < drainBatch; {
 		n, full, err := x.recv()
 		in.handleBatch(x, n)
 		x.release()
 		got += n
 		if err != nil {
-			return in.fatal(err, "recv")
+			return false, in.fatal(err, "recv")
 		}
 		if !full {
-			return false
+			return true, false
 		}
 	}
-	return false
+	return false, false
 }
 
 // handleBatch decodes and dispatches the n messages of the current batch, in
