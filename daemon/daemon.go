@@ -555,18 +555,21 @@ func (d *Daemon) Notify(roomID uint64, n room.Notice) {
 	}
 }
 
-// signal sends a room's held completion notifications to its decode agent.
+// signal sends a room's held completion notifications to its decode agent
+// (through the pool: signalFailed hears if they could not go).
 func (d *Daemon) signal(roomID uint64, n room.Notice) {
-	p := d.xfers.pool.Load()
-	if p == nil {
-		return
+	if p := d.xfers.pool.Load(); p != nil {
+		p.Signal(roomID, n.Agent, n.Signal)
 	}
-	if err := p.Signal(n.Agent, n.Signal); err != nil {
-		d.counters.noticeDropped.Add(1)
-		if ok, suppressed := d.signalLogs.allow(); ok {
-			d.log.Warn("completion notification to decode dropped", "room", roomID, "agent", n.Agent, "err", err,
-				"suppressed", suppressed)
-		}
+}
+
+// signalFailed is the pool's word that a room's completion notifications
+// were not sent.
+func (d *Daemon) signalFailed(roomID uint64, agent string, err error) {
+	d.counters.noticeDropped.Add(1)
+	if ok, suppressed := d.signalLogs.allow(); ok {
+		d.log.Warn("completion notification to decode dropped", "room", roomID, "agent", agent, "err", err,
+			"suppressed", suppressed)
 	}
 }
 

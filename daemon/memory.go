@@ -173,7 +173,8 @@ func (d *Daemon) activate(local sglang.Local) (err error) {
 	if err != nil {
 		return fmt.Errorf("registering memory with NIXL: %w", err)
 	}
-	pool, err := xfer.New(xfer.Config{Agent: agent, Local: &local, Actors: d.cfg.QueueSize, Logger: d.log, Clock: d.cfg.Engine.Clock})
+	pool, err := xfer.New(xfer.Config{Agent: agent, Local: &local, Actors: d.cfg.QueueSize, Logger: d.log, Clock: d.cfg.Engine.Clock,
+		SignalFailed: d.signalFailed})
 	if err != nil {
 		return err
 	}

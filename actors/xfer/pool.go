@@ -41,6 +41,9 @@ type Config struct {
 	// without a wake-up is polled every millisecond of wall time.
 	Clock  clock.Clock
 	Logger *slog.Logger
+	// SignalFailed hears of a room's completion notifications that could
+	// not be sent (Signal); by default they are logged.
+	SignalFailed func(room uint64, agent string, err error)
 }
 
 // Stats are the pool's counters.
@@ -84,6 +87,12 @@ func New(cfg Config) (*Pool, error) {
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = clock.Real{}
+	}
+	if cfg.SignalFailed == nil {
+		log := cfg.Logger
+		cfg.SignalFailed = func(room uint64, agent string, err error) {
+			log.Warn("completion notification dropped", "room", room, "agent", agent, "err", err)
+		}
 	}
 	l, err := sglang.PrepLocalKV(cfg.Agent, cfg.Local)
 	if err != nil {
@@ -154,10 +163,14 @@ func (p *Pool) Withdraw(roomID uint64, _ []string) {
 }
 
 // Signal sends completion notifications held back from a room's last chunk
-// (kv.Transfer.HoldSignal) to a decode agent, in order: in one call where
-// the agent batches them (nixl.NotifBatcher).
-func (p *Pool) Signal(agent string, msgs [][]byte) error {
-	return nixl.SendNotifs(p.cfg.Agent, agent, msgs)
+// (kv.Transfer.HoldSignal) to a decode agent, in order. They go through the
+// worker that owns the room's transfers, once it has handled the message at
+// hand: the notifications of every room that completed in one poll reach
+// each agent in one call (nixl.SendNotifs: one datagram with loopback, one
+// hop onto libnixl's owner thread), and the room's step never waits for a
+// decode. Signals that fail go to Config.SignalFailed, one per room.
+func (p *Pool) Signal(room uint64, agent string, msgs [][]byte) {
+	p.system.Root.Send(p.worker(room), &signal{room: room, agent: agent, msgs: msgs})
 }
 
 // Notify makes the pool an actors.Notifier for in-process decodes: it sends a
@@ -165,9 +178,7 @@ func (p *Pool) Signal(agent string, msgs [][]byte) error {
 // which travels over ZMQ in a deployment (daemon.Notify).
 func (p *Pool) Notify(roomID uint64, n room.Notice) {
 	if n.Kind == room.Completion && len(n.Signal) > 0 {
-		if err := p.Signal(n.Agent, n.Signal); err != nil {
-			p.cfg.Logger.Warn("completion notification dropped", "room", roomID, "agent", n.Agent, "err", err)
-		}
+		p.Signal(roomID, n.Agent, n.Signal)
 	}
 }
 

@@ -36,6 +36,18 @@ type removePeer struct{ agent string }
 
 type withdraw struct{ room uint64 }
 
+// signal is one room's held completion notifications (Pool.Signal).
+type signal struct {
+	room  uint64
+	agent string
+	msgs  [][]byte
+}
+
+// sendSignals asks a worker to send the signals it holds: the worker sends
+// it to itself with the first one, so it comes after every signal queued
+// behind that one.
+type sendSignals struct{}
+
 type peerEntry struct {
 	peer *sglang.Peer
 	list nixl.ListID
@@ -136,6 +148,11 @@ type worker struct {
 	quarantine []*job
 	lastQuar   time.Time
 
+	// signals wait for the next sendSignals; msgs is the scratch list of
+	// one agent's notifications.
+	signals []*signal
+	msgs    [][]byte
+
 	ids     []nixl.XferID
 	st      []nixl.Status
 	idle    int  // polls in a row without progress
@@ -234,6 +251,13 @@ func (w *worker) Receive(ctx actor.Context) {
 			w.startWaiting()
 			w.schedule(ctx)
 		}
+	case *signal:
+		if len(w.signals) == 0 {
+			ctx.Send(w.self, sendSignals{})
+		}
+		w.signals = append(w.signals, m)
+	case sendSignals:
+		w.sendSignals()
 	case tick:
 		w.pending = false
 		w.pollNow(ctx)
@@ -250,6 +274,7 @@ func (w *worker) Receive(ctx actor.Context) {
 		w.parked.Store(false)
 		w.pollNow(ctx)
 	case *actor.Stopping:
+		w.sendSignals()
 		if w.stopWake != nil {
 			w.stopWake()
 		}
@@ -260,6 +285,37 @@ func (w *worker) Receive(ctx actor.Context) {
 			w.paceTimer.Stop()
 		}
 	}
+}
+
+// sendSignals sends the signals held, each agent's in one call, in the
+// order they came. A failed call fails every room whose notifications it
+// carried.
+func (w *worker) sendSignals() {
+	sigs := w.signals
+	w.signals = nil // a panic below loses these signals, not the next ones
+	for i, s := range sigs {
+		if s == nil {
+			continue // sent with an earlier one's agent
+		}
+		w.msgs = append(w.msgs[:0], s.msgs...)
+		for _, o := range sigs[i+1:] {
+			if o != nil && o.agent == s.agent {
+				w.msgs = append(w.msgs, o.msgs...)
+			}
+		}
+		err := nixl.SendNotifs(w.p.cfg.Agent, s.agent, w.msgs)
+		clear(w.msgs)
+		for k, o := range sigs[i:] {
+			if o == nil || o.agent != s.agent {
+				continue
+			}
+			if err != nil {
+				w.p.cfg.SignalFailed(o.room, o.agent, err)
+			}
+			sigs[i+k] = nil
+		}
+	}
+	w.signals = sigs[:0]
 }
 
 // pollNow polls, starts what waits for the window and schedules the next poll.

@@ -212,6 +212,35 @@ func (a *Agent) Notifs(dst []nixl.Notif) (out []nixl.Notif, err error) {
 	return out, err
 }
 
+// SendNotifs implements nixl.NotifBatcher: msgs go to the peer in order in
+// one hop onto the owner thread (a genNotif each), stopping at the first
+// that fails.
+func (a *Agent) SendNotifs(peerName string, msgs [][]byte) (err error) {
+	if len(msgs) == 0 {
+		return nil
+	}
+	cerr := a.do(func() {
+		s := a.st
+		p, ok := s.known(peerName)
+		switch {
+		case !ok:
+			err = nixl.Errorf(nixl.ErrPeerUnknown, "libnixl SendNotifs %q", peerName)
+			return
+		case p.disconnected:
+			err = nixl.Errorf(nixl.ErrRemoteDisconnect, "libnixl SendNotifs %q", peerName)
+			return
+		}
+		for i, m := range msgs {
+			if st := capiGenNotif(s.ag, peerName, m); st != stSuccess {
+				err = nixl.Errorf(s.transportErr(peerName, p.gen, st), "libnixl SendNotifs %q: message %d of %d: status %d",
+					peerName, i+1, len(msgs), st)
+				return
+			}
+		}
+	})
+	return first(cerr, err)
+}
+
 // SendNotif sends a notification not tied to a transfer (genNotif).
 func (a *Agent) SendNotif(peerName string, msg []byte) (err error) {
 	msg = bytes.Clone(msg)

@@ -227,6 +227,27 @@ func testSendNotif(t *testing.T, p Pair) {
 	}
 }
 
+// testSendNotifs: nixl.SendNotifs (one call where the agent batches them)
+// delivers every message, and names an unknown peer's error.
+func testSendNotifs(t *testing.T, p Pair) {
+	newSide(t, p, p.B, 1, page)
+	peer := connect(t, p.A, p.B)
+	msgs := [][]byte{[]byte("one"), {}, []byte("three")}
+	if err := nixl.SendNotifs(p.A, peer, msgs); err != nil {
+		t.Fatalf("SendNotifs: %v", err)
+	}
+	got := waitNotifs(t, p.B, len(msgs))
+	for _, m := range msgs {
+		mustMsg(t, got, p.A.Name(), string(m))
+	}
+	if err := nixl.SendNotifs(p.A, peer, nil); err != nil {
+		t.Fatalf("SendNotifs of nothing: %v", err)
+	}
+	if err := nixl.SendNotifs(p.A, "nobody", msgs); !errors.Is(err, nixl.ErrPeerUnknown) {
+		t.Fatalf("SendNotifs to unknown peer: %v", err)
+	}
+}
+
 func testMisuseDescriptors(t *testing.T, p Pair) {
 	src, dst := newSide(t, p, p.A, 2, page), newSide(t, p, p.B, 2, page)
 	peer := connect(t, p.A, p.B)

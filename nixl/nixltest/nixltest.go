@@ -46,6 +46,7 @@ func Run(t *testing.T, newPair func(t *testing.T) Pair) {
 		{"BatchedPoll", testBatchedPoll},
 		{"Repost", testRepost},
 		{"SendNotif", testSendNotif},
+		{"SendNotifs", testSendNotifs},
 		{"MisuseDescriptors", testMisuseDescriptors},
 		{"MisuseIndices", testMisuseIndices},
 		{"MisuseHandles", testMisuseHandles},
