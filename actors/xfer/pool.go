@@ -188,10 +188,17 @@ func (p *Pool) Stats() Stats {
 		InFlight: p.inflight.Load(), Quarantined: p.quarantined.Load(), Withdrawn: p.withdrawn.Load()}
 }
 
-// Close stops the pool actors. Requests still in flight are abandoned to the
-// agent (which keeps their memory valid until it closes).
+// closeSignalWait bounds how long Close waits for a worker to take the
+// signals queued to it (a send waits at most a few milliseconds per decode).
+const closeSignalWait = 5 * time.Second
+
+// Close stops the pool actors, after each has taken the completion
+// notifications queued to it (Signal) and sent them: a stop overtakes
+// queued messages. Requests still in flight are abandoned to the agent
+// (which keeps their memory valid until it closes).
 func (p *Pool) Close() {
 	for _, pid := range p.pids {
+		_ = p.system.Root.RequestFuture(pid, &actor.Touch{}, closeSignalWait).Wait()
 		_ = p.system.Root.StopFuture(pid).Wait()
 	}
 	for _, l := range p.loops {

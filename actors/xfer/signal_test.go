@@ -108,3 +108,39 @@ func TestSignalsGoOutOneCallPerAgent(t *testing.T) {
 		t.Fatalf("more calls after the batch: %v", got)
 	}
 }
+
+// Signals queued to a worker when the pool closes are still sent: a stop
+// would otherwise overtake them (protoactor handles it before queued
+// messages), and decode would never hear that those rooms completed.
+func TestSignalsQueuedAtCloseAreSent(t *testing.T) {
+	pre := nodeWith(t, "prefill", 3, loopback.Options{})
+	spy := &notifSpy{Agent: pre.Agent, entered: make(chan struct{}), gate: make(chan struct{})}
+	pool, err := xfer.New(xfer.Config{Agent: spy, Local: &pre.Geo, Actors: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool.Signal(1, "a", [][]byte{[]byte("r1")})
+	select {
+	case <-spy.entered:
+	case <-time.After(20 * time.Second):
+		t.Fatal("room 1's notification never sent")
+	}
+	for room := uint64(2); room <= 4; room++ {
+		pool.Signal(room, "a", [][]byte{fmt.Appendf(nil, "r%d", room)})
+	}
+	closed := make(chan struct{})
+	go func() {
+		pool.Close()
+		close(closed)
+	}()
+	close(spy.gate)
+	select {
+	case <-closed:
+	case <-time.After(20 * time.Second):
+		t.Fatal("Close never returned")
+	}
+	want := []string{"a:[r1]", "a:[r2 r3 r4]"}
+	if got := spy.recorded(); !slices.Equal(got, want) {
+		t.Fatalf("calls %v, want %v", got, want)
+	}
+}
