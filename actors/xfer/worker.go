@@ -397,13 +397,14 @@ func (w *worker) startJob(j *job) {
 // post makes and posts the requests of j's plan (w.plan) through ag,
 // keeping those in flight in j.reqs. It stops at the first failure.
 func (w *worker) post(j *job, pe peerEntry, ag nixl.Requests) {
+	hold := j.t.HoldSignal && !pe.peer.NoNotifs
+	if hold {
+		j.signal = holdNotifs(w.plan.Reqs)
+	}
 	for i := range w.plan.Reqs {
 		r := &w.plan.Reqs[i]
 		notif := r.Notif
-		if pe.peer.NoNotifs || j.t.HoldSignal {
-			if !pe.peer.NoNotifs {
-				j.signal = append(j.signal, append([]byte(nil), notif...))
-			}
+		if pe.peer.NoNotifs || hold {
 			r.Notif = nil // nil: no notification (Make's contract)
 		}
 		x, err := sglang.MakeReq(ag, w.p.localL, pe.list, pe.peer.Agent, r)
@@ -425,6 +426,22 @@ func (w *worker) post(j *job, pe peerEntry, ag nixl.Requests) {
 		}
 		j.reqs = append(j.reqs, x)
 	}
+}
+
+// holdNotifs copies the plan's notifications, to be sent when the room
+// completes (two allocations, whatever the plan's size).
+func holdNotifs(reqs []sglang.Req) [][]byte {
+	n := 0
+	for i := range reqs {
+		n += len(reqs[i].Notif)
+	}
+	buf := make([]byte, 0, n)
+	out := make([][]byte, len(reqs))
+	for i := range reqs {
+		buf = append(buf, reqs[i].Notif...)
+		out[i] = buf[len(buf)-len(reqs[i].Notif) : len(buf) : len(buf)]
+	}
+	return out
 }
 
 // startWaiting starts queued transfers, in order, while the window has room.

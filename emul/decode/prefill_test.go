@@ -106,7 +106,10 @@ func newPrefillRank(t *testing.T, o prefillOpts, tpSize, tpRank int, first *pref
 	for i := node.Shape.AuxSlots - 1; i >= 0; i-- {
 		p.auxes = append(p.auxes, i)
 	}
-	if p.pool, err = xfer.New(xfer.Config{Agent: node.Agent, Local: &node.Geo}); err != nil {
+	signalFailed := func(room uint64, agent string, err error) {
+		t.Errorf("prefill: signal room %d to %s: %v", room, agent, err)
+	}
+	if p.pool, err = xfer.New(xfer.Config{Agent: node.Agent, Local: &node.Geo, SignalFailed: signalFailed}); err != nil {
 		t.Fatal(err)
 	}
 	cfg := actors.Config{Transfers: p.pool, Clock: clock.Real{}, Room: room.DefaultConfig(), Notifier: p}
@@ -238,9 +241,7 @@ func (p *prefill) Notify(id uint64, n room.Notice) {
 	switch n.Kind {
 	case room.Completion:
 		if len(n.Signal) > 0 && (dl.Notifs() || p.o.notifsToAll) && !p.o.statusOnly {
-			if err := p.pool.Signal(n.Agent, n.Signal); err != nil {
-				p.t.Errorf("prefill: signal: %v", err)
-			}
+			p.pool.Signal(id, n.Agent, n.Signal)
 		}
 		if n.To.Port <= 0 || p.o.noSuccessStatus || !dl.CompletesOnStatus() && !(p.o.statusOnly && dl.ReadsStatus()) {
 			return
