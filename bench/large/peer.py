@@ -75,7 +75,14 @@ def new_agent(name, size, bufs, prog_thread, delay_us=None):
         agent = nixl_agent(name, nixl_agent_config(enable_prog_thread=prog_thread, backends=["UCX"]))
     finally:
         restore()
-    buf = np.empty(size, dtype=np.uint8)  # large: numpy asks for huge pages
+    # Page-aligned, as the KV pools SGLang registers are (torch aligns tensor
+    # storage to at least 64 bytes; numpy's large arrays start 16 bytes into
+    # a page). Kernel copies between buffers whose offsets differ within a
+    # cache line run at about half speed, so an unaligned stand-in slows every
+    # initiator whose source is aligned.
+    raw = np.empty(size + 4096, dtype=np.uint8)  # large: numpy asks for huge pages
+    skip = -raw.ctypes.data % 4096
+    buf = raw[skip : skip + size]
     buf.fill(0)
     addr = buf.ctypes.data
     per = size // bufs
