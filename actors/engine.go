@@ -686,7 +686,8 @@ func (e *Engine) Close(ctx context.Context) error {
 		break
 	}
 	// Room actors are not protoactor children of their shards (shard.go,
-	// routeOne): each shard stops its own and answers once all terminated.
+	// roomActor): each shard stops its own, idle ones included, and answers
+	// once all terminated.
 	stopped := make(chan any, len(e.shards))
 	for _, s := range e.shards {
 		e.system.Root.Send(s, &stopRooms{reply: stopped})

@@ -3,7 +3,6 @@ package actors
 import (
 	"context"
 	"log/slog"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -381,22 +380,79 @@ func TestEngineRegistryCompacted(t *testing.T) {
 	if r := f.poll(1); r.Status != kv.StatusFailed {
 		t.Fatalf("poll after clear: %+v", r)
 	}
-	for reg.LocalPIDs.LocalPIDs[0].Count() != before {
-		runtime.Gosched() // the retired room's actor stops after its shard poisoned it
+	if n := reg.LocalPIDs.LocalPIDs[0].Count(); n != before+1 {
+		t.Fatalf("registry entries once the room retired: %d, want %d (its actor kept idle)", n, before+1)
+	}
+	f.eng.Open(1) // a new incarnation, served by the idle actor
+	if r := f.poll(1); r.Status != kv.StatusBootstrapping {
+		t.Fatalf("poll of the room opened again: %+v", r)
+	}
+	if n := reg.LocalPIDs.LocalPIDs[0].Count(); n != before+1 {
+		t.Fatalf("registry entries with the room opened again: %d, want %d (no new actor)", n, before+1)
 	}
 }
 
-// TestRoomNameRoundTrip: the shard's dead-actor path reads the room back
-// from the actor's name (roomOfPID of roomName under a shard's id).
-func TestRoomNameRoundTrip(t *testing.T) {
-	for _, c := range []struct{ id, n uint64 }{{0, 1}, {1, 1}, {0xabc, 7}, {1<<64 - 1, 1<<64 - 1}} {
-		pid := &actor.PID{Id: roomName("$12", c.id, c.n)}
-		if got, ok := roomOfPID(pid); !ok || got != c.id {
-			t.Fatalf("roomOfPID(%q) = %d, %v; want %d", pid.Id, got, ok, c.id)
+// TestIdleRoomActorsCapped: a shard keeps at most idleCap room actors of
+// retired rooms; the others are stopped, and new rooms are served by the
+// kept ones before any is spawned.
+func TestIdleRoomActorsCapped(t *testing.T) {
+	f := newFixture(t, &transfersDouble{}, func(c *Config) { c.Shards = 1 })
+	reg := f.eng.system.ProcessRegistry
+	actors := func() int {
+		n := 0
+		reg.LocalPIDs.LocalPIDs[0].IterCb(func(id string, _ any) {
+			if isRoomActor(&actor.PID{Id: id}) {
+				n++
+			}
+		})
+		return n
+	}
+	ids := make([]uint64, idleCap+300)
+	for i := range ids {
+		ids[i] = uint64(i + 1)
+		f.eng.Open(ids[i])
+	}
+	f.eng.PollSync(ids, nil)
+	if n := actors(); n != len(ids) {
+		t.Fatalf("room actors with %d live rooms: %d", len(ids), n)
+	}
+	for _, id := range ids {
+		f.eng.Clear(id)
+	}
+	f.eng.PollSync(ids, nil)
+	deadline := time.Now().Add(20 * time.Second)
+	for actors() != idleCap {
+		if time.Now().After(deadline) {
+			t.Fatalf("room actors once every room retired: %d, want %d", actors(), idleCap)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	for i := range ids[:idleCap] {
+		ids[i] += uint64(len(ids))
+		f.eng.Open(ids[i])
+	}
+	for i, r := range f.eng.PollSync(ids[:idleCap], nil) {
+		if r.Status != kv.StatusBootstrapping {
+			t.Fatalf("room %d opened on an idle actor polls %+v", ids[i], r)
 		}
 	}
-	if _, ok := roomOfPID(&actor.PID{Id: "$12"}); ok {
-		t.Fatal("a shard's own PID read as a room")
+	if n := actors(); n != idleCap {
+		t.Fatalf("room actors after %d new rooms on %d idle actors: %d", idleCap, idleCap, n)
+	}
+}
+
+// TestRoomActorNames: the shard tells its room actors' PIDs (roomName)
+// from its own and from others'.
+func TestRoomActorNames(t *testing.T) {
+	for _, n := range []uint64{1, 7, 0xabc, 1<<64 - 1} {
+		if pid := (&actor.PID{Id: roomName("$12", n)}); !isRoomActor(pid) {
+			t.Fatalf("%q not taken for a room actor", pid.Id)
+		}
+	}
+	for _, id := range []string{"$12", "$12/r", "$12/rx1", "$12/s1", "eventstream"} {
+		if isRoomActor(&actor.PID{Id: id}) {
+			t.Fatalf("%q taken for a room actor", id)
+		}
 	}
 }
 
@@ -413,7 +469,7 @@ func TestEngineCloseStopsRoomActors(t *testing.T) {
 	rooms := func() int {
 		n := 0
 		reg.LocalPIDs.LocalPIDs[0].IterCb(func(id string, _ any) {
-			if _, ok := roomOfPID(&actor.PID{Id: id}); ok {
+			if isRoomActor(&actor.PID{Id: id}) {
 				n++
 			}
 		})

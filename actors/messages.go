@@ -61,6 +61,7 @@ type retired struct {
 // later one is sent to the room as this message. state says which: the room
 // and the done function each try to move it from postInCall.
 type postDone struct {
+	lr     *live // the room's shard entry: a room actor serves rooms in turn
 	seq    uint32
 	fail   kv.Reason
 	signal [][]byte

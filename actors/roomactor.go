@@ -16,6 +16,14 @@ import (
 // rule of its own. It also owns the room's Observer record (rec) until it
 // hands it over (Retired or Abandoned).
 //
+// An actor serves one room at a time and, once that room retired, may serve
+// a later one of its shard (begin): spawning and stopping an actor per room
+// cost a sixth of a room's life in protoactor's registry, contexts and
+// system messages. What can still arrive for the earlier room is told apart:
+// envelopes routed before it retired bounce back to the shard (gone) ahead
+// of the next begin; a completion names its room's entry (postDone.lr); a
+// stale timer firing is dropped by fired.
+//
 // It is kept small (a live room's heap is mostly its actor, its machine and
 // protoactor's process): what only a posting room needs is in posts.
 type roomActor struct {
@@ -34,7 +42,6 @@ type roomActor struct {
 	wantAt  int64
 	ring    func()
 
-	first *firstStep // the shard stepped the first message (until Started)
 	posts *posting   // once the room posted a transfer
 	slot  statusSlot // the status-table slot it publishes to (statusslot.go)
 
@@ -46,7 +53,7 @@ type roomActor struct {
 	recv    uint32 // envelopes handled (the shard counts what it routed)
 	wantGen uint32
 	wanted  bool
-	gone    bool // retired: routed messages go back to the shard
+	gone    bool // retired, or no room yet: routed messages go back to the shard
 }
 
 // Now is the engine's clock, read once per message the actor handles
@@ -65,16 +72,28 @@ type posting struct {
 	spare    *postDone
 }
 
-// firstStep is the first message of a room the shard created (or revived)
-// and stepped, with that step's effects, which the actor executes when it
-// starts.
-type firstStep struct {
+// begin hands an actor with no room (new, or its room retired) the room the
+// shard created (or revived) and stepped the first message of: its machine,
+// its shard entry and that first step's effects, which the actor executes.
+type begin struct {
+	m   *room.Machine
+	lr  *live
 	fx  room.Effects
 	env *envelope
 }
 
-func newRoomActor(e *Engine, m *room.Machine, first room.Effects, env *envelope, lr *live) *roomActor {
-	return &roomActor{eng: e, m: m, lr: lr, first: &firstStep{fx: first, env: env}, step: StepClock{clk: e.cfg.Clock}}
+func newRoomActor(e *Engine) *roomActor {
+	return &roomActor{eng: e, step: StepClock{clk: e.cfg.Clock}, gone: true}
+}
+
+// start makes the actor b's room's: everything of an earlier room is
+// dropped (its timer was stopped when it retired), then the first step is
+// executed.
+func (a *roomActor) start(ctx actor.Context, b *begin) {
+	*a = roomActor{eng: a.eng, self: a.self, ring: a.ring, step: a.step, m: b.m, lr: b.lr}
+	a.bindSteps()
+	a.exec(ctx, b.env, b.fx)
+	a.drainSync(ctx)
 }
 
 // Receive handles one message. A panic anywhere in it (the room's rules, an
@@ -88,10 +107,14 @@ func (a *roomActor) Receive(ctx actor.Context) {
 			a.fault(ctx, r)
 		}
 	}()
-	if !a.bound {
+	if b, ok := ctx.Message().(*begin); ok {
+		a.start(ctx, b)
+		return
+	}
+	if !a.bound && a.lr != nil {
 		a.bindSteps()
 	}
-	if h := a.eng.cfg.hooks.roomMsg; h != nil {
+	if h := a.eng.cfg.hooks.roomMsg; h != nil && a.m != nil {
 		h(a.m.Room(), ctx.Message())
 	}
 	switch msg := ctx.Message().(type) {
@@ -100,7 +123,7 @@ func (a *roomActor) Receive(ctx actor.Context) {
 			// Retired while this was queued: the shard, which has seen our
 			// retirement by now, routes it to the tombstone.
 			msg.bounced = true
-			ctx.Send(a.eng.shardFor(a.m.Room()), msg)
+			ctx.Send(a.eng.shardFor(msg.room), msg)
 			return
 		}
 		a.recv++
@@ -113,6 +136,13 @@ func (a *roomActor) Receive(ctx actor.Context) {
 	case *postDone:
 		done := xferDone{seq: msg.seq, fail: msg.fail, signal: msg.signal}
 		msg.signal = nil
+		if msg.lr != a.lr {
+			// An earlier room's, which retired (at its drain deadline)
+			// after its done function looked.
+			lateDone(a.eng, msg.lr.id, done.seq, done.fail)
+			a.eng.cfg.Observer.Ignored(msg.lr.id, room.XferDone{Seq: done.seq, Fail: done.fail})
+			return
+		}
 		if a.posts.spare == nil {
 			a.posts.spare = msg // its done function has returned: reusable
 		}
@@ -126,10 +156,6 @@ func (a *roomActor) Receive(ctx actor.Context) {
 		a.drainSync(ctx)
 	case *actor.Started:
 		a.self = ctx.Self()
-		f := a.first
-		a.exec(ctx, f.env, f.fx)
-		a.first = nil
-		a.drainSync(ctx)
 	case *describe:
 		st, why := a.m.Status()
 		msg.reply <- RoomInfo{Room: a.m.Room(), Status: st.String(), Reason: why.String(), Phase: a.m.Phase(),
@@ -261,20 +287,21 @@ func (a *roomActor) drainSync(ctx actor.Context) {
 // the shard's supervisor stops this actor and the shard, which watches its
 // rooms, keeps the Failed tombstone (shard.onTerminated).
 func (a *roomActor) fault(ctx actor.Context, r any) {
-	id := a.m.Room()
 	if a.self == nil { // it panicked before Started set it
 		a.self = ctx.Self()
 	}
+	if a.m == nil { // no room yet: nothing to fail
+		a.eng.cfg.Logger.Error("room actor panicked before its first room", "panic", fmt.Sprint(r))
+		return
+	}
+	id := a.m.Room()
 	a.eng.cfg.Logger.Error("room handler panicked; failing the room", "room", id, "panic", fmt.Sprint(r))
 	if h := a.eng.cfg.hooks.roomFault; h != nil {
 		h(id)
 	}
 	env, _ := ctx.Message().(*envelope)
-	if _, started := ctx.Message().(*actor.Started); started {
-		if a.first != nil {
-			env = a.first.env
-		}
-		a.first = nil
+	if b, ok := ctx.Message().(*begin); ok {
+		env = b.env
 	}
 	if !a.gone {
 		if p := recoverFrom(func() {
@@ -374,7 +401,7 @@ func (a *roomActor) post(t *kv.Transfer) {
 	p := a.posts
 	pd := p.spare
 	if pd == nil {
-		pd = &postDone{}
+		pd = &postDone{lr: a.lr}
 		e, lr, id := a.eng, a.lr, a.m.Room()
 		self, root := a.self, a.eng.system.Root
 		pd.fn = func(fail kv.Reason, signal [][]byte) {

@@ -2,6 +2,7 @@ package actors
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -44,8 +45,11 @@ type shard struct {
 	props   *actor.Props
 	next    *roomActor
 	spawned uint64 // room actors spawned, which names them (roomName)
-	// actors counts room actors spawned and not yet terminated; closing is
-	// Close's stopRooms, answered once actors is 0.
+	// idle: room actors whose room retired, each to serve a later room
+	// (begin) instead of a new spawn; at most idleCap are kept.
+	idle []*actor.PID
+	// actors counts room actors spawned and not yet terminated, idle ones
+	// included; closing is Close's stopRooms, answered once actors is 0.
 	actors   int
 	closing  chan<- any
 	stopping bool // stopRooms stopped the live rooms: their Terminated is no death
@@ -124,6 +128,10 @@ type tombRef struct {
 	room    uint64
 	expires time.Time
 }
+
+// idleCap is how many idle room actors a shard keeps for later rooms (a few
+// hundred bytes each; past it, a retired room's actor is stopped).
+const idleCap = 1024
 
 // roomDispatcher runs a room actor's mailbox on the goroutine that sends to
 // it when the mailbox is idle (the shard routing a message, a timer, the
@@ -237,6 +245,10 @@ func (s *shard) stopRooms(ctx actor.Context) {
 	for _, lr := range s.rooms {
 		ctx.Stop(lr.pid)
 	}
+	for _, pid := range s.idle {
+		ctx.Stop(pid)
+	}
+	s.idle = nil
 }
 
 // roomsStopped answers Close's stopRooms once no room actor of the shard is
@@ -345,13 +357,16 @@ func (s *shard) routeFault(ctx actor.Context, env *envelope, r any) {
 // becomes a Failed internal_error tombstone at once, which answers its polls
 // (those already in the dead actor's mailbox end by Engine's poll deadline).
 func (s *shard) onTerminated(who *actor.PID) {
-	id, ok := roomOfPID(who)
-	if !ok {
+	if !isRoomActor(who) {
 		return
 	}
 	s.actors--
-	lr, ok := s.rooms[id]
-	if !ok || !lr.pid.Equal(who) {
+	if i := slices.IndexFunc(s.idle, who.Equal); i >= 0 {
+		s.idle = slices.Delete(s.idle, i, i+1)
+		return
+	}
+	id, lr, ok := s.roomOf(who)
+	if !ok {
 		return // retired first, as every room normally does
 	}
 	if s.stopping {
@@ -367,27 +382,35 @@ func (s *shard) onTerminated(who *actor.PID) {
 	s.keepTombstone(t)
 }
 
-// roomName names a room actor after its room, so a Terminated PID says
-// which room it was: "<shard>/r<room hex>$<n hex>", n counting the shard's
-// spawns, so a revived room's new actor never clashes with its old one still
-// stopping. One allocation (SpawnPrefix took five).
-func roomName(shard string, id, n uint64) string {
-	var b [64]byte
+// roomName names a shard's n-th room actor: "<shard>/r<n hex>". An actor
+// serves rooms in turn, so its name says nothing of its room.
+func roomName(shard string, n uint64) string {
+	var b [48]byte
 	out := append(b[:0], shard...)
 	out = append(out, "/r"...)
-	out = strconv.AppendUint(out, id, 16)
-	out = append(out, '$')
 	return string(strconv.AppendUint(out, n, 16))
 }
 
-func roomOfPID(pid *actor.PID) (uint64, bool) {
+// isRoomActor tells a room actor's PID (roomName) from a shard's.
+func isRoomActor(pid *actor.PID) bool {
 	name := pid.Id[strings.LastIndexByte(pid.Id, '/')+1:]
-	hex, _, ok := strings.Cut(strings.TrimPrefix(name, "r"), "$")
-	if !ok || len(name) == len(hex) {
-		return 0, false
+	if len(name) < 2 || name[0] != 'r' {
+		return false
 	}
-	id, err := strconv.ParseUint(hex, 16, 64)
-	return id, err == nil
+	_, err := strconv.ParseUint(name[1:], 16, 64)
+	return err == nil
+}
+
+// roomOf finds the live room that actor who serves. A room actor dies only
+// when its panic handling panics too, so a scan of the shard's rooms here
+// costs less than a map from actors to rooms kept for every room.
+func (s *shard) roomOf(who *actor.PID) (uint64, *live, bool) {
+	for id, lr := range s.rooms {
+		if lr.pid.Equal(who) {
+			return id, lr, true
+		}
+	}
+	return 0, nil, false
 }
 
 // answerLive answers a poll of room id from its live room's view when the
@@ -487,19 +510,8 @@ func (s *shard) routeOne(ctx actor.Context, env *envelope) {
 		if revived { // a lookup less per new room: the maps are large
 			delete(s.tombs, env.room)
 		}
-		s.next = newRoomActor(s.eng, m, fx, env, lr)
-		// Spawned with the shard as its parent (its failures and its
-		// Terminated come here) but not as a protoactor child: the
-		// child set is a map of two-string keys per room (86 B, and two
-		// lookups on every spawn and stop). The shard stops its rooms
-		// itself (stopRooms) and counts them until they terminated.
-		s.spawned++
-		pid, err := actor.DefaultSpawner(s.eng.system, roomName(s.self.Id, env.room, s.spawned), s.props, ctx)
-		if err != nil {
-			panic(err) // names are unique per shard: not reached
-		}
-		s.actors++
-		lr.pid = pid
+		lr.pid = s.roomActor(ctx)
+		ctx.Send(lr.pid, &begin{m: m, lr: lr, fx: fx, env: env})
 		if ti, ok := env.msg.(room.TransferInfo); ok {
 			c := s.peers[ti.Agent]
 			if c == nil {
@@ -521,6 +533,29 @@ func (s *shard) routeOne(ctx actor.Context, env *envelope) {
 	observe(s.eng, rec, env.room, env.msg, fx)
 	execStateless(s.eng, env, env.room, fx)
 	s.keepTombstone(m.Tombstone())
+}
+
+// roomActor returns an idle room actor, or a new one. A new one is
+// spawned with the shard as its parent (its failures and its Terminated
+// come here) but not as a protoactor child: the child set is a map of
+// two-string keys per actor (86 B, and two lookups on every spawn and
+// stop). The shard stops its room actors itself (stopRooms) and counts them
+// until they terminated.
+func (s *shard) roomActor(ctx actor.Context) *actor.PID {
+	if n := len(s.idle); n > 0 {
+		pid := s.idle[n-1]
+		s.idle[n-1] = nil
+		s.idle = s.idle[:n-1]
+		return pid
+	}
+	s.next = newRoomActor(s.eng)
+	s.spawned++
+	pid, err := actor.DefaultSpawner(s.eng.system, roomName(s.self.Id, s.spawned), s.props, ctx)
+	if err != nil {
+		panic(err) // names are unique per shard: not reached
+	}
+	s.actors++
+	return pid
 }
 
 // traced gives an Open's traceparent to the room's record. A panicking
@@ -589,16 +624,22 @@ func (s *shard) onRetired(ctx actor.Context, m *retired) {
 		return
 	}
 	s.forget(id, lr)
-	// Poison, not Stop: whatever was routed to the room before this point is
-	// still handled (bounced back here, to the tombstone) before it stops.
-	// Those envelopes are counted until they are routed again (see
-	// directory.read).
+	// Whatever was routed to the room before this point is still handled
+	// by its actor, ahead of anything sent to the actor later: it bounces
+	// back here, to the tombstone. Those envelopes are counted until they
+	// are routed again (see directory.read). The actor then serves a later
+	// room (its begin comes after them), or is poisoned (Poison, not Stop,
+	// for the same order).
 	if seen, _, _ := lr.load(); int32(lr.sent.Load()-seen) > 0 {
 		n := int64(lr.sent.Load() - seen)
 		s.bounces[id] += n
 		s.dir.bouncing.Add(n)
 	}
-	ctx.Poison(lr.pid)
+	if len(s.idle) < idleCap && !s.stopping {
+		s.idle = append(s.idle, lr.pid)
+	} else {
+		ctx.Poison(lr.pid)
+	}
 	s.keepTombstoneAt(m.tomb, m.at)
 }
 
