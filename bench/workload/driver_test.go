@@ -93,3 +93,15 @@ func TestDriverAccountsForEveryRoom(t *testing.T) {
 		})
 	}
 }
+
+// TestPauseLastsItsDuration: the driver's idle pause waits out the time it
+// is given (no shorter; how much longer is the benchmark's business).
+func TestPauseLastsItsDuration(t *testing.T) {
+	for _, d := range []time.Duration{0, 50 * time.Microsecond, 2 * time.Millisecond} {
+		t0 := time.Now()
+		pause(d)
+		if got := time.Since(t0); got < d {
+			t.Fatalf("pause(%v) returned after %v", d, got)
+		}
+	}
+}
