@@ -392,21 +392,18 @@ func TestEngineRegistryCompacted(t *testing.T) {
 	}
 }
 
-// TestIdleRoomActorsCapped: a shard keeps at most idleCap room actors of
-// retired rooms; the others are stopped, and new rooms are served by the
-// kept ones before any is spawned.
+// TestIdleRoomActorsCapped: a shard keeps at most its part of
+// idleRoomActors of the actors of retired rooms; the others are stopped, and
+// new rooms are served by the kept ones before any is spawned.
 func TestIdleRoomActorsCapped(t *testing.T) {
-	f := newFixture(t, &transfersDouble{}, func(c *Config) { c.Shards = 1 })
-	reg := f.eng.system.ProcessRegistry
-	actors := func() int {
-		n := 0
-		reg.LocalPIDs.LocalPIDs[0].IterCb(func(id string, _ any) {
-			if isRoomActor(&actor.PID{Id: id}) {
-				n++
-			}
-		})
-		return n
+	for _, c := range []struct{ shards, want int }{{0, 4096}, {1, 4096}, {8, 512}, {256, 16}, {4096, 16}} {
+		if got := idleCap(c.shards); got != c.want {
+			t.Fatalf("idleCap(%d) = %d, want %d", c.shards, got, c.want)
+		}
 	}
+	f := newFixture(t, &transfersDouble{}, func(c *Config) { c.Shards = 1 })
+	idleCap := idleCap(1)
+	actors := func() int { return len(roomActorPIDs(f.eng)) }
 	ids := make([]uint64, idleCap+300)
 	for i := range ids {
 		ids[i] = uint64(i + 1)
@@ -465,16 +462,7 @@ func TestEngineCloseStopsRoomActors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg := eng.system.ProcessRegistry
-	rooms := func() int {
-		n := 0
-		reg.LocalPIDs.LocalPIDs[0].IterCb(func(id string, _ any) {
-			if isRoomActor(&actor.PID{Id: id}) {
-				n++
-			}
-		})
-		return n
-	}
+	rooms := func() int { return len(roomActorPIDs(eng)) }
 	ids := make([]uint64, 200)
 	for i := range ids {
 		ids[i] = uint64(i + 1)

@@ -29,15 +29,22 @@ func (r *doneRecorder) of(id uint64) []uint32 {
 	return append([]uint32(nil), r.done[id]...)
 }
 
-// onlyRoomActor is the one room actor of a one-shard engine.
-func onlyRoomActor(t *testing.T, e *Engine) *actor.PID {
-	t.Helper()
+// roomActorPIDs lists the engine's room actors, as its (one-bucket)
+// process registry has them.
+func roomActorPIDs(e *Engine) []*actor.PID {
 	var pids []*actor.PID
 	e.system.ProcessRegistry.LocalPIDs.LocalPIDs[0].IterCb(func(id string, _ any) {
 		if pid := (&actor.PID{Id: id, Address: e.system.Address()}); isRoomActor(pid) {
 			pids = append(pids, pid)
 		}
 	})
+	return pids
+}
+
+// onlyRoomActor is the one room actor of a one-shard engine.
+func onlyRoomActor(t *testing.T, e *Engine) *actor.PID {
+	t.Helper()
+	pids := roomActorPIDs(e)
 	if len(pids) != 1 {
 		t.Fatalf("room actors: %d, want 1", len(pids))
 	}

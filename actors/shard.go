@@ -46,8 +46,9 @@ type shard struct {
 	next    *roomActor
 	spawned uint64 // room actors spawned, which names them (roomName)
 	// idle: room actors whose room retired, each to serve a later room
-	// (begin) instead of a new spawn; at most idleCap are kept.
-	idle []*actor.PID
+	// (begin) instead of a new spawn; at most idleMax are kept.
+	idle    []*actor.PID
+	idleMax int
 	// actors counts room actors spawned and not yet terminated, idle ones
 	// included; closing is Close's stopRooms, answered once actors is 0.
 	actors   int
@@ -129,9 +130,14 @@ type tombRef struct {
 	expires time.Time
 }
 
-// idleCap is how many idle room actors a shard keeps for later rooms (a few
-// hundred bytes each; past it, a retired room's actor is stopped).
-const idleCap = 1024
+// idleRoomActors is how many idle room actors an engine keeps for later
+// rooms, split between its shards (idleCap). An idle actor holds about 1.4
+// KB, its retired room's machine included until it serves the next room;
+// past the cap, a retired room's actor is stopped.
+const idleRoomActors = 4096
+
+// idleCap is one shard's part of idleRoomActors (at least 16).
+func idleCap(shards int) int { return max(16, idleRoomActors/max(shards, 1)) }
 
 // roomDispatcher runs a room actor's mailbox on the goroutine that sends to
 // it when the mailbox is idle (the shard routing a message, a timer, the
@@ -144,7 +150,8 @@ var roomDispatcher = actor.NewSynchronizedDispatcher(300)
 
 func newShard(e *Engine, capacity int, lim limits, dir *directory) *shard {
 	return &shard{eng: e, capacity: capacity, lim: lim, rooms: map[uint64]*live{}, peers: map[string]*peerCharge{},
-		tombs: map[uint64]tombEntry{}, dir: dir, bounces: map[uint64]int64{}, parked: map[uint64][]*envelope{}}
+		tombs: map[uint64]tombEntry{}, dir: dir, bounces: map[uint64]int64{}, parked: map[uint64][]*envelope{},
+		idleMax: idleCap(e.cfg.Shards)}
 }
 
 // Receive handles one message. A panic anywhere in it is recovered: routing a
@@ -635,7 +642,7 @@ func (s *shard) onRetired(ctx actor.Context, m *retired) {
 		s.bounces[id] += n
 		s.dir.bouncing.Add(n)
 	}
-	if len(s.idle) < idleCap && !s.stopping {
+	if len(s.idle) < s.idleMax && !s.stopping {
 		s.idle = append(s.idle, lr.pid)
 	} else {
 		ctx.Poison(lr.pid)
