@@ -46,9 +46,8 @@ type roomActor struct {
 	slot  statusSlot // the status-table slot it publishes to (statusslot.go)
 
 	// The clock as this step reads it (Now): read once per message. Its
-	// record shares it (RoomObserver.BindSteps), bound at the first message.
-	step  StepClock
-	bound bool
+	// record shares it (RoomObserver.BindSteps), bound as the room begins.
+	step StepClock
 
 	recv    uint32 // envelopes handled (the shard counts what it routed)
 	wantGen uint32
@@ -111,9 +110,6 @@ func (a *roomActor) Receive(ctx actor.Context) {
 		a.start(ctx, b)
 		return
 	}
-	if !a.bound && a.lr != nil {
-		a.bindSteps()
-	}
 	if h := a.eng.cfg.hooks.roomMsg; h != nil && a.m != nil {
 		h(a.m.Room(), ctx.Message())
 	}
@@ -169,11 +165,10 @@ func (a *roomActor) Receive(ctx actor.Context) {
 	}
 }
 
-// bindSteps hands the room's record the actor's step clock, once: at the
-// actor's first message, before any callback of its step. A panic there
-// fails the room (Receive recovers it).
+// bindSteps hands the room's record the actor's step clock, once: as the
+// room begins, before any callback of its first step. A panic there fails
+// the room (Receive recovers it).
 func (a *roomActor) bindSteps() {
-	a.bound = true
 	if a.lr.flags.Load()&viewHanded == 0 {
 		a.lr.rec.BindSteps(&a.step)
 	}
@@ -402,17 +397,17 @@ func (a *roomActor) post(t *kv.Transfer) {
 	pd := p.spare
 	if pd == nil {
 		pd = &postDone{lr: a.lr}
-		e, lr, id := a.eng, a.lr, a.m.Room()
-		self, root := a.self, a.eng.system.Root
+		e, self, root := a.eng, a.self, a.eng.system.Root
 		pd.fn = func(fail kv.Reason, signal [][]byte) {
 			pd.fail, pd.signal = fail, signal
 			if pd.state.CompareAndSwap(postInCall, postSync) {
 				return
 			}
-			if lr.flags.Load()&viewRetired != 0 {
+			if pd.lr.flags.Load()&viewRetired != 0 {
 				// The room retired (at its drain deadline): its actor may be
-				// gone, so the completion is counted here.
-				lateDone(e, id, pd.seq, fail)
+				// gone, or serve another room, so the completion is counted
+				// here.
+				lateDone(e, pd.lr.id, pd.seq, fail)
 				return
 			}
 			root.Send(self, pd)

@@ -46,9 +46,11 @@ type shard struct {
 	next    *roomActor
 	spawned uint64 // room actors spawned, which names them (roomName)
 	// idle: room actors whose room retired, each to serve a later room
-	// (begin) instead of a new spawn; at most idleMax are kept.
-	idle    []*actor.PID
-	idleMax int
+	// (begin) instead of a new spawn; at most idleMax are kept. poisoned:
+	// the actors of retired rooms past that, until they terminated.
+	idle     []*actor.PID
+	idleMax  int
+	poisoned map[string]struct{}
 	// actors counts room actors spawned and not yet terminated, idle ones
 	// included; closing is Close's stopRooms, answered once actors is 0.
 	actors   int
@@ -151,7 +153,7 @@ var roomDispatcher = actor.NewSynchronizedDispatcher(300)
 func newShard(e *Engine, capacity int, lim limits, dir *directory) *shard {
 	return &shard{eng: e, capacity: capacity, lim: lim, rooms: map[uint64]*live{}, peers: map[string]*peerCharge{},
 		tombs: map[uint64]tombEntry{}, dir: dir, bounces: map[uint64]int64{}, parked: map[uint64][]*envelope{},
-		idleMax: idleCap(e.cfg.Shards)}
+		idleMax: idleCap(e.cfg.Shards), poisoned: map[string]struct{}{}}
 }
 
 // Receive handles one message. A panic anywhere in it is recovered: routing a
@@ -249,8 +251,9 @@ func (s *shard) Receive(ctx actor.Context) {
 // stop them.
 func (s *shard) stopRooms(ctx actor.Context) {
 	s.stopping = true
-	for _, lr := range s.rooms {
+	for id, lr := range s.rooms {
 		ctx.Stop(lr.pid)
+		s.forget(id, lr) // stopped by the engine's Close: no death
 	}
 	for _, pid := range s.idle {
 		ctx.Stop(pid)
@@ -359,25 +362,30 @@ func (s *shard) routeFault(ctx actor.Context, env *envelope, r any) {
 }
 
 // onTerminated hears that a room actor stopped (the shard is its parent:
-// protoactor tells the parent). A room retires before the shard
-// stops its actor, so a PID still routed is a room actor that died: its room
-// becomes a Failed internal_error tombstone at once, which answers its polls
-// (those already in the dead actor's mailbox end by Engine's poll deadline).
+// protoactor tells the parent). The shard stops an actor itself only once
+// its room retired (poisoned) or when the engine closes (stopRooms), so any
+// other is a room actor that died: its room becomes a Failed internal_error
+// tombstone at once, which answers its polls (those already in the dead
+// actor's mailbox end by Engine's poll deadline).
 func (s *shard) onTerminated(who *actor.PID) {
 	if !isRoomActor(who) {
 		return
 	}
 	s.actors--
+	if _, ok := s.poisoned[who.Id]; ok {
+		delete(s.poisoned, who.Id) // retired first, as every room normally does
+		return
+	}
+	if s.stopping {
+		return // stopped by stopRooms, which forgot its rooms
+	}
+	// A death: rare enough for scans.
 	if i := slices.IndexFunc(s.idle, who.Equal); i >= 0 {
 		s.idle = slices.Delete(s.idle, i, i+1)
 		return
 	}
 	id, lr, ok := s.roomOf(who)
 	if !ok {
-		return // retired first, as every room normally does
-	}
-	if s.stopping {
-		s.forget(id, lr) // stopped by stopRooms (the engine is closing): no death
 		return
 	}
 	s.eng.cfg.Logger.Error("room actor died; keeping a Failed tombstone", "room", id)
@@ -645,6 +653,7 @@ func (s *shard) onRetired(ctx actor.Context, m *retired) {
 	if len(s.idle) < s.idleMax && !s.stopping {
 		s.idle = append(s.idle, lr.pid)
 	} else {
+		s.poisoned[lr.pid.Id] = struct{}{}
 		ctx.Poison(lr.pid)
 	}
 	s.keepTombstoneAt(m.tomb, m.at)
